@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every Debian package kiln needs to build, test and run. Idempotent; run as root.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  libopenblas-openmp-dev      # BLAS, linked by name (never the generic libblas.so.3)
+  nlohmann-json3-dev          # JSON
+  libyaml-cpp-dev             # YAML recipes
+  libcli11-dev                # command line
+  libfmt-dev libspdlog-dev    # formatting and logging
+  libgtest-dev libgmock-dev   # tests
+  libbenchmark-dev            # micro-benchmarks
+  clang libclang-rt-14-dev    # libFuzzer targets
+  clang-format clang-tidy
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup: missing packages: ${missing[*]} (run this script as root)" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+echo "setup: all packages present"

@@ -1,0 +1,65 @@
+// Files: whole-file reads, read-only memory maps, and atomic writes (temporary name, fsync,
+// rename, fsync of the directory) so that a crash never leaves a half-written output in place.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+
+// Reads a whole file; throws kiln::Error naming the path on failure.
+std::string read_file(const fs::path& path);
+
+// A read-only memory map of a whole file. Move-only; unmaps on destruction.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  explicit MappedFile(const fs::path& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const fs::path& path() const { return path_; }
+
+ private:
+  void reset();
+  fs::path path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Writes a file atomically: the data goes to "<path>.tmp.<pid>", is fsynced, then renamed over
+// `path`, and the directory is fsynced. On any error the temporary file is removed and the old
+// file (if any) is untouched.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(fs::path path);
+  ~AtomicFileWriter();  // abandons (removes the temporary) unless commit() ran
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* data, size_t n);
+  void write(std::string_view s) { write(s.data(), s.size()); }
+  void commit();
+
+ private:
+  fs::path path_;
+  fs::path tmp_;
+  int fd_ = -1;
+};
+
+void write_file_atomic(const fs::path& path, std::string_view contents);
+
+// fsync a directory so a rename inside it is durable.
+void fsync_dir(const fs::path& dir);
+
+}  // namespace kiln
