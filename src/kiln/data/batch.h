@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace kiln {
+#include "kiln/kernels/ops.h"  // kIgnoreIndex
 
-inline constexpr int32_t kIgnoreIndex = -100;
+namespace kiln {
 
 // All arrays are (B*T), row-major by sequence.
 struct Batch {

@@ -1,0 +1,77 @@
+#include "kiln/model/layout.h"
+
+#include <fmt/format.h>
+
+#include "kiln/base/error.h"
+
+namespace kiln {
+
+namespace {
+size_t add(ParamUnit& u, std::string name, std::vector<int64_t> shape, bool decay) {
+  ParamEntry e;
+  e.name = std::move(name);
+  e.numel = 1;
+  for (int64_t d : shape) e.numel *= static_cast<size_t>(d);
+  e.shape = std::move(shape);
+  e.offset = u.numel;
+  e.decay = decay;
+  u.numel += e.numel;
+  u.entries.push_back(std::move(e));
+  return u.entries.back().offset;
+}
+}  // namespace
+
+const ParamEntry& ParamUnit::entry(const std::string& hf_name) const {
+  for (const auto& e : entries) {
+    if (e.name == hf_name) return e;
+  }
+  fail("unit {} has no tensor {}", name, hf_name);
+}
+
+ParamLayout::ParamLayout(const Qwen2Config& c) {
+  const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t Q = c.q_dim(), KV = c.kv_dim();
+  ParamUnit embed{"embed", {}, 0};
+  add(embed, "model.embed_tokens.weight", {V, C}, true);
+  units_.push_back(std::move(embed));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    ParamUnit u{fmt::format("layers.{}", i), {}, 0};
+    const std::string p = fmt::format("model.layers.{}.", i);
+    LayerOffsets o{};
+    o.ln1 = add(u, p + "input_layernorm.weight", {C}, false);
+    o.wq = add(u, p + "self_attn.q_proj.weight", {Q, C}, true);
+    o.bq = add(u, p + "self_attn.q_proj.bias", {Q}, false);
+    o.wk = add(u, p + "self_attn.k_proj.weight", {KV, C}, true);
+    o.bk = add(u, p + "self_attn.k_proj.bias", {KV}, false);
+    o.wv = add(u, p + "self_attn.v_proj.weight", {KV, C}, true);
+    o.bv = add(u, p + "self_attn.v_proj.bias", {KV}, false);
+    o.wo = add(u, p + "self_attn.o_proj.weight", {C, Q}, true);
+    o.ln2 = add(u, p + "post_attention_layernorm.weight", {C}, false);
+    o.wg = add(u, p + "mlp.gate_proj.weight", {I, C}, true);
+    o.wu = add(u, p + "mlp.up_proj.weight", {I, C}, true);
+    o.wd = add(u, p + "mlp.down_proj.weight", {C, I}, true);
+    layer_ = o;
+    units_.push_back(std::move(u));
+  }
+  ParamUnit head{"head", {}, 0};
+  add(head, "model.norm.weight", {C}, false);
+  if (!c.tie_word_embeddings) head_off_ = add(head, "lm_head.weight", {V, C}, true);
+  units_.push_back(std::move(head));
+}
+
+size_t ParamLayout::total_numel() const {
+  size_t n = 0;
+  for (const auto& u : units_) n += u.numel;
+  return n;
+}
+
+std::pair<int, int> ParamLayout::find(const std::string& hf_name) const {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    for (size_t e = 0; e < units_[u].entries.size(); ++e) {
+      if (units_[u].entries[e].name == hf_name) return {static_cast<int>(u), static_cast<int>(e)};
+    }
+  }
+  return {-1, -1};
+}
+
+}  // namespace kiln

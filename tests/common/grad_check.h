@@ -1,0 +1,58 @@
+// Finite-difference gradient checks for float32 ops: central differences of a double-valued
+// loss, compared to the analytic gradient by relative L2 error over sampled coordinates.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace kiln::testing {
+
+inline std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f,
+                                     float offset = 0.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = offset + scale * d(rng);
+  return v;
+}
+
+inline double dot(const float* a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < b.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+// Relative L2 error between analytic and numeric gradients of `loss` w.r.t. x[0..n), sampling at
+// most `max_coords` coordinates. `loss` must recompute everything from x.
+inline double fd_rel_error(const std::function<double()>& loss, float* x, const float* analytic,
+                           size_t n, size_t max_coords = 64, float h = 1e-2f) {
+  std::vector<size_t> idx(n);
+  for (size_t i = 0; i < n; ++i) idx[i] = i;
+  if (n > max_coords) {
+    std::mt19937 rng(7);
+    std::shuffle(idx.begin(), idx.end(), rng);
+    idx.resize(max_coords);
+  }
+  double num2 = 0, diff2 = 0;
+  for (size_t i : idx) {
+    const float orig = x[i];
+    const float step = h * std::max(1.0f, std::fabs(orig));
+    x[i] = orig + step;
+    const double lp = loss();
+    x[i] = orig - step;
+    const double lm = loss();
+    x[i] = orig;
+    const double num = (lp - lm) / (2.0 * step);
+    num2 += num * num;
+    diff2 += (num - analytic[i]) * (num - analytic[i]);
+  }
+  return std::sqrt(diff2) / std::max(std::sqrt(num2), 1e-12);
+}
+
+}  // namespace kiln::testing

@@ -1,0 +1,223 @@
+// Every CPU op's backward against finite differences of its forward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/grad_check.h"
+#include "kiln/kernels/ops.h"
+
+namespace kiln {
+namespace {
+
+using testing::dot;
+using testing::fd_rel_error;
+using testing::random_vec;
+
+const Backend& be() { return cpu_backend(); }
+constexpr double kTol = 2e-3;
+
+TEST(OpsGrad, Embedding) {
+  const int N = 7, C = 5, V = 4;
+  std::vector<int32_t> ids = {0, 3, 3, 1, 0, 2, 3};
+  auto w = random_vec(V * C, 1);
+  auto r = random_vec(N * C, 2);
+  std::vector<float> out(N * C), dw(V * C, 0.0f);
+  auto loss = [&] {
+    be().embedding_forward(out.data(), ids.data(), w.data(), N, C);
+    return dot(out.data(), r);
+  };
+  be().embedding_backward(dw.data(), r.data(), ids.data(), N, C);
+  EXPECT_LT(fd_rel_error(loss, w.data(), dw.data(), w.size()), kTol);
+}
+
+TEST(OpsGrad, RmsNorm) {
+  const int N = 6, C = 16;
+  auto x = random_vec(N * C, 1, 1.0f, 0.3f);
+  auto w = random_vec(C, 2, 0.1f, 1.0f);
+  auto r = random_vec(N * C, 3);
+  std::vector<float> out(N * C), rstd(N), dx(N * C, 0.5f), dw(C, 0.0f);
+  auto loss = [&] {
+    be().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    return dot(out.data(), r);
+  };
+  loss();
+  be().rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), N, C,
+                        false);
+  EXPECT_LT(fd_rel_error(loss, x.data(), dx.data(), x.size()), kTol);
+  EXPECT_LT(fd_rel_error(loss, w.data(), dw.data(), w.size()), kTol);
+  // accumulate adds onto what is there
+  std::vector<float> dx2(N * C, 1.0f), dw2(C, 0.0f);
+  be().rmsnorm_backward(dx2.data(), dw2.data(), r.data(), x.data(), w.data(), rstd.data(), N, C,
+                        true);
+  for (int i = 0; i < N * C; ++i) EXPECT_NEAR(dx2[i], dx[i] + 1.0f, 1e-5f);
+}
+
+TEST(OpsGrad, MatmulWithBias) {
+  const int N = 5, IC = 7, OC = 3;
+  auto x = random_vec(N * IC, 1);
+  auto w = random_vec(OC * IC, 2);
+  auto b = random_vec(OC, 3);
+  auto r = random_vec(N * OC, 4);
+  std::vector<float> out(N * OC), dx(N * IC), dw(OC * IC, 0.0f), db(OC, 0.0f);
+  auto loss = [&] {
+    be().matmul_forward(out.data(), x.data(), w.data(), b.data(), N, IC, OC);
+    return dot(out.data(), r);
+  };
+  loss();
+  // a naive check of the forward itself
+  for (int n = 0; n < N; ++n) {
+    for (int o = 0; o < OC; ++o) {
+      double s = b[o];
+      for (int i = 0; i < IC; ++i) s += static_cast<double>(x[n * IC + i]) * w[o * IC + i];
+      EXPECT_NEAR(out[n * OC + o], s, 1e-4);
+    }
+  }
+  be().matmul_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), N, IC, OC,
+                       false);
+  EXPECT_LT(fd_rel_error(loss, x.data(), dx.data(), x.size()), kTol);
+  EXPECT_LT(fd_rel_error(loss, w.data(), dw.data(), w.size()), kTol);
+  EXPECT_LT(fd_rel_error(loss, b.data(), db.data(), b.size()), kTol);
+}
+
+TEST(OpsGrad, Rope) {
+  const int N = 6, H = 3, D = 8, P = 10;
+  std::vector<int32_t> pos = {0, 1, 2, 9, 4, 0};
+  std::vector<float> cs(P * D / 2), sn(P * D / 2);
+  for (int p = 0; p < P; ++p) {
+    for (int d = 0; d < D / 2; ++d) {
+      double a = p * std::pow(10000.0, -2.0 * d / D);
+      cs[p * D / 2 + d] = static_cast<float>(std::cos(a));
+      sn[p * D / 2 + d] = static_cast<float>(std::sin(a));
+    }
+  }
+  auto x = random_vec(N * H * D, 1);
+  auto r = random_vec(N * H * D, 2);
+  std::vector<float> y;
+  auto loss = [&] {
+    y = x;
+    be().rope_forward(y.data(), pos.data(), cs.data(), sn.data(), N, H, D);
+    return dot(y.data(), r);
+  };
+  std::vector<float> dx = r;
+  be().rope_backward(dx.data(), pos.data(), cs.data(), sn.data(), N, H, D);
+  EXPECT_LT(fd_rel_error(loss, x.data(), dx.data(), x.size()), kTol);
+  // position 0 is the identity
+  loss();
+  for (int i = 0; i < H * D; ++i) EXPECT_FLOAT_EQ(y[i], x[i]);
+}
+
+void attention_case(int B, int T, int H, int KV, int D, bool docs) {
+  const AttnShape s{B, T, H, KV, D};
+  auto q = random_vec(B * T * H * D, 1);
+  auto k = random_vec(B * T * KV * D, 2);
+  auto v = random_vec(B * T * KV * D, 3);
+  auto r = random_vec(B * T * H * D, 4);
+  std::vector<int32_t> ds(B * T, 0);
+  if (docs) {  // row 0: documents [0,3) [3,T); other rows one document
+    for (int t = 3; t < T; ++t) ds[t] = 3;
+  }
+  std::vector<float> y(B * T * H * D), lse(B * H * T);
+  auto loss = [&] {
+    be().attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), ds.data(), s);
+    return dot(y.data(), r);
+  };
+  loss();
+  // forward against a naive computation for every (b, h, t)
+  const int group = H / KV;
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < H; ++h) {
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> p;
+        const int j0 = ds[b * T + t];
+        double m = -1e30;
+        for (int j = j0; j <= t; ++j) {
+          double sc = 0;
+          for (int d = 0; d < D; ++d) {
+            sc += static_cast<double>(q[((b * T + t) * H + h) * D + d]) *
+                  k[((b * T + j) * KV + h / group) * D + d];
+          }
+          p.push_back(sc / std::sqrt(D));
+          m = std::max(m, p.back());
+        }
+        double z = 0;
+        for (double& e : p) z += (e = std::exp(e - m));
+        for (int d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int j = j0; j <= t; ++j) {
+            acc += p[j - j0] / z * v[((b * T + j) * KV + h / group) * D + d];
+          }
+          ASSERT_NEAR(y[((b * T + t) * H + h) * D + d], acc, 1e-5);
+        }
+      }
+    }
+  }
+  std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+  be().attention_backward(dq.data(), dk.data(), dv.data(), r.data(), q.data(), k.data(), v.data(),
+                          y.data(), lse.data(), ds.data(), s);
+  EXPECT_LT(fd_rel_error(loss, q.data(), dq.data(), q.size()), kTol);
+  EXPECT_LT(fd_rel_error(loss, k.data(), dk.data(), k.size()), kTol);
+  EXPECT_LT(fd_rel_error(loss, v.data(), dv.data(), v.size()), kTol);
+}
+
+TEST(OpsGrad, AttentionMultiHead) { attention_case(2, 5, 2, 2, 4, false); }
+TEST(OpsGrad, AttentionGroupedQuery) { attention_case(2, 6, 4, 2, 4, false); }
+TEST(OpsGrad, AttentionMultiQueryWithDocuments) { attention_case(1, 7, 3, 1, 6, true); }
+
+TEST(OpsGrad, SwiGlu) {
+  const size_t n = 40;
+  auto g = random_vec(n, 1, 2.0f);
+  auto u = random_vec(n, 2);
+  auto r = random_vec(n, 3);
+  std::vector<float> h(n), dg(n), du(n);
+  auto loss = [&] {
+    be().swiglu_forward(h.data(), g.data(), u.data(), n);
+    return dot(h.data(), r);
+  };
+  be().swiglu_backward(dg.data(), du.data(), r.data(), g.data(), u.data(), n);
+  EXPECT_LT(fd_rel_error(loss, g.data(), dg.data(), n), kTol);
+  EXPECT_LT(fd_rel_error(loss, u.data(), du.data(), n), kTol);
+}
+
+TEST(OpsGrad, CrossEntropyIgnoresMaskedRows) {
+  const int N = 6, C = 8, V = 11;
+  auto x = random_vec(N * C, 1);
+  auto w = random_vec(V * C, 2, 0.5f);
+  std::vector<int32_t> t = {3, kIgnoreIndex, 0, 10, kIgnoreIndex, 5};
+  const float scale = 0.25f;
+  auto loss = [&] {
+    return scale * be().cross_entropy(nullptr, nullptr, x.data(), w.data(), t.data(), N, C, V, 0);
+  };
+  std::vector<float> dx(N * C, 9.0f), dw(V * C, 0.0f);
+  const double l = be().cross_entropy(dx.data(), dw.data(), x.data(), w.data(), t.data(), N, C,
+                                      V, scale);
+  // loss against a direct computation
+  double ref = 0;
+  for (int n = 0; n < N; ++n) {
+    if (t[n] == kIgnoreIndex) continue;
+    std::vector<double> lg(V);
+    double m = -1e30;
+    for (int v = 0; v < V; ++v) {
+      for (int c = 0; c < C; ++c) lg[v] += static_cast<double>(x[n * C + c]) * w[v * C + c];
+      m = std::max(m, lg[v]);
+    }
+    double z = 0;
+    for (double e : lg) z += std::exp(e - m);
+    ref += m + std::log(z) - lg[t[n]];
+  }
+  EXPECT_NEAR(l, ref, 1e-4 * std::fabs(ref));
+  for (int c = 0; c < C; ++c) EXPECT_EQ(dx[1 * C + c], 0.0f);  // ignored row
+  EXPECT_LT(fd_rel_error(loss, x.data(), dx.data(), x.size()), kTol);
+  EXPECT_LT(fd_rel_error(loss, w.data(), dw.data(), w.size()), kTol);
+}
+
+TEST(Ops, SumSquaresAndScale) {
+  auto x = random_vec(100000, 5);
+  double ref = 0;
+  for (float v : x) ref += static_cast<double>(v) * v;
+  EXPECT_NEAR(be().sum_squares(x.data(), x.size()), ref, 1e-9 * ref);
+  be().scale(x.data(), 2.0f, x.size());
+  EXPECT_NEAR(be().sum_squares(x.data(), x.size()), 4 * ref, 4e-9 * ref);
+}
+
+}  // namespace
+}  // namespace kiln
