@@ -1,0 +1,69 @@
+// Rank-sharded, seeded, resumable micro-batch sampler over a TokenDataset.
+//
+// Each epoch visits the examples in one order, shared by every rank: the identity, or a
+// permutation drawn from (seed, epoch) by splitmix64 + Fisher-Yates, so the order depends on
+// nothing but those two numbers (not on the standard library's distributions). Rank r of
+// world_size W takes positions r, r+W, r+2W, ... of that order, B at a time; the tail that would
+// leave some rank a short or missing batch is dropped, so every rank has batches_per_epoch() full
+// batches:
+//   batches_per_epoch = floor(floor(N / W) / B)
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kiln/data/batch.h"
+#include "kiln/data/token_dataset.h"
+
+namespace kiln {
+
+// Where a sampler is; saved with a checkpoint so a resumed run continues with the same batches.
+struct SamplerState {
+  uint64_t epoch = 0;  // the current epoch, from 0
+  uint64_t index = 0;  // batches this rank has taken in it, in [0, batches_per_epoch]
+  bool operator==(const SamplerState&) const = default;
+};
+
+// The visiting order of `epoch` for n examples: a permutation of 0..n-1 that depends only on
+// (n, seed, epoch).
+std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, uint64_t epoch);
+
+class Sampler {
+ public:
+  // `dataset` must outlive the sampler. Throws kiln::Error if the dataset has too few examples to
+  // give each of the world_size ranks one batch of micro_batch_size.
+  Sampler(const TokenDataset& dataset, int micro_batch_size, int seq_len, bool shuffle,
+          uint64_t seed, int rank = 0, int world_size = 1);
+
+  // Fills `out` with the next micro-batch, B = micro_batch_size rows of T = seq_len, moving to the
+  // next epoch when this one is used up. Row b holds example e truncated to len = min(|e|, T):
+  //   input_ids[t] = e.input_ids[t], positions[t] = t             for t < len; 0 beyond
+  //   targets[t]   = e.labels[t+1]                                 for t < len-1
+  //   targets[t]   = kIgnoreIndex                                  for t >= len-1
+  //   doc_start    = 0 everywhere (one document per row)
+  void next(Batch& out);
+
+  SamplerState state() const { return state_; }
+  // Continues from a state() of a sampler built with the same arguments. Throws kiln::Error if
+  // state.index exceeds batches_per_epoch() (the dataset or batch size changed).
+  void restore(const SamplerState& state);
+
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  uint64_t epoch() const { return state_.epoch; }
+
+ private:
+  void build_order(uint64_t epoch);
+
+  const TokenDataset* dataset_;
+  int micro_batch_size_;
+  int seq_len_;
+  bool shuffle_;
+  uint64_t seed_;
+  int rank_;
+  int world_size_;
+  int64_t batches_per_epoch_;
+  SamplerState state_;
+  std::vector<size_t> order_;  // (N) the current epoch's visiting order
+};
+
+}  // namespace kiln

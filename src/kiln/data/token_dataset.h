@@ -1,0 +1,56 @@
+// Pre-tokenized training examples: data format "tokens", JSONL with one object per line,
+//   {"input_ids": [151644, 872, ...], "labels": [-100, -100, ...]}
+// "labels" is optional (defaults to input_ids) and, when given, has the same length; a label of
+// kIgnoreIndex (-100) takes no loss at that position. Blank lines are skipped, other fields are
+// ignored.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+
+// One training sequence. Labels are unshifted (HF convention): labels[t] is the token the model
+// should produce at position t-1; the sampler applies the shift.
+struct Example {
+  std::vector<int32_t> input_ids;  // (len), every id in [0, vocab_size)
+  std::vector<int32_t> labels;     // (len), each an id in [0, vocab_size) or kIgnoreIndex
+};
+
+class TokenDataset {
+ public:
+  // Reads a "tokens" JSONL file. Every id must be < vocab_size. max_len > 0 truncates longer
+  // examples to their first max_len tokens (see num_truncated()). Throws kiln::Error naming
+  // "path:line" for a malformed line, and the path for a file without examples.
+  static TokenDataset load(const fs::path& path, int64_t vocab_size, int max_len = 0);
+
+  // Wraps examples built elsewhere (other data formats, tests). Each must be non-empty with
+  // labels of the same length; `what` names the source in errors.
+  static TokenDataset from_examples(std::vector<Example> examples, std::string what,
+                                    int max_len = 0);
+
+  size_t size() const { return examples_.size(); }
+  const Example& operator[](size_t i) const { return examples_[i]; }
+
+  // Truncates every example longer than max_len (> 0) to max_len tokens; returns how many were
+  // cut, which also adds to num_truncated().
+  size_t truncate(int max_len);
+  // Examples cut by truncation so far.
+  size_t num_truncated() const { return num_truncated_; }
+  // Tokens in all examples, after truncation.
+  int64_t num_tokens() const;
+  // The source file (or the `what` of from_examples), for messages.
+  const std::string& what() const { return what_; }
+
+ private:
+  std::vector<Example> examples_;
+  std::string what_;
+  size_t num_truncated_ = 0;
+};
+
+}  // namespace kiln

@@ -1,0 +1,23 @@
+// Hugging Face model directories <-> kiln's flat parameter units.
+#pragma once
+
+#include "kiln/model/config.h"
+#include "kiln/model/unit_access.h"
+#include "kiln/tensor/dtype.h"
+
+namespace kiln {
+
+// Reads every parameter of `layout` from the checkpoint at `path` (a directory with
+// model.safetensors or model.safetensors.index.json, F32/BF16/F16) into `store`, converting to
+// f32. Errors name the file and tensor: missing tensors, wrong shapes, tensors the model does not
+// have (unexpected), truncated or malformed files.
+void load_hf_weights(const fs::path& path, const ParamLayout& layout, ParamStore& store);
+
+// Writes config.json and the weights (in `dtype`, sharded above max_shard_bytes) to `dir` in the
+// layout save_pretrained uses. Each file is written atomically; the weights come last so a
+// directory whose weights are complete also has its config.
+void save_hf_checkpoint(const fs::path& dir, const Qwen2Config& config, const ParamLayout& layout,
+                        const ParamStore& store, DType dtype,
+                        uint64_t max_shard_bytes = 5'000'000'000);
+
+}  // namespace kiln

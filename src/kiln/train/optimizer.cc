@@ -1,0 +1,88 @@
+#include "kiln/train/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "kiln/base/error.h"
+
+namespace kiln {
+
+Optimizer::Optimizer(const OptimizerSettings& s, const ParamLayout& layout,
+                     std::vector<ShardRange> shards)
+    : s_(s), shards_(std::move(shards)) {
+  if (s_.name != "adamw" && s_.name != "sgd") fail("unknown optimizer '{}'", s_.name);
+  KILN_CHECK(static_cast<int>(shards_.size()) == layout.num_units());
+  runs_.resize(shards_.size());
+  for (size_t u = 0; u < shards_.size(); ++u) {
+    const ShardRange r = shards_[u];
+    for (const auto& e : layout.units()[u].entries) {
+      const size_t b = std::max(r.begin, e.offset), en = std::min(r.end, e.offset + e.numel);
+      if (b < en) runs_[u].push_back({b - r.begin, en - b, e.decay});
+    }
+    const bool adam = s_.name == "adamw";
+    m_.emplace_back(adam || s_.momentum > 0 ? r.size() : 0);
+    v_.emplace_back(adam ? r.size() : 0);
+  }
+}
+
+void Optimizer::step(int unit, float* p, const float* g, double lr) {
+  KILN_CHECK(t_ > 0, "begin_step() not called");
+  float* m = m_[unit].data();
+  float* v = v_[unit].data();
+  if (s_.name == "adamw") {
+    // PyTorch AdamW: p *= 1 - lr*wd; m, v moments; p -= lr * mhat / (sqrt(vhat) + eps)
+    const double bc1 = 1.0 - std::pow(s_.beta1, static_cast<double>(t_));
+    const double bc2 = 1.0 - std::pow(s_.beta2, static_cast<double>(t_));
+    const float b1 = static_cast<float>(s_.beta1), b2 = static_cast<float>(s_.beta2);
+    const float step_size = static_cast<float>(lr / bc1);
+    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+    const float eps = static_cast<float>(s_.eps);
+    for (const Run& r : runs_[unit]) {
+      const float decay = r.decay ? static_cast<float>(1.0 - lr * s_.weight_decay) : 1.0f;
+#pragma omp parallel for schedule(static)
+      for (size_t i = r.off; i < r.off + r.len; ++i) {
+        const float gi = g[i];
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+      }
+    }
+    return;
+  }
+  // SGD as PyTorch's: L2 weight decay added to the gradient; momentum buffer starts at g.
+  const float mu = static_cast<float>(s_.momentum), flr = static_cast<float>(lr);
+  for (const Run& r : runs_[unit]) {
+    const float wd = r.decay ? static_cast<float>(s_.weight_decay) : 0.0f;
+    const bool first = t_ == 1;
+#pragma omp parallel for schedule(static)
+    for (size_t i = r.off; i < r.off + r.len; ++i) {
+      float d = g[i] + wd * p[i];
+      if (mu > 0) {
+        m[i] = first ? d : mu * m[i] + d;
+        d = m[i];
+      }
+      p[i] -= flr * d;
+    }
+  }
+}
+
+double lr_at(const ScheduleSettings& s, double peak_lr, int64_t step, int64_t total) {
+  if (step < s.warmup_steps) {
+    return peak_lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
+  }
+  if (s.name == "constant") return peak_lr;
+  const int64_t span = std::max<int64_t>(1, total - 1 - s.warmup_steps);
+  const double progress = std::clamp(static_cast<double>(step - s.warmup_steps) / span, 0.0, 1.0);
+  double f;
+  if (s.name == "linear") {
+    f = 1.0 - progress;
+  } else if (s.name == "cosine") {
+    f = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  } else {
+    fail("unknown schedule '{}'", s.name);
+  }
+  return peak_lr * (s.min_lr_ratio + (1.0 - s.min_lr_ratio) * f);
+}
+
+}  // namespace kiln

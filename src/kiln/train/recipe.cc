@@ -1,0 +1,428 @@
+#include "kiln/train/recipe.h"
+
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "kiln/base/error.h"
+#include "kiln/base/file.h"
+
+namespace kiln {
+
+namespace {
+
+// Documentation order; recipe_to_yaml writes the same order.
+const std::vector<std::string> kKeys = {
+    "model.path",
+    "data.train",
+    "data.format",
+    "data.seq_len",
+    "data.shuffle",
+    "optimizer.name",
+    "optimizer.lr",
+    "optimizer.weight_decay",
+    "optimizer.betas",
+    "optimizer.eps",
+    "optimizer.momentum",
+    "schedule.name",
+    "schedule.warmup_steps",
+    "schedule.min_lr_ratio",
+    "train.max_steps",
+    "train.micro_batch_size",
+    "train.grad_accum_steps",
+    "train.grad_clip",
+    "train.seed",
+    "train.activation_checkpointing",
+    "train.log_every",
+    "output.dir",
+    "output.dtype",
+};
+const std::vector<std::string> kSections = {"model",    "data",  "optimizer",
+                                            "schedule", "train", "output"};
+const std::vector<std::string> kDataFormats = {"tokens"};
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'x'?)" for a near miss among `candidates`, else for a key elsewhere with the
+// same last component ("train.lr" -> "optimizer.lr"), else "".
+std::string suggest(const std::string& key, const std::vector<std::string>& candidates) {
+  const std::string* best = nullptr;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (const std::string& c : candidates) {
+    size_t d = edit_distance(key, c);
+    if (d < best_d) best_d = d, best = &c;
+  }
+  if (best && best_d <= std::max<size_t>(2, key.size() / 4)) {
+    return fmt::format(" (did you mean '{}'?)", *best);
+  }
+  std::string leaf = key.substr(key.rfind('.') + 1);
+  for (const std::string& k : kKeys) {
+    if (k.substr(k.find('.') + 1) == leaf) return fmt::format(" (did you mean '{}'?)", k);
+  }
+  return "";
+}
+
+std::string describe(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "an empty value";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a map";
+  return fmt::format("'{}'", n.Scalar());
+}
+
+// One key's value and where it came from ("recipe.yaml:7" or "override 'train.seed=3'").
+struct Entry {
+  YAML::Node node;
+  std::string where;
+  bool from_override = false;
+};
+
+// Collects the recipe's entries by dotted key, then reads them into typed fields; every error
+// names the entry's origin and key.
+class Reader {
+ public:
+  explicit Reader(std::string what) : what_(std::move(what)) {}
+
+  std::string at(const YAML::Node& n) const {
+    YAML::Mark m = n.Mark();
+    return m.is_null() ? what_ : fmt::format("{}:{}", what_, m.line + 1);
+  }
+
+  void add_document(const YAML::Node& root) {
+    if (!root.IsDefined() || root.IsNull()) return;  // an empty file: defaults only
+    if (!root.IsMap()) {
+      fail("{}: expected a map of sections (model, data, ...), got {}", at(root), describe(root));
+    }
+    std::map<std::string, std::string> sections_seen;
+    for (const auto& it : root) {
+      const YAML::Node& k = it.first;
+      if (!k.IsScalar()) fail("{}: expected a section name, got {}", at(k), describe(k));
+      const std::string section = k.Scalar();
+      if (!contains(kSections, section)) {
+        if (contains(kKeys, section)) {
+          fail("{}: unknown key '{}' (nest it: '{}:' then '{}:')", at(k), section,
+               section.substr(0, section.find('.')), section.substr(section.find('.') + 1));
+        }
+        fail("{}: unknown key '{}'{}", at(k), section, suggest(section, kSections));
+      }
+      auto [prev, fresh] = sections_seen.emplace(section, at(k));
+      if (!fresh) fail("{}: duplicate key '{}' (also at {})", at(k), section, prev->second);
+      const YAML::Node& v = it.second;
+      if (v.IsNull()) continue;  // an empty section keeps every default
+      if (!v.IsMap()) fail("{}: {}: expected a map of keys, got {}", at(k), section, describe(v));
+      for (const auto& jt : v) {
+        if (!jt.first.IsScalar()) {
+          fail("{}: {}: expected a key name, got {}", at(jt.first), section, describe(jt.first));
+        }
+        const std::string key = section + "." + jt.first.Scalar();
+        if (!contains(kKeys, key)) {
+          fail("{}: unknown key '{}'{}", at(jt.first), key, suggest(key, kKeys));
+        }
+        auto [old, added] = entries_.emplace(key, Entry{jt.second, at(jt.first)});
+        if (!added)
+          fail("{}: duplicate key '{}' (also at {})", at(jt.first), key, old->second.where);
+      }
+    }
+  }
+
+  void add_override(const std::string& text) {
+    const std::string where = fmt::format("override '{}'", text);
+    size_t eq = text.find('=');
+    if (eq == std::string::npos) fail("{}: expected dotted.key=value", where);
+    const std::string key = text.substr(0, eq);
+    if (!contains(kKeys, key)) fail("{}: unknown key '{}'{}", where, key, suggest(key, kKeys));
+    YAML::Node node;
+    try {
+      node = YAML::Load(text.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      fail("{}: {}: malformed YAML value: {}", where, key, e.msg);
+    }
+    entries_[key] = Entry{node, where, true};  // later overrides win
+  }
+
+  // The entry for `key`, or nullptr when the recipe leaves it at its default.
+  const Entry* find(const std::string& key) {
+    KILN_CHECK(contains(kKeys, key), "recipe key '{}' is not in kKeys", key);
+    read_.insert(key);
+    auto it = entries_.find(key);
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+
+  const Entry& require(const std::string& key) {
+    const Entry* e = find(key);
+    if (!e) fail("{}: missing required key '{}'", what_, key);
+    return *e;
+  }
+
+  // Every key in kKeys must be read by parse_recipe, so the table and the struct cannot drift.
+  void check_all_read() const {
+    for (const std::string& k : kKeys) KILN_CHECK(read_.count(k), "recipe key '{}' never read", k);
+  }
+
+  [[noreturn]] static void bad(const Entry& e, const std::string& key, const std::string& msg) {
+    fail("{}: {}: {}", e.where, key, msg);
+  }
+
+  static std::string scalar(const Entry& e, const std::string& key, const char* expected) {
+    if (!e.node.IsScalar()) {
+      bad(e, key, fmt::format("expected {}, got {}", expected, describe(e.node)));
+    }
+    return e.node.Scalar();
+  }
+
+  static double to_double(const Entry& e, const std::string& key) {
+    std::string s = scalar(e, key, "a number");
+    const char* first = s.data() + (!s.empty() && s[0] == '+');
+    double v = 0;
+    auto [ptr, ec] = std::from_chars(first, s.data() + s.size(), v);
+    if (ec != std::errc() || ptr != s.data() + s.size() || first == ptr || !std::isfinite(v)) {
+      bad(e, key, fmt::format("expected a number, got '{}'", s));
+    }
+    return v;
+  }
+
+  template <typename T>
+  static T to_integer(const Entry& e, const std::string& key) {
+    const char* expected = std::is_signed_v<T> ? "an integer" : "a non-negative integer";
+    std::string s = scalar(e, key, expected);
+    const char* first = s.data() + (!s.empty() && s[0] == '+');
+    T v = 0;
+    auto [ptr, ec] = std::from_chars(first, s.data() + s.size(), v);
+    if (ec == std::errc::result_out_of_range) {
+      bad(e, key,
+          fmt::format("'{}' is out of range (at most {})", s, std::numeric_limits<T>::max()));
+    }
+    if (ec != std::errc() || ptr != s.data() + s.size() || first == ptr) {
+      bad(e, key, fmt::format("expected {}, got '{}'", expected, s));
+    }
+    return v;
+  }
+
+  // A number; `ok` says whether it is in range and `rule` says what the range is ("> 0").
+  template <typename Ok>
+  void real(const std::string& key, double& out, const char* rule, Ok ok) {
+    const Entry* e = find(key);
+    if (!e) return;
+    double v = to_double(*e, key);
+    if (!ok(v)) bad(*e, key, fmt::format("must be {}, got {}", rule, e->node.Scalar()));
+    out = v;
+  }
+
+  template <typename T, typename Ok>
+  void integer(const std::string& key, T& out, const char* rule, Ok ok) {
+    const Entry* e = find(key);
+    if (!e) return;
+    int64_t v = to_integer<int64_t>(*e, key);
+    if (!ok(v)) bad(*e, key, fmt::format("must be {}, got {}", rule, v));
+    if constexpr (sizeof(T) < sizeof(int64_t)) {
+      if (v > std::numeric_limits<T>::max()) {
+        bad(*e, key,
+            fmt::format("{} is out of range (at most {})", v, std::numeric_limits<T>::max()));
+      }
+    }
+    out = static_cast<T>(v);
+  }
+
+  void unsigned_integer(const std::string& key, uint64_t& out) {
+    if (const Entry* e = find(key)) out = to_integer<uint64_t>(*e, key);
+  }
+
+  void boolean(const std::string& key, bool& out) {
+    const Entry* e = find(key);
+    if (!e) return;
+    std::string s = scalar(*e, key, "true or false");
+    if (!YAML::convert<bool>::decode(e->node, out)) {
+      bad(*e, key, fmt::format("expected true or false, got '{}'", s));
+    }
+  }
+
+  static std::string text(const Entry& e, const std::string& key) {
+    std::string s = scalar(e, key, "a string");
+    if (s.empty()) bad(e, key, "expected a non-empty string");
+    return s;
+  }
+
+  void choice(const std::string& key, std::string& out, const std::vector<std::string>& valid) {
+    const Entry* e = find(key);
+    if (!e) return;
+    std::string s = text(*e, key);
+    if (!contains(valid, s)) {
+      bad(*e, key, fmt::format("invalid value '{}' (valid: {})", s, fmt::join(valid, ", ")));
+    }
+    out = s;
+  }
+
+  void pair(const std::string& key, std::array<double, 2>& out) {
+    const Entry* e = find(key);
+    if (!e) return;
+    if (!e->node.IsSequence() || e->node.size() != 2) {
+      bad(*e, key, fmt::format("expected a list of two numbers, got {}", describe(e->node)));
+    }
+    for (size_t i = 0; i < 2; ++i) {
+      Entry item{e->node[i], e->where};
+      std::string item_key = fmt::format("{}[{}]", key, i);
+      double v = to_double(item, item_key);
+      if (!(v >= 0 && v < 1)) bad(item, item_key, fmt::format("must be in [0, 1), got {}", v));
+      out[i] = v;
+    }
+  }
+
+ private:
+  std::string what_;
+  std::map<std::string, Entry> entries_;
+  std::set<std::string> read_;
+};
+
+// fmt's shortest representation round-trips exactly; a '.' is added ("0.0", "1.0e-08") so that
+// YAML 1.1 readers such as PyYAML see a float too.
+std::string number(double v) {
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".ni") == std::string::npos) {
+    size_t e = s.find('e');
+    s.insert(e == std::string::npos ? s.size() : e, ".0");
+  }
+  return s;
+}
+
+}  // namespace
+
+const std::vector<std::string>& recipe_keys() { return kKeys; }
+const std::vector<std::string>& recipe_data_formats() { return kDataFormats; }
+
+Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const fs::path& base_dir,
+                    const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    if (e.mark.is_null()) fail("{}: malformed YAML: {}", what, e.msg);
+    fail("{}:{}:{}: malformed YAML: {}", what, e.mark.line + 1, e.mark.column + 1, e.msg);
+  }
+  Reader in(what);
+  in.add_document(root);
+  for (const std::string& o : overrides) in.add_override(o);
+
+  Recipe r;
+  r.model.path = Reader::text(in.require("model.path"), "model.path");
+
+  const Entry& train = in.require("data.train");
+  fs::path data_path(Reader::text(train, "data.train"));
+  if (data_path.is_relative()) {
+    // An override is typed relative to the shell's directory, a file entry to the file's.
+    fs::path base = train.from_override || base_dir.empty() ? fs::current_path() : base_dir;
+    data_path = base / data_path;
+  }
+  r.data.train = fs::absolute(data_path).lexically_normal().string();
+  in.choice("data.format", r.data.format, kDataFormats);
+  in.integer("data.seq_len", r.data.seq_len, "> 1", [](int64_t v) { return v > 1; });
+  in.boolean("data.shuffle", r.data.shuffle);
+
+  in.choice("optimizer.name", r.optimizer.name, {"adamw", "sgd"});
+  in.real("optimizer.lr", r.optimizer.lr, "> 0", [](double v) { return v > 0; });
+  in.real("optimizer.weight_decay", r.optimizer.weight_decay, ">= 0",
+          [](double v) { return v >= 0; });
+  in.pair("optimizer.betas", r.optimizer.betas);
+  in.real("optimizer.eps", r.optimizer.eps, "> 0", [](double v) { return v > 0; });
+  in.real("optimizer.momentum", r.optimizer.momentum, "in [0, 1)",
+          [](double v) { return v >= 0 && v < 1; });
+
+  in.choice("schedule.name", r.schedule.name, {"constant", "linear", "cosine"});
+  in.integer("schedule.warmup_steps", r.schedule.warmup_steps, ">= 0",
+             [](int64_t v) { return v >= 0; });
+  in.real("schedule.min_lr_ratio", r.schedule.min_lr_ratio, "in [0, 1]",
+          [](double v) { return v >= 0 && v <= 1; });
+
+  auto positive = [](int64_t v) { return v > 0; };
+  in.integer("train.max_steps", r.train.max_steps, "> 0", positive);
+  in.integer("train.micro_batch_size", r.train.micro_batch_size, "> 0", positive);
+  in.integer("train.grad_accum_steps", r.train.grad_accum_steps, "> 0", positive);
+  in.real("train.grad_clip", r.train.grad_clip, ">= 0", [](double v) { return v >= 0; });
+  in.unsigned_integer("train.seed", r.train.seed);
+  in.boolean("train.activation_checkpointing", r.train.activation_checkpointing);
+  in.integer("train.log_every", r.train.log_every, "> 0", positive);
+
+  r.output.dir = Reader::text(in.require("output.dir"), "output.dir");
+  in.choice("output.dtype", r.output.dtype, {"f32", "bf16"});
+
+  in.check_all_read();
+  return r;
+}
+
+Recipe load_recipe(const fs::path& yaml_path, const std::vector<std::string>& overrides) {
+  return parse_recipe(read_file(yaml_path), yaml_path.string(),
+                      fs::absolute(yaml_path).parent_path(), overrides);
+}
+
+std::string recipe_to_yaml(const Recipe& r) {
+  YAML::Emitter out;
+  out << YAML::Comment("Effective kiln recipe: every key, defaults included (docs/recipe.md).");
+  out << YAML::BeginMap;
+  auto section = [&](const char* name) {
+    out << YAML::Key << name << YAML::Value << YAML::BeginMap;
+  };
+  auto end = [&] { out << YAML::EndMap; };
+
+  section("model");
+  out << YAML::Key << "path" << YAML::Value << YAML::DoubleQuoted << r.model.path;
+  end();
+  section("data");
+  out << YAML::Key << "train" << YAML::Value << YAML::DoubleQuoted << r.data.train;
+  out << YAML::Key << "format" << YAML::Value << r.data.format;
+  out << YAML::Key << "seq_len" << YAML::Value << r.data.seq_len;
+  out << YAML::Key << "shuffle" << YAML::Value << r.data.shuffle;
+  end();
+  section("optimizer");
+  out << YAML::Key << "name" << YAML::Value << r.optimizer.name;
+  out << YAML::Key << "lr" << YAML::Value << number(r.optimizer.lr);
+  out << YAML::Key << "weight_decay" << YAML::Value << number(r.optimizer.weight_decay);
+  out << YAML::Key << "betas" << YAML::Value << YAML::Flow << YAML::BeginSeq
+      << number(r.optimizer.betas[0]) << number(r.optimizer.betas[1]) << YAML::EndSeq;
+  out << YAML::Key << "eps" << YAML::Value << number(r.optimizer.eps);
+  out << YAML::Key << "momentum" << YAML::Value << number(r.optimizer.momentum);
+  end();
+  section("schedule");
+  out << YAML::Key << "name" << YAML::Value << r.schedule.name;
+  out << YAML::Key << "warmup_steps" << YAML::Value << r.schedule.warmup_steps;
+  out << YAML::Key << "min_lr_ratio" << YAML::Value << number(r.schedule.min_lr_ratio);
+  end();
+  section("train");
+  out << YAML::Key << "max_steps" << YAML::Value << r.train.max_steps;
+  out << YAML::Key << "micro_batch_size" << YAML::Value << r.train.micro_batch_size;
+  out << YAML::Key << "grad_accum_steps" << YAML::Value << r.train.grad_accum_steps;
+  out << YAML::Key << "grad_clip" << YAML::Value << number(r.train.grad_clip);
+  out << YAML::Key << "seed" << YAML::Value << r.train.seed;
+  out << YAML::Key << "activation_checkpointing" << YAML::Value << r.train.activation_checkpointing;
+  out << YAML::Key << "log_every" << YAML::Value << r.train.log_every;
+  end();
+  section("output");
+  out << YAML::Key << "dir" << YAML::Value << YAML::DoubleQuoted << r.output.dir;
+  out << YAML::Key << "dtype" << YAML::Value << r.output.dtype;
+  end();
+  out << YAML::EndMap;
+  KILN_CHECK(out.good(), "recipe_to_yaml: {}", out.GetLastError());
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace kiln

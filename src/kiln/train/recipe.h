@@ -1,0 +1,90 @@
+// Training recipe: a YAML file plus `dotted.key=value` command-line overrides (as torchtune does).
+// Every key is documented in docs/recipe.md; unknown keys are errors, so a typo never silently
+// falls back to a default.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+
+struct Recipe {
+  struct Model {
+    std::string path;  // required: a Hugging Face model directory
+    bool operator==(const Model&) const = default;
+  };
+  struct Data {
+    // Required. A relative path in the recipe file resolves against the recipe file's directory,
+    // one given as an override against the current directory; stored absolute, so a recipe
+    // written by recipe_to_yaml loads the same data from anywhere.
+    std::string train;
+    std::string format = "tokens";  // see recipe_data_formats()
+    int seq_len = 512;              // > 1: tokens per row; longer examples are truncated
+    bool shuffle = true;
+    bool operator==(const Data&) const = default;
+  };
+  struct Optimizer {
+    std::string name = "adamw";                  // "adamw" | "sgd"
+    double lr = 1e-5;                            // > 0: peak learning rate
+    double weight_decay = 0.0;                   // >= 0 (decoupled for AdamW)
+    std::array<double, 2> betas = {0.9, 0.999};  // AdamW (beta1, beta2), each in [0, 1)
+    double eps = 1e-8;                           // > 0, AdamW
+    double momentum = 0.0;                       // [0, 1), SGD only
+    bool operator==(const Optimizer&) const = default;
+  };
+  struct Schedule {
+    std::string name = "constant";  // "constant" | "linear" | "cosine"
+    int64_t warmup_steps = 0;       // >= 0: linear warmup from 0 to lr
+    double min_lr_ratio = 0.0;      // [0, 1]: final lr / lr for linear and cosine decay
+    bool operator==(const Schedule&) const = default;
+  };
+  struct Train {
+    int64_t max_steps = 100;   // > 0 optimizer steps
+    int micro_batch_size = 1;  // > 0 rows per forward/backward on each rank
+    int grad_accum_steps = 1;  // > 0 micro-batches per optimizer step
+    double grad_clip = 1.0;    // >= 0: max global grad norm; 0 disables clipping
+    uint64_t seed = 0;
+    bool activation_checkpointing = false;
+    int64_t log_every = 1;  // > 0 steps between metric lines
+    bool operator==(const Train&) const = default;
+  };
+  struct Output {
+    std::string dir;            // required; relative to the current working directory
+    std::string dtype = "f32";  // "f32" | "bf16": dtype of the saved Hugging Face weights
+    bool operator==(const Output&) const = default;
+  };
+
+  Model model;
+  Data data;
+  Optimizer optimizer;
+  Schedule schedule;
+  Train train;
+  Output output;
+  bool operator==(const Recipe&) const = default;
+};
+
+// Reads `yaml_path` and applies `overrides` (each "dotted.key=value", the value parsed as YAML, so
+// "optimizer.betas=[0.9,0.95]" and "train.activation_checkpointing=true" work). Throws kiln::Error
+// with one line naming the file (and YAML line) or the override, and the key.
+Recipe load_recipe(const fs::path& yaml_path, const std::vector<std::string>& overrides = {});
+
+// As load_recipe, from text. `what` names the source in errors; relative data paths in the text
+// resolve against `base_dir` (the current directory if empty).
+Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const fs::path& base_dir,
+                    const std::vector<std::string>& overrides = {});
+
+// A complete YAML recipe of every effective value; load_recipe of it gives an equal Recipe.
+std::string recipe_to_yaml(const Recipe& recipe);
+
+// Every valid dotted key, in documentation order ("model.path", "data.train", ...).
+const std::vector<std::string>& recipe_keys();
+
+// Valid values of data.format.
+const std::vector<std::string>& recipe_data_formats();
+
+}  // namespace kiln

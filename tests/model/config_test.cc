@@ -1,0 +1,72 @@
+#include <gtest/gtest.h>
+
+#include "kiln/base/error.h"
+#include "kiln/model/config.h"
+#include "kiln/model/layout.h"
+
+namespace kiln {
+namespace {
+
+std::string error_of(const Json& j) {
+  try {
+    config_from_json(j, "cfg.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, RoundTripsThroughJson) {
+  Qwen2Config c = preset_config("qwen2.5-0.5b");
+  Qwen2Config d = config_from_json(config_to_json(c), "x");
+  EXPECT_EQ(d.hidden_size, 896);
+  EXPECT_EQ(d.num_key_value_heads, 2);
+  EXPECT_TRUE(d.tie_word_embeddings);
+  EXPECT_EQ(d.rope_theta, 1000000.0);
+  EXPECT_NEAR(parameter_count(c) / 1e6, 494.0, 1.0);  // Qwen2.5-0.5B: 494M parameters
+  EXPECT_NEAR(parameter_count(preset_config("qwen2.5-1.5b")) / 1e9, 1.54, 0.01);
+}
+
+TEST(Config, RejectsOtherModels) {
+  Json j = config_to_json(preset_config("tiny"));
+  j["model_type"] = "llama";
+  {
+    std::string e = error_of(j);
+    EXPECT_NE(e.find("cfg.json"), std::string::npos);
+    EXPECT_NE(e.find("llama"), std::string::npos);
+  }
+}
+
+TEST(Config, NamesMissingAndBadFields) {
+  Json j = config_to_json(preset_config("tiny"));
+  j.erase("hidden_size");
+  EXPECT_NE(error_of(j).find("hidden_size"), std::string::npos);
+  j = config_to_json(preset_config("tiny"));
+  j["num_attention_heads"] = "four";
+  EXPECT_NE(error_of(j).find("num_attention_heads"), std::string::npos);
+  j = config_to_json(preset_config("tiny"));
+  j["num_key_value_heads"] = 3;
+  EXPECT_NE(error_of(j).find("num_key_value_heads"), std::string::npos);
+}
+
+TEST(Config, UnknownPreset) { EXPECT_THROW(preset_config("gpt2"), Error); }
+
+TEST(Layout, UnitsAndOffsets) {
+  Qwen2Config c = preset_config("tiny");
+  ParamLayout tied(c);
+  EXPECT_EQ(tied.num_units(), 2 + c.num_hidden_layers);
+  EXPECT_EQ(tied.units().back().entries.size(), 1u);  // only model.norm.weight
+  EXPECT_EQ(static_cast<int64_t>(tied.total_numel()), parameter_count(c));
+  c.tie_word_embeddings = false;
+  ParamLayout untied(c);
+  EXPECT_EQ(untied.units().back().entries.size(), 2u);
+  EXPECT_EQ(static_cast<int64_t>(untied.total_numel()), parameter_count(c));
+  auto [u, e] = untied.find("model.layers.1.mlp.down_proj.weight");
+  EXPECT_EQ(u, 2);
+  EXPECT_FALSE(untied.units()[u].entries[e].shape.empty());
+  EXPECT_FALSE(untied.units()[1].entry("model.layers.0.self_attn.q_proj.bias").decay);
+  EXPECT_TRUE(untied.units()[1].entry("model.layers.0.self_attn.q_proj.weight").decay);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,358 @@
+#include "kiln/train/recipe.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "kiln/base/error.h"
+#include "kiln/base/file.h"
+
+namespace kiln {
+namespace {
+
+const char* kMinimal = R"(model:
+  path: /models/qwen
+data:
+  train: /data/train.jsonl
+output:
+  dir: runs/a
+)";
+
+// A recipe with every key set to a non-default value.
+const char* kFull = R"(model:
+  path: /models/qwen2-0.5b
+data:
+  train: data/train.jsonl
+  format: tokens
+  seq_len: 1024
+  shuffle: false
+optimizer:
+  name: sgd
+  lr: 3.0e-4
+  weight_decay: 0.1
+  betas: [0.8, 0.95]
+  eps: 1e-6
+  momentum: 0.9
+schedule:
+  name: cosine
+  warmup_steps: 20
+  min_lr_ratio: 0.1
+train:
+  max_steps: 500
+  micro_batch_size: 4
+  grad_accum_steps: 8
+  grad_clip: 0
+  seed: 18446744073709551615
+  activation_checkpointing: true
+  log_every: 10
+output:
+  dir: runs/full
+  dtype: bf16
+)";
+
+Recipe parse(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  return parse_recipe(text, "recipe.yaml", "/base", overrides);
+}
+
+// The message of the kiln::Error that parse throws.
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse(text, overrides);
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    return msg;
+  }
+  ADD_FAILURE() << "no error for:\n" << text;
+  return "";
+}
+
+#define EXPECT_HAS(haystack, needle) \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+
+TEST(Recipe, Defaults) {
+  Recipe r = parse(kMinimal);
+  EXPECT_EQ(r.model.path, "/models/qwen");
+  EXPECT_EQ(r.data.train, "/data/train.jsonl");
+  EXPECT_EQ(r.data.format, "tokens");
+  EXPECT_EQ(r.data.seq_len, 512);
+  EXPECT_TRUE(r.data.shuffle);
+  EXPECT_EQ(r.optimizer.name, "adamw");
+  EXPECT_EQ(r.optimizer.lr, 1e-5);
+  EXPECT_EQ(r.optimizer.weight_decay, 0.0);
+  EXPECT_EQ(r.optimizer.betas[0], 0.9);
+  EXPECT_EQ(r.optimizer.betas[1], 0.999);
+  EXPECT_EQ(r.optimizer.eps, 1e-8);
+  EXPECT_EQ(r.optimizer.momentum, 0.0);
+  EXPECT_EQ(r.schedule.name, "constant");
+  EXPECT_EQ(r.schedule.warmup_steps, 0);
+  EXPECT_EQ(r.schedule.min_lr_ratio, 0.0);
+  EXPECT_EQ(r.train.max_steps, 100);
+  EXPECT_EQ(r.train.micro_batch_size, 1);
+  EXPECT_EQ(r.train.grad_accum_steps, 1);
+  EXPECT_EQ(r.train.grad_clip, 1.0);
+  EXPECT_EQ(r.train.seed, 0u);
+  EXPECT_FALSE(r.train.activation_checkpointing);
+  EXPECT_EQ(r.train.log_every, 1);
+  EXPECT_EQ(r.output.dir, "runs/a");
+  EXPECT_EQ(r.output.dtype, "f32");
+
+  Recipe expected;
+  expected.model.path = "/models/qwen";
+  expected.data.train = "/data/train.jsonl";
+  expected.output.dir = "runs/a";
+  EXPECT_EQ(r, expected);
+}
+
+TEST(Recipe, EmptySectionsKeepDefaults) {
+  Recipe r = parse(std::string(kMinimal) + "optimizer:\nschedule: {}\n");
+  EXPECT_EQ(r.optimizer.name, "adamw");
+  EXPECT_EQ(r.schedule.name, "constant");
+}
+
+TEST(Recipe, EveryKeyParsed) {
+  Recipe r = parse(kFull);
+  EXPECT_EQ(r.model.path, "/models/qwen2-0.5b");
+  EXPECT_EQ(r.data.train, "/base/data/train.jsonl");
+  EXPECT_EQ(r.data.format, "tokens");
+  EXPECT_EQ(r.data.seq_len, 1024);
+  EXPECT_FALSE(r.data.shuffle);
+  EXPECT_EQ(r.optimizer.name, "sgd");
+  EXPECT_EQ(r.optimizer.lr, 3e-4);
+  EXPECT_EQ(r.optimizer.weight_decay, 0.1);
+  EXPECT_EQ(r.optimizer.betas[0], 0.8);
+  EXPECT_EQ(r.optimizer.betas[1], 0.95);
+  EXPECT_EQ(r.optimizer.eps, 1e-6);
+  EXPECT_EQ(r.optimizer.momentum, 0.9);
+  EXPECT_EQ(r.schedule.name, "cosine");
+  EXPECT_EQ(r.schedule.warmup_steps, 20);
+  EXPECT_EQ(r.schedule.min_lr_ratio, 0.1);
+  EXPECT_EQ(r.train.max_steps, 500);
+  EXPECT_EQ(r.train.micro_batch_size, 4);
+  EXPECT_EQ(r.train.grad_accum_steps, 8);
+  EXPECT_EQ(r.train.grad_clip, 0.0);
+  EXPECT_EQ(r.train.seed, 18446744073709551615ull);
+  EXPECT_TRUE(r.train.activation_checkpointing);
+  EXPECT_EQ(r.train.log_every, 10);
+  EXPECT_EQ(r.output.dir, "runs/full");
+  EXPECT_EQ(r.output.dtype, "bf16");
+}
+
+TEST(Recipe, KeysListCoversDocumentedOrder) {
+  const auto& keys = recipe_keys();
+  ASSERT_EQ(keys.size(), 23u);
+  EXPECT_EQ(keys.front(), "model.path");
+  EXPECT_EQ(keys.back(), "output.dtype");
+}
+
+TEST(Recipe, Overrides) {
+  Recipe r = parse(
+      kMinimal, {"optimizer.lr=2e-4", "optimizer.betas=[0.9,0.95]",
+                 "train.activation_checkpointing=true", "data.shuffle=no", "optimizer.name=sgd",
+                 "train.seed=42", "output.dir=runs/b", "train.max_steps=7", "train.max_steps=9"});
+  EXPECT_EQ(r.optimizer.lr, 2e-4);
+  EXPECT_EQ(r.optimizer.betas[0], 0.9);
+  EXPECT_EQ(r.optimizer.betas[1], 0.95);
+  EXPECT_TRUE(r.train.activation_checkpointing);
+  EXPECT_FALSE(r.data.shuffle);
+  EXPECT_EQ(r.optimizer.name, "sgd");
+  EXPECT_EQ(r.train.seed, 42u);
+  EXPECT_EQ(r.output.dir, "runs/b");
+  EXPECT_EQ(r.train.max_steps, 9);  // the last override wins
+}
+
+TEST(Recipe, OverridesSupplyRequiredKeys) {
+  Recipe r = parse("", {"model.path=/m", "data.train=/d.jsonl", "output.dir=out"});
+  EXPECT_EQ(r.model.path, "/m");
+  EXPECT_EQ(r.data.train, "/d.jsonl");
+  EXPECT_EQ(r.output.dir, "out");
+}
+
+TEST(Recipe, RelativeDataPath) {
+  // In the file: against the recipe's directory, normalised.
+  Recipe r = parse_recipe("model: {path: m}\ndata: {train: ../data/./t.jsonl}\noutput: {dir: o}\n",
+                          "r.yaml", "/recipes/sub", {});
+  EXPECT_EQ(r.data.train, "/recipes/data/t.jsonl");
+  // An absolute path is kept.
+  r = parse_recipe("model: {path: m}\ndata: {train: /abs/t.jsonl}\noutput: {dir: o}\n", "r.yaml",
+                   "/recipes", {});
+  EXPECT_EQ(r.data.train, "/abs/t.jsonl");
+  // On the command line: against the current directory.
+  r = parse_recipe(kMinimal, "r.yaml", "/recipes", {"data.train=t.jsonl"});
+  EXPECT_EQ(r.data.train, (fs::current_path() / "t.jsonl").string());
+}
+
+// A fresh directory for one test; the test removes it.
+fs::path temp_dir(const std::string& name) {
+  fs::path dir =
+      fs::temp_directory_path() / ("kiln_recipe_test_" + std::to_string(getpid()) + "_" + name);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TEST(Recipe, LoadResolvesAgainstFileDirectory) {
+  fs::path dir = temp_dir("load");
+  write_file_atomic(dir / "r.yaml", kFull);
+  Recipe r = load_recipe(dir / "r.yaml", {"train.seed=5"});
+  EXPECT_EQ(r.data.train, (dir / "data/train.jsonl").string());
+  EXPECT_EQ(r.train.seed, 5u);
+  fs::remove_all(dir);
+}
+
+TEST(Recipe, YamlRoundTrip) {
+  for (const char* text : {kMinimal, kFull}) {
+    Recipe r = parse(text, {"optimizer.lr=0.1", "output.dir='a dir: with # odd chars'"});
+    std::string yaml = recipe_to_yaml(r);
+    Recipe back = parse_recipe(yaml, "saved.yaml", "/elsewhere", {});
+    EXPECT_EQ(back, r) << yaml;
+    EXPECT_EQ(recipe_to_yaml(back), yaml);
+  }
+  // Through a file in another directory, as the trainer saves it into the run directory.
+  fs::path dir = temp_dir("run");
+  Recipe r = parse(kFull);
+  write_file_atomic(dir / "recipe.yaml", recipe_to_yaml(r));
+  EXPECT_EQ(load_recipe(dir / "recipe.yaml"), r);
+  fs::remove_all(dir);
+}
+
+TEST(Recipe, UnknownKeys) {
+  std::string msg = error_of(std::string(kMinimal) + "train:\n  max_step: 5\n");
+  EXPECT_HAS(msg, "recipe.yaml:8: unknown key 'train.max_step'");
+  EXPECT_HAS(msg, "did you mean 'train.max_steps'?");
+
+  msg = error_of(std::string(kMinimal) + "optimiser:\n  lr: 1\n");
+  EXPECT_HAS(msg, "recipe.yaml:7: unknown key 'optimiser'");
+  EXPECT_HAS(msg, "did you mean 'optimizer'?");
+
+  msg = error_of(std::string(kMinimal) + "train:\n  lr: 1\n");
+  EXPECT_HAS(msg, "unknown key 'train.lr' (did you mean 'optimizer.lr'?)");
+
+  msg = error_of(std::string(kMinimal) + "optimizer.lr: 1\n");
+  EXPECT_HAS(msg, "recipe.yaml:7: unknown key 'optimizer.lr' (nest it");
+
+  msg = error_of(std::string(kMinimal) + "wandb: {project: x}\n");
+  EXPECT_HAS(msg, "recipe.yaml:7: unknown key 'wandb'");
+  EXPECT_EQ(msg.find("did you mean"), std::string::npos) << msg;
+}
+
+TEST(Recipe, DuplicateKeys) {
+  std::string msg = error_of(std::string(kMinimal) + "train:\n  seed: 1\n  seed: 2\n");
+  EXPECT_HAS(msg, "recipe.yaml:9: duplicate key 'train.seed' (also at recipe.yaml:8)");
+  msg = error_of(std::string(kMinimal) + "model:\n  path: x\n");
+  EXPECT_HAS(msg, "recipe.yaml:7: duplicate key 'model'");
+}
+
+TEST(Recipe, BadOverrides) {
+  std::string msg = error_of(kMinimal, {"train.max_step=5"});
+  EXPECT_HAS(msg, "override 'train.max_step=5': unknown key 'train.max_step'");
+  EXPECT_HAS(msg, "did you mean 'train.max_steps'?");
+  msg = error_of(kMinimal, {"train.seed"});
+  EXPECT_HAS(msg, "override 'train.seed': expected dotted.key=value");
+  msg = error_of(kMinimal, {"lr=1e-4"});
+  EXPECT_HAS(msg, "unknown key 'lr' (did you mean 'optimizer.lr'?)");
+  msg = error_of(kMinimal, {"optimizer=sgd"});
+  EXPECT_HAS(msg, "unknown key 'optimizer'");
+  msg = error_of(kMinimal, {"optimizer.betas=[0.9,"});
+  EXPECT_HAS(msg, "override 'optimizer.betas=[0.9,': optimizer.betas: malformed YAML value");
+  msg = error_of(kMinimal, {"optimizer.lr=abc"});
+  EXPECT_HAS(msg, "override 'optimizer.lr=abc': optimizer.lr: expected a number, got 'abc'");
+  msg = error_of(kMinimal, {"model.path="});
+  EXPECT_HAS(msg, "model.path: expected a string, got an empty value");
+}
+
+TEST(Recipe, WrongTypes) {
+  auto with = [](const std::string& extra) { return error_of(std::string(kMinimal) + extra); };
+  EXPECT_HAS(with("optimizer:\n  lr: abc\n"),
+             "recipe.yaml:8: optimizer.lr: expected a number, got 'abc'");
+  EXPECT_HAS(with("optimizer:\n  lr: [1]\n"), "optimizer.lr: expected a number, got a list");
+  EXPECT_HAS(with("optimizer:\n  lr:\n"), "optimizer.lr: expected a number, got an empty value");
+  EXPECT_HAS(with("optimizer:\n  lr: .nan\n"), "optimizer.lr: expected a number, got '.nan'");
+  EXPECT_HAS(with("train:\n  max_steps: 1.5\n"),
+             "recipe.yaml:8: train.max_steps: expected an integer, got '1.5'");
+  EXPECT_HAS(with("train:\n  max_steps: 99999999999999999999\n"),
+             "train.max_steps: '99999999999999999999' is out of range");
+  EXPECT_HAS(with("train:\n  micro_batch_size: 3000000000\n"),
+             "train.micro_batch_size: 3000000000 is out of range (at most 2147483647)");
+  EXPECT_HAS(with("train:\n  seed: -1\n"), "train.seed: expected a non-negative integer, got '-1'");
+  EXPECT_HAS(with("train:\n  activation_checkpointing: maybe\n"),
+             "recipe.yaml:8: train.activation_checkpointing: expected true or false, got 'maybe'");
+  EXPECT_HAS(error_of("model: {path: m}\ndata:\n  train: t\n  shuffle: {a: 1}\n"),
+             "recipe.yaml:4: data.shuffle: expected true or false, got a map");
+  EXPECT_HAS(with("optimizer:\n  betas: 0.9\n"),
+             "optimizer.betas: expected a list of two numbers, got '0.9'");
+  EXPECT_HAS(with("optimizer:\n  betas: [0.9, 0.99, 0.999]\n"),
+             "optimizer.betas: expected a list of two numbers, got a list");
+  EXPECT_HAS(with("optimizer:\n  betas: [0.9, x]\n"),
+             "optimizer.betas[1]: expected a number, got 'x'");
+  EXPECT_HAS(error_of("model: [a]\n"), "recipe.yaml:1: model: expected a map of keys, got a list");
+  EXPECT_HAS(error_of("just a string\n"), "recipe.yaml:1: expected a map of sections");
+}
+
+TEST(Recipe, OutOfRange) {
+  auto with = [](const std::string& extra) { return error_of(std::string(kMinimal) + extra); };
+  EXPECT_HAS(error_of("model: {path: m}\ndata:\n  train: t\n  seq_len: 1\n"),
+             "recipe.yaml:4: data.seq_len: must be > 1, got 1");
+  EXPECT_HAS(error_of("model: {path: m}\ndata:\n  train: t\n  format: chat\n"),
+             "recipe.yaml:4: data.format: invalid value 'chat' (valid: tokens)");
+  EXPECT_HAS(with("optimizer:\n  name: adam\n"),
+             "optimizer.name: invalid value 'adam' (valid: adamw, sgd)");
+  EXPECT_HAS(with("optimizer:\n  lr: 0\n"), "optimizer.lr: must be > 0, got 0");
+  EXPECT_HAS(with("optimizer:\n  weight_decay: -0.1\n"),
+             "optimizer.weight_decay: must be >= 0, got -0.1");
+  EXPECT_HAS(with("optimizer:\n  betas: [0.9, 1.0]\n"),
+             "optimizer.betas[1]: must be in [0, 1), got 1");
+  EXPECT_HAS(with("optimizer:\n  eps: 0\n"), "optimizer.eps: must be > 0, got 0");
+  EXPECT_HAS(with("optimizer:\n  momentum: 1\n"), "optimizer.momentum: must be in [0, 1), got 1");
+  EXPECT_HAS(with("schedule:\n  name: step\n"),
+             "schedule.name: invalid value 'step' (valid: constant, linear, cosine)");
+  EXPECT_HAS(with("schedule:\n  warmup_steps: -1\n"),
+             "schedule.warmup_steps: must be >= 0, got -1");
+  EXPECT_HAS(with("schedule:\n  min_lr_ratio: 1.5\n"),
+             "schedule.min_lr_ratio: must be in [0, 1], got 1.5");
+  EXPECT_HAS(with("train:\n  max_steps: 0\n"), "train.max_steps: must be > 0, got 0");
+  EXPECT_HAS(with("train:\n  micro_batch_size: 0\n"), "train.micro_batch_size: must be > 0");
+  EXPECT_HAS(with("train:\n  grad_accum_steps: -2\n"), "train.grad_accum_steps: must be > 0");
+  EXPECT_HAS(with("train:\n  grad_clip: -1\n"), "train.grad_clip: must be >= 0, got -1");
+  EXPECT_HAS(with("train:\n  log_every: 0\n"), "train.log_every: must be > 0, got 0");
+  EXPECT_HAS(error_of("model: {path: m}\ndata: {train: t}\noutput: {dir: o, dtype: f16}\n"),
+             "recipe.yaml:3: output.dtype: invalid value 'f16' (valid: f32, bf16)");
+}
+
+TEST(Recipe, MissingRequiredKeys) {
+  EXPECT_HAS(error_of("data: {train: t}\noutput: {dir: o}\n"),
+             "recipe.yaml: missing required key 'model.path'");
+  EXPECT_HAS(error_of("model: {path: m}\noutput: {dir: o}\n"),
+             "recipe.yaml: missing required key 'data.train'");
+  EXPECT_HAS(error_of("model: {path: m}\ndata: {train: t}\n"),
+             "recipe.yaml: missing required key 'output.dir'");
+  EXPECT_HAS(error_of(""), "missing required key 'model.path'");
+  EXPECT_HAS(error_of("model: {path: ''}\ndata: {train: t}\noutput: {dir: o}\n"),
+             "recipe.yaml:1: model.path: expected a non-empty string");
+}
+
+TEST(Recipe, MalformedYaml) {
+  std::string msg = error_of("model:\n  path: m\ndata: [a,\n  train: x\n");
+  EXPECT_HAS(msg, "recipe.yaml:");
+  EXPECT_HAS(msg, "malformed YAML");
+  msg = error_of("model:\n  path: m\n   bad: indentation\n");
+  EXPECT_HAS(msg, "recipe.yaml:3:");
+  EXPECT_HAS(msg, "malformed YAML");
+}
+
+// docs/recipe.md documents every key, and its example recipe loads.
+TEST(Recipe, Documentation) {
+  std::string doc = read_file(fs::path(KILN_SOURCE_DIR) / "docs/recipe.md");
+  for (const std::string& key : recipe_keys()) EXPECT_HAS(doc, "| `" + key + "` |");
+  size_t begin = doc.find("```yaml\n");
+  ASSERT_NE(begin, std::string::npos);
+  begin += 8;
+  std::string example = doc.substr(begin, doc.find("```", begin) - begin);
+  Recipe r = parse_recipe(example, "docs/recipe.md", "/docs", {});
+  EXPECT_EQ(r.data.train, "/docs/data/train.jsonl");
+  EXPECT_EQ(r.optimizer.betas[1], 0.95);
+  EXPECT_EQ(r.output.dtype, "bf16");
+}
+
+TEST(Recipe, MissingFile) { EXPECT_THROW(load_recipe("/nonexistent/recipe.yaml"), Error); }
+
+}  // namespace
+}  // namespace kiln

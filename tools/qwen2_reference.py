@@ -1,0 +1,545 @@
+#!/usr/bin/python3
+"""Independent float64 PyTorch reference for Qwen2ForCausalLM (loss + all gradients).
+
+Regenerate the golden fixtures (from the repository root):
+
+    /usr/bin/python3 tools/qwen2_reference.py --out tests/fixtures/reference
+
+Run the self-check (independent loop implementations + finite differences):
+
+    /usr/bin/python3 tools/qwen2_reference.py --check
+
+Needs only PyTorch and numpy (Debian's python3-torch / python3-numpy, installed
+by hand).  Neither `transformers` nor `safetensors` is used: the forward pass
+re-implements Hugging Face's modeling_qwen2.py (eager attention) and the
+safetensors files are written by hand.  Nothing in the build or CI runs this
+script; it only produces the checked-in files under tests/fixtures/reference/.
+
+Math (all in float64, from float32 weights):
+  x = embed_tokens.weight[input_ids]
+  per layer:
+    xn = rmsnorm(x, input_layernorm.weight)
+    q,k,v = xn @ W^T + b ; split heads ; RoPE (HF rotate_half convention)
+    GQA: query head h uses kv head h // (H / KV)
+    attn = softmax(q k^T / sqrt(d) + causal mask) ; out = (attn @ v) merged @ Wo^T
+    x = x + out
+    xn2 = rmsnorm(x, post_attention_layernorm.weight)
+    x = x + down(silu(gate(xn2)) * up(xn2))
+  x = rmsnorm(x, model.norm.weight); logits = x @ head^T
+    (head = lm_head.weight, or embed_tokens.weight if tie_word_embeddings)
+  loss = CE(logits[:, :-1], labels[:, 1:], ignore_index=-100), mean over targets
+"""
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+IGNORE_INDEX = -100
+
+# --------------------------------------------------------------------------
+# Cases
+# --------------------------------------------------------------------------
+
+CASES = {
+    "tied_gqa": dict(
+        seed=1234, hidden_size=32, intermediate_size=80, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=101,
+        rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        batch=2, seq=11),
+    "untied_mha": dict(
+        seed=5678, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, vocab_size=67,
+        rope_theta=1000000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        batch=2, seq=9),
+    "untied_mqa": dict(
+        seed=9012, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=1, vocab_size=53,
+        rope_theta=500.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        batch=1, seq=16),
+}
+
+
+def hf_config(c):
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": c["hidden_size"],
+        "intermediate_size": c["intermediate_size"],
+        "num_hidden_layers": c["num_hidden_layers"],
+        "num_attention_heads": c["num_attention_heads"],
+        "num_key_value_heads": c["num_key_value_heads"],
+        "vocab_size": c["vocab_size"],
+        "rms_norm_eps": c["rms_norm_eps"],
+        "rope_theta": c["rope_theta"],
+        "tie_word_embeddings": c["tie_word_embeddings"],
+        "max_position_embeddings": 128,
+        "hidden_act": "silu",
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "use_cache": False,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": c["num_hidden_layers"],
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "torch_dtype": "float32",
+    }
+
+
+# --------------------------------------------------------------------------
+# Parameters
+# --------------------------------------------------------------------------
+
+def param_shapes(cfg):
+    """Ordered list of (HF name, shape, kind) for every checkpoint tensor."""
+    C = cfg["hidden_size"]
+    I = cfg["intermediate_size"]
+    H = cfg["num_attention_heads"]
+    KV = cfg["num_key_value_heads"]
+    V = cfg["vocab_size"]
+    d = C // H
+    out = [("model.embed_tokens.weight", (V, C), "mat")]
+    for i in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        out += [
+            (p + "input_layernorm.weight", (C,), "norm"),
+            (p + "self_attn.q_proj.weight", (H * d, C), "mat"),
+            (p + "self_attn.q_proj.bias", (H * d,), "bias"),
+            (p + "self_attn.k_proj.weight", (KV * d, C), "mat"),
+            (p + "self_attn.k_proj.bias", (KV * d,), "bias"),
+            (p + "self_attn.v_proj.weight", (KV * d, C), "mat"),
+            (p + "self_attn.v_proj.bias", (KV * d,), "bias"),
+            (p + "self_attn.o_proj.weight", (C, H * d), "mat"),
+            (p + "post_attention_layernorm.weight", (C,), "norm"),
+            (p + "mlp.gate_proj.weight", (I, C), "mat"),
+            (p + "mlp.up_proj.weight", (I, C), "mat"),
+            (p + "mlp.down_proj.weight", (C, I), "mat"),
+        ]
+    out.append(("model.norm.weight", (C,), "norm"))
+    if not cfg["tie_word_embeddings"]:
+        out.append(("lm_head.weight", (V, C), "mat"))
+    return out
+
+
+def make_params(cfg, seed):
+    """Random float32 weights (seeded), returned as float32 tensors."""
+    g = torch.Generator().manual_seed(seed)
+    params = {}
+    for name, shape, kind in param_shapes(cfg):
+        z = torch.randn(shape, generator=g, dtype=torch.float32)
+        if kind == "mat":
+            t = z * 0.2
+        elif kind == "bias":
+            t = z * 0.1
+        else:
+            t = 1.0 + z * 0.1
+        params[name] = t.to(torch.float32).contiguous()
+    return params
+
+
+def make_batch(cfg, seed):
+    g = torch.Generator().manual_seed(seed + 1)
+    B, T, V = cfg["batch"], cfg["seq"], cfg["vocab_size"]
+    ids = torch.randint(0, V, (B, T), generator=g)
+    labels = ids.clone()
+    # Row 0: a masked prompt prefix, as a chat template would produce.
+    prefix = max(2, T // 3)
+    labels[0, :prefix] = IGNORE_INDEX
+    if B > 1:
+        # Row 1: a few scattered masked positions (incl. the last one).
+        labels[1, 2] = IGNORE_INDEX
+        labels[1, T - 1] = IGNORE_INDEX
+    else:
+        # Single row: also mask one position after the prefix.
+        labels[0, prefix + 3] = IGNORE_INDEX
+    return ids.tolist(), labels.tolist()
+
+
+# --------------------------------------------------------------------------
+# Model (float64)
+# --------------------------------------------------------------------------
+
+def rms_norm(x, w, eps):
+    var = x.pow(2).mean(-1, keepdim=True)
+    return w * (x * torch.rsqrt(var + eps))
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rope_cos_sin(T, d, theta, dtype=torch.float64):
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=dtype) / d))
+    pos = torch.arange(T, dtype=dtype)
+    freqs = torch.outer(pos, inv_freq)               # [T, d/2]
+    emb = torch.cat((freqs, freqs), dim=-1)          # [T, d]
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x, cos, sin):
+    # x: [B, heads, T, d]; cos/sin: [T, d]
+    return x * cos + rotate_half(x) * sin
+
+
+def attention(q, k, v):
+    """q: [B,H,T,d], k/v: [B,KV,T,d] (already roped). Returns [B,H,T,d]."""
+    B, H, T, d = q.shape
+    KV = k.shape[1]
+    groups = H // KV
+    k = k.repeat_interleave(groups, dim=1)  # head h -> kv head h // groups
+    v = v.repeat_interleave(groups, dim=1)
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d)
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    scores = scores.masked_fill(mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return torch.matmul(probs, v)
+
+
+def forward(cfg, P, input_ids):
+    """P: dict name -> float64 tensor. Returns logits [B, T, V]."""
+    C = cfg["hidden_size"]
+    H = cfg["num_attention_heads"]
+    KV = cfg["num_key_value_heads"]
+    d = C // H
+    eps = cfg["rms_norm_eps"]
+    ids = torch.as_tensor(input_ids, dtype=torch.long)
+    B, T = ids.shape
+    x = P["model.embed_tokens.weight"][ids]
+    cos, sin = rope_cos_sin(T, d, cfg["rope_theta"])
+    for i in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        h = x
+        xn = rms_norm(x, P[p + "input_layernorm.weight"], eps)
+        q = xn @ P[p + "self_attn.q_proj.weight"].T + P[p + "self_attn.q_proj.bias"]
+        k = xn @ P[p + "self_attn.k_proj.weight"].T + P[p + "self_attn.k_proj.bias"]
+        v = xn @ P[p + "self_attn.v_proj.weight"].T + P[p + "self_attn.v_proj.bias"]
+        q = q.view(B, T, H, d).transpose(1, 2)
+        k = k.view(B, T, KV, d).transpose(1, 2)
+        v = v.view(B, T, KV, d).transpose(1, 2)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        a = attention(q, k, v)
+        a = a.transpose(1, 2).reshape(B, T, H * d)
+        x = h + a @ P[p + "self_attn.o_proj.weight"].T
+        h2 = x
+        xn2 = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
+        gate = xn2 @ P[p + "mlp.gate_proj.weight"].T
+        up = xn2 @ P[p + "mlp.up_proj.weight"].T
+        mlp = (torch.nn.functional.silu(gate) * up) @ P[p + "mlp.down_proj.weight"].T
+        x = h2 + mlp
+    x = rms_norm(x, P["model.norm.weight"], eps)
+    head = (P["model.embed_tokens.weight"] if cfg["tie_word_embeddings"]
+            else P["lm_head.weight"])
+    return x @ head.T
+
+
+def causal_lm_loss(logits, labels):
+    labels = torch.as_tensor(labels, dtype=torch.long)
+    V = logits.shape[-1]
+    sl = logits[:, :-1, :].reshape(-1, V)
+    tl = labels[:, 1:].reshape(-1)
+    loss = torch.nn.functional.cross_entropy(
+        sl, tl, ignore_index=IGNORE_INDEX, reduction="mean")
+    return loss, int((tl != IGNORE_INDEX).sum())
+
+
+def loss_and_grads(cfg, params32, input_ids, labels):
+    P = {n: t.to(torch.float64).clone().requires_grad_(True)
+         for n, t in params32.items()}
+    logits = forward(cfg, P, input_ids)
+    loss, n = causal_lm_loss(logits, labels)
+    loss.backward()
+    grads = {name: P[name].grad.detach().clone() for name in P}
+    return loss.item(), n, grads
+
+
+# --------------------------------------------------------------------------
+# safetensors (hand-written)
+# --------------------------------------------------------------------------
+
+def write_safetensors(path, tensors):
+    """tensors: ordered dict name -> tensor; stored as little-endian F32."""
+    header = {}
+    blobs = []
+    off = 0
+    for name, t in tensors.items():
+        a = np.ascontiguousarray(t.detach().to(torch.float32).numpy(), dtype="<f4")
+        b = a.tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    header["__metadata__"] = {"format": "pt"}
+    hb = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)))
+        f.write(hb)
+        for b in blobs:
+            f.write(b)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n].decode("utf-8"))
+    base = 8 + n
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32"
+        b, e = info["data_offsets"]
+        a = np.frombuffer(data[base + b:base + e], dtype="<f4").reshape(info["shape"])
+        out[name] = torch.from_numpy(a.copy())
+    return out
+
+
+# --------------------------------------------------------------------------
+# Fixture generation
+# --------------------------------------------------------------------------
+
+def generate(out_dir):
+    for case, c in CASES.items():
+        d = os.path.join(out_dir, case)
+        os.makedirs(d, exist_ok=True)
+        cfg = hf_config(c)
+        cfg.update(batch=c["batch"], seq=c["seq"])
+        params = make_params(cfg, c["seed"])
+        ids, labels = make_batch(cfg, c["seed"])
+        loss, n, grads = loss_and_grads(cfg, params, ids, labels)
+
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(hf_config(c), f, indent=2)
+            f.write("\n")
+        write_safetensors(os.path.join(d, "model.safetensors"), params)
+        with open(os.path.join(d, "batch.json"), "w") as f:
+            f.write('{\n  "input_ids": %s,\n  "labels": %s\n}\n' % (
+                json.dumps(ids), json.dumps(labels)))
+        with open(os.path.join(d, "expected.json"), "w") as f:
+            json.dump({"loss": loss, "num_targets": n}, f, indent=2)
+            f.write("\n")
+        write_safetensors(os.path.join(d, "grads.safetensors"),
+                          {name: grads[name] for name in params})
+
+        # Round-trip sanity: the written weights reproduce the same loss.
+        back = read_safetensors(os.path.join(d, "model.safetensors"))
+        assert set(back) == set(params)
+        loss2, _, _ = loss_and_grads(cfg, back, ids, labels)
+        assert loss2 == loss, (loss, loss2)
+        gmax = max(float(g.abs().max()) for g in grads.values())
+        print("%-11s loss=%.17g num_targets=%d max|grad|=%.3g" % (case, loss, n, gmax))
+
+
+# --------------------------------------------------------------------------
+# Self-check
+# --------------------------------------------------------------------------
+
+def loop_rms_norm(x, w, eps):
+    out = torch.empty_like(x)
+    flat = x.reshape(-1, x.shape[-1])
+    o = out.view(-1, x.shape[-1])
+    for r in range(flat.shape[0]):
+        ss = 0.0
+        for j in range(flat.shape[1]):
+            ss += float(flat[r, j]) ** 2
+        s = 1.0 / math.sqrt(ss / flat.shape[1] + eps)
+        for j in range(flat.shape[1]):
+            o[r, j] = float(w[j]) * float(flat[r, j]) * s
+    return out
+
+
+def loop_rope(x, theta):
+    """x: [T, d] for one head; rotate pairs (j, j + d/2) by angle pos*theta^(-2j/d)."""
+    T, d = x.shape
+    half = d // 2
+    out = torch.empty_like(x)
+    for t in range(T):
+        for j in range(half):
+            ang = t * theta ** (-(2.0 * j) / d)
+            c, s = math.cos(ang), math.sin(ang)
+            a, b = float(x[t, j]), float(x[t, j + half])
+            out[t, j] = a * c - b * s
+            out[t, j + half] = b * c + a * s
+    return out
+
+
+def loop_attention_head(q, k, v):
+    """q/k/v: [T, d] for one (query head, its kv head). Causal."""
+    T, d = q.shape
+    out = torch.zeros_like(q)
+    for i in range(T):
+        sc = [sum(float(q[i, m]) * float(k[j, m]) for m in range(d)) / math.sqrt(d)
+              for j in range(i + 1)]
+        mx = max(sc)
+        e = [math.exp(s - mx) for s in sc]
+        z = sum(e)
+        for m in range(d):
+            out[i, m] = sum(e[j] / z * float(v[j, m]) for j in range(i + 1))
+    return out
+
+
+def loop_loss(logits, labels):
+    B, T, V = logits.shape
+    tot, n = 0.0, 0
+    for b in range(B):
+        for t in range(T - 1):
+            y = labels[b][t + 1]
+            if y == IGNORE_INDEX:
+                continue
+            row = [float(logits[b, t, j]) for j in range(V)]
+            mx = max(row)
+            lse = mx + math.log(sum(math.exp(r - mx) for r in row))
+            tot += lse - row[y]
+            n += 1
+    return tot / n, n
+
+
+def check():
+    torch.manual_seed(0)
+    ok = True
+
+    def report(what, err, tol):
+        nonlocal ok
+        good = err <= tol
+        ok = ok and good
+        print("  %-46s max err %.3e (tol %.0e) %s" % (what, err, tol, "ok" if good else "FAIL"))
+
+    print("component checks (float64):")
+    x = torch.randn(3, 5, 16, dtype=torch.float64)
+    w = 1 + 0.1 * torch.randn(16, dtype=torch.float64)
+    report("rms_norm vs loop", float((rms_norm(x, w, 1e-6) - loop_rms_norm(x, w, 1e-6)).abs().max()), 1e-13)
+
+    T, d, theta = 7, 8, 10000.0
+    xh = torch.randn(1, 1, T, d, dtype=torch.float64)
+    cos, sin = rope_cos_sin(T, d, theta)
+    report("rope (rotate_half) vs per-pair rotation",
+           float((apply_rope(xh, cos, sin)[0, 0] - loop_rope(xh[0, 0], theta)).abs().max()), 1e-12)
+
+    B, H, KV, T, d = 2, 4, 2, 6, 8
+    q = torch.randn(B, H, T, d, dtype=torch.float64)
+    k = torch.randn(B, KV, T, d, dtype=torch.float64)
+    v = torch.randn(B, KV, T, d, dtype=torch.float64)
+    a = attention(q, k, v)
+    err = 0.0
+    for b in range(B):
+        for h in range(H):
+            ref = loop_attention_head(q[b, h], k[b, h // (H // KV)], v[b, h // (H // KV)])
+            err = max(err, float((a[b, h] - ref).abs().max()))
+    report("GQA causal attention vs loops (all heads)", err, 1e-12)
+
+    # Full model, tiny case.
+    tiny = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, vocab_size=11,
+                rope_theta=10000.0, rms_norm_eps=1e-6, batch=2, seq=5)
+    for tie in (True, False):
+        cfg = dict(tiny, tie_word_embeddings=tie)
+        params = make_params(cfg, 42 + int(tie))
+        ids, labels = make_batch(cfg, 42)
+        P = {n: t.double() for n, t in params.items()}
+        logits = forward(cfg, P, ids)
+        l_vec, n_vec = causal_lm_loss(logits, labels)
+        l_loop, n_loop = loop_loss(logits, labels)
+        report("loss vs loop CE (tie=%s)" % tie, abs(l_vec.item() - l_loop), 1e-13)
+        if n_vec != n_loop:
+            ok = False
+            print("  num_targets mismatch", n_vec, n_loop)
+
+        # Independent full forward: per-head loops for rope + attention.
+        P2 = P
+        C, Hh, KVh = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        dh = C // Hh
+        idt = torch.tensor(ids)
+        Bb, Tt = idt.shape
+        xx = P2["model.embed_tokens.weight"][idt]
+        for i in range(cfg["num_hidden_layers"]):
+            p = "model.layers.%d." % i
+            xn = loop_rms_norm(xx, P2[p + "input_layernorm.weight"], cfg["rms_norm_eps"])
+            qq = xn @ P2[p + "self_attn.q_proj.weight"].T + P2[p + "self_attn.q_proj.bias"]
+            kk = xn @ P2[p + "self_attn.k_proj.weight"].T + P2[p + "self_attn.k_proj.bias"]
+            vv = xn @ P2[p + "self_attn.v_proj.weight"].T + P2[p + "self_attn.v_proj.bias"]
+            att = torch.zeros(Bb, Tt, Hh * dh, dtype=torch.float64)
+            for b in range(Bb):
+                for h in range(Hh):
+                    g = h // (Hh // KVh)
+                    qh = loop_rope(qq[b, :, h * dh:(h + 1) * dh], cfg["rope_theta"])
+                    kh = loop_rope(kk[b, :, g * dh:(g + 1) * dh], cfg["rope_theta"])
+                    vh = vv[b, :, g * dh:(g + 1) * dh]
+                    att[b, :, h * dh:(h + 1) * dh] = loop_attention_head(qh, kh, vh)
+            xx = xx + att @ P2[p + "self_attn.o_proj.weight"].T
+            xn2 = loop_rms_norm(xx, P2[p + "post_attention_layernorm.weight"], cfg["rms_norm_eps"])
+            gt = xn2 @ P2[p + "mlp.gate_proj.weight"].T
+            upv = xn2 @ P2[p + "mlp.up_proj.weight"].T
+            xx = xx + ((gt / (1 + torch.exp(-gt))) * upv) @ P2[p + "mlp.down_proj.weight"].T
+        xx = loop_rms_norm(xx, P2["model.norm.weight"], cfg["rms_norm_eps"])
+        head = P2["model.embed_tokens.weight"] if tie else P2["lm_head.weight"]
+        logits2 = xx @ head.T
+        report("full forward vs loop model (tie=%s)" % tie,
+               float((logits - logits2).abs().max()), 1e-11)
+
+        # Autograd vs central finite differences on every parameter entry.
+        loss, n, grads = loss_and_grads(cfg, params, ids, labels)
+        eps = 1e-6
+        maxerr, maxg = 0.0, 0.0
+        for name, t in P.items():
+            flat = t.reshape(-1)
+            gflat = grads[name].reshape(-1)
+            for j in range(flat.numel()):
+                Pp = dict(P)
+                tp = t.clone(); tp.view(-1)[j] += eps
+                Pp[name] = tp
+                lp = causal_lm_loss(forward(cfg, Pp, ids), labels)[0].item()
+                tm = t.clone(); tm.view(-1)[j] -= eps
+                Pp[name] = tm
+                lm = causal_lm_loss(forward(cfg, Pp, ids), labels)[0].item()
+                fd = (lp - lm) / (2 * eps)
+                maxerr = max(maxerr, abs(fd - float(gflat[j])))
+                maxg = max(maxg, abs(float(gflat[j])))
+        report("autograd vs finite diff, all %d params (tie=%s)"
+               % (sum(t.numel() for t in P.values()), tie), maxerr, 1e-7)
+        if maxg == 0.0:
+            ok = False
+            print("  all gradients are zero")
+
+    # safetensors round trip.
+    import tempfile
+    with tempfile.TemporaryDirectory() as td:
+        pth = os.path.join(td, "t.safetensors")
+        src = {"a": torch.randn(3, 5), "b.c": torch.randn(7)}
+        write_safetensors(pth, src)
+        with open(pth, "rb") as f:
+            raw = f.read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        good = n % 8 == 0 and len(raw) == 8 + n + 4 * (15 + 7)
+        back = read_safetensors(pth)
+        good = good and all(torch.equal(back[k], src[k]) for k in src)
+        report("safetensors round trip", 0.0 if good else 1.0, 0.0)
+
+    print("CHECK PASSED" if ok else "CHECK FAILED")
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", help="write fixtures to this directory")
+    ap.add_argument("--check", action="store_true", help="run the self-check")
+    args = ap.parse_args()
+    if not args.out and not args.check:
+        ap.error("give --out DIR and/or --check")
+    torch.set_num_threads(1)  # deterministic reductions
+    if args.check and not check():
+        sys.exit(1)
+    if args.out:
+        generate(args.out)
+
+
+if __name__ == "__main__":
+    main()
