@@ -87,6 +87,18 @@ void Sampler::restore(const SamplerState& state) {
   state_ = state;
 }
 
+void fill_row(Batch& out, int b, const Example& ex) {
+  const int T = out.T;
+  const int len = static_cast<int>(std::min(ex.input_ids.size(), static_cast<size_t>(T)));
+  const size_t row = static_cast<size_t>(b) * T;
+  for (int t = 0; t < len; ++t) {
+    out.input_ids[row + t] = ex.input_ids[t];
+    out.positions[row + t] = t;
+  }
+  // HF causal-LM shift: position t predicts token t+1; the last kept token predicts nothing.
+  for (int t = 0; t + 1 < len; ++t) out.targets[row + t] = ex.labels[t + 1];
+}
+
 void Sampler::next(Batch& out) {
   if (state_.index == static_cast<uint64_t>(batches_per_epoch_)) {
     build_order(state_.epoch + 1);
@@ -98,14 +110,7 @@ void Sampler::next(Batch& out) {
     // This rank's k-th example of the epoch sits at position rank + k * world_size of the order.
     size_t k = state_.index * static_cast<size_t>(B) + static_cast<size_t>(b);
     const Example& ex = (*dataset_)[order_[static_cast<size_t>(rank_) + k * world_size_]];
-    int len = static_cast<int>(std::min(ex.input_ids.size(), static_cast<size_t>(T)));
-    size_t row = static_cast<size_t>(b) * T;
-    for (int t = 0; t < len; ++t) {
-      out.input_ids[row + t] = ex.input_ids[t];
-      out.positions[row + t] = t;
-    }
-    // HF causal-LM shift: position t predicts token t+1; the last kept token predicts nothing.
-    for (int t = 0; t + 1 < len; ++t) out.targets[row + t] = ex.labels[t + 1];
+    fill_row(out, b, ex);
   }
   ++state_.index;
 }

@@ -28,6 +28,10 @@ struct SamplerState {
 // (n, seed, epoch).
 std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, uint64_t epoch);
 
+// Writes `ex` (truncated to out.T) into row b of a freshly resized batch: ids, positions from 0,
+// and the HF causal-LM shifted targets. Padding keeps its defaults (id 0, no target).
+void fill_row(Batch& out, int b, const Example& ex);
+
 class Sampler {
  public:
   // `dataset` must outlive the sampler. Throws kiln::Error if the dataset has too few examples to

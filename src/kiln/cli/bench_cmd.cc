@@ -1,0 +1,127 @@
+// kiln bench train: tokens/s and achieved GFLOP/s of full training steps (forward, backward,
+// AdamW) on randomly initialised presets. Prints figures; never judges them.
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "kiln/base/error.h"
+#include "kiln/cli/commands.h"
+#include "kiln/model/init.h"
+#include "kiln/model/qwen2.h"
+#include "kiln/train/optimizer.h"
+
+namespace kiln::cli {
+
+namespace {
+
+// CPU seconds used by the whole machine (busy, all cores) and by this process.
+struct CpuTimes {
+  double machine_busy = 0, self = 0;
+};
+
+CpuTimes cpu_times() {
+  CpuTimes t;
+  const double hz = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  std::ifstream st("/proc/stat");
+  std::string cpu;
+  uint64_t user = 0, nice = 0, sys = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (st >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq >> steal) {
+    t.machine_busy = static_cast<double>(user + nice + sys + irq + softirq + steal) / hz;
+  }
+  std::ifstream self("/proc/self/stat");
+  std::string line;
+  std::getline(self, line);
+  const size_t close = line.rfind(')');
+  if (close != std::string::npos) {
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    uint64_t utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14) utime = std::stoull(field);
+      if (i == 15) stime = std::stoull(field);
+    }
+    t.self = static_cast<double>(utime + stime) / hz;
+  }
+  return t;
+}
+
+struct BenchOpts {
+  std::vector<std::string> presets = {"tiny", "25m"};
+  int batch = 1, seq = 256, steps = 5, warmup = 2;
+  bool recompute = false;
+};
+
+void bench_one(const std::string& preset, const BenchOpts& o) {
+  const Qwen2Config c = preset_config(preset);
+  Qwen2Model model(c, cpu_backend());
+  ParamStore store(model.layout());
+  init_params(store, model.layout(), 1);
+  std::vector<ShardRange> shards;
+  for (const auto& u : model.layout().units()) shards.push_back({0, u.numel});
+  Optimizer opt(OptimizerSettings{}, model.layout(), shards);
+  Batch b;
+  b.resize(o.batch, o.seq);
+  SplitMix64 rng{7};
+  for (size_t i = 0; i < b.input_ids.size(); ++i) {
+    b.input_ids[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(c.vocab_size));
+    b.positions[i] = static_cast<int32_t>(i % o.seq);
+  }
+  for (size_t i = 0; i + 1 < b.input_ids.size(); ++i) {
+    if ((i + 1) % o.seq != 0) b.targets[i] = b.input_ids[i + 1];
+  }
+  const float scale = 1.0f / static_cast<float>(b.num_targets());
+  std::vector<double> times;
+  const CpuTimes c0 = cpu_times();
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    store.zero_grads();
+    model.forward_backward(b, store, scale, o.recompute);
+    opt.begin_step();
+    for (int u = 0; u < store.num_units(); ++u) {
+      opt.step(u, store.params(u).data(), store.grads(u).data(), 1e-4);
+    }
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= o.warmup) times.push_back(dt);
+  }
+  const CpuTimes c1 = cpu_times();
+  std::sort(times.begin(), times.end());
+  const double med = times[times.size() / 2];
+  const int64_t tokens = static_cast<int64_t>(o.batch) * o.seq;
+  const double gflops = train_flops(c, tokens, o.seq) / med / 1e9;
+  const double others = (c1.machine_busy - c0.machine_busy) - (c1.self - c0.self);
+  std::printf("%-14s %7.1fM  %2dx%-5d %9.4f %10.0f %9.1f %8.0f %9.1f %s\n", preset.c_str(),
+              parameter_count(c) / 1e6, o.batch, o.seq, med, tokens / med, gflops,
+              model.activation_bytes() / 1048576.0, others, o.recompute ? "on" : "off");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+Command add_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOpts>();
+  CLI::App* sub = app.add_subcommand("bench", "Benchmarks that print figures");
+  CLI::App* tr = sub->add_subcommand("train", "Training-step throughput on random presets");
+  sub->require_subcommand(1);
+  tr->add_option("--preset", o->presets, "Presets to run")->capture_default_str();
+  tr->add_option("--batch", o->batch, "Micro-batch rows")->capture_default_str();
+  tr->add_option("--seq", o->seq, "Sequence length")->capture_default_str();
+  tr->add_option("--steps", o->steps, "Timed steps (median reported)")->capture_default_str();
+  tr->add_option("--warmup", o->warmup, "Untimed warm-up steps")->capture_default_str();
+  tr->add_flag("--recompute", o->recompute, "Activation recomputation");
+  return {sub, [o] {
+            if (o->steps < 1 || o->batch < 1 || o->seq < 2) fail("bench: steps, batch >= 1, seq >= 2");
+            std::printf("kiln bench train: %d threads, median of %d steps after %d warm-up\n",
+                        omp_get_max_threads(), o->steps, o->warmup);
+            std::printf("%-14s %8s  %-8s %9s %10s %9s %8s %9s %s\n", "preset", "params", "BxT",
+                        "step_s", "tokens/s", "GFLOP/s", "act_MiB", "other_cpu", "recompute");
+            for (const auto& p : o->presets) bench_one(p, *o);
+            return 0;
+          }};
+}
+
+}  // namespace kiln::cli

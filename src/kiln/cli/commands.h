@@ -1,0 +1,21 @@
+// The kiln subcommands. Each registers itself on the CLI11 app and runs when chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace kiln::cli {
+
+struct Command {
+  CLI::App* app;            // the subcommand
+  std::function<int()> run;  // its action, run when it was given; returns the exit code
+};
+
+Command add_init(CLI::App& app);
+Command add_train(CLI::App& app);
+Command add_eval(CLI::App& app);
+Command add_export(CLI::App& app);
+Command add_bench(CLI::App& app);
+
+}  // namespace kiln::cli

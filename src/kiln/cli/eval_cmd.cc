@@ -1,0 +1,57 @@
+// kiln eval --model DIR --data FILE [--json]: mean next-token loss over a dataset.
+#include <cstdio>
+
+#include "kiln/base/error.h"
+#include "kiln/base/json.h"
+#include "kiln/cli/commands.h"
+#include "kiln/data/sampler.h"
+#include "kiln/data/token_dataset.h"
+#include "kiln/model/hf_checkpoint.h"
+#include "kiln/model/qwen2.h"
+
+namespace kiln::cli {
+
+Command add_eval(CLI::App& app) {
+  struct Opts {
+    std::string model, data;
+    bool json = false;
+    int seq_len = 2048;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* sub = app.add_subcommand("eval", "Mean next-token loss of a model over a dataset");
+  sub->add_option("--model", o->model, "Model directory (HF layout)")->required();
+  sub->add_option("--data", o->data, "Token JSONL file (data.format tokens)")->required();
+  sub->add_option("--seq-len", o->seq_len, "Truncate examples to this many tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1 << 20));
+  sub->add_flag("--json", o->json, "Print {\"loss\": ..., \"tokens\": ...}");
+  return {sub, [o] {
+            const fs::path dir = o->model;
+            Qwen2Config c = read_config(dir / "config.json");
+            Qwen2Model model(c, cpu_backend());
+            ParamStore store(model.layout(), /*with_grads=*/false);
+            load_hf_weights(dir, model.layout(), store);
+            TokenDataset data = TokenDataset::load(o->data, c.vocab_size, o->seq_len);
+            // Same averaging as training: the mean over every predicted token of the file.
+            double loss_sum = 0;
+            int64_t targets = 0;
+            Batch b;
+            for (size_t i = 0; i < data.size(); ++i) {
+              b.resize(1, static_cast<int>(data[i].input_ids.size()));
+              fill_row(b, 0, data[i]);
+              loss_sum += model.forward(b, store);
+              targets += b.num_targets();
+            }
+            if (targets == 0) fail("{}: no predicted tokens (every label masked?)", o->data);
+            const double loss = loss_sum / static_cast<double>(targets);
+            if (o->json) {
+              std::printf("%s\n", Json{{"loss", loss}, {"tokens", targets}}.dump().c_str());
+            } else {
+              std::printf("loss %.6f over %lld predicted tokens (%zu examples)\n", loss,
+                          static_cast<long long>(targets), data.size());
+            }
+            return 0;
+          }};
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,47 @@
+// kiln: fine-tune Qwen2-family models. `kiln --help` lists the subcommands.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <vector>
+
+#include "kiln/base/error.h"
+#include "kiln/base/log.h"
+#include "kiln/cli/commands.h"
+#include "kiln/kernels/cpu/blas_setup.h"
+
+int main(int argc, char** argv) {
+  // Run with the BLAS kernels this CPU supports when OpenBLAS fell back to generic ones (see
+  // blas_setup.h); the variable is only read when the library loads, hence the re-exec.
+  if (const std::string core = kiln::blas_coretype_override(); !core.empty()) {
+    ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+    ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the slow kernels
+  }
+  kiln::init_logging();
+  KILN_LOG_DEBUG("{}", kiln::blas_info());
+  CLI::App app{"kiln: fine-tune Qwen2-family language models across many workers"};
+  app.set_version_flag("--version", "kiln 0.1.0");
+  app.require_subcommand(1);
+  const std::vector<kiln::cli::Command> commands = {
+      kiln::cli::add_init(app),   kiln::cli::add_train(app), kiln::cli::add_eval(app),
+      kiln::cli::add_export(app), kiln::cli::add_bench(app),
+  };
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (const auto& c : commands) {
+      if (c.app->parsed()) return c.run();
+    }
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    return 1;
+  }
+  return 1;
+}

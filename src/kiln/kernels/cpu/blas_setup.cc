@@ -1,0 +1,38 @@
+#include "kiln/kernels/cpu/blas_setup.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+namespace kiln {
+
+std::string blas_core_name() {
+  const char* n = openblas_get_corename();
+  return n ? n : "unknown";
+}
+
+std::string blas_coretype_override() {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return "";
+  const std::string core = blas_core_name();
+  // Only a generic fallback is overridden; a core OpenBLAS recognised is kept.
+  if (core != "Prescott" && core != "Core2" && core != "Nehalem" && core != "Sandybridge") {
+    return "";
+  }
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    return "SkylakeX";
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  return "";
+}
+
+std::string blas_info() {
+  return fmt::format("OpenBLAS ({}), core {}, {} threads", openblas_get_config(), blas_core_name(),
+                     omp_get_max_threads());
+}
+
+}  // namespace kiln

@@ -1,0 +1,37 @@
+// The training loop: data -> micro-batches -> forward/backward -> clip -> optimizer step, with a
+// live progress line and metrics.jsonl, then the final model saved in the run directory.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "kiln/train/recipe.h"
+
+namespace kiln {
+
+struct StepMetrics {
+  int64_t step = 0;  // 1-based optimizer step
+  double loss = 0;   // mean over the step's predicted tokens
+  double lr = 0;
+  double grad_norm = 0;  // before clipping
+  int64_t tokens = 0;    // tokens processed in the step (all ranks)
+  int64_t targets = 0;   // predicted tokens (loss denominator)
+  double step_seconds = 0;
+  double tokens_per_s = 0;
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  double first_loss = 0, last_loss = 0;
+  fs::path model_dir;  // the saved final model (HF layout)
+};
+
+// Runs the recipe. `on_step` (optional) sees every step's metrics.
+TrainResult train(const Recipe& recipe,
+                  const std::function<void(const StepMetrics&)>& on_step = nullptr);
+
+// Where a run directory keeps its final model.
+fs::path final_model_dir(const fs::path& run_dir);
+
+}  // namespace kiln
