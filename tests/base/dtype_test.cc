@@ -1,9 +1,9 @@
+#include "kiln/tensor/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
-
-#include "kiln/tensor/dtype.h"
 
 namespace kiln {
 namespace {

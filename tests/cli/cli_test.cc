@@ -37,7 +37,8 @@ class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("kiln_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("kiln_cli_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -82,13 +83,17 @@ TEST_F(Cli, InitExportReloadRoundTrip) {
   ASSERT_EQ(kiln("export --checkpoint " + path("init") + " --out " + path("f32")).code, 0);
   expect_same_tensors(path("init"), path("f32"), DType::F32);
   // bf16 export: every value is the bf16 rounding of the original; config says bfloat16
-  ASSERT_EQ(kiln("export --checkpoint " + path("init") + " --out " + path("bf16") + " --dtype bf16").code, 0);
+  ASSERT_EQ(
+      kiln("export --checkpoint " + path("init") + " --out " + path("bf16") + " --dtype bf16").code,
+      0);
   expect_same_tensors(path("init"), path("bf16"), DType::BF16);
   EXPECT_EQ(read_json_file(path("bf16") + "/config.json").at("torch_dtype"), "bfloat16");
   EXPECT_EQ(CheckpointReader(path("bf16")).info("model.norm.weight").dtype, DType::BF16);
   // sharded export reads back identically, through its index
   ASSERT_EQ(kiln("export --checkpoint " + path("init") + " --out " + path("sharded") +
-                 " --max-shard-size 100KB").code, 0);
+                 " --max-shard-size 100KB")
+                .code,
+            0);
   EXPECT_TRUE(fs::exists(path("sharded/model.safetensors.index.json")));
   EXPECT_FALSE(fs::exists(path("sharded/model.safetensors")));
   expect_same_tensors(path("init"), path("sharded"), DType::F32);
@@ -105,8 +110,7 @@ TEST_F(Cli, InitFromConfigFileUntied) {
   ASSERT_EQ(kiln("init --config " + path("config.json") + " --out " + path("m")).code, 0);
   CheckpointReader r(path("m"));
   EXPECT_TRUE(r.contains("lm_head.weight"));
-  EXPECT_EQ(r.info("model.layers.1.self_attn.k_proj.weight").shape,
-            (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(r.info("model.layers.1.self_attn.k_proj.weight").shape, (std::vector<int64_t>{64, 64}));
 }
 
 std::string write_recipe(const fs::path& dir, const std::string& model, int steps,
@@ -114,9 +118,9 @@ std::string write_recipe(const fs::path& dir, const std::string& model, int step
   const std::string text = "model:\n  path: " + model + "\ndata:\n  train: " + KILN_SOURCE_DIR +
                            "/assets/demo/tokens.jsonl\n  seq_len: 64\noptimizer:\n  lr: 1.0e-2\n"
                            "schedule:\n  name: cosine\n  warmup_steps: 10\n"
-                           "train:\n  max_steps: " + std::to_string(steps) +
-                           "\n  micro_batch_size: 4\n" + extra + "output:\n  dir: " +
-                           (dir / "run").string() + "\n";
+                           "train:\n  max_steps: " +
+                           std::to_string(steps) + "\n  micro_batch_size: 4\n" + extra +
+                           "output:\n  dir: " + (dir / "run").string() + "\n";
   write_file_atomic(dir / "recipe.yaml", text);
   return (dir / "recipe.yaml").string();
 }
@@ -124,7 +128,9 @@ std::string write_recipe(const fs::path& dir, const std::string& model, int step
 TEST_F(Cli, TrainWritesMetricsAndModelAndLossFalls) {
   ASSERT_EQ(kiln("init --config tiny --seed 0 --out " + path("init")).code, 0);
   const std::string recipe = write_recipe(dir_, path("init"), 100);
-  CmdResult r = kiln("train " + recipe + " train.log_every=10 train.micro_batch_size=8 train.grad_accum_steps=2 schedule.warmup_steps=20");
+  CmdResult r = kiln("train " + recipe +
+                     " train.log_every=10 train.micro_batch_size=8 train.grad_accum_steps=2 "
+                     "schedule.warmup_steps=20");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("step 100/100 | loss "), std::string::npos) << r.out;
   std::ifstream f(path("run/metrics.jsonl"));
@@ -139,7 +145,7 @@ TEST_F(Cli, TrainWritesMetricsAndModelAndLossFalls) {
   EXPECT_LT(rows.back().at("loss").get<double>(), rows.front().at("loss").get<double>() - 1.0);
   // The final model loads; eval gives the mean loss over every predicted token of the file.
   CmdResult e = kiln("eval --json --model " + path("run/final") + " --data " + KILN_SOURCE_DIR +
-               "/assets/demo/tokens.jsonl");
+                     "/assets/demo/tokens.jsonl");
   ASSERT_EQ(e.code, 0) << e.out;
   Json j = parse_json(e.out, "eval output");
   EXPECT_LT(j.at("loss").get<double>(), 6.0);
@@ -160,8 +166,10 @@ TEST_F(Cli, GradientAccumulationEqualsOneLargeBatch) {
   ASSERT_EQ(kiln("init --config tiny --seed 1 --out " + path("init")).code, 0);
   const std::string recipe = write_recipe(dir_, path("init"), 2);
   ASSERT_EQ(kiln("train " + recipe + " train.micro_batch_size=8 output.dir=" + path("a")).code, 0);
-  ASSERT_EQ(kiln("train " + recipe + " train.micro_batch_size=4 train.grad_accum_steps=2 output.dir=" +
-                 path("b")).code, 0);
+  ASSERT_EQ(kiln("train " + recipe +
+                 " train.micro_batch_size=4 train.grad_accum_steps=2 output.dir=" + path("b"))
+                .code,
+            0);
   CheckpointReader ra(path("a/final")), rb(path("b/final"));
   for (const auto& name : ra.names()) {
     std::vector<float> x(ra.info(name).numel()), y(x.size());

@@ -48,7 +48,8 @@ inline double fd_rel_error(const std::function<double()>& loss, float* x, const 
       x[i] = orig + d;
       return loss();
     };
-    const double num = (-at(2 * step) + 8 * at(step) - 8 * at(-step) + at(-2 * step)) / (12.0 * step);
+    const double num =
+        (-at(2 * step) + 8 * at(step) - 8 * at(-step) + at(-2 * step)) / (12.0 * step);
     x[i] = orig;
     num2 += num * num;
     diff2 += (num - analytic[i]) * (num - analytic[i]);

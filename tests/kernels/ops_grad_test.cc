@@ -188,8 +188,8 @@ TEST(OpsGrad, CrossEntropyIgnoresMaskedRows) {
     return scale * be().cross_entropy(nullptr, nullptr, x.data(), w.data(), t.data(), N, C, V, 0);
   };
   std::vector<float> dx(N * C, 9.0f), dw(V * C, 0.0f);
-  const double l = be().cross_entropy(dx.data(), dw.data(), x.data(), w.data(), t.data(), N, C,
-                                      V, scale);
+  const double l =
+      be().cross_entropy(dx.data(), dw.data(), x.data(), w.data(), t.data(), N, C, V, scale);
   // loss against a direct computation
   double ref = 0;
   for (int n = 0; n < N; ++n) {

@@ -1,7 +1,8 @@
+#include "kiln/model/config.h"
+
 #include <gtest/gtest.h>
 
 #include "kiln/base/error.h"
-#include "kiln/model/config.h"
 #include "kiln/model/layout.h"
 
 namespace kiln {

@@ -47,7 +47,8 @@ TEST_P(Reference, LossAndEveryGradientMatch) {
   Json expected = read_json_file(dir / "expected.json");
   ASSERT_EQ(batch.num_targets(), expected.at("num_targets").get<int64_t>());
 
-  const double loss_sum = model.forward_backward(batch, store, 1.0f / batch.num_targets(), recompute);
+  const double loss_sum =
+      model.forward_backward(batch, store, 1.0f / batch.num_targets(), recompute);
   const double loss = loss_sum / batch.num_targets();
   const double ref_loss = expected.at("loss").get<double>();
   EXPECT_NEAR(loss, ref_loss, 1e-5 * std::fabs(ref_loss));

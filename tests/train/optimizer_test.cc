@@ -1,9 +1,10 @@
+#include "kiln/train/optimizer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "kiln/model/layout.h"
-#include "kiln/train/optimizer.h"
 
 namespace kiln {
 namespace {
@@ -122,7 +123,7 @@ TEST(Schedule, WarmupThenDecay) {
   s.min_lr_ratio = 0.1;
   EXPECT_DOUBLE_EQ(lr_at(s, 1.0, 4, 10), 1.0);
   EXPECT_NEAR(lr_at(s, 1.0, 9, 10), 0.1, 1e-12);
-  EXPECT_NEAR(lr_at(s, 1.0, 6, 10) , 0.1 + 0.9 * (1 - 2.0 / 5), 1e-12);
+  EXPECT_NEAR(lr_at(s, 1.0, 6, 10), 0.1 + 0.9 * (1 - 2.0 / 5), 1e-12);
   s.name = "cosine";
   s.min_lr_ratio = 0.0;
   EXPECT_DOUBLE_EQ(lr_at(s, 2.0, 4, 10), 2.0);

@@ -20,12 +20,13 @@ template <typename... Args>
   throw Error(fmt::format(f, std::forward<Args>(args)...));
 }
 
-[[noreturn]] void check_failed(const char* expr, const char* file, int line, const std::string& msg);
+[[noreturn]] void check_failed(const char* expr, const char* file, int line,
+                               const std::string& msg);
 
 }  // namespace kiln
 
 // Internal invariant: a failure is a bug in kiln, not in the input.
-#define KILN_CHECK(cond, ...)                                                          \
-  do {                                                                                 \
+#define KILN_CHECK(cond, ...)                                                                  \
+  do {                                                                                         \
     if (!(cond)) ::kiln::check_failed(#cond, __FILE__, __LINE__, fmt::format("" __VA_ARGS__)); \
   } while (0)

@@ -114,7 +114,8 @@ Command add_bench(CLI::App& app) {
   tr->add_option("--warmup", o->warmup, "Untimed warm-up steps")->capture_default_str();
   tr->add_flag("--recompute", o->recompute, "Activation recomputation");
   return {sub, [o] {
-            if (o->steps < 1 || o->batch < 1 || o->seq < 2) fail("bench: steps, batch >= 1, seq >= 2");
+            if (o->steps < 1 || o->batch < 1 || o->seq < 2)
+              fail("bench: steps, batch >= 1, seq >= 2");
             std::printf("kiln bench train: %d threads, median of %d steps after %d warm-up\n",
                         omp_get_max_threads(), o->steps, o->warmup);
             std::printf("%-14s %8s  %-8s %9s %10s %9s %8s %9s %s\n", "preset", "params", "BxT",

@@ -2,13 +2,12 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 
 namespace kiln::cli {
 
 struct Command {
-  CLI::App* app;            // the subcommand
+  CLI::App* app;             // the subcommand
   std::function<int()> run;  // its action, run when it was given; returns the exit code
 };
 

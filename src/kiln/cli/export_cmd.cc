@@ -19,14 +19,22 @@ uint64_t parse_size(const std::string& s) {
   }
   const std::string unit = s.substr(pos);
   double mult = 1;
-  if (unit == "" || unit == "B") mult = 1;
-  else if (unit == "KB") mult = 1e3;
-  else if (unit == "MB") mult = 1e6;
-  else if (unit == "GB") mult = 1e9;
-  else if (unit == "KiB") mult = 1024.0;
-  else if (unit == "MiB") mult = 1024.0 * 1024;
-  else if (unit == "GiB") mult = 1024.0 * 1024 * 1024;
-  else fail("--max-shard-size: unknown unit '{}' (B, KB, MB, GB, KiB, MiB, GiB)", unit);
+  if (unit == "" || unit == "B")
+    mult = 1;
+  else if (unit == "KB")
+    mult = 1e3;
+  else if (unit == "MB")
+    mult = 1e6;
+  else if (unit == "GB")
+    mult = 1e9;
+  else if (unit == "KiB")
+    mult = 1024.0;
+  else if (unit == "MiB")
+    mult = 1024.0 * 1024;
+  else if (unit == "GiB")
+    mult = 1024.0 * 1024 * 1024;
+  else
+    fail("--max-shard-size: unknown unit '{}' (B, KB, MB, GB, KiB, MiB, GiB)", unit);
   if (!(v > 0)) fail("--max-shard-size must be positive");
   return static_cast<uint64_t>(v * mult);
 }
@@ -38,7 +46,8 @@ Command add_export(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
-      "export", "Write a checkpoint (a run directory or a model directory) as a HF model directory");
+      "export",
+      "Write a checkpoint (a run directory or a model directory) as a HF model directory");
   sub->add_option("--checkpoint", o->checkpoint,
                   "A run directory (its final/ model is used) or a HF model directory")
       ->required();
@@ -46,28 +55,29 @@ Command add_export(CLI::App& app) {
   sub->add_option("--dtype", o->dtype, "f32 or bf16 (or f16)")->capture_default_str();
   sub->add_option("--max-shard-size", o->max_shard, "Shard the weights above this size")
       ->capture_default_str();
-  return {sub, [o] {
-            const auto dtype = dtype_from_cli(o->dtype);
-            if (!dtype) fail("--dtype: unknown dtype '{}' (f32, bf16, f16)", o->dtype);
-            fs::path src = o->checkpoint;
-            if (!fs::exists(src / "config.json") && fs::exists(final_model_dir(src) / "config.json")) {
-              src = final_model_dir(src);
-            }
-            if (!fs::exists(src)) fail("{}: no such checkpoint", o->checkpoint);
-            if (!fs::exists(src / "config.json")) {
-              fail("{}: not a model or run directory (no config.json)", o->checkpoint);
-            }
-            if (fs::weakly_canonical(src) == fs::weakly_canonical(o->out)) {
-              fail("--out must differ from the checkpoint directory");
-            }
-            Qwen2Config c = read_config(src / "config.json");
-            ParamLayout layout(c);
-            ParamStore store(layout, /*with_grads=*/false);
-            load_hf_weights(src, layout, store);
-            save_hf_checkpoint(o->out, c, layout, store, *dtype, parse_size(o->max_shard));
-            KILN_LOG_INFO("exported {} -> {} ({})", src.string(), o->out, o->dtype);
-            return 0;
-          }};
+  return {
+      sub, [o] {
+        const auto dtype = dtype_from_cli(o->dtype);
+        if (!dtype) fail("--dtype: unknown dtype '{}' (f32, bf16, f16)", o->dtype);
+        fs::path src = o->checkpoint;
+        if (!fs::exists(src / "config.json") && fs::exists(final_model_dir(src) / "config.json")) {
+          src = final_model_dir(src);
+        }
+        if (!fs::exists(src)) fail("{}: no such checkpoint", o->checkpoint);
+        if (!fs::exists(src / "config.json")) {
+          fail("{}: not a model or run directory (no config.json)", o->checkpoint);
+        }
+        if (fs::weakly_canonical(src) == fs::weakly_canonical(o->out)) {
+          fail("--out must differ from the checkpoint directory");
+        }
+        Qwen2Config c = read_config(src / "config.json");
+        ParamLayout layout(c);
+        ParamStore store(layout, /*with_grads=*/false);
+        load_hf_weights(src, layout, store);
+        save_hf_checkpoint(o->out, c, layout, store, *dtype, parse_size(o->max_shard));
+        KILN_LOG_INFO("exported {} -> {} ({})", src.string(), o->out, o->dtype);
+        return 0;
+      }};
 }
 
 }  // namespace kiln::cli

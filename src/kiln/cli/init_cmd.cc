@@ -16,9 +16,9 @@ Command add_init(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   std::string presets;
   for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
-  CLI::App* sub = app.add_subcommand("init", "Write a randomly initialised Qwen2 checkpoint (HF layout)");
-  sub->add_option("--config", o->config,
-                  "A preset (" + presets + ") or a Hugging Face config.json")
+  CLI::App* sub =
+      app.add_subcommand("init", "Write a randomly initialised Qwen2 checkpoint (HF layout)");
+  sub->add_option("--config", o->config, "A preset (" + presets + ") or a Hugging Face config.json")
       ->required();
   sub->add_option("--seed", o->seed, "Random seed")->capture_default_str();
   sub->add_option("--out", o->out, "Output directory")->required();
@@ -28,8 +28,8 @@ Command add_init(CLI::App& app) {
   return {sub, [o] {
             const auto dtype = dtype_from_cli(o->dtype);
             if (!dtype) fail("--dtype: unknown dtype '{}' (f32, bf16, f16)", o->dtype);
-            Qwen2Config c = is_preset(o->config) ? preset_config(o->config)
-                                                 : read_config(fs::path(o->config));
+            Qwen2Config c =
+                is_preset(o->config) ? preset_config(o->config) : read_config(fs::path(o->config));
             ParamLayout layout(c);
             ParamStore store(layout, /*with_grads=*/false);
             init_params(store, layout, o->seed, o->std);

@@ -64,10 +64,9 @@ class Backend {
                                  const float* v, const int32_t* doc_start,
                                  const AttnShape& s) const = 0;
   // dq (B,T,H,D), dk, dv (B,T,KV,D) written. Recomputes the probabilities from q, k and lse.
-  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dy,
-                                  const float* q, const float* k, const float* v, const float* y,
-                                  const float* lse, const int32_t* doc_start,
-                                  const AttnShape& s) const = 0;
+  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
+                                  const float* k, const float* v, const float* y, const float* lse,
+                                  const int32_t* doc_start, const AttnShape& s) const = 0;
 
   // h = silu(gate) * up, all (n)
   virtual void swiglu_forward(float* h, const float* gate, const float* up, size_t n) const = 0;
@@ -84,8 +83,7 @@ class Backend {
   // writes dx (N, C) (zero on ignored rows) and adds dw (V, C) += for loss scaled by `scale`
   // (the caller passes 1 / number of targets in the whole optimizer step).
   virtual double cross_entropy(float* dx, float* dw, const float* x, const float* w,
-                               const int32_t* targets, int N, int C, int V,
-                               float scale) const = 0;
+                               const int32_t* targets, int N, int C, int V, float scale) const = 0;
 
   // sum of squares of x (n), in double
   virtual double sum_squares(const float* x, size_t n) const = 0;

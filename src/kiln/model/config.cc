@@ -15,7 +15,8 @@ int64_t get_int(const Json& j, const char* key, const std::string& what, bool re
     if (required) fail("{}: missing field '{}'", what, key);
     return def;
   }
-  if (!it->is_number_integer()) fail("{}: field '{}' must be an integer, got {}", what, key, it->dump());
+  if (!it->is_number_integer())
+    fail("{}: field '{}' must be an integer, got {}", what, key, it->dump());
   return it->get<int64_t>();
 }
 
@@ -47,7 +48,8 @@ void Qwen2Config::validate(const std::string& what) const {
     fail("{}: num_attention_heads {} is not divisible by num_key_value_heads {}", what,
          num_attention_heads, num_key_value_heads);
   }
-  if (head_dim() % 2 != 0) fail("{}: head dimension {} must be even for rotary embeddings", what, head_dim());
+  if (head_dim() % 2 != 0)
+    fail("{}: head dimension {} must be even for rotary embeddings", what, head_dim());
   if (vocab_size > (int64_t{1} << 31) - 1) fail("{}: vocab_size {} too large", what, vocab_size);
   if (!(rms_norm_eps > 0)) fail("{}: field 'rms_norm_eps' must be positive", what);
   if (!(rope_theta > 0)) fail("{}: field 'rope_theta' must be positive", what);
@@ -56,7 +58,8 @@ void Qwen2Config::validate(const std::string& what) const {
 Qwen2Config config_from_json(const Json& j, const std::string& what) {
   if (!j.is_object()) fail("{}: config must be a JSON object", what);
   auto mt = j.find("model_type");
-  if (mt == j.end() || !mt->is_string()) fail("{}: missing field 'model_type' (expected \"qwen2\")", what);
+  if (mt == j.end() || !mt->is_string())
+    fail("{}: missing field 'model_type' (expected \"qwen2\")", what);
   if (mt->get<std::string>() != "qwen2") {
     fail("{}: model_type is \"{}\", kiln trains Qwen2 models (model_type \"qwen2\")", what,
          mt->get<std::string>());
@@ -71,7 +74,8 @@ Qwen2Config config_from_json(const Json& j, const std::string& what) {
   if (auto act = j.find("hidden_act"); act != j.end() && *act != "silu") {
     fail("{}: hidden_act {} is not supported (Qwen2 uses \"silu\")", what, act->dump());
   }
-  if (auto sw = j.find("use_sliding_window"); sw != j.end() && sw->is_boolean() && sw->get<bool>()) {
+  if (auto sw = j.find("use_sliding_window");
+      sw != j.end() && sw->is_boolean() && sw->get<bool>()) {
     fail("{}: use_sliding_window=true is not supported", what);
   }
   if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {

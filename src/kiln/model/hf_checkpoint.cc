@@ -10,9 +10,7 @@ namespace kiln {
 
 namespace {
 // Buffers some exporters leave in a checkpoint that are not parameters.
-bool ignorable(const std::string& name) {
-  return name.ends_with(".rotary_emb.inv_freq");
-}
+bool ignorable(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
 }  // namespace
 
 void load_hf_weights(const fs::path& path, const ParamLayout& layout, ParamStore& store) {
@@ -38,7 +36,9 @@ void load_hf_weights(const fs::path& path, const ParamLayout& layout, ParamStore
 void save_hf_checkpoint(const fs::path& dir, const Qwen2Config& config, const ParamLayout& layout,
                         const ParamStore& store, DType dtype, uint64_t max_shard_bytes) {
   fs::create_directories(dir);
-  const char* torch_dtype = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
+  const char* torch_dtype = dtype == DType::BF16  ? "bfloat16"
+                            : dtype == DType::F16 ? "float16"
+                                                  : "float32";
   write_file_atomic(dir / "config.json", config_to_json(config, torch_dtype).dump(2) + "\n");
   std::vector<TensorToWrite> tensors;
   for (int u = 0; u < layout.num_units(); ++u) {

@@ -13,9 +13,9 @@ Qwen2Model::Qwen2Model(const Qwen2Config& config, const Backend& backend)
 }
 
 size_t Qwen2Model::activation_bytes() const {
-  return sizeof(float) * (res_.size() + acts_.size() + xf_.size() + rstdf_.size() +
-                          dxf_.size() + dres_.size() + dxn_.size() + dq_.size() + dk_.size() +
-                          dv_.size() + dy_.size() + dgate_.size() + dup_.size() + dh_.size());
+  return sizeof(float) * (res_.size() + acts_.size() + xf_.size() + rstdf_.size() + dxf_.size() +
+                          dres_.size() + dxn_.size() + dq_.size() + dk_.size() + dv_.size() +
+                          dy_.size() + dgate_.size() + dup_.size() + dh_.size());
 }
 
 void Qwen2Model::prepare(const Batch& batch, bool recompute, bool training) {
@@ -29,7 +29,8 @@ void Qwen2Model::prepare(const Batch& batch, bool recompute, bool training) {
   int max_pos = 0;
   for (size_t i = 0; i < N; ++i) {
     if (batch.input_ids[i] < 0 || batch.input_ids[i] >= V) {
-      fail("token id {} at position {} is outside the vocabulary (size {})", batch.input_ids[i], i, V);
+      fail("token id {} at position {} is outside the vocabulary (size {})", batch.input_ids[i], i,
+           V);
     }
     const int32_t t = batch.targets[i];
     if (t != kIgnoreIndex && (t < 0 || t >= V)) {
@@ -107,13 +108,15 @@ void Qwen2Model::prepare(const Batch& batch, bool recompute, bool training) {
   }
 }
 
-void Qwen2Model::layer_forward(const float* w, const float* x_in, float* x_out,
-                               const LayerActs& a, const Batch& batch, bool need_output) {
+void Qwen2Model::layer_forward(const float* w, const float* x_in, float* x_out, const LayerActs& a,
+                               const Batch& batch, bool need_output) {
   const LayerOffsets& o = layout_.layer_offsets();
   const int N = batch.B * batch.T;
-  const int C = static_cast<int>(config_.hidden_size), I = static_cast<int>(config_.intermediate_size);
+  const int C = static_cast<int>(config_.hidden_size),
+            I = static_cast<int>(config_.intermediate_size);
   const int H = static_cast<int>(config_.num_attention_heads);
-  const int KVH = static_cast<int>(config_.num_key_value_heads), D = static_cast<int>(config_.head_dim());
+  const int KVH = static_cast<int>(config_.num_key_value_heads),
+            D = static_cast<int>(config_.head_dim());
   const int Q = H * D, KV = KVH * D;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const size_t NC = static_cast<size_t>(N) * C;
@@ -143,9 +146,11 @@ void Qwen2Model::layer_backward(const float* w, float* dw, const float* x_in, co
                                 const Batch& batch) {
   const LayerOffsets& o = layout_.layer_offsets();
   const int N = batch.B * batch.T;
-  const int C = static_cast<int>(config_.hidden_size), I = static_cast<int>(config_.intermediate_size);
+  const int C = static_cast<int>(config_.hidden_size),
+            I = static_cast<int>(config_.intermediate_size);
   const int H = static_cast<int>(config_.num_attention_heads);
-  const int KVH = static_cast<int>(config_.num_key_value_heads), D = static_cast<int>(config_.head_dim());
+  const int KVH = static_cast<int>(config_.num_key_value_heads),
+            D = static_cast<int>(config_.head_dim());
   const int Q = H * D, KV = KVH * D;
   const size_t NI = static_cast<size_t>(N) * I;
   float* dres = dres_.data();
@@ -155,18 +160,17 @@ void Qwen2Model::layer_backward(const float* w, float* dw, const float* x_in, co
   be_.swiglu_backward(dgate_.data(), dup_.data(), dh_.data(), a.gate, a.up, NI);
   be_.matmul_backward(dxn_.data(), dw + o.wg, nullptr, dgate_.data(), a.xn2, w + o.wg, N, C, I,
                       false);
-  be_.matmul_backward(dxn_.data(), dw + o.wu, nullptr, dup_.data(), a.xn2, w + o.wu, N, C, I,
-                      true);
+  be_.matmul_backward(dxn_.data(), dw + o.wu, nullptr, dup_.data(), a.xn2, w + o.wu, N, C, I, true);
   be_.rmsnorm_backward(dres, dw + o.ln2, dxn_.data(), a.xmid, w + o.ln2, a.rstd2, N, C, true);
   // Attention: xmid = x_in + y Wo^T
   be_.matmul_backward(dy_.data(), dw + o.wo, nullptr, dres, a.y, w + o.wo, N, Q, C, false);
   const AttnShape s{batch.B, batch.T, H, KVH, D};
-  be_.attention_backward(dq_.data(), dk_.data(), dv_.data(), dy_.data(), a.q, a.k, a.v, a.y,
-                         a.lse, batch.doc_start.data(), s);
+  be_.attention_backward(dq_.data(), dk_.data(), dv_.data(), dy_.data(), a.q, a.k, a.v, a.y, a.lse,
+                         batch.doc_start.data(), s);
   be_.rope_backward(dq_.data(), batch.positions.data(), rope_cos_.data(), rope_sin_.data(), N, H,
                     D);
-  be_.rope_backward(dk_.data(), batch.positions.data(), rope_cos_.data(), rope_sin_.data(), N,
-                    KVH, D);
+  be_.rope_backward(dk_.data(), batch.positions.data(), rope_cos_.data(), rope_sin_.data(), N, KVH,
+                    D);
   be_.matmul_backward(dxn_.data(), dw + o.wq, dw + o.bq, dq_.data(), a.xn1, w + o.wq, N, C, Q,
                       false);
   be_.matmul_backward(dxn_.data(), dw + o.wk, dw + o.bk, dk_.data(), a.xn1, w + o.wk, N, C, KV,
@@ -201,7 +205,8 @@ double Qwen2Model::forward(const Batch& batch, UnitAccess& params) {
   const int L = static_cast<int>(config_.num_hidden_layers);
   const float* hw = params.acquire(layout_.head_unit());
   be_.rmsnorm_forward(xf_.data(), rstdf_.data(), res_.data() + L * static_cast<size_t>(N) * C,
-                      hw + layout_.final_norm_offset(), N, C, static_cast<float>(config_.rms_norm_eps));
+                      hw + layout_.final_norm_offset(), N, C,
+                      static_cast<float>(config_.rms_norm_eps));
   const float* wh = config_.tie_word_embeddings ? params.acquire(layout_.embed_unit())
                                                 : hw + layout_.lm_head_offset();
   const double loss =

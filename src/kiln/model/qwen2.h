@@ -60,9 +60,9 @@ class Qwen2Model {
   Buffer<float> res_;   // (L+1, N, C) residual stream at each layer boundary
   Buffer<float> acts_;  // saved activations for every layer (or one, when recomputing)
   std::vector<LayerActs> layer_acts_;
-  Buffer<float> xf_, rstdf_, dxf_;                            // final norm
+  Buffer<float> xf_, rstdf_, dxf_;                                   // final norm
   Buffer<float> dres_, dxn_, dq_, dk_, dv_, dy_, dgate_, dup_, dh_;  // backward scratch
-  Buffer<float> rope_cos_, rope_sin_;                         // (positions, head_dim/2)
+  Buffer<float> rope_cos_, rope_sin_;                                // (positions, head_dim/2)
   int rope_positions_ = 0;
 };
 

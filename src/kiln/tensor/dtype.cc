@@ -72,10 +72,10 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&u, &f, 4);
   uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: inf
-  if (abs < 0x38800000u) {                         // below the smallest normal: subnormal or 0
-    if (abs < 0x33000000u) return sign;            // < 2^-25 rounds to 0
+  if (abs < 0x38800000u) {                        // below the smallest normal: subnormal or 0
+    if (abs < 0x33000000u) return sign;           // < 2^-25 rounds to 0
     uint32_t e = abs >> 23;
     uint32_t man = (abs & 0x7fffffu) | 0x800000u;
     // value = man * 2^(e-150) and the f16 subnormal unit is 2^-24, so q = man >> (126 - e).

@@ -16,7 +16,7 @@ struct OptimizerSettings {
   std::string name = "adamw";  // "adamw" (decoupled weight decay) | "sgd"
   double weight_decay = 0.0;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // AdamW
-  double momentum = 0.0;                           // SGD
+  double momentum = 0.0;                          // SGD
 };
 
 // The part of a unit this rank owns, in floats: [begin, end).

@@ -127,11 +127,13 @@ TrainResult train(const Recipe& r, const std::function<void(const StepMetrics&)>
     comm->all_reduce(sums, 2, ReduceOp::kSum);
     const double grad_norm = std::sqrt(sums[1]);
     if (!std::isfinite(grad_norm)) {
-      fail("step {}: gradient norm is {} (loss {}); stopping", step + 1, grad_norm, sums[0] / targets);
+      fail("step {}: gradient norm is {} (loss {}); stopping", step + 1, grad_norm,
+           sums[0] / targets);
     }
     if (r.train.grad_clip > 0 && grad_norm > r.train.grad_clip) {
       const float c = static_cast<float>(r.train.grad_clip / (grad_norm + 1e-6));
-      for (int u = 0; u < store.num_units(); ++u) be.scale(store.grads(u).data(), c, store.grads(u).size());
+      for (int u = 0; u < store.num_units(); ++u)
+        be.scale(store.grads(u).data(), c, store.grads(u).size());
     }
     const double lr = lr_at(ss, r.optimizer.lr, step, r.train.max_steps);
     opt.begin_step();
@@ -165,10 +167,9 @@ TrainResult train(const Recipe& r, const std::function<void(const StepMetrics&)>
     if (m.step % r.train.log_every == 0 || last) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
       const double eta = elapsed / m.step * (r.train.max_steps - m.step);
-      const std::string line =
-          fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}",
-                      m.step, r.train.max_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s,
-                      format_duration(eta));
+      const std::string line = fmt::format(
+          "step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}", m.step,
+          r.train.max_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, format_duration(eta));
       if (tty) {
         std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), last ? "\n" : "");
       } else {

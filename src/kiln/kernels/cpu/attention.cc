@@ -53,8 +53,7 @@ void CpuBackend::attention_forward(float* y, float* lse, const float* q, const f
       const int32_t* ds = doc_start ? doc_start + static_cast<size_t>(b) * T : nullptr;
       float* S = scratch(0, static_cast<size_t>(T) * T).data();
       // S (T, T) = sc * Q K^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, sc, Q, ldq, K, ldk, 0.0f, S,
-                  T);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, sc, Q, ldq, K, ldk, 0.0f, S, T);
       for (int i = 0; i < T; ++i) {
         const float* row = S + static_cast<size_t>(i) * T;
         const int j0 = ds ? ds[i] : 0;
@@ -73,8 +72,8 @@ void CpuBackend::attention_forward(float* y, float* lse, const float* q, const f
 }
 
 void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float* dy,
-                                    const float* q, const float* k, const float* v,
-                                    const float* y, const float* lse, const int32_t* doc_start,
+                                    const float* q, const float* k, const float* v, const float* y,
+                                    const float* lse, const int32_t* doc_start,
                                     const AttnShape& s) const {
   const int B = s.B, T = s.T, H = s.H, KV = s.KV, D = s.D;
   const int group = H / KV;
@@ -101,12 +100,11 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
       const int32_t* ds = doc_start ? doc_start + static_cast<size_t>(b) * T : nullptr;
       float* P = scratch(0, static_cast<size_t>(T) * T).data();
       float* dP = scratch(1, static_cast<size_t>(T) * T).data();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, sc, Q, ldq, K, ldk, 0.0f, P,
-                  T);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, sc, Q, ldq, K, ldk, 0.0f, P, T);
       probs_from_scores(P, L, ds, T);
       // dP (T, T) = dY V^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, 1.0f, dY, ldq, V, ldk, 0.0f,
-                  dP, T);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, 1.0f, dY, ldq, V, ldk, 0.0f, dP,
+                  T);
       // dS = P * (dP - rowsum(dY * Y)), kept in dP
       for (int i = 0; i < T; ++i) {
         float di = 0;
@@ -120,8 +118,7 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
       // dQ (T, D) = sc * dS K;  dK = sc * dS^T Q;  dV = P^T dY
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, sc, dP, T, K, ldk, 0.0f, dQ,
                   ldq);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, sc, dP, T, Q, ldq, 0.0f, dK,
-                  D);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, sc, dP, T, Q, ldq, 0.0f, dK, D);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, 1.0f, P, T, dY, ldq, 0.0f, dV,
                   D);
     }

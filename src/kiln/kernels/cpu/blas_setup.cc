@@ -1,11 +1,10 @@
 #include "kiln/kernels/cpu/blas_setup.h"
 
 #include <cblas.h>
+#include <fmt/format.h>
 #include <omp.h>
 
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 namespace kiln {
 

@@ -24,8 +24,8 @@ class CpuBackend final : public Backend {
                        const float* w, int N, int IC, int OC, bool accumulate) const override;
   void rope_forward(float* x, const int32_t* pos, const float* cos_table, const float* sin_table,
                     int N, int heads, int D) const override;
-  void rope_backward(float* dx, const int32_t* pos, const float* cos_table,
-                     const float* sin_table, int N, int heads, int D) const override;
+  void rope_backward(float* dx, const int32_t* pos, const float* cos_table, const float* sin_table,
+                     int N, int heads, int D) const override;
   void attention_forward(float* y, float* lse, const float* q, const float* k, const float* v,
                          const int32_t* doc_start, const AttnShape& s) const override;
   void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
@@ -35,8 +35,8 @@ class CpuBackend final : public Backend {
   void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
                        const float* up, size_t n) const override;
   void add(float* out, const float* a, const float* b, size_t n) const override;
-  double cross_entropy(float* dx, float* dw, const float* x, const float* w,
-                       const int32_t* targets, int N, int C, int V, float scale) const override;
+  double cross_entropy(float* dx, float* dw, const float* x, const float* w, const int32_t* targets,
+                       int N, int C, int V, float scale) const override;
   double sum_squares(const float* x, size_t n) const override;
   void scale(float* x, float a, size_t n) const override;
 };

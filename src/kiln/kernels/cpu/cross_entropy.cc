@@ -60,13 +60,13 @@ double CpuBackend::cross_entropy(float* dx, float* dw, const float* x, const flo
     for (int i = 0; i < r; ++i) total += row_loss[i];
     if (dx != nullptr) {
       // dxc (r, C) = dlogits (r, V) @ w (V, C);  dw (V, C) += dlogits^T @ xc
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, C, V, 1.0f, logits.data(), V, w,
-                  C, 0.0f, dxc.data(), C);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, C, V, 1.0f, logits.data(), V, w, C,
+                  0.0f, dxc.data(), C);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, r, 1.0f, logits.data(), V,
                   xc.data(), C, 1.0f, dw, C);
       for (int i = 0; i < r; ++i) {
-        std::memcpy(dx + static_cast<size_t>(rows[r0 + i]) * C, dxc.data() + static_cast<size_t>(i) * C,
-                    sizeof(float) * C);
+        std::memcpy(dx + static_cast<size_t>(rows[r0 + i]) * C,
+                    dxc.data() + static_cast<size_t>(i) * C, sizeof(float) * C);
       }
     }
   }

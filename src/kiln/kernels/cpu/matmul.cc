@@ -21,9 +21,8 @@ void CpuBackend::matmul_forward(float* out, const float* x, const float* w, cons
               OC);
 }
 
-void CpuBackend::matmul_backward(float* dx, float* dw, float* db, const float* dout,
-                                 const float* x, const float* w, int N, int IC, int OC,
-                                 bool accumulate) const {
+void CpuBackend::matmul_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+                                 const float* w, int N, int IC, int OC, bool accumulate) const {
   if (dx != nullptr) {
     // dx (N, IC) = dout (N, OC) @ w (OC, IC)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC,
