@@ -8,6 +8,7 @@ PACKAGES=(
   nlohmann-json3-dev          # JSON
   libyaml-cpp-dev             # YAML recipes
   libcli11-dev                # command line
+  libgloo-dev                 # CPU collectives (TCP)
   libfmt-dev libspdlog-dev    # formatting and logging
   libgtest-dev libgmock-dev   # tests
   libbenchmark-dev            # micro-benchmarks

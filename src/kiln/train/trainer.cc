@@ -110,7 +110,7 @@ TrainResult train(const Recipe& r, const std::function<void(const StepMetrics&)>
       counts[0] += static_cast<double>(b.num_targets());
       counts[1] += static_cast<double>(b.B) * b.T;
     }
-    comm->all_reduce(counts, 2, ReduceOp::kSum);
+    comm->all_reduce(counts, size_t{2}, ReduceOp::kSum);
     const double targets = counts[0];
     store.zero_grads();
     double loss_sum = 0;
@@ -124,7 +124,7 @@ TrainResult train(const Recipe& r, const std::function<void(const StepMetrics&)>
     for (int u = 0; u < store.num_units(); ++u) {
       sums[1] += be.sum_squares(store.grads(u).data(), store.grads(u).size());
     }
-    comm->all_reduce(sums, 2, ReduceOp::kSum);
+    comm->all_reduce(sums, size_t{2}, ReduceOp::kSum);
     const double grad_norm = std::sqrt(sums[1]);
     if (!std::isfinite(grad_norm)) {
       fail("step {}: gradient norm is {} (loss {}); stopping", step + 1, grad_norm,
