@@ -139,9 +139,9 @@ TEST(Recipe, EveryKeyParsed) {
 
 TEST(Recipe, KeysListCoversDocumentedOrder) {
   const auto& keys = recipe_keys();
-  ASSERT_EQ(keys.size(), 23u);
+  ASSERT_EQ(keys.size(), 28u);
   EXPECT_EQ(keys.front(), "model.path");
-  EXPECT_EQ(keys.back(), "output.dtype");
+  EXPECT_EQ(keys.back(), "dist.threads_per_worker");
 }
 
 TEST(Recipe, Overrides) {

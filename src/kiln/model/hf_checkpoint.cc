@@ -13,24 +13,41 @@ namespace {
 bool ignorable(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
 }  // namespace
 
-void load_hf_weights(const fs::path& path, const ParamLayout& layout, ParamStore& store) {
-  CheckpointReader reader(path);
+HfWeightsReader::HfWeightsReader(const fs::path& path, const ParamLayout& layout)
+    : reader_(std::make_unique<CheckpointReader>(path)), layout_(layout) {
   std::set<std::string> expected;
-  for (int u = 0; u < layout.num_units(); ++u) {
-    for (const auto& e : layout.units()[u].entries) {
+  for (const auto& u : layout.units()) {
+    for (const auto& e : u.entries) {
       expected.insert(e.name);
-      reader.read_f32(e.name, e.shape, store.params(u).data() + e.offset);
+      const TensorInfo& t = reader_->info(e.name);  // names the tensor when it is missing
+      if (t.shape != e.shape) {
+        fail("{}: tensor {} has shape {}, expected {}", reader_->file_of(e.name), e.name,
+             format_shape(t.shape), format_shape(e.shape));
+      }
     }
   }
-  for (const auto& name : reader.names()) {
+  for (const auto& name : reader_->names()) {
     if (expected.count(name) || ignorable(name)) continue;
     if (name == "lm_head.weight") {
       fail("{}: unexpected tensor lm_head.weight: config.json says tie_word_embeddings=true",
-           reader.file_of(name));
+           reader_->file_of(name));
     }
-    fail("{}: unexpected tensor {} (not a parameter of this Qwen2 model)", reader.file_of(name),
+    fail("{}: unexpected tensor {} (not a parameter of this Qwen2 model)", reader_->file_of(name),
          name);
   }
+}
+
+HfWeightsReader::~HfWeightsReader() = default;
+
+void HfWeightsReader::read_unit(int unit, float* out) const {
+  for (const auto& e : layout_.units()[unit].entries) {
+    reader_->read_f32(e.name, e.shape, out + e.offset);
+  }
+}
+
+void load_hf_weights(const fs::path& path, const ParamLayout& layout, ParamStore& store) {
+  HfWeightsReader reader(path, layout);
+  for (int u = 0; u < layout.num_units(); ++u) reader.read_unit(u, store.params(u).data());
 }
 
 void save_hf_checkpoint(const fs::path& dir, const Qwen2Config& config, const ParamLayout& layout,

@@ -1,11 +1,28 @@
 // Hugging Face model directories <-> kiln's flat parameter units.
 #pragma once
 
+#include <memory>
+
 #include "kiln/model/config.h"
 #include "kiln/model/unit_access.h"
 #include "kiln/tensor/dtype.h"
 
 namespace kiln {
+
+// Reads a checkpoint unit by unit, so memory is bounded by one unit (each rank of a sharded run
+// keeps only its shard of what it reads). Opening validates the whole checkpoint against the
+// layout: every tensor present with its shape, nothing unexpected.
+class HfWeightsReader {
+ public:
+  HfWeightsReader(const fs::path& path, const ParamLayout& layout);
+  ~HfWeightsReader();
+  // out: (layout.units()[unit].numel) floats
+  void read_unit(int unit, float* out) const;
+
+ private:
+  std::unique_ptr<class CheckpointReader> reader_;
+  const ParamLayout& layout_;
+};
 
 // Reads every parameter of `layout` from the checkpoint at `path` (a directory with
 // model.safetensors or model.safetensors.index.json, F32/BF16/F16) into `store`, converting to

@@ -26,6 +26,12 @@ struct ParamUnit {
   const ParamEntry& entry(const std::string& hf_name) const;
 };
 
+// The part of a unit one rank owns under sharding, in floats: [begin, end).
+struct ShardRange {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+
 // Offsets of one decoder layer's tensors inside its unit (in floats).
 struct LayerOffsets {
   size_t ln1, wq, bq, wk, bk, wv, bv, wo, ln2, wg, wu, wd;

@@ -19,12 +19,6 @@ struct OptimizerSettings {
   double momentum = 0.0;                          // SGD
 };
 
-// The part of a unit this rank owns, in floats: [begin, end).
-struct ShardRange {
-  size_t begin = 0, end = 0;
-  size_t size() const { return end - begin; }
-};
-
 class Optimizer {
  public:
   Optimizer(const OptimizerSettings& s, const ParamLayout& layout, std::vector<ShardRange> shards);

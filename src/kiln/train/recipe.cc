@@ -42,9 +42,14 @@ const std::vector<std::string> kKeys = {
     "train.log_every",
     "output.dir",
     "output.dtype",
+    "dist.strategy",
+    "dist.nproc_per_node",
+    "dist.timeout_s",
+    "dist.prefetch",
+    "dist.threads_per_worker",
 };
-const std::vector<std::string> kSections = {"model",    "data",  "optimizer",
-                                            "schedule", "train", "output"};
+const std::vector<std::string> kSections = {"model", "data",   "optimizer", "schedule",
+                                            "train", "output", "dist"};
 const std::vector<std::string> kDataFormats = {"tokens"};
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
@@ -366,6 +371,14 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   r.output.dir = Reader::text(in.require("output.dir"), "output.dir");
   in.choice("output.dtype", r.output.dtype, {"f32", "bf16"});
 
+  in.choice("dist.strategy", r.dist.strategy,
+            {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"});
+  in.integer("dist.nproc_per_node", r.dist.nproc_per_node, "> 0", positive);
+  in.real("dist.timeout_s", r.dist.timeout_s, "> 0", [](double v) { return v > 0; });
+  in.boolean("dist.prefetch", r.dist.prefetch);
+  in.integer("dist.threads_per_worker", r.dist.threads_per_worker, ">= 0",
+             [](int64_t v) { return v >= 0; });
+
   in.check_all_read();
   return r;
 }
@@ -419,6 +432,13 @@ std::string recipe_to_yaml(const Recipe& r) {
   section("output");
   out << YAML::Key << "dir" << YAML::Value << YAML::DoubleQuoted << r.output.dir;
   out << YAML::Key << "dtype" << YAML::Value << r.output.dtype;
+  end();
+  section("dist");
+  out << YAML::Key << "strategy" << YAML::Value << r.dist.strategy;
+  out << YAML::Key << "nproc_per_node" << YAML::Value << r.dist.nproc_per_node;
+  out << YAML::Key << "timeout_s" << YAML::Value << number(r.dist.timeout_s);
+  out << YAML::Key << "prefetch" << YAML::Value << r.dist.prefetch;
+  out << YAML::Key << "threads_per_worker" << YAML::Value << r.dist.threads_per_worker;
   end();
   out << YAML::EndMap;
   KILN_CHECK(out.good(), "recipe_to_yaml: {}", out.GetLastError());

@@ -59,12 +59,23 @@ struct Recipe {
     bool operator==(const Output&) const = default;
   };
 
+  struct Dist {
+    // "full_shard" | "shard_grad_op" | "no_shard" | "hybrid_shard" (see src/kiln/dist/fsdp.h)
+    std::string strategy = "full_shard";
+    int nproc_per_node = 1;      // > 0 workers the launcher spawns on this node
+    double timeout_s = 300;      // > 0: every collective and rendezvous wait
+    bool prefetch = true;        // all-gather the next unit while the current one computes
+    int threads_per_worker = 0;  // >= 0; 0 = this machine's cores / local workers
+    bool operator==(const Dist&) const = default;
+  };
+
   Model model;
   Data data;
   Optimizer optimizer;
   Schedule schedule;
   Train train;
   Output output;
+  Dist dist;
   bool operator==(const Recipe&) const = default;
 };
 

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
@@ -13,6 +15,7 @@
 #include "kiln/data/sampler.h"
 #include "kiln/data/token_dataset.h"
 #include "kiln/dist/communicator.h"
+#include "kiln/dist/fsdp.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/qwen2.h"
 #include "kiln/train/optimizer.h"
@@ -59,26 +62,81 @@ class MetricsWriter {
 
 fs::path final_model_dir(const fs::path& run_dir) { return run_dir / "final"; }
 
+namespace {
+// Fault injection for tests of failure handling: KILN_FAULT="RANK:STEP:KIND" makes rank RANK,
+// at the start of optimizer step STEP (1-based), exit with code 3 ("exit"), abort ("abort") or
+// stop responding ("hang").
+void maybe_inject_fault(int rank, int64_t step) {
+  const char* spec = std::getenv("KILN_FAULT");
+  if (spec == nullptr) return;
+  int r = -1;
+  long long s = -1;
+  char kind[16] = {};
+  if (std::sscanf(spec, "%d:%lld:%15s", &r, &s, kind) != 3 || r != rank || s != step) return;
+  std::fprintf(stderr, "KILN_FAULT: rank %d injecting '%s' at step %lld\n", rank, kind, s);
+  std::fflush(stderr);
+  if (std::strcmp(kind, "exit") == 0) std::_Exit(3);
+  if (std::strcmp(kind, "abort") == 0) std::abort();
+  if (std::strcmp(kind, "hang") == 0) {
+    for (;;) ::pause();
+  }
+}
+}  // namespace
+
 TrainResult train(const Recipe& r, const std::function<void(const StepMetrics&)>& on_step) {
   auto comm = make_local_communicator();
+  WorkerContext ctx;
+  ctx.comm = comm.get();
+  return train(r, ctx, on_step);
+}
+
+TrainResult train(const Recipe& r, WorkerContext& ctx,
+                  const std::function<void(const StepMetrics&)>& on_step) {
+  Communicator& world = *ctx.comm;
+  const bool lead = ctx.rank == 0;
   const fs::path run_dir = r.output.dir;
-  fs::create_directories(run_dir);
-  write_file_atomic(run_dir / "recipe.yaml", recipe_to_yaml(r));
+  if (lead) {
+    fs::create_directories(run_dir);
+    write_file_atomic(run_dir / "recipe.yaml", recipe_to_yaml(r));
+  }
 
   const fs::path model_path = r.model.path;
   const Qwen2Config config = read_config(model_path / "config.json");
   Qwen2Model model(config, cpu_backend());
-  ParamStore store(model.layout());
-  load_hf_weights(model_path, model.layout(), store);
-  KILN_LOG_INFO("model {}: {:.1f}M parameters, {} layers, hidden {}", model_path.string(),
-                parameter_count(config) / 1e6, config.num_hidden_layers, config.hidden_size);
+  const ParamLayout& layout = model.layout();
+
+  // One process needs no sharding; otherwise the recipe's strategy over the right groups.
+  const ShardStrategy strategy =
+      ctx.world_size == 1 ? ShardStrategy::kNoShard : parse_strategy(r.dist.strategy);
+  Communicator& shard_group =
+      strategy == ShardStrategy::kHybridShard ? ctx.intra_node() : world;
+  Communicator* replica_group =
+      strategy == ShardStrategy::kHybridShard ? &ctx.inter_node() : nullptr;
+  Fsdp fsdp(layout, strategy, shard_group, replica_group, r.dist.prefetch);
+  {
+    // Unit by unit: memory bounded by one whole unit, each rank keeps its shard.
+    HfWeightsReader reader(model_path, layout);
+    for (int u = 0; u < layout.num_units(); ++u) {
+      Buffer<float> full(layout.units()[u].numel);
+      reader.read_unit(u, full.data());
+      fsdp.load_unit(u, full.data());
+    }
+  }
+  if (lead) {
+    KILN_LOG_INFO("model {}: {:.1f}M parameters, {} layers, hidden {}; {} worker(s), {} ({})",
+                  model_path.string(), parameter_count(config) / 1e6, config.num_hidden_layers,
+                  config.hidden_size, ctx.world_size, strategy_name(strategy), world.transport());
+  }
 
   if (r.data.format != "tokens") fail("data.format '{}' is not supported yet", r.data.format);
   TokenDataset data = TokenDataset::load(r.data.train, config.vocab_size, r.data.seq_len);
-  KILN_LOG_INFO("data {}: {} examples, {} tokens, {} truncated to seq_len {}", r.data.train,
-                data.size(), data.num_tokens(), data.num_truncated(), r.data.seq_len);
+  if (lead) {
+    KILN_LOG_INFO("data {}: {} examples, {} tokens, {} truncated to seq_len {}", r.data.train,
+                  data.size(), data.num_tokens(), data.num_truncated(), r.data.seq_len);
+  }
+  // Every rank reads its own disjoint share of each epoch.
   Sampler sampler(data, r.train.micro_batch_size, r.data.seq_len, r.data.shuffle, r.train.seed,
-                  comm->rank(), comm->world_size());
+                  ctx.rank, ctx.world_size);
 
   OptimizerSettings os;
   os.name = r.optimizer.name;
@@ -87,12 +145,12 @@ TrainResult train(const Recipe& r, const std::function<void(const StepMetrics&)>
   os.beta2 = r.optimizer.betas[1];
   os.eps = r.optimizer.eps;
   os.momentum = r.optimizer.momentum;
-  std::vector<ShardRange> shards;
-  for (const auto& u : model.layout().units()) shards.push_back({0, u.numel});
-  Optimizer opt(os, model.layout(), shards);
+  const std::vector<ShardRange> shards = fsdp.shard_ranges();
+  Optimizer opt(os, layout, shards);
   const ScheduleSettings ss{r.schedule.name, r.schedule.warmup_steps, r.schedule.min_lr_ratio};
 
-  MetricsWriter metrics(run_dir / "metrics.jsonl");
+  std::unique_ptr<MetricsWriter> metrics;
+  if (lead) metrics = std::make_unique<MetricsWriter>(run_dir / "metrics.jsonl");
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   const int accum = r.train.grad_accum_steps;
   std::vector<Batch> batches(accum);
@@ -101,49 +159,46 @@ TrainResult train(const Recipe& r, const std::function<void(const StepMetrics&)>
   const Backend& be = cpu_backend();
 
   for (int64_t step = 0; step < r.train.max_steps; ++step) {
+    maybe_inject_fault(ctx.rank, step + 1);
     const auto t0 = Clock::now();
     // The loss is the mean over every predicted token of the step (all micro-batches, all
-    // ranks), so gradient accumulation gives the same gradient as one large batch.
+    // ranks), so accumulation and data parallelism give the same gradient as one large batch.
     double counts[2] = {0, 0};  // targets, tokens
     for (auto& b : batches) {
       sampler.next(b);
       counts[0] += static_cast<double>(b.num_targets());
       counts[1] += static_cast<double>(b.B) * b.T;
     }
-    comm->all_reduce(counts, size_t{2}, ReduceOp::kSum);
+    world.all_reduce(counts, size_t{2}, ReduceOp::kSum);
     const double targets = counts[0];
-    store.zero_grads();
+    fsdp.zero_grads();
     double loss_sum = 0;
     if (targets > 0) {
       const float scale = static_cast<float>(1.0 / targets);
-      for (const auto& b : batches) {
-        loss_sum += model.forward_backward(b, store, scale, r.train.activation_checkpointing);
+      for (int i = 0; i < accum; ++i) {
+        fsdp.set_sync_grads(i == accum - 1);
+        loss_sum += model.forward_backward(batches[i], fsdp, scale, r.train.activation_checkpointing);
+        fsdp.finish_backward();
       }
     }
-    double sums[2] = {loss_sum, 0};
-    for (int u = 0; u < store.num_units(); ++u) {
-      sums[1] += be.sum_squares(store.grads(u).data(), store.grads(u).size());
-    }
-    comm->all_reduce(sums, size_t{2}, ReduceOp::kSum);
-    const double grad_norm = std::sqrt(sums[1]);
+    world.all_reduce(&loss_sum, size_t{1}, ReduceOp::kSum);
+    const double grad_norm = std::sqrt(fsdp.grad_sq_norm(be));
     if (!std::isfinite(grad_norm)) {
       fail("step {}: gradient norm is {} (loss {}); stopping", step + 1, grad_norm,
-           sums[0] / targets);
+           loss_sum / targets);
     }
     if (r.train.grad_clip > 0 && grad_norm > r.train.grad_clip) {
-      const float c = static_cast<float>(r.train.grad_clip / (grad_norm + 1e-6));
-      for (int u = 0; u < store.num_units(); ++u)
-        be.scale(store.grads(u).data(), c, store.grads(u).size());
+      fsdp.scale_grads(be, static_cast<float>(r.train.grad_clip / (grad_norm + 1e-6)));
     }
     const double lr = lr_at(ss, r.optimizer.lr, step, r.train.max_steps);
     opt.begin_step();
-    for (int u = 0; u < store.num_units(); ++u) {
-      opt.step(u, store.params(u).data(), store.grads(u).data(), lr);
+    for (int u = 0; u < fsdp.num_units(); ++u) {
+      opt.step(u, fsdp.shard_params(u), fsdp.shard_grads(u), lr);
     }
 
     StepMetrics m;
     m.step = step + 1;
-    m.loss = targets > 0 ? sums[0] / targets : 0.0;
+    m.loss = targets > 0 ? loss_sum / targets : 0.0;
     m.lr = lr;
     m.grad_norm = grad_norm;
     m.targets = static_cast<int64_t>(targets);
@@ -153,23 +208,23 @@ TrainResult train(const Recipe& r, const std::function<void(const StepMetrics&)>
     if (step == 0) result.first_loss = m.loss;
     result.last_loss = m.loss;
     result.steps = m.step;
-    metrics.write(Json{{"step", m.step},
-                       {"loss", m.loss},
-                       {"lr", m.lr},
-                       {"grad_norm", m.grad_norm},
-                       {"tokens_per_s", m.tokens_per_s},
-                       {"tokens", m.tokens},
-                       {"targets", m.targets},
-                       {"step_s", m.step_seconds},
-                       {"epoch", sampler.epoch()}});
     if (on_step) on_step(m);
+    if (!lead) continue;
+    const Json row{{"step", m.step},         {"loss", m.loss},
+                   {"lr", m.lr},             {"grad_norm", m.grad_norm},
+                   {"tokens_per_s", m.tokens_per_s}, {"tokens", m.tokens},
+                   {"targets", m.targets},   {"step_s", m.step_seconds},
+                   {"epoch", sampler.epoch()}};
+    metrics->write(row);
+    ctx.report(row);
     const bool last = m.step == r.train.max_steps;
     if (m.step % r.train.log_every == 0 || last) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
       const double eta = elapsed / m.step * (r.train.max_steps - m.step);
       const std::string line = fmt::format(
-          "step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}", m.step,
-          r.train.max_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, format_duration(eta));
+          "step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}",
+          m.step, r.train.max_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s,
+          format_duration(eta));
       if (tty) {
         std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), last ? "\n" : "");
       } else {
@@ -178,10 +233,21 @@ TrainResult train(const Recipe& r, const std::function<void(const StepMetrics&)>
     }
   }
 
+  // Gather unit by unit into rank 0, which writes the model.
   result.model_dir = final_model_dir(run_dir);
-  const DType out_dtype = *dtype_from_cli(r.output.dtype);
-  save_hf_checkpoint(result.model_dir, config, model.layout(), store, out_dtype);
-  KILN_LOG_INFO("saved {} ({})", result.model_dir.string(), r.output.dtype);
+  std::unique_ptr<ParamStore> out;
+  if (lead) out = std::make_unique<ParamStore>(layout, /*with_grads=*/false);
+  Buffer<float> tmp;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    if (!lead) tmp.resize(layout.units()[u].numel);
+    fsdp.gather_unit(u, lead ? out->params(u).data() : tmp.data());
+  }
+  if (lead) {
+    const DType out_dtype = *dtype_from_cli(r.output.dtype);
+    save_hf_checkpoint(result.model_dir, config, layout, *out, out_dtype);
+    KILN_LOG_INFO("saved {} ({})", result.model_dir.string(), r.output.dtype);
+  }
+  world.barrier();
   return result;
 }
 

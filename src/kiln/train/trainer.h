@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kiln/train/recipe.h"
+#include "kiln/train/runtime.h"
 
 namespace kiln {
 
@@ -27,7 +28,12 @@ struct TrainResult {
   fs::path model_dir;  // the saved final model (HF layout)
 };
 
-// Runs the recipe. `on_step` (optional) sees every step's metrics.
+// Runs the recipe on this worker of the group in `ctx` (a single process: world size 1).
+// `on_step` (optional) sees every step's metrics. Rank 0 prints progress, writes metrics.jsonl
+// and saves the final model; every rank takes part in every collective.
+TrainResult train(const Recipe& recipe, WorkerContext& ctx,
+                  const std::function<void(const StepMetrics&)>& on_step = nullptr);
+// Single-process convenience.
 TrainResult train(const Recipe& recipe,
                   const std::function<void(const StepMetrics&)>& on_step = nullptr);
 

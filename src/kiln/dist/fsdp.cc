@@ -1,0 +1,257 @@
+#include "kiln/dist/fsdp.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/base/error.h"
+
+namespace kiln {
+
+ShardStrategy parse_strategy(const std::string& name) {
+  if (name == "full_shard") return ShardStrategy::kFullShard;
+  if (name == "shard_grad_op") return ShardStrategy::kShardGradOp;
+  if (name == "no_shard") return ShardStrategy::kNoShard;
+  if (name == "hybrid_shard") return ShardStrategy::kHybridShard;
+  fail("dist.strategy: unknown strategy '{}' (full_shard, shard_grad_op, no_shard, hybrid_shard)",
+       name);
+}
+
+const char* strategy_name(ShardStrategy s) {
+  switch (s) {
+    case ShardStrategy::kFullShard:
+      return "full_shard";
+    case ShardStrategy::kShardGradOp:
+      return "shard_grad_op";
+    case ShardStrategy::kNoShard:
+      return "no_shard";
+    case ShardStrategy::kHybridShard:
+      return "hybrid_shard";
+  }
+  return "?";
+}
+
+Fsdp::Fsdp(const ParamLayout& layout, ShardStrategy strategy, Communicator& shard,
+           Communicator* replica, bool prefetch)
+    : layout_(layout), strategy_(strategy), shard_(shard), replica_(replica), prefetch_(prefetch) {
+  KILN_CHECK((strategy == ShardStrategy::kHybridShard) == (replica != nullptr),
+             "a replica group is needed for (and only for) hybrid_shard");
+  const size_t S =
+      strategy == ShardStrategy::kNoShard ? 1 : static_cast<size_t>(shard.world_size());
+  units_.resize(layout.num_units());
+  for (int u = 0; u < layout.num_units(); ++u) {
+    Unit& x = units_[u];
+    x.numel = layout.units()[u].numel;
+    x.padded = (x.numel + S - 1) / S * S;
+    x.shard_size = x.padded / S;
+    x.shard.resize(x.shard_size);
+    x.shard_grad.resize(x.shard_size);
+  }
+}
+
+Fsdp::~Fsdp() {
+  // Outstanding work must finish before the buffers it writes go away.
+  for (auto& p : pending_) {
+    try {
+      p.work->wait();
+    } catch (...) {
+    }
+  }
+  for (auto& x : units_) {
+    if (x.gathering) {
+      try {
+        x.gathering->wait();
+      } catch (...) {
+      }
+    }
+  }
+}
+
+std::vector<ShardRange> Fsdp::shard_ranges() const {
+  std::vector<ShardRange> out;
+  const size_t r = strategy_ == ShardStrategy::kNoShard ? 0 : static_cast<size_t>(shard_.rank());
+  for (const auto& x : units_) {
+    const size_t b = std::min(x.numel, r * x.shard_size);
+    const size_t e = std::min(x.numel, (r + 1) * x.shard_size);
+    out.push_back({b, e});
+  }
+  return out;
+}
+
+Buffer<float> Fsdp::take_buffer(size_t n) {
+  auto it = free_buffers_.find(n);
+  if (it != free_buffers_.end()) {
+    Buffer<float> b = std::move(it->second);
+    free_buffers_.erase(it);
+    return b;
+  }
+  return Buffer<float>(n);
+}
+
+void Fsdp::give_buffer(Buffer<float> b) {
+  if (b.size() > 0) free_buffers_.emplace(b.size(), std::move(b));
+}
+
+void Fsdp::track_gathered(long delta) {
+  gathered_ = static_cast<size_t>(static_cast<long>(gathered_) + delta);
+  peak_gathered_ = std::max(peak_gathered_, gathered_);
+}
+
+void Fsdp::start_gather(int unit) {
+  Unit& x = units_[unit];
+  if (x.full.size() > 0 || strategy_ == ShardStrategy::kNoShard) return;
+  x.full = take_buffer(x.padded);
+  track_gathered(static_cast<long>(x.padded * sizeof(float)));
+  x.gathering = shard_.all_gather_async(x.full.data(), x.shard.data(), x.shard_size, DType::F32);
+}
+
+void Fsdp::free_full(int unit) {
+  Unit& x = units_[unit];
+  if (x.full.size() == 0) return;
+  if (x.gathering) {
+    x.gathering->wait();
+    x.gathering.reset();
+  }
+  track_gathered(-static_cast<long>(x.padded * sizeof(float)));
+  give_buffer(std::move(x.full));
+  x.full = Buffer<float>();
+}
+
+const float* Fsdp::acquire(int unit) {
+  Unit& x = units_[unit];
+  // Learn the order of the first pass; afterwards follow it to prefetch.
+  if (!order_known_) {
+    order_.push_back(unit);
+  } else if (order_pos_ < order_.size() && order_[order_pos_] != unit) {
+    auto it = std::find(order_.begin() + static_cast<long>(order_pos_), order_.end(), unit);
+    order_pos_ = it == order_.end() ? order_.size() : static_cast<size_t>(it - order_.begin());
+  }
+  if (order_known_ && order_pos_ < order_.size()) ++order_pos_;
+  ++x.in_use;
+  if (strategy_ == ShardStrategy::kNoShard) return x.shard.data();
+  start_gather(unit);
+  if (prefetch_ && order_known_ && order_pos_ < order_.size()) start_gather(order_[order_pos_]);
+  if (x.gathering) {
+    x.gathering->wait();
+    x.gathering.reset();
+  }
+  if (strategy_ == ShardStrategy::kShardGradOp) x.keep = true;
+  return x.full.data();
+}
+
+void Fsdp::release(int unit) {
+  Unit& x = units_[unit];
+  KILN_CHECK(x.in_use > 0, "release of unit {} that was not acquired", unit);
+  --x.in_use;
+  if (x.in_use == 0 && !x.keep) free_full(unit);
+}
+
+float* Fsdp::grad(int unit) {
+  Unit& x = units_[unit];
+  if (strategy_ == ShardStrategy::kNoShard) return x.shard_grad.data();
+  if (x.full_grad.size() == 0) {
+    x.full_grad = take_buffer(x.padded);
+    x.full_grad.zero();
+  }
+  return x.full_grad.data();
+}
+
+void Fsdp::grad_done(int unit) {
+  Unit& x = units_[unit];
+  const bool can_defer =
+      strategy_ == ShardStrategy::kNoShard || strategy_ == ShardStrategy::kShardGradOp;
+  if (!sync_ && can_defer) return;  // accumulate locally until the last micro-step
+  Pending p;
+  p.unit = unit;
+  p.replica_stage = false;
+  if (strategy_ == ShardStrategy::kNoShard) {
+    p.work = shard_.all_reduce_async(x.shard_grad.data(), x.shard_size, DType::F32, ReduceOp::kSum);
+  } else {
+    KILN_CHECK(x.full_grad.size() > 0, "grad_done of unit {} without a gradient", unit);
+    p.full_grad = std::move(x.full_grad);
+    x.full_grad = Buffer<float>();
+    p.out = take_buffer(x.shard_size);
+    p.work = shard_.reduce_scatter_async(p.out.data(), p.full_grad.data(), x.shard_size, DType::F32,
+                                         ReduceOp::kSum);
+  }
+  pending_.push_back(std::move(p));
+  drain(2);  // bound the whole-unit gradients in flight
+}
+
+void Fsdp::complete(Pending& p) {
+  p.work->wait();
+  if (p.out.size() == 0) return;  // no_shard: reduced in place
+  if (replica_ != nullptr) {
+    replica_->all_reduce_async(p.out.data(), p.out.size(), DType::F32, ReduceOp::kSum)->wait();
+  }
+  float* g = units_[p.unit].shard_grad.data();
+  const float* o = p.out.data();
+  const size_t n = p.out.size();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) g[i] += o[i];
+  give_buffer(std::move(p.full_grad));
+  give_buffer(std::move(p.out));
+}
+
+void Fsdp::drain(size_t keep_at_most) {
+  while (pending_.size() > keep_at_most) {
+    complete(pending_.front());
+    pending_.pop_front();
+  }
+}
+
+void Fsdp::finish_backward() {
+  drain(0);
+  if (!order_known_ && !order_.empty()) order_known_ = true;
+  order_pos_ = 0;
+  if (sync_) {
+    for (int u = 0; u < num_units(); ++u) {
+      units_[u].keep = false;
+      if (units_[u].in_use == 0) free_full(u);
+    }
+  }
+}
+
+void Fsdp::zero_grads() {
+  for (auto& x : units_) x.shard_grad.zero();
+}
+
+double Fsdp::grad_sq_norm(const Backend& be) {
+  const auto ranges = shard_ranges();
+  double s = 0;
+  for (int u = 0; u < num_units(); ++u) {
+    s += be.sum_squares(units_[u].shard_grad.data(), ranges[u].size());
+  }
+  if (strategy_ != ShardStrategy::kNoShard) shard_.all_reduce(&s, 1, ReduceOp::kSum);
+  return s;
+}
+
+void Fsdp::scale_grads(const Backend& be, float s) {
+  for (auto& x : units_) be.scale(x.shard_grad.data(), s, x.shard_size);
+}
+
+void Fsdp::load_unit(int unit, const float* full) {
+  Unit& x = units_[unit];
+  const ShardRange r = shard_ranges()[unit];
+  x.shard.zero();
+  std::memcpy(x.shard.data(), full + r.begin, r.size() * sizeof(float));
+}
+
+void Fsdp::gather_unit(int unit, float* full) {
+  Unit& x = units_[unit];
+  if (strategy_ == ShardStrategy::kNoShard) {
+    std::memcpy(full, x.shard.data(), x.numel * sizeof(float));
+    return;
+  }
+  Buffer<float> tmp = take_buffer(x.padded);
+  shard_.all_gather(tmp.data(), x.shard.data(), x.shard_size);
+  std::memcpy(full, tmp.data(), x.numel * sizeof(float));
+  give_buffer(std::move(tmp));
+}
+
+size_t Fsdp::shard_bytes() const {
+  size_t n = 0;
+  for (const auto& x : units_) n += 2 * x.shard_size * sizeof(float);
+  return n;
+}
+
+}  // namespace kiln

@@ -1,0 +1,121 @@
+// FSDP over flat parameter units: each rank keeps a 1/S shard of every unit's parameters,
+// gradients and (through the Optimizer's ShardRange) optimizer state, gathers a whole unit only
+// while the model uses it, and reduce-scatters the unit's gradient as soon as backward is done
+// with it. Strategies, as PyTorch FSDP's ShardingStrategy:
+//   full_shard     all-gather before forward, free after; all-gather again in backward;
+//                  reduce-scatter gradients
+//   shard_grad_op  as full_shard, but parameters gathered in forward stay until backward ends
+//   no_shard       every rank holds everything; gradients all-reduced (DDP)
+//   hybrid_shard   full_shard inside a node (shard group), gradients then all-reduced across
+//                  nodes (replica group)
+//
+// Geometry: a unit of n floats is padded to P = ceil(n / S) * S; rank r of the shard group owns
+// [r * P / S, (r + 1) * P / S) of the padded unit (the optimizer sees the part below n).
+//
+// Overlap: acquire(u) waits for u's all-gather and immediately issues the next unit's (the
+// order is learnt from the first micro-batch, so every rank prefetches identically);
+// grad_done(u) issues u's reduce-scatter without waiting. At most the units in use plus one
+// prefetched unit are gathered at any time (plus, for shard_grad_op, those kept for backward).
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/dist/communicator.h"
+#include "kiln/kernels/ops.h"
+#include "kiln/model/unit_access.h"
+#include "kiln/tensor/buffer.h"
+
+namespace kiln {
+
+enum class ShardStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+ShardStrategy parse_strategy(const std::string& name);
+const char* strategy_name(ShardStrategy s);
+
+class Fsdp final : public UnitAccess {
+ public:
+  // shard: the group parameters are sharded over (the world, or the node for hybrid);
+  // replica: the group shards are replicated over (nullptr unless hybrid_shard).
+  Fsdp(const ParamLayout& layout, ShardStrategy strategy, Communicator& shard,
+       Communicator* replica, bool prefetch = true);
+  ~Fsdp() override;
+
+  // UnitAccess
+  const float* acquire(int unit) override;
+  void release(int unit) override;
+  float* grad(int unit) override;
+  void grad_done(int unit) override;
+
+  // Gradient accumulation: with sync off (micro-steps before the last), strategies that can
+  // keep whole-unit gradients (no_shard, shard_grad_op) skip communication and accumulate
+  // locally; the others reduce-scatter every micro-step.
+  void set_sync_grads(bool sync) { sync_ = sync; }
+  // Call after the last backward of a step: finishes outstanding communication so that
+  // shard_grads() hold the step's summed gradients; drops parameters kept for backward.
+  void finish_backward();
+
+  ShardStrategy strategy() const { return strategy_; }
+  int num_units() const { return static_cast<int>(units_.size()); }
+  // This rank's part of each unit, for the optimizer (empty range if it owns only padding).
+  std::vector<ShardRange> shard_ranges() const;
+  float* shard_params(int unit) { return units_[unit].shard.data(); }
+  float* shard_grads(int unit) { return units_[unit].shard_grad.data(); }
+  void zero_grads();
+  // Sum of squares of the whole model's gradient (every rank gets the same value).
+  double grad_sq_norm(const Backend& be);
+  void scale_grads(const Backend& be, float s);
+
+  // Sets this rank's shard from a whole unit (every rank passes the same values).
+  void load_unit(int unit, const float* full);
+  // Gathers a whole unit into `full` (collective over the shard group).
+  void gather_unit(int unit, float* full);
+  // Bytes held in shards (params + grads) and the peak of gathered whole-unit buffers.
+  size_t shard_bytes() const;
+  size_t peak_gathered_bytes() const { return peak_gathered_; }
+
+ private:
+  struct Unit {
+    size_t numel = 0, padded = 0, shard_size = 0;
+    Buffer<float> shard, shard_grad;  // (shard_size)
+    Buffer<float> full;               // gathered parameters, empty when not gathered
+    std::unique_ptr<Work> gathering;  // in-flight all-gather into `full`
+    int in_use = 0;
+    bool keep = false;        // shard_grad_op: keep until finish_backward()
+    Buffer<float> full_grad;  // whole-unit gradient during backward (and across micro-steps)
+    bool grad_pending = false;
+  };
+  struct Pending {
+    int unit;
+    std::unique_ptr<Work> work;
+    Buffer<float> full_grad;  // owned until the reduce-scatter is done
+    Buffer<float> out;        // the reduce-scattered shard, added into shard_grad when done
+    bool replica_stage;       // hybrid: the cross-node all-reduce of `out` is in flight
+  };
+
+  void start_gather(int unit);
+  void free_full(int unit);
+  void complete(Pending& p);
+  void drain(size_t keep_at_most);
+  Buffer<float> take_buffer(size_t n);
+  void give_buffer(Buffer<float> b);
+  void track_gathered(long delta);
+
+  const ParamLayout& layout_;
+  ShardStrategy strategy_;
+  Communicator& shard_;
+  Communicator* replica_;
+  bool prefetch_;
+  bool sync_ = true;
+  std::vector<Unit> units_;
+  std::vector<int> order_;  // acquire order learnt from the first micro-batch
+  bool order_known_ = false;
+  size_t order_pos_ = 0;
+  std::deque<Pending> pending_;
+  std::multimap<size_t, Buffer<float>> free_buffers_;
+  size_t gathered_ = 0, peak_gathered_ = 0;
+};
+
+}  // namespace kiln

@@ -1,0 +1,532 @@
+#include "kiln/dist/gloo_communicator.h"
+
+#include <arpa/inet.h>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/attr.h>
+#include <gloo/transport/tcp/device.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "kiln/base/error.h"
+#include "kiln/dist/gloo_collectives.h"
+#include "kiln/dist/net_iface.h"
+
+namespace kiln {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Progress is published at most this often: a store round trip per collective would cost more
+// than a small collective, and a stale-by-100-ms view is plenty to tell who never arrived.
+constexpr milliseconds kProgressInterval{100};
+
+// Gloo's rendezvous talks to a kiln::Store (TcpStore in jobs, MemoryStore in tests).
+class StoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  StoreAdapter(std::shared_ptr<kiln::Store> store, milliseconds timeout)
+      : store_(std::move(store)), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_->set(key, Bytes(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    const Bytes b = store_->get(key, timeout_);
+    return std::vector<char>(b.begin(), b.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { store_->wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
+    store_->wait(keys, timeout);
+  }
+
+ private:
+  std::shared_ptr<kiln::Store> store_;
+  milliseconds timeout_;
+};
+
+// Completion of one queued operation, shared by the queue and the caller's Work.
+struct OpState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string error;
+
+  void finish(std::string err) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      done = true;
+      error = std::move(err);
+    }
+    cv.notify_all();
+  }
+};
+
+class GlooWork final : public Work {
+ public:
+  explicit GlooWork(std::shared_ptr<OpState> state) : state_(std::move(state)) {}
+  void wait() override {
+    std::unique_lock<std::mutex> l(state_->mu);
+    state_->cv.wait(l, [&] { return state_->done; });
+    if (!state_->error.empty()) throw Error(state_->error);
+  }
+
+ private:
+  std::shared_ptr<OpState> state_;
+};
+
+// Publishes "<group>/progress/<rank>" = the sequence number of the operation this rank last
+// entered, from its own thread so that a rank blocked inside Gloo still shows where it is
+// within kProgressInterval. Failure diagnosis on the other ranks reads these keys.
+class ProgressReporter {
+ public:
+  ProgressReporter(std::shared_ptr<Store> store, std::string key)
+      : store_(std::move(store)), key_(std::move(key)) {
+    publish(0);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~ProgressReporter() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    // A rank that leaves shows the last operation it entered, not a throttled older one.
+    publish(latest_);
+  }
+  void entered(int64_t seq) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      latest_ = seq;
+    }
+    cv_.notify_all();
+  }
+  // Synchronous, monotonic: never overwrites a newer value with an older one.
+  void publish(int64_t seq) {
+    std::lock_guard<std::mutex> l(publish_mu_);
+    if (seq < published_) return;
+    try {
+      store_->set(key_, to_bytes(std::to_string(seq)));
+      published_ = seq;
+    } catch (const std::exception&) {
+      // Progress only feeds diagnostics; an unreachable store surfaces in the collective itself.
+    }
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> l(mu_);
+    Clock::time_point last{};
+    int64_t sent = 0;
+    while (true) {
+      cv_.wait(l, [&] { return stop_ || latest_ != sent; });
+      if (stop_) return;
+      if (cv_.wait_until(l, last + kProgressInterval, [&] { return stop_; })) return;
+      sent = latest_;
+      l.unlock();
+      publish(sent);
+      l.lock();
+      last = Clock::now();
+    }
+  }
+
+  std::shared_ptr<Store> store_;
+  std::string key_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t latest_ = 0;
+  bool stop_ = false;
+  std::mutex publish_mu_;
+  int64_t published_ = -1;
+  std::thread thread_;
+};
+
+// What this host's loopback can reach: same kernel (boot id) and same network namespace. Host
+// names alone mislead (containers on one node, copied images with one name).
+std::string host_identity() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  char ns[128] = {};
+  const ssize_t len = readlink("/proc/self/ns/net", ns, sizeof ns - 1);
+  return std::string(host) + "|" + boot + "|" + (len > 0 ? std::string(ns, len) : "");
+}
+
+bool peers_remote(Store& group_store, int rank, int world_size, milliseconds timeout) {
+  if (world_size == 1) return false;
+  const std::string me = host_identity();
+  group_store.set("host/" + std::to_string(rank), to_bytes(me));
+  for (int r = 0; r < world_size; ++r) {
+    if (r != rank && to_string(group_store.get("host/" + std::to_string(r), timeout)) != me) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string sockaddr_ip(const sockaddr_storage& ss) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(ss).sin_addr, buf, sizeof buf);
+  } else if (ss.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(ss).sin6_addr, buf, sizeof buf);
+  }
+  return buf;
+}
+
+struct GroupSpec {
+  std::shared_ptr<Store> root;  // the store given to make_gloo_communicator
+  std::shared_ptr<gloo::transport::Device> device;
+  std::string iface, address;
+  milliseconds timeout;
+  std::string name;  // "world", "world/intra/0"
+  int rank = 0, size = 1;
+  std::vector<int> world_ranks;  // world rank of each member, for messages
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  explicit GlooCommunicator(GroupSpec g)
+      : g_(std::move(g)), store_(std::make_shared<PrefixStore>(g_.name, g_.root)) {
+    progress_ = std::make_unique<ProgressReporter>(store_, "progress/" + std::to_string(g_.rank));
+    context_ = std::make_shared<gloo::rendezvous::Context>(g_.rank, g_.size);
+    context_->setTimeout(g_.timeout);
+    if (g_.size > 1) {
+      try {
+        StoreAdapter adapter(store_, g_.timeout);
+        context_->connectFullMesh(adapter, g_.device);
+      } catch (const std::exception& e) {
+        fail("gloo rendezvous of {} over {} failed: {}", where(), transport(), e.what());
+      }
+    }
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~GlooCommunicator() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    progress_.reset();
+  }
+
+  int rank() const override { return g_.rank; }
+  int world_size() const override { return g_.size; }
+  std::string transport() const override {
+    return fmt::format("gloo-tcp {} {}", g_.iface, g_.address);
+  }
+
+  std::unique_ptr<Work> all_reduce_async(void* data, size_t n, DType t, ReduceOp op) override {
+    return submit("all_reduce", [=, this] {
+      if (n == 0 || g_.size == 1) return;
+      gloo::AllreduceOptions o(context_);
+      o.setTimeout(g_.timeout);
+      if (t == DType::F32) {
+        o.setOutput(static_cast<float*>(data), n);
+      } else {
+        o.setOutput(static_cast<uint16_t*>(data), n);
+      }
+      o.setReduceFunction(gloo_detail::reduce_fn(t, op));
+      gloo::allreduce(o);
+      if (op == ReduceOp::kMean) gloo_detail::divide_by(data, n, t, g_.size);
+    });
+  }
+
+  std::unique_ptr<Work> all_gather_async(void* out, const void* in, size_t n, DType t) override {
+    return submit("all_gather", [=, this] {
+      const size_t bytes = n * dtype_size(t);
+      auto* out8 = static_cast<uint8_t*>(out);
+      auto* in8 = static_cast<uint8_t*>(const_cast<void*>(in));
+      const bool in_place = in8 == out8 + g_.rank * bytes;
+      if (g_.size == 1 || bytes == 0) {
+        if (!in_place) std::memmove(out8, in8, bytes);
+        return;
+      }
+      gloo::AllgatherOptions o(context_);
+      o.setTimeout(g_.timeout);
+      if (!in_place) o.setInput(in8, bytes);
+      o.setOutput(out8, bytes * g_.size);
+      gloo::allgather(o);
+    });
+  }
+
+  std::unique_ptr<Work> reduce_scatter_async(void* out, const void* in, size_t n, DType t,
+                                             ReduceOp op) override {
+    return submit("reduce_scatter", [=, this] {
+      gloo_detail::ring_reduce_scatter(context_, out, in, n, t, gloo_detail::reduce_fn(t, op),
+                                       g_.timeout, scratch_);
+      if (op == ReduceOp::kMean && g_.size > 1) gloo_detail::divide_by(out, n, t, g_.size);
+    });
+  }
+
+  std::unique_ptr<Work> broadcast_async(void* data, size_t n, DType t, int root) override {
+    KILN_CHECK(root >= 0 && root < g_.size, "broadcast root {} outside group of {}", root, g_.size);
+    return submit("broadcast", [=, this] {
+      const size_t bytes = n * dtype_size(t);
+      if (g_.size == 1 || bytes == 0) return;
+      gloo::BroadcastOptions o(context_);
+      o.setTimeout(g_.timeout);
+      o.setOutput(static_cast<uint8_t*>(data), bytes);
+      o.setRoot(root);
+      gloo::broadcast(o);
+    });
+  }
+
+  void barrier() override {
+    submit("barrier", [this] {
+      if (g_.size == 1) return;
+      gloo::BarrierOptions o(context_);
+      o.setTimeout(g_.timeout);
+      gloo::barrier(o);
+    })->wait();
+  }
+
+  void all_reduce(double* data, size_t n, ReduceOp op) override {
+    submit("all_reduce_f64", [=, this] {
+      if (n == 0 || g_.size == 1) return;
+      gloo::AllreduceOptions o(context_);
+      o.setTimeout(g_.timeout);
+      o.setOutput(data, n);
+      o.setReduceFunction(gloo_detail::reduce_fn_f64(op));
+      gloo::allreduce(o);
+      if (op == ReduceOp::kMean) {
+        for (size_t i = 0; i < n; ++i) data[i] /= g_.size;
+      }
+    })->wait();
+  }
+
+  std::unique_ptr<Communicator> split(const std::vector<int>& ranks,
+                                      const std::string& name) override {
+    KILN_CHECK(!ranks.empty() && !name.empty());
+    GroupSpec sub = g_;
+    sub.size = static_cast<int>(ranks.size());
+    sub.rank = -1;
+    sub.world_ranks.clear();
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      KILN_CHECK(ranks[i] >= 0 && ranks[i] < g_.size && (i == 0 || ranks[i] > ranks[i - 1]),
+                 "split({}): ranks must be ascending members of {}", name, where());
+      if (ranks[i] == g_.rank) sub.rank = static_cast<int>(i);
+      sub.world_ranks.push_back(g_.world_ranks[ranks[i]]);
+    }
+    KILN_CHECK(sub.rank >= 0, "split({}): rank {} is not in the ranks given", name, g_.rank);
+    // Named by the parent, the call's name and the first member; a repeated split gets a
+    // suffix so its keys never meet the earlier group's.
+    sub.name = fmt::format("{}/{}/{}", g_.name, name, ranks[0]);
+    const int repeat = split_count_[sub.name]++;
+    if (repeat > 0) sub.name += fmt::format(".{}", repeat);
+    return std::make_unique<GlooCommunicator>(std::move(sub));
+  }
+
+ private:
+  struct Op {
+    int64_t seq = 0;
+    const char* name = "";
+    std::function<void()> fn;
+    std::shared_ptr<OpState> state;
+  };
+
+  std::string where() const {
+    return fmt::format("group {}, rank {} of {}", g_.name, g_.rank, g_.size);
+  }
+
+  std::unique_ptr<Work> submit(const char* name, std::function<void()> fn) {
+    auto state = std::make_shared<OpState>();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      queue_.push_back(Op{++next_seq_, name, std::move(fn), state});
+    }
+    cv_.notify_all();
+    return std::make_unique<GlooWork>(std::move(state));
+  }
+
+  // The communication thread: one operation at a time, in issue order (the ordering contract).
+  void run() {
+    while (true) {
+      Op op;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        op = std::move(queue_.front());
+        queue_.pop_front();
+        if (stop_) {
+          op.state->finish(fmt::format("gloo {} #{} ({}) not run: the communicator was destroyed",
+                                       op.name, op.seq, where()));
+          continue;
+        }
+      }
+      execute(op);
+    }
+  }
+
+  void execute(Op& op) {
+    if (!broken_.empty()) {
+      op.state->finish(
+          fmt::format("gloo {} #{} ({}) not run: {}", op.name, op.seq, where(), broken_));
+      return;
+    }
+    progress_->entered(op.seq);
+    const auto start = Clock::now();
+    try {
+      op.fn();
+      op.state->finish("");
+    } catch (const std::exception& e) {
+      const auto ms = std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
+      progress_->publish(op.seq);
+      // After a failure Gloo's state is unknown (sends and receives may be half done). Closing
+      // first makes the peers still waiting on this rank fail now, not at their own timeout.
+      try {
+        context_->closeConnections();
+      } catch (const std::exception&) {
+      }
+      const std::string who = diagnose(op.seq);
+      broken_ = fmt::format("the group failed at {} #{} ({})", op.name, op.seq, who);
+      try {
+        store_->set("failed", to_bytes(fmt::format("rank {} at {} #{}", g_.rank, op.name, op.seq)));
+      } catch (const std::exception&) {
+        // Only a hint for the peers' messages; the failure itself is reported below.
+      }
+      op.state->finish(fmt::format("gloo {} #{} ({}) failed after {} ms: {}: {}", op.name, op.seq,
+                                   where(), ms, who, e.what()));
+    }
+  }
+
+  std::string rank_label(int r) const {
+    if (g_.world_ranks[r] == r) return std::to_string(r);
+    return fmt::format("{} (world {})", r, g_.world_ranks[r]);
+  }
+
+  // Who never entered operation `seq`: peers whose published progress stays behind it for a
+  // short grace period (a live peer publishes within kProgressInterval of entering).
+  std::string diagnose(int64_t seq) {
+    const auto grace = std::clamp(g_.timeout / 8, milliseconds(250), milliseconds(1000));
+    const auto deadline = Clock::now() + grace;
+    std::vector<int64_t> seen(g_.size, -1);
+    seen[g_.rank] = seq;
+    while (true) {
+      bool all = true;
+      for (int r = 0; r < g_.size; ++r) {
+        if (seen[r] >= seq) continue;
+        const std::string key = "progress/" + std::to_string(r);
+        try {
+          if (store_->check({key}))
+            seen[r] = std::stoll(to_string(store_->get(key, milliseconds(100))));
+        } catch (const std::exception&) {
+        }
+        all = all && seen[r] >= seq;
+      }
+      if (all || Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    std::vector<int> missing;
+    for (int r = 0; r < g_.size; ++r) {
+      if (seen[r] < seq) missing.push_back(r);
+    }
+    if (missing.empty()) {
+      std::string failed;
+      try {
+        if (store_->check({"failed"})) failed = to_string(store_->get("failed", milliseconds(100)));
+      } catch (const std::exception&) {
+      }
+      return failed.empty() ? "every rank arrived"
+                            : "every rank arrived; the group had already failed (" + failed + ")";
+    }
+    const bool same = std::all_of(missing.begin(), missing.end(),
+                                  [&](int r) { return seen[r] == seen[missing[0]]; });
+    auto last_seen = [&](int r) {
+      return seen[r] < 0 ? std::string("never seen") : fmt::format("last seen at #{}", seen[r]);
+    };
+    std::string out = missing.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < missing.size(); ++i) {
+      out += (i ? ", " : "") + rank_label(missing[i]);
+      if (!same) out += " (" + last_seen(missing[i]) + ")";
+    }
+    out += " did not arrive";
+    if (same) out += " (" + last_seen(missing[0]) + ")";
+    return out;
+  }
+
+  GroupSpec g_;
+  std::shared_ptr<Store> store_;  // this group's namespace
+  std::unique_ptr<ProgressReporter> progress_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::map<std::string, int> split_count_;
+  std::vector<uint8_t> scratch_;  // reduce-scatter's, used on the communication thread only
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;
+  int64_t next_seq_ = 0;
+  bool stop_ = false;
+  std::string broken_;  // set on the communication thread after a failure
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> store, int rank,
+                                                     int world_size, const GlooOptions& opts) {
+  KILN_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "rank {} of {}", rank, world_size);
+  KILN_CHECK(store != nullptr && !opts.group_name.empty());
+  GroupSpec g;
+  g.root = store;
+  g.timeout = opts.timeout;
+  g.name = opts.group_name;
+  g.rank = rank;
+  g.size = world_size;
+  for (int r = 0; r < world_size; ++r) g.world_ranks.push_back(r);
+
+  gloo::transport::tcp::attr attr;
+  if (!opts.hostname.empty()) {
+    attr.hostname = opts.hostname;
+  } else {
+    PrefixStore group_store(opts.group_name, store);
+    bool remote = false;
+    try {
+      remote = peers_remote(group_store, rank, world_size, opts.timeout);
+    } catch (const std::exception& e) {
+      fail("gloo rendezvous of group {} (rank {} of {}) failed: {}", opts.group_name, rank,
+           world_size, e.what());
+    }
+    attr.iface = choose_interface(opts.ifname, remote, list_interfaces());
+    attr.ai_family = AF_INET;  // list_interfaces() reports IPv4; bind the address it reported
+  }
+  gloo::transport::tcp::attr resolved;
+  try {
+    resolved = gloo::transport::tcp::CreateDeviceAttr(attr);
+  } catch (const std::exception& e) {
+    fail("gloo: cannot use {} '{}' (rank {} of {}): {}", attr.iface.empty() ? "host" : "interface",
+         attr.iface.empty() ? attr.hostname : attr.iface, rank, world_size, e.what());
+  }
+  g.address = sockaddr_ip(resolved.ai_addr);
+  g.iface = attr.iface;
+  if (g.iface.empty()) {
+    for (const auto& i : list_interfaces()) {
+      if (i.address == g.address) g.iface = i.name;
+    }
+    if (g.iface.empty()) g.iface = "?";
+  }
+  // Built from the resolved attributes so the address recorded is the one bound.
+  g.device = std::make_shared<gloo::transport::tcp::Device>(resolved);
+  return std::make_unique<GlooCommunicator>(std::move(g));
+}
+
+}  // namespace kiln

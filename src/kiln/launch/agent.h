@@ -1,0 +1,30 @@
+// The node agent: spawns this node's workers (the kiln binary itself, in worker mode), hosts
+// the rendezvous store on node 0, prefixes every output line with the worker's rank, forwards
+// SIGINT/SIGTERM, and tears the whole group down as soon as any worker fails.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct AgentSpec {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0 on a single node: the store picks a free port
+  std::string token;    // per-job secret every worker presents to the store
+  int threads_per_worker = 0;  // 0: cores / nproc_per_node
+  double grace_s = 10;         // SIGTERM -> SIGKILL delay when tearing the group down
+  std::vector<std::string> worker_args;  // arguments after the program name
+};
+
+// Runs the agent until every worker has exited. Returns 0 when all succeeded; otherwise the
+// group was torn down, the failing rank and its exit status were reported, and 1 is returned.
+int run_agent(const AgentSpec& spec);
+
+// A random per-job token (hex), for single-node runs where the agent makes one.
+std::string random_token();
+
+}  // namespace kiln

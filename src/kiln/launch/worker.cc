@@ -1,0 +1,42 @@
+#include "kiln/launch/worker.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "kiln/base/error.h"
+#include "kiln/base/log.h"
+#include "kiln/dist/gloo_communicator.h"
+#include "kiln/dist/tcp_store.h"
+
+namespace kiln {
+
+int run_worker(const WorkerSpec& s, const TrainFn& fn) {
+  if (s.threads > 0) omp_set_num_threads(s.threads);
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(s.timeout_s * 1000));
+  std::unique_ptr<TcpStoreServer> server;
+  if (s.host_store && s.rank == 0) {
+    server = std::make_unique<TcpStoreServer>("0.0.0.0", s.store_port, s.token);
+  }
+  auto store = std::make_shared<TcpStore>(s.master_addr, s.store_port, s.token, timeout);
+  GlooOptions go;
+  if (const char* ifname = std::getenv("KILN_SOCKET_IFNAME")) go.ifname = ifname;
+  go.timeout = timeout;
+  auto comm = make_gloo_communicator(store, s.rank, s.world_size, go);
+  KILN_LOG_DEBUG("rank {}/{} joined: {}", s.rank, s.world_size, comm->transport());
+  WorkerContext ctx;
+  ctx.rank = s.rank;
+  ctx.world_size = s.world_size;
+  ctx.local_rank = s.local_rank;
+  ctx.local_world_size = s.local_world_size;
+  ctx.node_rank = s.node_rank;
+  ctx.num_nodes = s.nnodes;
+  ctx.comm = comm.get();
+  const int rc = fn(ctx);
+  // Rank 0 may host the store: everyone finishes with it before it goes away.
+  comm->barrier();
+  return rc;
+}
+
+}  // namespace kiln

@@ -1,0 +1,25 @@
+// Worker mode: join the group (store + Gloo), then run a training function with a
+// WorkerContext. Used for workers spawned by kiln's agent and for ranks started by an external
+// launcher (torchrun, mpirun, srun) that already assigned them.
+#pragma once
+
+#include <string>
+
+#include "kiln/train/runtime.h"
+
+namespace kiln {
+
+struct WorkerSpec {
+  int rank = 0, world_size = 1, local_rank = 0, local_world_size = 1, node_rank = 0, nnodes = 1;
+  std::string master_addr = "127.0.0.1";
+  int store_port = 0;
+  bool host_store = false;  // rank 0 serves the store itself (no kiln agent ran)
+  std::string token;
+  double timeout_s = 300;
+  int threads = 0;  // 0: leave OpenMP's setting
+};
+
+// Joins the group and runs `fn`; returns its exit code. Errors become kiln::Error.
+int run_worker(const WorkerSpec& spec, const TrainFn& fn);
+
+}  // namespace kiln
