@@ -34,6 +34,19 @@ std::string format_duration(double s) {
   return fmt::format("{}s", t);
 }
 
+// Peak resident set size of this process (VmHWM).
+size_t peak_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  size_t kb = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "VmHWM: %zu kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb * 1024;
+}
+
 // Appends one JSON object per line and flushes it, so a crash loses at most the line in flight.
 class MetricsWriter {
  public:
@@ -231,6 +244,20 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
         std::fprintf(stderr, "%s\n", line.c_str());
       }
     }
+  }
+
+  {
+    // Memory figures per rank: what sharding saves is visible in every run's log.
+    size_t opt_bytes = 0;
+    for (int u = 0; u < fsdp.num_units(); ++u) {
+      opt_bytes += (opt.m(u).size() + opt.v(u).size()) * sizeof(float);
+    }
+    KILN_LOG_INFO(
+        "rank {}: peak RSS {:.0f} MiB; sharded params+grads {:.0f} MiB, optimizer state {:.0f} "
+        "MiB, peak gathered units {:.0f} MiB, activations {:.0f} MiB",
+        ctx.rank, peak_rss_bytes() / 1048576.0, fsdp.shard_bytes() / 1048576.0,
+        opt_bytes / 1048576.0, fsdp.peak_gathered_bytes() / 1048576.0,
+        model.activation_bytes() / 1048576.0);
   }
 
   // Gather unit by unit into rank 0, which writes the model.
