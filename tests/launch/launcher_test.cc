@@ -73,3 +73,21 @@ TEST(Launcher, HungPeerFailsWithinTimeoutNamingIt) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(RuntimeApi, UserTrainingFunctionRunsOnEveryWorker) {
+  const std::string cmd =
+      std::string(KILN_BINARY_DIR) + "/bin/kiln_custom_train_example --nproc 3 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0) << out;
+  EXPECT_NE(out.find("[rank 0] report: {\"sum\":6.0,\"world_size\":3}"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,90 @@
+#include "kiln/launch/launch.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+#include "kiln/base/log.h"
+#include "kiln/launch/agent.h"
+#include "kiln/launch/worker.h"
+
+namespace kiln {
+
+namespace {
+
+// A job-wide secret all ranks of an externally launched job share.
+std::string external_token() {
+  for (const char* v : {"KILN_STORE_TOKEN", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID",
+                        "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE", "KILN_JOB_ID"}) {
+    if (const char* t = std::getenv(v)) return std::string(v) + ":" + t;
+  }
+  KILN_LOG_WARN(
+      "no job id in the environment (KILN_STORE_TOKEN, SLURM_JOB_ID, ...): the store uses a "
+      "fixed token");
+  return "kiln-default-token";
+}
+
+int single_process(const TrainFn& fn) {
+  auto comm = make_local_communicator();
+  WorkerContext ctx;
+  ctx.comm = comm.get();
+  return fn(ctx);
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& o, const TrainFn& fn) {
+  const char* spawned = std::getenv("KILN_WORKER");
+  const Topology t = discover_topology(o.flags);
+  if (spawned != nullptr || !t.agent_spawns_workers) {
+    if (t.world_size == 1 && spawned == nullptr) return single_process(fn);
+    WorkerSpec w;
+    w.rank = t.rank;
+    w.world_size = t.world_size;
+    w.local_rank = t.local_rank;
+    w.local_world_size = t.local_world_size;
+    w.node_rank = t.node_rank;
+    w.nnodes = t.num_nodes;
+    w.master_addr = t.master_addr;
+    w.timeout_s = o.timeout_s;
+    if (spawned != nullptr) {  // ours: the agent passed the store's address and token
+      const char* port = std::getenv("KILN_STORE_PORT");
+      const char* token = std::getenv("KILN_STORE_TOKEN");
+      w.store_port = port ? std::atoi(port) : t.master_port;
+      w.token = token ? token : "";
+    } else {
+      // An external launcher's rank: rank 0 serves the store. Under torchrun MASTER_PORT is
+      // torch's own store, so kiln's listens one port above unless KILN_STORE_PORT says.
+      const char* sp = std::getenv("KILN_STORE_PORT");
+      w.store_port =
+          sp ? std::atoi(sp) : t.master_port + (std::getenv("TORCHELASTIC_RUN_ID") ? 1 : 0);
+      w.host_store = true;
+      w.token = external_token();
+      const int cores = static_cast<int>(std::thread::hardware_concurrency());
+      w.threads = o.threads_per_worker > 0 ? o.threads_per_worker
+                                           : std::max(1, cores / t.local_world_size);
+    }
+    return run_worker(w, fn);
+  }
+  // This process is the node agent.
+  const int nproc =
+      o.flags.nproc_per_node.value_or(t.local_world_size > 1 ? t.local_world_size : o.nproc_per_node);
+  if (nproc == 1 && t.num_nodes == 1) return single_process(fn);
+  AgentSpec a;
+  a.nproc_per_node = nproc;
+  a.nnodes = t.num_nodes;
+  a.node_rank = t.node_rank;
+  a.master_addr = t.master_addr;
+  a.master_port = t.num_nodes > 1 || o.flags.master_port ? t.master_port : 0;  // 0: any free
+  a.threads_per_worker = o.threads_per_worker;
+  a.worker_args = o.worker_args;
+  if (t.num_nodes > 1) {
+    const char* token = std::getenv("KILN_STORE_TOKEN");
+    a.token = token ? token : external_token();
+  } else {
+    a.token = random_token();
+  }
+  return run_agent(a);
+}
+
+}  // namespace kiln

@@ -1,0 +1,29 @@
+// One entry point for every way a kiln program runs: decides this process's role and runs a
+// training function (`TrainFn`) on every worker.
+//   - a single process: fn runs here with world size 1;
+//   - node agent (N local workers, or kiln as the per-node agent of a multi-node job): spawns
+//     workers that re-run this binary with `worker_args`, hosts the store on node 0;
+//   - worker (spawned by the agent, or a rank started by torchrun/mpirun/srun): joins the group
+//     and runs fn.
+// `kiln train` is one client; examples/custom_train.cc shows a user's own program.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kiln/dist/topology.h"
+#include "kiln/train/runtime.h"
+
+namespace kiln {
+
+struct LaunchOptions {
+  TopologyFlags flags;
+  int nproc_per_node = 1;      // used when neither flags nor the environment say
+  int threads_per_worker = 0;  // 0: cores / local workers
+  double timeout_s = 300;
+  std::vector<std::string> worker_args;  // this program's arguments, for spawned workers
+};
+
+int launch(const LaunchOptions& opts, const TrainFn& fn);
+
+}  // namespace kiln
