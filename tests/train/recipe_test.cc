@@ -1,6 +1,8 @@
 #include "kiln/train/recipe.h"
 
 #include <gtest/gtest.h>
+
+#include <set>
 #include <unistd.h>
 
 #include "kiln/base/error.h"
@@ -22,9 +24,15 @@ const char* kFull = R"(model:
   path: /models/qwen2-0.5b
 data:
   train: data/train.jsonl
-  format: tokens
+  format: chat
+  tokenizer: tok/tokenizer.json
   seq_len: 1024
+  overlong: drop
+  pack: true
   shuffle: false
+  train_on_prompt: true
+  skip_bad_lines: true
+  cache_dir: /cache
 optimizer:
   name: sgd
   lr: 3.0e-4
@@ -74,8 +82,14 @@ TEST(Recipe, Defaults) {
   EXPECT_EQ(r.model.path, "/models/qwen");
   EXPECT_EQ(r.data.train, "/data/train.jsonl");
   EXPECT_EQ(r.data.format, "tokens");
+  EXPECT_EQ(r.data.tokenizer, "");
   EXPECT_EQ(r.data.seq_len, 512);
+  EXPECT_EQ(r.data.overlong, "truncate");
+  EXPECT_FALSE(r.data.pack);
   EXPECT_TRUE(r.data.shuffle);
+  EXPECT_FALSE(r.data.train_on_prompt);
+  EXPECT_FALSE(r.data.skip_bad_lines);
+  EXPECT_EQ(r.data.cache_dir, "");
   EXPECT_EQ(r.optimizer.name, "adamw");
   EXPECT_EQ(r.optimizer.lr, 1e-5);
   EXPECT_EQ(r.optimizer.weight_decay, 0.0);
@@ -113,9 +127,15 @@ TEST(Recipe, EveryKeyParsed) {
   Recipe r = parse(kFull);
   EXPECT_EQ(r.model.path, "/models/qwen2-0.5b");
   EXPECT_EQ(r.data.train, "/base/data/train.jsonl");
-  EXPECT_EQ(r.data.format, "tokens");
+  EXPECT_EQ(r.data.format, "chat");
+  EXPECT_EQ(r.data.tokenizer, "/base/tok/tokenizer.json");
   EXPECT_EQ(r.data.seq_len, 1024);
+  EXPECT_EQ(r.data.overlong, "drop");
+  EXPECT_TRUE(r.data.pack);
   EXPECT_FALSE(r.data.shuffle);
+  EXPECT_TRUE(r.data.train_on_prompt);
+  EXPECT_TRUE(r.data.skip_bad_lines);
+  EXPECT_EQ(r.data.cache_dir, "/cache");
   EXPECT_EQ(r.optimizer.name, "sgd");
   EXPECT_EQ(r.optimizer.lr, 3e-4);
   EXPECT_EQ(r.optimizer.weight_decay, 0.1);
@@ -139,9 +159,32 @@ TEST(Recipe, EveryKeyParsed) {
 
 TEST(Recipe, KeysListCoversDocumentedOrder) {
   const auto& keys = recipe_keys();
-  ASSERT_EQ(keys.size(), 28u);
+  // Every key is unique and in a known section; docs coverage is checked by Documentation.
+  std::set<std::string> unique(keys.begin(), keys.end());
+  EXPECT_EQ(unique.size(), keys.size());
   EXPECT_EQ(keys.front(), "model.path");
-  EXPECT_EQ(keys.back(), "dist.threads_per_worker");
+  for (const auto& k : keys) {
+    const std::string section = k.substr(0, k.find('.'));
+    EXPECT_TRUE(section == "model" || section == "data" || section == "optimizer" ||
+                section == "schedule" || section == "train" || section == "output" ||
+                section == "dist" || section == "checkpoint" || section == "failure")
+        << k;
+  }
+}
+
+TEST(Recipe, DataPaths) {
+  // data.tokenizer and data.cache_dir resolve like data.train; empty keeps the default.
+  Recipe r = parse_recipe(
+      "model: {path: m}\ndata: {train: t.jsonl, tokenizer: ../tok, cache_dir: ''}\noutput: {dir: o}\n",
+      "r.yaml", "/recipes/sub", {});
+  EXPECT_EQ(r.data.tokenizer, "/recipes/tok");
+  EXPECT_EQ(r.data.cache_dir, "");
+  r = parse_recipe("model: {path: m}\ndata: {train: t, tokenizer:, cache_dir: c}\noutput: {dir: o}\n",
+                   "r.yaml", "/recipes", {"data.cache_dir=cache"});
+  EXPECT_EQ(r.data.tokenizer, "");
+  EXPECT_EQ(r.data.cache_dir, (fs::current_path() / "cache").string());
+  EXPECT_HAS(error_of("model: {path: m}\ndata: {train: t, tokenizer: [a]}\noutput: {dir: o}\n"),
+             "data.tokenizer: expected a string, got a list");
 }
 
 TEST(Recipe, Overrides) {
@@ -291,8 +334,11 @@ TEST(Recipe, OutOfRange) {
   auto with = [](const std::string& extra) { return error_of(std::string(kMinimal) + extra); };
   EXPECT_HAS(error_of("model: {path: m}\ndata:\n  train: t\n  seq_len: 1\n"),
              "recipe.yaml:4: data.seq_len: must be > 1, got 1");
-  EXPECT_HAS(error_of("model: {path: m}\ndata:\n  train: t\n  format: chat\n"),
-             "recipe.yaml:4: data.format: invalid value 'chat' (valid: tokens)");
+  EXPECT_HAS(error_of("model: {path: m}\ndata:\n  train: t\n  format: csv\n"),
+             "recipe.yaml:4: data.format: invalid value 'csv' (valid: chat, instruction, "
+             "completion, text, tokens)");
+  EXPECT_HAS(error_of("model: {path: m}\ndata:\n  train: t\n  overlong: wrap\n"),
+             "recipe.yaml:4: data.overlong: invalid value 'wrap' (valid: truncate, drop)");
   EXPECT_HAS(with("optimizer:\n  name: adam\n"),
              "optimizer.name: invalid value 'adam' (valid: adamw, sgd)");
   EXPECT_HAS(with("optimizer:\n  lr: 0\n"), "optimizer.lr: must be > 0, got 0");
@@ -353,6 +399,24 @@ TEST(Recipe, Documentation) {
 }
 
 TEST(Recipe, MissingFile) { EXPECT_THROW(load_recipe("/nonexistent/recipe.yaml"), Error); }
+
+TEST(Recipe, RequireTransport) {
+  EXPECT_EQ(parse(kMinimal).dist.require_transport, "");  // no requirement by default
+  for (const char* kind : {"gloo-tcp", "socket", "loopback", "efa"}) {
+    EXPECT_EQ(parse(kMinimal, {std::string("dist.require_transport=") + kind})
+                  .dist.require_transport,
+              kind);
+  }
+  EXPECT_EQ(parse(kMinimal, {"dist.require_transport="}).dist.require_transport, "");
+  EXPECT_EQ(parse(kMinimal, {"dist.require_transport=\"\""}).dist.require_transport, "");
+  EXPECT_HAS(error_of(kMinimal, {"dist.require_transport=infiniband"}),
+             "dist.require_transport: invalid value 'infiniband' (valid: gloo-tcp, socket, "
+             "loopback, efa)");
+  // The effective recipe keeps it, and an empty one round-trips as "".
+  Recipe r = parse(kMinimal, {"dist.require_transport=efa"});
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.require_transport, "efa");
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(parse(kMinimal)), "rt", "/").dist.require_transport, "");
+}
 
 }  // namespace
 }  // namespace kiln

@@ -3,6 +3,7 @@
 #include "kiln/base/log.h"
 #include "kiln/cli/commands.h"
 #include "kiln/model/hf_checkpoint.h"
+#include "kiln/train/checkpoint.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::cli {
@@ -49,7 +50,8 @@ Command add_export(CLI::App& app) {
       "export",
       "Write a checkpoint (a run directory or a model directory) as a HF model directory");
   sub->add_option("--checkpoint", o->checkpoint,
-                  "A run directory (its final/ model is used) or a HF model directory")
+                  "A run directory (its final/ model, else its newest checkpoint), a checkpoint "
+                  "directory (checkpoints/step-N) or a HF model directory")
       ->required();
   sub->add_option("--out", o->out, "Output directory")->required();
   sub->add_option("--dtype", o->dtype, "f32 or bf16 (or f16)")->capture_default_str();
@@ -60,21 +62,36 @@ Command add_export(CLI::App& app) {
         const auto dtype = dtype_from_cli(o->dtype);
         if (!dtype) fail("--dtype: unknown dtype '{}' (f32, bf16, f16)", o->dtype);
         fs::path src = o->checkpoint;
-        if (!fs::exists(src / "config.json") && fs::exists(final_model_dir(src) / "config.json")) {
-          src = final_model_dir(src);
+        // A run directory: its final model, else its newest checkpoint.
+        if (!fs::exists(src / "config.json")) {
+          if (fs::exists(final_model_dir(src) / "config.json")) {
+            src = final_model_dir(src);
+          } else if (auto latest = latest_checkpoint(src / "checkpoints")) {
+            src = latest->dir;
+          }
         }
         if (!fs::exists(src)) fail("{}: no such checkpoint", o->checkpoint);
         if (!fs::exists(src / "config.json")) {
-          fail("{}: not a model or run directory (no config.json)", o->checkpoint);
+          fail("{}: not a model, checkpoint or run directory (no config.json)", o->checkpoint);
         }
         if (fs::weakly_canonical(src) == fs::weakly_canonical(o->out)) {
           fail("--out must differ from the checkpoint directory");
         }
-        Qwen2Config c = read_config(src / "config.json");
-        ParamLayout layout(c);
-        ParamStore store(layout, /*with_grads=*/false);
-        load_hf_weights(src, layout, store);
-        save_hf_checkpoint(o->out, c, layout, store, *dtype, parse_size(o->max_shard));
+        const Qwen2Config c = read_config(src / "config.json");
+        const ParamLayout layout(c);
+        const uint64_t max_shard = parse_size(o->max_shard);
+        // Streamed unit by unit: memory is bounded by one unit, never the whole model.
+        if (fs::exists(src / "manifest.json")) {  // a sharded kiln checkpoint
+          CheckpointUnitReader reader(src, layout);
+          save_hf_checkpoint_streaming(
+              o->out, c, layout, [&](int u, float* out) { reader.read_unit(u, out); }, *dtype,
+              max_shard);
+        } else {
+          HfWeightsReader reader(src, layout);
+          save_hf_checkpoint_streaming(
+              o->out, c, layout, [&](int u, float* out) { reader.read_unit(u, out); }, *dtype,
+              max_shard);
+        }
         KILN_LOG_INFO("exported {} -> {} ({})", src.string(), o->out, o->dtype);
         return 0;
       }};

@@ -39,6 +39,8 @@ Command add_train(CLI::App& app) {
             lo.timeout_s = r.dist.timeout_s;
             lo.worker_args = {"train", o->recipe};
             lo.worker_args.insert(lo.worker_args.end(), o->overrides.begin(), o->overrides.end());
+            lo.max_restarts = static_cast<int>(r.failure.max_restarts);
+            lo.restart_args = {"train.resume=auto"};
             return launch(lo, [&](WorkerContext& ctx) {
               TrainResult res = train(r, ctx);
               if (ctx.rank == 0) {

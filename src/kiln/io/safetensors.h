@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -75,11 +76,15 @@ class SafetensorsFile {
   std::map<std::string, size_t, std::less<>> by_name_;  // name -> index in header_.tensors
 };
 
-// One tensor to write: `data` holds numel(shape) floats, row-major.
+// One tensor to write: `data` holds numel(shape) floats, row-major. For streaming writes,
+// `data` may be null and `source` set instead: it is called once, in write order, right before
+// the tensor's bytes are written, and returns the data (valid until the next call), so a writer
+// holds one tensor (or one unit) at a time, never the whole model.
 struct TensorToWrite {
   std::string name;
   std::vector<int64_t> shape;
   const float* data = nullptr;
+  std::function<const float*()> source;
 };
 
 // Checks names (non-empty, unique, not "__metadata__"), shapes (non-negative, no overflow) and

@@ -31,7 +31,9 @@ uint64_t check_tensors_to_write(std::span<const TensorToWrite> tensors, DType dt
         __builtin_add_overflow(total, bytes, &total)) {
       fail("{}: tensor {}: invalid shape {}", what, t.name, format_shape(t.shape));
     }
-    if (*numel > 0 && t.data == nullptr) fail("{}: tensor {}: data is null", what, t.name);
+    if (*numel > 0 && t.data == nullptr && !t.source) {
+      fail("{}: tensor {}: data is null", what, t.name);
+    }
   }
   return total;
 }
@@ -73,13 +75,15 @@ void write_safetensors(const fs::path& path, std::span<const TensorToWrite> tens
   std::vector<uint8_t> chunk(dtype == DType::F32 ? 0 : std::min(max_numel, kWriteChunk) * esize);
   for (const TensorToWrite& t : tensors) {
     const size_t numel = static_cast<size_t>(*checked_numel(t.shape));
+    const float* data = t.data != nullptr ? t.data : (numel > 0 ? t.source() : nullptr);
+    if (numel > 0 && data == nullptr) fail("{}: tensor {}: source gave no data", what, t.name);
     if (dtype == DType::F32) {
-      out.write(t.data, numel * esize);
+      out.write(data, numel * esize);
       continue;
     }
     for (size_t i = 0; i < numel; i += kWriteChunk) {
       const size_t m = std::min(kWriteChunk, numel - i);
-      convert_from_f32(dtype, t.data + i, chunk.data(), m);
+      convert_from_f32(dtype, data + i, chunk.data(), m);
       out.write(chunk.data(), m * esize);
     }
   }

@@ -84,7 +84,7 @@ bool drain_fd(Worker& w) {
   return true;
 }
 
-pid_t spawn(const AgentSpec& s, int local_rank, int port, int* out_fd) {
+pid_t spawn(const AgentSpec& s, int local_rank, int port, int attempt, int* out_fd) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) fail("agent: pipe failed: {}", std::strerror(errno));
   const int rank = s.node_rank * s.nproc_per_node + local_rank;
@@ -105,8 +105,10 @@ pid_t spawn(const AgentSpec& s, int local_rank, int port, int* out_fd) {
       fmt::format("MASTER_PORT={}", port),
       fmt::format("KILN_STORE_PORT={}", port),
       fmt::format("KILN_STORE_TOKEN={}", s.token),
+      fmt::format("KILN_TOPOLOGY_SOURCE={}", s.topology_source),
       fmt::format("OMP_NUM_THREADS={}", threads),
       fmt::format("OPENBLAS_NUM_THREADS={}", threads),
+      fmt::format("KILN_RESTART_ATTEMPT={}", attempt),
   };
   // Everything the child needs is built before fork: the agent may have threads (the store
   // server), so the child must not allocate between fork and exec.
@@ -162,35 +164,24 @@ std::string random_token() {
   return hex;
 }
 
-int run_agent(const AgentSpec& s) {
-  if (s.nproc_per_node < 1) fail("dist.nproc_per_node must be at least 1");
-  std::unique_ptr<TcpStoreServer> server;
-  int port = s.master_port;
-  if (s.node_rank == 0) {
-    server = std::make_unique<TcpStoreServer>(s.nnodes > 1 ? "0.0.0.0" : "127.0.0.1",
-                                              s.master_port, s.token);
-    port = server->port();
-  } else if (port <= 0) {
-    fail("--master-port is required on node {} (the store runs on node 0)", s.node_rank);
+namespace {
+
+// Spawns and watches one attempt of the group. Returns 0 when every worker succeeded; otherwise
+// the group has been torn down, `failure` says why, and the exit status to report is returned.
+int run_group(const AgentSpec& s, int port, int attempt, std::string* failure) {
+  AgentSpec a = s;
+  if (attempt > 0) {
+    a.worker_args.insert(a.worker_args.end(), s.restart_args.begin(), s.restart_args.end());
   }
-  KILN_LOG_INFO("agent: node {}/{} starting {} worker(s); store {}:{}", s.node_rank, s.nnodes,
-                s.nproc_per_node, s.master_addr, port);
-
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-
   std::vector<Worker> ws(s.nproc_per_node);
   for (int l = 0; l < s.nproc_per_node; ++l) {
     ws[l].rank = s.node_rank * s.nproc_per_node + l;
-    ws[l].pid = spawn(s, l, port, &ws[l].out_fd);
+    ws[l].pid = spawn(a, l, port, attempt, &ws[l].out_fd);
   }
 
   int result = 0;
   bool tearing_down = false;
   auto teardown_deadline = std::chrono::steady_clock::time_point::max();
-  std::string first_failure;
   for (;;) {
     std::vector<pollfd> pfds;
     std::vector<Worker*> owners;
@@ -211,6 +202,7 @@ int run_agent(const AgentSpec& s) {
       signal_all(ws, g_signal);
       tearing_down = true;
       result = 128 + g_signal;
+      *failure = fmt::format("stopped by signal {}", static_cast<int>(g_signal));
       teardown_deadline = std::chrono::steady_clock::now() +
                           std::chrono::milliseconds(static_cast<int64_t>(s.grace_s * 1000));
     }
@@ -224,9 +216,9 @@ int run_agent(const AgentSpec& s) {
         w.status = status;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (!ok && !tearing_down) {
-          first_failure = fmt::format("rank {} (pid {}) failed with {}", w.rank, w.pid,
-                                      describe_status(status));
-          KILN_LOG_WARN("agent: {}; stopping the group", first_failure);
+          *failure = fmt::format("rank {} (pid {}) failed with {}", w.rank, w.pid,
+                                 describe_status(status));
+          KILN_LOG_WARN("agent: {}; stopping the group", *failure);
           signal_all(ws, SIGTERM);
           tearing_down = true;
           result = 1;
@@ -249,10 +241,51 @@ int run_agent(const AgentSpec& s) {
       if (!open) break;
     }
   }
-  if (!first_failure.empty()) {
-    std::fprintf(stderr, "kiln: error: worker group failed: %s\n", first_failure.c_str());
-  }
   return result;
+}
+
+}  // namespace
+
+int run_agent(const AgentSpec& s) {
+  if (s.nproc_per_node < 1) fail("dist.nproc_per_node must be at least 1");
+  std::unique_ptr<TcpStoreServer> server;
+  int port = s.master_port;
+  if (s.node_rank == 0) {
+    server = std::make_unique<TcpStoreServer>(s.nnodes > 1 ? "0.0.0.0" : "127.0.0.1",
+                                              s.master_port, s.token);
+    port = server->port();
+  } else if (port <= 0) {
+    fail("--master-port is required on node {} (the store runs on node 0)", s.node_rank);
+  }
+  KILN_LOG_INFO("agent: node {}/{} starting {} worker(s); store {}:{}", s.node_rank, s.nnodes,
+                s.nproc_per_node, s.master_addr, port);
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+
+  // Restarts are this agent's own decision on one node; across nodes the orchestrator
+  // (JobSet, PyTorchJob, Slurm --requeue) restarts the pod group and train.resume=auto resumes.
+  const int max_restarts = s.nnodes == 1 ? s.max_restarts : 0;
+  std::vector<std::string> history;
+  for (int attempt = 0;; ++attempt) {
+    std::string failure;
+    const int rc = run_group(s, port, attempt, &failure);
+    if (rc == 0) return 0;
+    history.push_back(max_restarts > 0 ? fmt::format("attempt {}: {}", attempt + 1, failure)
+                                       : failure);
+    if (g_signal != 0 || attempt >= max_restarts) {
+      std::string all;
+      for (const auto& h : history) all += (all.empty() ? "" : "; ") + h;
+      std::fprintf(stderr, "kiln: error: worker group failed%s: %s\n",
+                   max_restarts > 0 ? fmt::format(" after {} restart(s)", attempt).c_str() : "",
+                   all.c_str());
+      return rc;
+    }
+    KILN_LOG_WARN("agent: restarting the group from the newest checkpoint ({} of {})",
+                  attempt + 1, max_restarts);
+  }
 }
 
 }  // namespace kiln

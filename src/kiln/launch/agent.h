@@ -18,10 +18,16 @@ struct AgentSpec {
   int threads_per_worker = 0;  // 0: cores / nproc_per_node
   double grace_s = 10;         // SIGTERM -> SIGKILL delay when tearing the group down
   std::vector<std::string> worker_args;  // arguments after the program name
+  // Failure policy (single node): restart the whole group this many times, adding
+  // restart_args (for kiln train: train.resume=auto) to the workers' arguments.
+  int max_restarts = 0;
+  std::vector<std::string> restart_args;
+  std::string topology_source = "default";  // passed to workers for their run metadata
 };
 
 // Runs the agent until every worker has exited. Returns 0 when all succeeded; otherwise the
-// group was torn down, the failing rank and its exit status were reported, and 1 is returned.
+// group was torn down and, while restarts remain, started again; at the end the history of
+// failures (rank, exit code or signal) is reported and a non-zero status returned.
 int run_agent(const AgentSpec& spec);
 
 // A random per-job token (hex), for single-node runs where the agent makes one.

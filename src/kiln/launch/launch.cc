@@ -24,10 +24,11 @@ std::string external_token() {
   return "kiln-default-token";
 }
 
-int single_process(const TrainFn& fn) {
+int single_process(const TrainFn& fn, const std::string& topology_source) {
   auto comm = make_local_communicator();
   WorkerContext ctx;
   ctx.comm = comm.get();
+  ctx.topology_source = topology_source;
   return fn(ctx);
 }
 
@@ -37,7 +38,7 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
   const char* spawned = std::getenv("KILN_WORKER");
   const Topology t = discover_topology(o.flags);
   if (spawned != nullptr || !t.agent_spawns_workers) {
-    if (t.world_size == 1 && spawned == nullptr) return single_process(fn);
+    if (t.world_size == 1 && spawned == nullptr) return single_process(fn, t.source);
     WorkerSpec w;
     w.rank = t.rank;
     w.world_size = t.world_size;
@@ -52,6 +53,9 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
       const char* token = std::getenv("KILN_STORE_TOKEN");
       w.store_port = port ? std::atoi(port) : t.master_port;
       w.token = token ? token : "";
+      const char* source = std::getenv("KILN_TOPOLOGY_SOURCE");
+      w.topology_source = source ? source : t.source;
+      w.launcher = "kiln-agent";
     } else {
       // An external launcher's rank: rank 0 serves the store. Under torchrun MASTER_PORT is
       // torch's own store, so kiln's listens one port above unless KILN_STORE_PORT says.
@@ -60,6 +64,7 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
           sp ? std::atoi(sp) : t.master_port + (std::getenv("TORCHELASTIC_RUN_ID") ? 1 : 0);
       w.host_store = true;
       w.token = external_token();
+      w.topology_source = t.source;
       const int cores = static_cast<int>(std::thread::hardware_concurrency());
       w.threads = o.threads_per_worker > 0 ? o.threads_per_worker
                                            : std::max(1, cores / t.local_world_size);
@@ -69,7 +74,7 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
   // This process is the node agent.
   const int nproc =
       o.flags.nproc_per_node.value_or(t.local_world_size > 1 ? t.local_world_size : o.nproc_per_node);
-  if (nproc == 1 && t.num_nodes == 1) return single_process(fn);
+  if (nproc == 1 && t.num_nodes == 1) return single_process(fn, t.source);
   AgentSpec a;
   a.nproc_per_node = nproc;
   a.nnodes = t.num_nodes;
@@ -78,6 +83,9 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
   a.master_port = t.num_nodes > 1 || o.flags.master_port ? t.master_port : 0;  // 0: any free
   a.threads_per_worker = o.threads_per_worker;
   a.worker_args = o.worker_args;
+  a.max_restarts = o.max_restarts;
+  a.restart_args = o.restart_args;
+  a.topology_source = t.source;
   if (t.num_nodes > 1) {
     const char* token = std::getenv("KILN_STORE_TOKEN");
     a.token = token ? token : external_token();

@@ -22,6 +22,8 @@ struct LaunchOptions {
   int threads_per_worker = 0;  // 0: cores / local workers
   double timeout_s = 300;
   std::vector<std::string> worker_args;  // this program's arguments, for spawned workers
+  int max_restarts = 0;                   // see AgentSpec
+  std::vector<std::string> restart_args;
 };
 
 int launch(const LaunchOptions& opts, const TrainFn& fn);

@@ -21,6 +21,10 @@ int run_worker(const WorkerSpec& s, const TrainFn& fn) {
   }
   auto store = std::make_shared<TcpStore>(s.master_addr, s.store_port, s.token, timeout);
   GlooOptions go;
+  // Each restart of the group rendezvouses in its own namespace of the (surviving) store.
+  if (const char* attempt = std::getenv("KILN_RESTART_ATTEMPT")) {
+    go.group_name = std::string("world-") + attempt;
+  }
   if (const char* ifname = std::getenv("KILN_SOCKET_IFNAME")) go.ifname = ifname;
   go.timeout = timeout;
   auto comm = make_gloo_communicator(store, s.rank, s.world_size, go);
@@ -33,6 +37,8 @@ int run_worker(const WorkerSpec& s, const TrainFn& fn) {
   ctx.node_rank = s.node_rank;
   ctx.num_nodes = s.nnodes;
   ctx.comm = comm.get();
+  ctx.topology_source = s.topology_source;
+  ctx.launcher = s.launcher;
   const int rc = fn(ctx);
   // Rank 0 may host the store: everyone finishes with it before it goes away.
   comm->barrier();

@@ -17,6 +17,7 @@ struct WorkerSpec {
   std::string token;
   double timeout_s = 300;
   int threads = 0;  // 0: leave OpenMP's setting
+  std::string topology_source = "default", launcher = "external";  // see WorkerContext
 };
 
 // Joins the group and runs `fn`; returns its exit code. Errors become kiln::Error.

@@ -1,5 +1,6 @@
 #include "kiln/model/hf_checkpoint.h"
 
+#include <algorithm>
 #include <set>
 
 #include "kiln/base/error.h"
@@ -50,20 +51,41 @@ void load_hf_weights(const fs::path& path, const ParamLayout& layout, ParamStore
   for (int u = 0; u < layout.num_units(); ++u) reader.read_unit(u, store.params(u).data());
 }
 
-void save_hf_checkpoint(const fs::path& dir, const Qwen2Config& config, const ParamLayout& layout,
-                        const ParamStore& store, DType dtype, uint64_t max_shard_bytes) {
+void save_hf_checkpoint_streaming(const fs::path& dir, const Qwen2Config& config,
+                                  const ParamLayout& layout,
+                                  const std::function<void(int unit, float* out)>& read_unit,
+                                  DType dtype, uint64_t max_shard_bytes) {
   fs::create_directories(dir);
-  const char* torch_dtype = dtype == DType::BF16  ? "bfloat16"
-                            : dtype == DType::F16 ? "float16"
-                                                  : "float32";
+  const char* torch_dtype =
+      dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
   write_file_atomic(dir / "config.json", config_to_json(config, torch_dtype).dump(2) + "\n");
+  size_t max_unit = 0;
+  for (const auto& u : layout.units()) max_unit = std::max(max_unit, u.numel);
+  auto buf = std::make_shared<Buffer<float>>(max_unit);
+  auto current = std::make_shared<int>(-1);
   std::vector<TensorToWrite> tensors;
   for (int u = 0; u < layout.num_units(); ++u) {
     for (const auto& e : layout.units()[u].entries) {
-      tensors.push_back({e.name, e.shape, store.params(u).data() + e.offset});
+      tensors.push_back({e.name, e.shape, nullptr, [=, &read_unit]() -> const float* {
+                           if (*current != u) {
+                             read_unit(u, buf->data());
+                             *current = u;
+                           }
+                           return buf->data() + e.offset;
+                         }});
     }
   }
   write_checkpoint_dir(dir, tensors, dtype, max_shard_bytes);
+}
+
+void save_hf_checkpoint(const fs::path& dir, const Qwen2Config& config, const ParamLayout& layout,
+                        const ParamStore& store, DType dtype, uint64_t max_shard_bytes) {
+  save_hf_checkpoint_streaming(
+      dir, config, layout,
+      [&](int u, float* out) {
+        std::copy(store.params(u).data(), store.params(u).data() + store.params(u).size(), out);
+      },
+      dtype, max_shard_bytes);
 }
 
 }  // namespace kiln

@@ -1,6 +1,7 @@
 // Hugging Face model directories <-> kiln's flat parameter units.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "kiln/model/config.h"
@@ -29,6 +30,13 @@ class HfWeightsReader {
 // f32. Errors name the file and tensor: missing tensors, wrong shapes, tensors the model does not
 // have (unexpected), truncated or malformed files.
 void load_hf_weights(const fs::path& path, const ParamLayout& layout, ParamStore& store);
+
+// As save_hf_checkpoint, streaming: read_unit(u, out) fills unit u's parameters when the writer
+// first needs them, so memory is bounded by the largest unit, not the model.
+void save_hf_checkpoint_streaming(const fs::path& dir, const Qwen2Config& config,
+                                  const ParamLayout& layout,
+                                  const std::function<void(int unit, float* out)>& read_unit,
+                                  DType dtype, uint64_t max_shard_bytes = 5'000'000'000);
 
 // Writes config.json and the weights (in `dtype`, sharded above max_shard_bytes) to `dir` in the
 // layout save_pretrained uses. Each file is written atomically; the weights come last so a

@@ -22,8 +22,14 @@ const std::vector<std::string> kKeys = {
     "model.path",
     "data.train",
     "data.format",
+    "data.tokenizer",
     "data.seq_len",
+    "data.overlong",
+    "data.pack",
     "data.shuffle",
+    "data.train_on_prompt",
+    "data.skip_bad_lines",
+    "data.cache_dir",
     "optimizer.name",
     "optimizer.lr",
     "optimizer.weight_decay",
@@ -40,6 +46,7 @@ const std::vector<std::string> kKeys = {
     "train.seed",
     "train.activation_checkpointing",
     "train.log_every",
+    "train.resume",
     "output.dir",
     "output.dtype",
     "dist.strategy",
@@ -47,10 +54,16 @@ const std::vector<std::string> kKeys = {
     "dist.timeout_s",
     "dist.prefetch",
     "dist.threads_per_worker",
+    "dist.require_transport",
+    "checkpoint.every_steps",
+    "checkpoint.keep_last",
+    "failure.max_restarts",
 };
 const std::vector<std::string> kSections = {"model", "data",   "optimizer", "schedule",
-                                            "train", "output", "dist"};
-const std::vector<std::string> kDataFormats = {"tokens"};
+                                            "train", "output", "dist",
+                                            "checkpoint", "failure"};
+const std::vector<std::string> kDataFormats = {"chat", "instruction", "completion", "text",
+                                               "tokens"};
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
@@ -332,17 +345,30 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   Recipe r;
   r.model.path = Reader::text(in.require("model.path"), "model.path");
 
-  const Entry& train = in.require("data.train");
-  fs::path data_path(Reader::text(train, "data.train"));
-  if (data_path.is_relative()) {
-    // An override is typed relative to the shell's directory, a file entry to the file's.
-    fs::path base = train.from_override || base_dir.empty() ? fs::current_path() : base_dir;
-    data_path = base / data_path;
-  }
-  r.data.train = fs::absolute(data_path).lexically_normal().string();
+  // An override is typed relative to the shell's directory, a file entry to the file's.
+  const auto data_path = [&](const Entry& e, const std::string& key) {
+    fs::path p(Reader::text(e, key));
+    if (p.is_relative()) {
+      p = (e.from_override || base_dir.empty() ? fs::current_path() : base_dir) / p;
+    }
+    return fs::absolute(p).lexically_normal().string();
+  };
+  // An optional path: empty (or no value) keeps the default.
+  const auto optional_path = [&](const std::string& key, std::string& out) {
+    const Entry* e = in.find(key);
+    if (!e || e->node.IsNull() || (e->node.IsScalar() && e->node.Scalar().empty())) return;
+    out = data_path(*e, key);
+  };
+  r.data.train = data_path(in.require("data.train"), "data.train");
   in.choice("data.format", r.data.format, kDataFormats);
+  optional_path("data.tokenizer", r.data.tokenizer);
   in.integer("data.seq_len", r.data.seq_len, "> 1", [](int64_t v) { return v > 1; });
+  in.choice("data.overlong", r.data.overlong, {"truncate", "drop"});
+  in.boolean("data.pack", r.data.pack);
   in.boolean("data.shuffle", r.data.shuffle);
+  in.boolean("data.train_on_prompt", r.data.train_on_prompt);
+  in.boolean("data.skip_bad_lines", r.data.skip_bad_lines);
+  optional_path("data.cache_dir", r.data.cache_dir);
 
   in.choice("optimizer.name", r.optimizer.name, {"adamw", "sgd"});
   in.real("optimizer.lr", r.optimizer.lr, "> 0", [](double v) { return v > 0; });
@@ -367,6 +393,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.unsigned_integer("train.seed", r.train.seed);
   in.boolean("train.activation_checkpointing", r.train.activation_checkpointing);
   in.integer("train.log_every", r.train.log_every, "> 0", positive);
+  if (const Entry* e = in.find("train.resume")) r.train.resume = Reader::text(*e, "train.resume");
 
   r.output.dir = Reader::text(in.require("output.dir"), "output.dir");
   in.choice("output.dtype", r.output.dtype, {"f32", "bf16"});
@@ -378,6 +405,18 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.boolean("dist.prefetch", r.dist.prefetch);
   in.integer("dist.threads_per_worker", r.dist.threads_per_worker, ">= 0",
              [](int64_t v) { return v >= 0; });
+  // An empty value keeps the default: no requirement. The kinds are transport_kinds() of
+  // src/kiln/dist/transport.h, which this layer does not link.
+  if (const Entry* e = in.find("dist.require_transport");
+      e != nullptr && !e->node.IsNull() && !(e->node.IsScalar() && e->node.Scalar().empty())) {
+    in.choice("dist.require_transport", r.dist.require_transport,
+              {"gloo-tcp", "socket", "loopback", "efa"});
+  }
+
+  auto non_negative = [](int64_t v) { return v >= 0; };
+  in.integer("checkpoint.every_steps", r.checkpoint.every_steps, ">= 0", non_negative);
+  in.integer("checkpoint.keep_last", r.checkpoint.keep_last, ">= 0", non_negative);
+  in.integer("failure.max_restarts", r.failure.max_restarts, ">= 0", non_negative);
 
   in.check_all_read();
   return r;
@@ -403,8 +442,14 @@ std::string recipe_to_yaml(const Recipe& r) {
   section("data");
   out << YAML::Key << "train" << YAML::Value << YAML::DoubleQuoted << r.data.train;
   out << YAML::Key << "format" << YAML::Value << r.data.format;
+  out << YAML::Key << "tokenizer" << YAML::Value << YAML::DoubleQuoted << r.data.tokenizer;
   out << YAML::Key << "seq_len" << YAML::Value << r.data.seq_len;
+  out << YAML::Key << "overlong" << YAML::Value << r.data.overlong;
+  out << YAML::Key << "pack" << YAML::Value << r.data.pack;
   out << YAML::Key << "shuffle" << YAML::Value << r.data.shuffle;
+  out << YAML::Key << "train_on_prompt" << YAML::Value << r.data.train_on_prompt;
+  out << YAML::Key << "skip_bad_lines" << YAML::Value << r.data.skip_bad_lines;
+  out << YAML::Key << "cache_dir" << YAML::Value << YAML::DoubleQuoted << r.data.cache_dir;
   end();
   section("optimizer");
   out << YAML::Key << "name" << YAML::Value << r.optimizer.name;
@@ -428,6 +473,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "seed" << YAML::Value << r.train.seed;
   out << YAML::Key << "activation_checkpointing" << YAML::Value << r.train.activation_checkpointing;
   out << YAML::Key << "log_every" << YAML::Value << r.train.log_every;
+  out << YAML::Key << "resume" << YAML::Value << YAML::DoubleQuoted << r.train.resume;
   end();
   section("output");
   out << YAML::Key << "dir" << YAML::Value << YAML::DoubleQuoted << r.output.dir;
@@ -439,6 +485,15 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "timeout_s" << YAML::Value << number(r.dist.timeout_s);
   out << YAML::Key << "prefetch" << YAML::Value << r.dist.prefetch;
   out << YAML::Key << "threads_per_worker" << YAML::Value << r.dist.threads_per_worker;
+  out << YAML::Key << "require_transport" << YAML::Value << YAML::DoubleQuoted
+      << r.dist.require_transport;
+  end();
+  section("checkpoint");
+  out << YAML::Key << "every_steps" << YAML::Value << r.checkpoint.every_steps;
+  out << YAML::Key << "keep_last" << YAML::Value << r.checkpoint.keep_last;
+  end();
+  section("failure");
+  out << YAML::Key << "max_restarts" << YAML::Value << r.failure.max_restarts;
   end();
   out << YAML::EndMap;
   KILN_CHECK(out.good(), "recipe_to_yaml: {}", out.GetLastError());

@@ -24,8 +24,16 @@ struct Recipe {
     // written by recipe_to_yaml loads the same data from anywhere.
     std::string train;
     std::string format = "tokens";  // see recipe_data_formats()
-    int seq_len = 512;              // > 1: tokens per row; longer examples are truncated
+    // tokenizer.json or a directory holding one, for the text formats; empty: model.path.
+    // Resolved and stored like `train`.
+    std::string tokenizer;
+    int seq_len = 512;                  // > 1: tokens per row
+    std::string overlong = "truncate";  // "truncate" | "drop": examples longer than seq_len
+    bool pack = false;                  // several examples per row (src/kiln/data/packing_sampler.h)
     bool shuffle = true;
+    bool train_on_prompt = false;  // loss on every token, not only on what the model answers
+    bool skip_bad_lines = false;   // skip and count malformed lines instead of failing
+    std::string cache_dir;         // tokenized cache; empty: <data dir>/.kiln-cache. Like `train`
     bool operator==(const Data&) const = default;
   };
   struct Optimizer {
@@ -51,6 +59,9 @@ struct Recipe {
     uint64_t seed = 0;
     bool activation_checkpointing = false;
     int64_t log_every = 1;  // > 0 steps between metric lines
+    // "none" (default), "auto" (the newest complete checkpoint in output.dir/checkpoints, or a
+    // fresh start when there is none) or a checkpoint directory.
+    std::string resume = "none";
     bool operator==(const Train&) const = default;
   };
   struct Output {
@@ -66,7 +77,20 @@ struct Recipe {
     double timeout_s = 300;      // > 0: every collective and rendezvous wait
     bool prefetch = true;        // all-gather the next unit while the current one computes
     int threads_per_worker = 0;  // >= 0; 0 = this machine's cores / local workers
+    // "" (no requirement) | "gloo-tcp" | "socket" | "efa" | "loopback": the group's transport
+    // must deliver it or training stops before step 1 (src/kiln/dist/transport.h).
+    std::string require_transport;
     bool operator==(const Dist&) const = default;
+  };
+
+  struct Checkpoint {
+    int64_t every_steps = 0;  // >= 0: a sharded checkpoint every N steps (0: only at the end)
+    int64_t keep_last = 2;    // >= 0: checkpoints kept (0 keeps all)
+    bool operator==(const Checkpoint&) const = default;
+  };
+  struct Failure {
+    int64_t max_restarts = 0;  // >= 0: group restarts from the newest checkpoint
+    bool operator==(const Failure&) const = default;
   };
 
   Model model;
@@ -76,6 +100,8 @@ struct Recipe {
   Train train;
   Output output;
   Dist dist;
+  Checkpoint checkpoint;
+  Failure failure;
   bool operator==(const Recipe&) const = default;
 };
 

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "kiln/base/json.h"
 #include "kiln/dist/communicator.h"
@@ -15,6 +16,11 @@ struct WorkerContext {
   int local_rank = 0, local_world_size = 1;  // on this node
   int node_rank = 0, num_nodes = 1;
   Communicator* comm = nullptr;  // the world group
+  // Who started this worker, for run metadata: the topology convention (Topology::source,
+  // "torchrun", "slurm", ...) and "single-process", "kiln-agent" or "external" (the launcher's
+  // own ranks).
+  std::string topology_source = "default";
+  std::string launcher = "single-process";
 
   // Sub-groups for hybrid sharding, created on first use (collective: every rank calls both in
   // the same order). intra: this node's ranks; inter: ranks with this local_rank on every node.

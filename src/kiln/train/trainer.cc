@@ -1,5 +1,6 @@
 #include "kiln/train/trainer.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -7,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <sstream>
 
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
@@ -18,7 +21,10 @@
 #include "kiln/dist/fsdp.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/qwen2.h"
+#include "kiln/train/checkpoint.h"
 #include "kiln/train/optimizer.h"
+#include "kiln/train/train_data.h"
+#include "kiln/train/run_meta.h"
 
 namespace kiln {
 
@@ -50,9 +56,25 @@ size_t peak_rss_bytes() {
 // Appends one JSON object per line and flushes it, so a crash loses at most the line in flight.
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const fs::path& path) : path_(path) {
+  // A resumed run keeps the rows of the steps it resumes after and drops later ones (steps
+  // that will be trained again).
+  MetricsWriter(const fs::path& path, int64_t keep_through_step) : path_(path) {
+    std::string kept;
+    if (keep_through_step > 0 && fs::exists(path)) {
+      std::istringstream in(read_file(path));
+      for (std::string line; std::getline(in, line);) {
+        try {
+          if (parse_json(line, path.string()).at("step").get<int64_t>() <= keep_through_step) {
+            kept += line + "\n";
+          }
+        } catch (const std::exception&) {
+          // a torn last line from a crash
+        }
+      }
+    }
     f_ = std::fopen(path.c_str(), "w");
     if (f_ == nullptr) fail("{}: cannot open for writing", path.string());
+    if (!kept.empty()) std::fwrite(kept.data(), 1, kept.size(), f_);
   }
   ~MetricsWriter() {
     if (f_) std::fclose(f_);
@@ -76,20 +98,29 @@ class MetricsWriter {
 fs::path final_model_dir(const fs::path& run_dir) { return run_dir / "final"; }
 
 namespace {
-// Fault injection for tests of failure handling: KILN_FAULT="RANK:STEP:KIND" makes rank RANK,
-// at the start of optimizer step STEP (1-based), exit with code 3 ("exit"), abort ("abort") or
-// stop responding ("hang").
+// Fault injection for tests of failure handling: KILN_FAULT="RANK:STEP:KIND[:ATTEMPT]" makes
+// rank RANK, at the start of optimizer step STEP (1-based), exit with code 3 ("exit"), abort
+// ("abort"), be killed with SIGKILL ("kill") or stop responding ("hang"); only in restart
+// attempt ATTEMPT of the group (default 0, the first; "*": every attempt).
 void maybe_inject_fault(int rank, int64_t step) {
   const char* spec = std::getenv("KILN_FAULT");
   if (spec == nullptr) return;
   int r = -1;
   long long s = -1;
-  char kind[16] = {};
-  if (std::sscanf(spec, "%d:%lld:%15s", &r, &s, kind) != 3 || r != rank || s != step) return;
+  char kind[16] = {}, attempt[16] = "0";
+  if (std::sscanf(spec, "%d:%lld:%15[a-z]:%15s", &r, &s, kind, attempt) < 3 || r != rank ||
+      s != step) {
+    return;
+  }
+  const char* current = std::getenv("KILN_RESTART_ATTEMPT");
+  if (std::strcmp(attempt, "*") != 0 && (current ? std::atoi(current) : 0) != std::atoi(attempt)) {
+    return;
+  }
   std::fprintf(stderr, "KILN_FAULT: rank %d injecting '%s' at step %lld\n", rank, kind, s);
   std::fflush(stderr);
   if (std::strcmp(kind, "exit") == 0) std::_Exit(3);
   if (std::strcmp(kind, "abort") == 0) std::abort();
+  if (std::strcmp(kind, "kill") == 0) ::kill(::getpid(), SIGKILL);
   if (std::strcmp(kind, "hang") == 0) {
     for (;;) ::pause();
   }
@@ -126,6 +157,8 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
   Communicator* replica_group =
       strategy == ShardStrategy::kHybridShard ? &ctx.inter_node() : nullptr;
   Fsdp fsdp(layout, strategy, shard_group, replica_group, r.dist.prefetch);
+  // Transports into run_meta.json and the log; a dist.require_transport mismatch stops here.
+  record_run_start(r, ctx, strategy_name(strategy));
   {
     // Unit by unit: memory bounded by one whole unit, each rank keeps its shard.
     HfWeightsReader reader(model_path, layout);
@@ -141,15 +174,10 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
                   config.hidden_size, ctx.world_size, strategy_name(strategy), world.transport());
   }
 
-  if (r.data.format != "tokens") fail("data.format '{}' is not supported yet", r.data.format);
-  TokenDataset data = TokenDataset::load(r.data.train, config.vocab_size, r.data.seq_len);
-  if (lead) {
-    KILN_LOG_INFO("data {}: {} examples, {} tokens, {} truncated to seq_len {}", r.data.train,
-                  data.size(), data.num_tokens(), data.num_truncated(), r.data.seq_len);
-  }
-  // Every rank reads its own disjoint share of each epoch.
-  Sampler sampler(data, r.train.micro_batch_size, r.data.seq_len, r.data.shuffle, r.train.seed,
-                  ctx.rank, ctx.world_size);
+  // Every rank reads its own disjoint share of each epoch (the data is tokenized, or its cache
+  // mapped, by the first worker of each node first; the loader logs the counts).
+  const std::unique_ptr<TrainData> data = open_train_data(r, config.vocab_size, ctx);
+  BatchSampler& sampler = *data->sampler;
 
   OptimizerSettings os;
   os.name = r.optimizer.name;
@@ -162,8 +190,43 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
   Optimizer opt(os, layout, shards);
   const ScheduleSettings ss{r.schedule.name, r.schedule.warmup_steps, r.schedule.min_lr_ratio};
 
+  // Checkpoints: under no_shard every rank holds everything, under hybrid_shard every node
+  // does; only one copy of each shard is written.
+  const fs::path ckpt_root = run_dir / "checkpoints";
+  const bool write_shard = strategy == ShardStrategy::kNoShard       ? ctx.rank == 0
+                           : strategy == ShardStrategy::kHybridShard ? ctx.node_rank == 0
+                                                                     : true;
+  const std::string recipe_yaml = recipe_to_yaml(r);
+  auto checkpoint_state = [&](int64_t step, double loss) {
+    CheckpointState st;
+    st.step = step;
+    st.sampler = sampler.state();
+    st.strategy = strategy_name(strategy);
+    st.recipe_yaml = recipe_yaml;
+    st.metrics = {{"loss", loss}};
+    st.model_config = config_to_json(config);
+    return st;
+  };
+  int64_t start_step = 0;
+  if (r.train.resume != "none") {
+    std::optional<fs::path> from;
+    if (r.train.resume == "auto") {
+      if (auto latest = latest_checkpoint(ckpt_root)) from = latest->dir;
+    } else {
+      from = fs::path(r.train.resume);
+    }
+    if (from) {
+      const CheckpointState st = load_checkpoint(*from, layout, fsdp, opt);
+      sampler.restore(st.sampler);
+      start_step = st.step;
+      if (lead) KILN_LOG_INFO("resumed from {} (step {})", from->string(), st.step);
+    } else if (lead) {
+      KILN_LOG_INFO("train.resume=auto: no checkpoint in {}, starting fresh", ckpt_root.string());
+    }
+  }
+
   std::unique_ptr<MetricsWriter> metrics;
-  if (lead) metrics = std::make_unique<MetricsWriter>(run_dir / "metrics.jsonl");
+  if (lead) metrics = std::make_unique<MetricsWriter>(run_dir / "metrics.jsonl", start_step);
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   const int accum = r.train.grad_accum_steps;
   std::vector<Batch> batches(accum);
@@ -171,7 +234,7 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
   const auto t_start = Clock::now();
   const Backend& be = cpu_backend();
 
-  for (int64_t step = 0; step < r.train.max_steps; ++step) {
+  for (int64_t step = start_step; step < r.train.max_steps; ++step) {
     maybe_inject_fault(ctx.rank, step + 1);
     const auto t0 = Clock::now();
     // The loss is the mean over every predicted token of the step (all micro-batches, all
@@ -222,6 +285,12 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
     result.last_loss = m.loss;
     result.steps = m.step;
     if (on_step) on_step(m);
+    if (r.checkpoint.every_steps > 0 && m.step % r.checkpoint.every_steps == 0 &&
+        m.step < r.train.max_steps) {
+      save_checkpoint(ckpt_root, checkpoint_state(m.step, m.loss), layout, fsdp, opt, world,
+                      write_shard);
+      if (lead) prune_checkpoints(ckpt_root, static_cast<int>(r.checkpoint.keep_last));
+    }
     if (!lead) continue;
     const Json row{{"step", m.step},         {"loss", m.loss},
                    {"lr", m.lr},             {"grad_norm", m.grad_norm},
@@ -260,19 +329,21 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
         model.activation_bytes() / 1048576.0);
   }
 
-  // Gather unit by unit into rank 0, which writes the model.
+  // The final state as a sharded checkpoint (no rank gathers the model), then rank 0 streams it
+  // unit by unit into final/ in Hugging Face layout.
+  const fs::path last_ckpt = save_checkpoint(ckpt_root, checkpoint_state(r.train.max_steps,
+                                                                          result.last_loss),
+                                             layout, fsdp, opt, world, write_shard);
   result.model_dir = final_model_dir(run_dir);
-  std::unique_ptr<ParamStore> out;
-  if (lead) out = std::make_unique<ParamStore>(layout, /*with_grads=*/false);
-  Buffer<float> tmp;
-  for (int u = 0; u < layout.num_units(); ++u) {
-    if (!lead) tmp.resize(layout.units()[u].numel);
-    fsdp.gather_unit(u, lead ? out->params(u).data() : tmp.data());
-  }
   if (lead) {
+    prune_checkpoints(ckpt_root, static_cast<int>(r.checkpoint.keep_last));
+    CheckpointUnitReader reader(last_ckpt, layout);
     const DType out_dtype = *dtype_from_cli(r.output.dtype);
-    save_hf_checkpoint(result.model_dir, config, layout, *out, out_dtype);
-    KILN_LOG_INFO("saved {} ({})", result.model_dir.string(), r.output.dtype);
+    save_hf_checkpoint_streaming(
+        result.model_dir, config, layout, [&](int u, float* out) { reader.read_unit(u, out); },
+        out_dtype);
+    KILN_LOG_INFO("saved {} ({}) from {}", result.model_dir.string(), r.output.dtype,
+                  last_ckpt.string());
   }
   world.barrier();
   return result;
