@@ -158,3 +158,34 @@ TEST(Checkpoint, ExportStreamsFromShardsAndTornCheckpointsAreIgnored) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A full disk during a save: a clear error naming the checkpoint, and the previous checkpoint
+// intact and loadable. Needs root to mount a small tmpfs; skipped with the reason otherwise.
+TEST(Checkpoint, FullDiskKeepsThePreviousCheckpoint) {
+  const fs::path d = make_run("fulldisk");
+  const fs::path mnt = d / "small";
+  fs::create_directories(mnt);
+  const std::string mount = "mount -t tmpfs -o size=3m tmpfs " + mnt.string() + " 2>&1";
+  if (std::system(mount.c_str()) != 0) {
+    GTEST_SKIP() << "cannot mount a 3 MiB tmpfs here (needs root): full-disk test not run";
+  }
+  // Each checkpoint of the tiny model is ~2.6 MB (params + AdamW m and v): step 5 fits, step 10
+  // does not.
+  auto r = run_kiln("train " + (d / "recipe.yaml").string() + " output.dir=" + (mnt / "run").string());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("kiln: error: checkpoint step 10 failed on rank 0"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("No space left on device"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(mnt / "run/checkpoints/step-00000010"));
+  EXPECT_FALSE(fs::exists(mnt / "run/checkpoints/step-00000010.tmp"));
+  auto e = run_kiln("export --checkpoint " + (mnt / "run/checkpoints/step-00000005").string() +
+                    " --out " + (d / "exported").string());
+  EXPECT_EQ(e.code, 0) << e.out;
+  std::system(("umount " + mnt.string()).c_str());
+}
+
+}  // namespace
+}  // namespace kiln
