@@ -10,10 +10,14 @@ PACKAGES=(
   libcli11-dev                # command line
   libgloo-dev                 # CPU collectives (TCP)
   libfmt-dev libspdlog-dev    # formatting and logging
+  libpcre2-dev                # tokenizer: the pre-tokenizer's split regex
+  libutf8proc-dev             # tokenizer: NFC normalisation
   libgtest-dev libgmock-dev   # tests
   libbenchmark-dev            # micro-benchmarks
   clang libclang-rt-14-dev    # libFuzzer targets
   clang-format clang-tidy
+  iproute2                    # network namespaces for the two-node test
+  shellcheck python3-yaml     # deploy/: lint its scripts, parse the rendered manifests
 )
 
 missing=()

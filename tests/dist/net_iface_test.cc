@@ -69,6 +69,15 @@ TEST(NetIface, ExactNames) {
   EXPECT_EQ(choose_interface("^=lo,docker0,eth0", true, fake()), "eth1");
 }
 
+TEST(NetIface, InterfaceSelected) {
+  EXPECT_TRUE(interface_selected("eth,lo", "lo"));
+  EXPECT_TRUE(interface_selected("^docker", "lo"));  // an exclude list that forgets lo
+  EXPECT_FALSE(interface_selected("^docker,lo", "lo"));
+  EXPECT_FALSE(interface_selected("=l", "lo"));
+  EXPECT_TRUE(interface_selected("^", "lo"));
+  EXPECT_FALSE(interface_selected("", "lo"));  // no spec selects nothing explicitly
+}
+
 TEST(NetIface, NeverLoopbackWhenPeersAreRemote) {
   const std::string e = error_of("lo", true, fake());
   EXPECT_NE(e.find("never loopback when peers are on other hosts"), std::string::npos) << e;

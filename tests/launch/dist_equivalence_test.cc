@@ -2,7 +2,10 @@
 // thread each) with the same global batch give the same losses for 20 steps (1e-5 relative)
 // and the same final weights (1e-4 relative), for every strategy, with and without gradient
 // accumulation and clipping. Workers are real processes talking Gloo over loopback.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -20,7 +23,8 @@ using testing::run_kiln;
 
 const fs::path& work_dir() {
   static const fs::path d = [] {
-    fs::path p = fs::temp_directory_path() / "kiln_dist_equivalence";
+    // Per process: CTest runs this binary's tests in parallel processes.
+    fs::path p = fs::temp_directory_path() / fmt::format("kiln_dist_equivalence_{}", ::getpid());
     fs::remove_all(p);
     fs::create_directories(p);
     return p;
@@ -50,7 +54,7 @@ const fs::path& recipe() {
 struct Setting {
   int accum;
   double clip;
-  std::string tag() const { return "a" + std::to_string(accum) + "_c" + std::to_string(clip); }
+  std::string tag() const { return fmt::format("a{}_c{}", accum, clip); }
 };
 
 // Runs one configuration; returns the run directory.

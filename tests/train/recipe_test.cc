@@ -1,9 +1,9 @@
 #include "kiln/train/recipe.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <set>
-#include <unistd.h>
 
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
@@ -175,12 +175,14 @@ TEST(Recipe, KeysListCoversDocumentedOrder) {
 TEST(Recipe, DataPaths) {
   // data.tokenizer and data.cache_dir resolve like data.train; empty keeps the default.
   Recipe r = parse_recipe(
-      "model: {path: m}\ndata: {train: t.jsonl, tokenizer: ../tok, cache_dir: ''}\noutput: {dir: o}\n",
+      "model: {path: m}\ndata: {train: t.jsonl, tokenizer: ../tok, cache_dir: ''}\noutput: {dir: "
+      "o}\n",
       "r.yaml", "/recipes/sub", {});
   EXPECT_EQ(r.data.tokenizer, "/recipes/tok");
   EXPECT_EQ(r.data.cache_dir, "");
-  r = parse_recipe("model: {path: m}\ndata: {train: t, tokenizer:, cache_dir: c}\noutput: {dir: o}\n",
-                   "r.yaml", "/recipes", {"data.cache_dir=cache"});
+  r = parse_recipe(
+      "model: {path: m}\ndata: {train: t, tokenizer:, cache_dir: c}\noutput: {dir: o}\n", "r.yaml",
+      "/recipes", {"data.cache_dir=cache"});
   EXPECT_EQ(r.data.tokenizer, "");
   EXPECT_EQ(r.data.cache_dir, (fs::current_path() / "cache").string());
   EXPECT_HAS(error_of("model: {path: m}\ndata: {train: t, tokenizer: [a]}\noutput: {dir: o}\n"),
@@ -403,9 +405,9 @@ TEST(Recipe, MissingFile) { EXPECT_THROW(load_recipe("/nonexistent/recipe.yaml")
 TEST(Recipe, RequireTransport) {
   EXPECT_EQ(parse(kMinimal).dist.require_transport, "");  // no requirement by default
   for (const char* kind : {"gloo-tcp", "socket", "loopback", "efa"}) {
-    EXPECT_EQ(parse(kMinimal, {std::string("dist.require_transport=") + kind})
-                  .dist.require_transport,
-              kind);
+    EXPECT_EQ(
+        parse(kMinimal, {std::string("dist.require_transport=") + kind}).dist.require_transport,
+        kind);
   }
   EXPECT_EQ(parse(kMinimal, {"dist.require_transport="}).dist.require_transport, "");
   EXPECT_EQ(parse(kMinimal, {"dist.require_transport=\"\""}).dist.require_transport, "");

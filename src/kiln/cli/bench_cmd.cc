@@ -113,7 +113,9 @@ Command add_bench(CLI::App& app) {
   tr->add_option("--steps", o->steps, "Timed steps (median reported)")->capture_default_str();
   tr->add_option("--warmup", o->warmup, "Untimed warm-up steps")->capture_default_str();
   tr->add_flag("--recompute", o->recompute, "Activation recomputation");
-  return {sub, [o] {
+  const Command comm = add_bench_comm(*sub);
+  return {sub, [o, comm] {
+            if (comm.app->parsed()) return comm.run();
             if (o->steps < 1 || o->batch < 1 || o->seq < 2)
               fail("bench: steps, batch >= 1, seq >= 2");
             std::printf("kiln bench train: %d threads, median of %d steps after %d warm-up\n",

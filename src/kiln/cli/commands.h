@@ -16,5 +16,12 @@ Command add_train(CLI::App& app);
 Command add_eval(CLI::App& app);
 Command add_export(CLI::App& app);
 Command add_bench(CLI::App& app);
+// `kiln bench comm`, registered under `kiln bench` (bench_comm.cc).
+Command add_bench_comm(CLI::App& bench);
+Command add_doctor(CLI::App& app);
+Command add_generate(CLI::App& app);
+Command add_tokenize(CLI::App& app);
+Command add_detokenize(CLI::App& app);
+Command add_prepare_data(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -1,11 +1,12 @@
-// kiln eval --model DIR --data FILE [--json]: mean next-token loss over a dataset.
+// kiln eval --model DIR --data FILE [--format F --tokenizer T] [--json]: mean next-token loss over
+// a dataset in any data format (loss where training would take it).
 #include <cstdio>
 
 #include "kiln/base/error.h"
 #include "kiln/base/json.h"
 #include "kiln/cli/commands.h"
 #include "kiln/data/sampler.h"
-#include "kiln/data/token_dataset.h"
+#include "kiln/data/text_dataset.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/qwen2.h"
 
@@ -13,32 +14,49 @@ namespace kiln::cli {
 
 Command add_eval(CLI::App& app) {
   struct Opts {
-    std::string model, data;
+    std::string model, data, format = "tokens", tokenizer;
     bool json = false;
     int seq_len = 2048;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("eval", "Mean next-token loss of a model over a dataset");
   sub->add_option("--model", o->model, "Model directory (HF layout)")->required();
-  sub->add_option("--data", o->data, "Token JSONL file (data.format tokens)")->required();
+  sub->add_option("--data", o->data, "JSONL file in --format")->required();
+  std::string formats;
+  for (const auto& f : data_format_names()) formats += (formats.empty() ? "" : ", ") + f;
+  sub->add_option("--format", o->format, "Data format: " + formats + " (docs/recipe.md)")
+      ->capture_default_str();
+  sub->add_option("--tokenizer", o->tokenizer,
+                  "tokenizer.json or a directory holding one, for the text formats (default: "
+                  "--model)");
   sub->add_option("--seq-len", o->seq_len, "Truncate examples to this many tokens")
       ->capture_default_str()
       ->check(CLI::Range(2, 1 << 20));
   sub->add_flag("--json", o->json, "Print {\"loss\": ..., \"tokens\": ...}");
-  return {sub, [o] {
+  return {sub, [o, formats] {
+            const auto format = parse_data_format(o->format);
+            if (!format) fail("--format: unknown data format '{}' ({})", o->format, formats);
             const fs::path dir = o->model;
             Qwen2Config c = read_config(dir / "config.json");
             Qwen2Model model(c, cpu_backend());
             ParamStore store(model.layout(), /*with_grads=*/false);
             load_hf_weights(dir, model.layout(), store);
-            TokenDataset data = TokenDataset::load(o->data, c.vocab_size, o->seq_len);
+            DataOptions d;
+            d.path = o->data;
+            d.format = *format;
+            d.tokenizer = o->tokenizer.empty() ? dir : fs::path(o->tokenizer);
+            d.seq_len = o->seq_len;
+            d.use_cache = false;  // evaluation sets are small; leave no files behind
+            d.verbose = false;
+            const TokenizedDataset data = load_dataset(d, c.vocab_size);
             // Same averaging as training: the mean over every predicted token of the file.
             double loss_sum = 0;
             int64_t targets = 0;
             Batch b;
             for (size_t i = 0; i < data.size(); ++i) {
-              b.resize(1, static_cast<int>(data[i].input_ids.size()));
-              fill_row(b, 0, data[i]);
+              const ExampleView ex = data.example(i);
+              b.resize(1, static_cast<int>(ex.size()));
+              fill_row(b, 0, ex);
               loss_sum += model.forward(b, store);
               targets += b.num_targets();
             }

@@ -24,8 +24,11 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "kiln 0.1.0");
   app.require_subcommand(1);
   const std::vector<kiln::cli::Command> commands = {
-      kiln::cli::add_init(app),   kiln::cli::add_train(app), kiln::cli::add_eval(app),
-      kiln::cli::add_export(app), kiln::cli::add_bench(app),
+      kiln::cli::add_init(app),     kiln::cli::add_train(app),
+      kiln::cli::add_eval(app),     kiln::cli::add_export(app),
+      kiln::cli::add_bench(app),    kiln::cli::add_doctor(app),
+      kiln::cli::add_tokenize(app), kiln::cli::add_detokenize(app),
+      kiln::cli::add_generate(app), kiln::cli::add_prepare_data(app),
   };
   try {
     app.parse(argc, argv);

@@ -47,7 +47,7 @@ std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, uint64_t epoch) {
   return order;
 }
 
-Sampler::Sampler(const TokenDataset& dataset, int micro_batch_size, int seq_len, bool shuffle,
+Sampler::Sampler(const ExampleSource& dataset, int micro_batch_size, int seq_len, bool shuffle,
                  uint64_t seed, int rank, int world_size)
     : dataset_(&dataset),
       micro_batch_size_(micro_batch_size),
@@ -87,7 +87,7 @@ void Sampler::restore(const SamplerState& state) {
   state_ = state;
 }
 
-void fill_row(Batch& out, int b, const Example& ex) {
+void fill_row(Batch& out, int b, ExampleView ex) {
   const int T = out.T;
   const int len = static_cast<int>(std::min(ex.input_ids.size(), static_cast<size_t>(T)));
   const size_t row = static_cast<size_t>(b) * T;
@@ -109,7 +109,7 @@ void Sampler::next(Batch& out) {
   for (int b = 0; b < B; ++b) {
     // This rank's k-th example of the epoch sits at position rank + k * world_size of the order.
     size_t k = state_.index * static_cast<size_t>(B) + static_cast<size_t>(b);
-    const Example& ex = (*dataset_)[order_[static_cast<size_t>(rank_) + k * world_size_]];
+    const ExampleView ex = dataset_->example(order_[static_cast<size_t>(rank_) + k * world_size_]);
     fill_row(out, b, ex);
   }
   ++state_.index;

@@ -1,4 +1,5 @@
-// Rank-sharded, seeded, resumable micro-batch sampler over a TokenDataset.
+// Rank-sharded, seeded, resumable micro-batch samplers: one example per row (Sampler, here) or
+// several packed into each row (PackingSampler, packing_sampler.h), behind one interface.
 //
 // Each epoch visits the examples in one order, shared by every rank: the identity, or a
 // permutation drawn from (seed, epoch) by splitmix64 + Fisher-Yates, so the order depends on
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kiln/data/batch.h"
+#include "kiln/data/example_source.h"
 #include "kiln/data/token_dataset.h"
 
 namespace kiln {
@@ -20,8 +22,24 @@ namespace kiln {
 // Where a sampler is; saved with a checkpoint so a resumed run continues with the same batches.
 struct SamplerState {
   uint64_t epoch = 0;  // the current epoch, from 0
-  uint64_t index = 0;  // batches this rank has taken in it, in [0, batches_per_epoch]
+  // How far this rank is into the epoch: batches taken (Sampler, in [0, batches_per_epoch]) or
+  // examples taken (PackingSampler, in [0, examples_per_epoch]).
+  uint64_t index = 0;
   bool operator==(const SamplerState&) const = default;
+};
+
+// What the trainer draws micro-batches from.
+class BatchSampler {
+ public:
+  virtual ~BatchSampler() = default;
+  // Fills `out` with the next micro-batch (B = micro_batch_size rows of T = seq_len), moving to
+  // the next epoch when this one is used up.
+  virtual void next(Batch& out) = 0;
+  virtual SamplerState state() const = 0;
+  // Continues from a state() of a sampler built with the same arguments. Throws kiln::Error if
+  // the state's index is past the end of an epoch (the dataset or batch size changed).
+  virtual void restore(const SamplerState& state) = 0;
+  virtual uint64_t epoch() const = 0;
 };
 
 // The visiting order of `epoch` for n examples: a permutation of 0..n-1 that depends only on
@@ -30,13 +48,14 @@ std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, uint64_t epoch);
 
 // Writes `ex` (truncated to out.T) into row b of a freshly resized batch: ids, positions from 0,
 // and the HF causal-LM shifted targets. Padding keeps its defaults (id 0, no target).
-void fill_row(Batch& out, int b, const Example& ex);
+void fill_row(Batch& out, int b, ExampleView ex);
+inline void fill_row(Batch& out, int b, const Example& ex) { fill_row(out, b, ex.view()); }
 
-class Sampler {
+class Sampler : public BatchSampler {
  public:
   // `dataset` must outlive the sampler. Throws kiln::Error if the dataset has too few examples to
   // give each of the world_size ranks one batch of micro_batch_size.
-  Sampler(const TokenDataset& dataset, int micro_batch_size, int seq_len, bool shuffle,
+  Sampler(const ExampleSource& dataset, int micro_batch_size, int seq_len, bool shuffle,
           uint64_t seed, int rank = 0, int world_size = 1);
 
   // Fills `out` with the next micro-batch, B = micro_batch_size rows of T = seq_len, moving to the
@@ -45,20 +64,19 @@ class Sampler {
   //   targets[t]   = e.labels[t+1]                                 for t < len-1
   //   targets[t]   = kIgnoreIndex                                  for t >= len-1
   //   doc_start    = 0 everywhere (one document per row)
-  void next(Batch& out);
+  void next(Batch& out) override;
 
-  SamplerState state() const { return state_; }
-  // Continues from a state() of a sampler built with the same arguments. Throws kiln::Error if
-  // state.index exceeds batches_per_epoch() (the dataset or batch size changed).
-  void restore(const SamplerState& state);
+  SamplerState state() const override { return state_; }
+  // Throws kiln::Error if state.index exceeds batches_per_epoch().
+  void restore(const SamplerState& state) override;
 
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
-  uint64_t epoch() const { return state_.epoch; }
+  uint64_t epoch() const override { return state_.epoch; }
 
  private:
   void build_order(uint64_t epoch);
 
-  const TokenDataset* dataset_;
+  const ExampleSource* dataset_;
   int micro_batch_size_;
   int seq_len_;
   bool shuffle_;

@@ -9,7 +9,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "kiln/data/example_source.h"
 
 namespace kiln {
 
@@ -20,9 +23,15 @@ namespace fs = std::filesystem;
 struct Example {
   std::vector<int32_t> input_ids;  // (len), every id in [0, vocab_size)
   std::vector<int32_t> labels;     // (len), each an id in [0, vocab_size) or kIgnoreIndex
+
+  ExampleView view() const { return {input_ids, labels}; }
 };
 
-class TokenDataset {
+// Parses one line of the "tokens" format; every id must be < vocab_size. Throws kiln::Error
+// prefixed with `where` ("path:line") for a malformed line.
+Example parse_tokens_line(std::string_view line, int64_t vocab_size, const std::string& where);
+
+class TokenDataset : public ExampleSource {
  public:
   // Reads a "tokens" JSONL file. Every id must be < vocab_size. max_len > 0 truncates longer
   // examples to their first max_len tokens (see num_truncated()). Throws kiln::Error naming
@@ -34,8 +43,9 @@ class TokenDataset {
   static TokenDataset from_examples(std::vector<Example> examples, std::string what,
                                     int max_len = 0);
 
-  size_t size() const { return examples_.size(); }
+  size_t size() const override { return examples_.size(); }
   const Example& operator[](size_t i) const { return examples_[i]; }
+  ExampleView example(size_t i) const override { return examples_[i].view(); }
 
   // Truncates every example longer than max_len (> 0) to max_len tokens; returns how many were
   // cut, which also adds to num_truncated().
@@ -45,7 +55,7 @@ class TokenDataset {
   // Tokens in all examples, after truncation.
   int64_t num_tokens() const;
   // The source file (or the `what` of from_examples), for messages.
-  const std::string& what() const { return what_; }
+  const std::string& what() const override { return what_; }
 
  private:
   std::vector<Example> examples_;

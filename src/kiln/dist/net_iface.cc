@@ -86,6 +86,12 @@ std::vector<NetIface> list_interfaces() {
   return out;
 }
 
+bool interface_selected(const std::string& spec_text, const std::string& name) {
+  const IfaceSpec spec = parse_spec(spec_text);
+  if (spec.names.empty()) return spec.exclude;  // "^" alone excludes nothing
+  return spec_lists(spec, name) != spec.exclude;
+}
+
 std::string choose_interface(const std::string& spec_text, bool peers_remote,
                              const std::vector<NetIface>& available) {
   const IfaceSpec spec = parse_spec(spec_text);

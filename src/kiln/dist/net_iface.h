@@ -29,4 +29,8 @@ std::vector<NetIface> list_interfaces();
 std::string choose_interface(const std::string& spec, bool peers_remote,
                              const std::vector<NetIface>& available);
 
+// True when `spec` (syntax above) admits the interface called `name`, up or not: what
+// `kiln doctor` uses to spot a spec that lets loopback in.
+bool interface_selected(const std::string& spec, const std::string& name);
+
 }  // namespace kiln

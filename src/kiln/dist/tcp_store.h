@@ -7,30 +7,10 @@
 // length is checked against StoreLimits before anything is allocated for it; a frame over the
 // bound or malformed closes that connection and only that one.
 //
-// Wire protocol, version 1. Integers are little-endian.
-//   frame = u32 body_len | body              body_len counts the bytes after the length field
-//   str   = u32 n | n bytes                  a key (n <= max_key_bytes) or the token
-//   blob  = u32 n | n bytes                  a value (n <= max_value_bytes)
-// Request body = u8 op | fields:
-//   1 HELLO   u32 magic "KILN" (0x4e4c494b) | u32 version | str token     first frame, only once
-//   2 SET     str key | blob value
-//   3 GET     str key | u64 timeout_ms       answered once the key exists, or TIMEOUT
-//   4 ADD     str key | i64 delta            a counter is an 8-byte little-endian int64 value
-//   5 WAIT    u32 n | n * str key | u64 timeout_ms
-//   6 CHECK   u32 n | n * str key
-//   7 DELETE  str key
-// Response body = u8 status | fields:
-//   0 OK        GET: blob value; ADD: i64 new value; CHECK, DELETE: u8 0 or 1; others: nothing
-//   1 TIMEOUT   u32 n | n * str missing key   (GET, WAIT)
-//   2 ERROR     str message                   the operation failed; the connection stays usable
-//   3 REJECTED  nothing                       wrong token; the server closes the connection
-//   4 PROTOCOL  str message                   bad frame; the server closes the connection
-// The server answers each connection's requests in order, one at a time: while a GET or WAIT is
-// pending it reads nothing more from that connection.
+// The wire protocol, its frame parser and its encoder are in store_protocol.h.
 #pragma once
 
 #include <chrono>
-#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -38,42 +18,9 @@
 #include <vector>
 
 #include "kiln/dist/store.h"
+#include "kiln/dist/store_protocol.h"
 
 namespace kiln {
-
-struct StoreLimits {
-  uint32_t max_key_bytes = 4096;
-  uint32_t max_value_bytes = 64u << 20;
-  // The largest frame body: one key and one value plus the fixed fields. The key list of a WAIT
-  // or CHECK has to fit in it too.
-  uint64_t max_frame_bytes() const { return uint64_t{max_key_bytes} + max_value_bytes + 64; }
-};
-
-enum class StoreOp : uint8_t { kHello = 1, kSet, kGet, kAdd, kWait, kCheck, kDelete };
-
-inline constexpr uint32_t kStoreProtocolVersion = 1;
-
-// One decoded request; the fields an op does not carry stay at their defaults.
-struct StoreRequest {
-  StoreOp op = StoreOp::kHello;
-  uint32_t version = kStoreProtocolVersion;  // HELLO
-  std::string token;                         // HELLO
-  std::vector<std::string> keys;             // exactly one for SET, GET, ADD and DELETE
-  Bytes value;                               // SET
-  int64_t delta = 0;                         // ADD
-  uint64_t timeout_ms = 0;                   // GET, WAIT
-};
-
-// Parses one request frame from the front of [data, data + size). Returns the bytes it took
-// (length field included), or 0 when the buffer holds only the start of a frame. Throws
-// kiln::Error for a frame over `limits` (decided from the length field alone, before anything is
-// allocated), an unknown op, a bad HELLO magic, an over-long key, or a body that is truncated or
-// has bytes left over. Pure: the server's only parser, and the fuzz target's entry point.
-size_t parse_store_request(const uint8_t* data, size_t size, const StoreLimits& limits,
-                           StoreRequest& out);
-
-// The frame that parse_store_request reads back as `req`.
-Bytes encode_store_request(const StoreRequest& req);
 
 class TcpStoreServer {
  public:

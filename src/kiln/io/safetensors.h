@@ -84,7 +84,7 @@ struct TensorToWrite {
   std::string name;
   std::vector<int64_t> shape;
   const float* data = nullptr;
-  std::function<const float*()> source;
+  std::function<const float*()> source = nullptr;
 };
 
 // Checks names (non-empty, unique, not "__metadata__"), shapes (non-negative, no overflow) and

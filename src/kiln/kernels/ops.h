@@ -68,6 +68,16 @@ class Backend {
                                   const float* k, const float* v, const float* y, const float* lse,
                                   const int32_t* doc_start, const AttnShape& s) const = 0;
 
+  // Attention of n_q new tokens over a KV cache, for incremental decoding (no doc_start, nothing
+  // kept for backward). q: (n_q, H, D), the new tokens at positions [past, past + n_q);
+  // k_cache, v_cache: (past + n_q, KV, D), rows [past, past + n_q) already holding the new tokens'
+  // keys and values (after RoPE); y: (n_q, H, D). New token i attends keys [0, past + i] (causal);
+  // query head h reads kv head h / (H / KV). Equals rows [past, past + n_q) of attention_forward
+  // over the whole sequence.
+  virtual void attention_decode(float* y, const float* q, const float* k_cache,
+                                const float* v_cache, int n_q, int past, int H, int KV,
+                                int D) const = 0;
+
   // h = silu(gate) * up, all (n)
   virtual void swiglu_forward(float* h, const float* gate, const float* up, size_t n) const = 0;
   // dgate, dup written (n)

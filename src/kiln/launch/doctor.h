@@ -77,8 +77,8 @@ struct DoctorCheck {
 };
 
 struct GpuDevice {
-  std::string model;  // "NVIDIA H100 80GB HBM3"
-  std::string bus;    // "0000:53:00.0"
+  std::string model;   // "NVIDIA H100 80GB HBM3"
+  std::string bus;     // "0000:53:00.0"
   std::string memory;  // "81559 MiB" (nvidia-smi), or ""
 };
 
@@ -90,15 +90,15 @@ struct DoctorReport {
     std::string blas_core;
   } cpu;
   struct Memory {
-    uint64_t total = 0, available = 0;       // bytes, /proc/meminfo
-    std::optional<FsSpace> shm;              // /dev/shm
+    uint64_t total = 0, available = 0;  // bytes, /proc/meminfo
+    std::optional<FsSpace> shm;         // /dev/shm
   } memory;
   struct Net {
     std::vector<NetIface> interfaces;
-    std::string ifname_spec;        // KILN_SOCKET_IFNAME
-    std::string multi_node;         // what kiln binds when peers are on other hosts, or ""
-    std::string multi_node_error;   // why nothing fits, when multi_node is ""
-    std::string single_node;        // what it binds when every peer is on this host, or ""
+    std::string ifname_spec;       // KILN_SOCKET_IFNAME
+    std::string multi_node;        // what kiln binds when peers are on other hosts, or ""
+    std::string multi_node_error;  // why nothing fits, when multi_node is ""
+    std::string single_node;       // what it binds when every peer is on this host, or ""
   } net;
   std::vector<std::pair<std::string, std::string>> env;  // NCCL_*, FI_*, KILN_*, ... (masked)
   struct Gpu {
@@ -109,18 +109,18 @@ struct DoctorReport {
     std::string cuda_runtime_source;  // the libcudart path, or the version.json read
     std::string cuda_driver;          // the newest CUDA the loaded libcuda supports, or ""
     std::string libcuda_path;
-    bool forward_compat = false;      // libcuda comes from a cuda/compat directory
-    std::string compat_dirs;          // LD_LIBRARY_PATH entries naming cuda/compat
+    bool forward_compat = false;  // libcuda comes from a cuda/compat directory
+    std::string compat_dirs;      // LD_LIBRARY_PATH entries naming cuda/compat
     std::string nccl_version, nccl_path;
-    std::string net_plugin;           // the libnccl-net*.so NCCL would load, or ""
-    std::string net_plugin_wanted;    // NCCL_NET_PLUGIN, or "libnccl-net.so" by default
+    std::string net_plugin;         // the libnccl-net*.so NCCL would load, or ""
+    std::string net_plugin_wanted;  // NCCL_NET_PLUGIN, or "libnccl-net.so" by default
   } gpu;
   struct Efa {
-    std::vector<std::string> devices;  // /sys/class/infiniband entries driven by efa
-    std::vector<std::string> uverbs;   // /dev/infiniband/uverbs*
+    std::vector<std::string> devices;     // /sys/class/infiniband entries driven by efa
+    std::vector<std::string> uverbs;      // /dev/infiniband/uverbs*
     std::vector<std::string> other_rdma;  // InfiniBand/RoCE devices that are not EFA
-    bool libfabric_efa = false;        // fi_info -p efa succeeds
-    bool ofi_plugin = false;           // the NCCL net plugin is aws-ofi-nccl
+    bool libfabric_efa = false;           // fi_info -p efa succeeds
+    bool ofi_plugin = false;              // the NCCL net plugin is aws-ofi-nccl
   } efa;
   GlooProbe gloo;
   std::vector<DoctorCheck> checks;  // in display order

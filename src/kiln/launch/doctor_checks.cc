@@ -18,7 +18,9 @@ namespace {
 // "Bus error" or "unhandled system error" once several GPUs share a node. 1 GiB is ample.
 constexpr uint64_t kMinShmBytes = uint64_t{1} << 30;
 
-std::string gib(uint64_t b) { return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1 << 30)); }
+std::string gib(uint64_t b) {
+  return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1 << 30));
+}
 
 std::string size_text(uint64_t b) {
   if (b >= (uint64_t{1} << 30)) return gib(b);
@@ -62,9 +64,9 @@ class Judge {
     if (c.avx512f) have.emplace_back("AVX-512");
     if (c.avx512_bf16) have.emplace_back("AVX512_BF16");
     if (c.amx) have.emplace_back("AMX");
-    const std::string text =
-        fmt::format("{}: {} logical CPUs; {}", c.model.empty() ? "unknown CPU" : c.model,
-                    c.logical_cpus, have.empty() ? "no AVX2" : fmt::format("{}", fmt::join(have, " ")));
+    const std::string text = fmt::format(
+        "{}: {} logical CPUs; {}", c.model.empty() ? "unknown CPU" : c.model, c.logical_cpus,
+        have.empty() ? "no AVX2" : fmt::format("{}", fmt::join(have, " ")));
     add("cpu", c.avx2 ? Level::kOk : Level::kWarn,
         c.avx2 ? text : text + " (kernels and BLAS run several times slower without AVX2)");
     if (c.blas_core.empty()) return;
@@ -86,7 +88,8 @@ class Judge {
 
   void memory() {
     const auto& m = r_.memory;
-    add("memory", Level::kOk, fmt::format("{} total, {} available", gib(m.total), gib(m.available)));
+    add("memory", Level::kOk,
+        fmt::format("{} total, {} available", gib(m.total), gib(m.available)));
     if (!m.shm) {
       add("shm", Level::kWarn, "/dev/shm is missing: NCCL's shared-memory transport needs it");
     } else if (m.shm->total < kMinShmBytes) {
@@ -104,15 +107,21 @@ class Judge {
     const auto& n = r_.net;
     std::vector<std::string> listed;
     for (const auto& i : n.interfaces) {
-      listed.push_back(fmt::format("{} {}{}{}", i.name, i.address, i.is_loopback ? " (loopback)" : "",
-                                   i.is_up ? "" : " (down)"));
+      listed.push_back(fmt::format("{} {}{}{}", i.name, i.address,
+                                   i.is_loopback ? " (loopback)" : "", i.is_up ? "" : " (down)"));
     }
     const std::string spec =
         n.ifname_spec.empty() ? "" : fmt::format(" (KILN_SOCKET_IFNAME={})", n.ifname_spec);
+    auto with_address = [&](const std::string& name) {
+      for (const auto& i : n.interfaces) {
+        if (i.name == name) return name + " " + i.address;
+      }
+      return name.empty() ? std::string("none") : name;
+    };
     if (!n.multi_node.empty()) {
       add("net", Level::kOk,
-          fmt::format("multi-node: {}; one node: {}{}", n.multi_node,
-                      n.single_node.empty() ? "none" : n.single_node, spec))
+          fmt::format("multi-node: {}; one node: {}{}", with_address(n.multi_node),
+                      with_address(n.single_node), spec))
           .details = listed;
     } else {
       add("net", Level::kWarn,
@@ -161,10 +170,12 @@ class Judge {
       }
     }
     const std::pair<const char*, const char*> notes[] = {
-        {"NCCL_P2P_DISABLE", "GPUs of a node exchange data through host memory, not NVLink/PCIe "
-                             "peer-to-peer"},
-        {"NCCL_IB_DISABLE", "NCCL will not use InfiniBand/RoCE verbs (EFA goes through the OFI "
-                            "plugin and is unaffected)"},
+        {"NCCL_P2P_DISABLE",
+         "GPUs of a node exchange data through host memory, not NVLink/PCIe "
+         "peer-to-peer"},
+        {"NCCL_IB_DISABLE",
+         "NCCL will not use InfiniBand/RoCE verbs (EFA goes through the OFI "
+         "plugin and is unaffected)"},
         {"NCCL_SHM_DISABLE", "GPUs of a node cannot use shared memory between processes"},
     };
     for (const auto& [k, why] : notes) {
@@ -209,7 +220,8 @@ class Judge {
         add("env", Level::kWarn,
             fmt::format("{}={} lets in loopback {}: peers on other hosts cannot reach it, so a "
                         "multi-node job fails or hangs (harmless on one node){}",
-                        var, spec, lo, spec[0] == '^' ? fmt::format("; add {} to the list", lo) : ""));
+                        var, spec, lo,
+                        spec[0] == '^' ? fmt::format("; add {} to the list", lo) : ""));
         break;
       }
     }
@@ -251,28 +263,29 @@ class Judge {
   void cuda() {
     const auto& g = r_.gpu;
     const std::string runtime =
-        g.cuda_runtime.empty() ? "CUDA runtime not found (libcudart.so, /usr/local/cuda/version.json)"
-                               : fmt::format("CUDA runtime {} ({})", g.cuda_runtime,
-                                             g.cuda_runtime_source);
+        g.cuda_runtime.empty()
+            ? "CUDA runtime not found (libcudart.so, /usr/local/cuda/version.json)"
+            : fmt::format("CUDA runtime {} ({})", g.cuda_runtime, g.cuda_runtime_source);
     const std::string driver = g.cuda_driver.empty()
                                    ? "libcuda.so.1 not loadable"
                                    : fmt::format("driver supports CUDA {}", g.cuda_driver);
     const std::string compat =
-        g.forward_compat ? fmt::format("; forward compatibility active ({})", g.libcuda_path)
-                         : "";
+        g.forward_compat ? fmt::format("; forward compatibility active ({})", g.libcuda_path) : "";
     Level level = Level::kOk;
     std::string why;
     if (!g.cuda_runtime.empty() && !g.cuda_driver.empty() &&
         version_less(g.cuda_driver, g.cuda_runtime)) {
       level = Level::kFail;
-      why = fmt::format(": the runtime needs a newer driver; upgrade it or put the CUDA {} compat "
-                        "libraries first on LD_LIBRARY_PATH (/usr/local/cuda/compat)",
-                        g.cuda_runtime);
+      why = fmt::format(
+          ": the runtime needs a newer driver; upgrade it or put the CUDA {} compat "
+          "libraries first on LD_LIBRARY_PATH (/usr/local/cuda/compat)",
+          g.cuda_runtime);
     } else if (!g.compat_dirs.empty() && !g.forward_compat && !g.cuda_driver.empty()) {
       level = Level::kNote;
-      why = fmt::format("; LD_LIBRARY_PATH names {} but libcuda.so.1 loads from {}: forward "
-                        "compatibility is not in use",
-                        g.compat_dirs, g.libcuda_path);
+      why = fmt::format(
+          "; LD_LIBRARY_PATH names {} but libcuda.so.1 loads from {}: forward "
+          "compatibility is not in use",
+          g.compat_dirs, g.libcuda_path);
     } else if (g.cuda_driver.empty() && !g.devices.empty()) {
       level = Level::kWarn;
     }
@@ -290,7 +303,7 @@ class Judge {
     }
     std::vector<std::string> missing;
     if (!e.libfabric_efa) missing.emplace_back("libfabric's efa provider (fi_info -p efa)");
-    if (!e.ofi_plugin) missing.emplace_back("the aws-ofi-nccl plugin (libnccl-net*.so)");
+    if (!e.ofi_plugin) missing.emplace_back("aws-ofi-nccl plugin (libnccl-net*.so)");
     if (r_.gpu.devices.empty()) missing.emplace_back("GPUs");
     const std::string have = fmt::format("{} EFA device(s) ({}), {} uverbs", e.devices.size(),
                                          fmt::join(e.devices, ", "), e.uverbs.size());
@@ -343,7 +356,8 @@ Requirement check_one(const DoctorReport& r, const std::string& text) {
   if (key == "transport" && !at_least) {
     const auto& kinds = transport_kinds();
     if (std::find(kinds.begin(), kinds.end(), value) == kinds.end()) {
-      fail("--require '{}': unknown transport '{}' (one of {})", text, value, fmt::join(kinds, ", "));
+      fail("--require '{}': unknown transport '{}' (one of {})", text, value,
+           fmt::join(kinds, ", "));
     }
     if (value == "gloo-tcp" || value == "loopback") {
       q.met = r.gloo.ok && transport_satisfies(r.gloo.transport, value);
@@ -390,19 +404,24 @@ Requirement check_one(const DoctorReport& r, const std::string& text) {
     }
     return q;
   }
-  fail("--require '{}': unknown requirement (transport=efa|socket|gloo-tcp|loopback, gpus=N, "
-       "gpus>=N, cuda>=X.Y)",
-       text);
+  fail(
+      "--require '{}': unknown requirement (transport=efa|socket|gloo-tcp|loopback, gpus=N, "
+      "gpus>=N, cuda>=X.Y)",
+      text);
 }
 
 }  // namespace
 
 const char* level_name(Level l) {
   switch (l) {
-    case Level::kOk: return "ok";
-    case Level::kNote: return "note";
-    case Level::kWarn: return "warn";
-    case Level::kFail: return "FAIL";
+    case Level::kOk:
+      return "ok";
+    case Level::kNote:
+      return "note";
+    case Level::kWarn:
+      return "warn";
+    case Level::kFail:
+      return "FAIL";
   }
   return "?";
 }
@@ -410,8 +429,8 @@ const char* level_name(Level l) {
 bool DoctorReport::failed() const { return count(Level::kFail) > 0; }
 
 int DoctorReport::count(Level l) const {
-  return static_cast<int>(
-      std::count_if(checks.begin(), checks.end(), [l](const DoctorCheck& c) { return c.level == l; }));
+  return static_cast<int>(std::count_if(checks.begin(), checks.end(),
+                                        [l](const DoctorCheck& c) { return c.level == l; }));
 }
 
 DoctorReport run_doctor(const DoctorProbes& probes) {

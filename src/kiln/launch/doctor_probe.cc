@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -145,7 +146,8 @@ void read_gpus(const DoctorProbes& p, DoctorReport& r) {
   // Kernel Module for x86_64"): the first word shaped like a version.
   std::istringstream words(version.substr(0, version.find('\n')));
   for (std::string w; words >> w;) {
-    if (std::count(w.begin(), w.end(), '.') >= 1 && std::isdigit(static_cast<unsigned char>(w[0]))) {
+    if (std::count(w.begin(), w.end(), '.') >= 1 &&
+        std::isdigit(static_cast<unsigned char>(w[0]))) {
       r.gpu.driver_version = w;
       break;
     }
@@ -335,7 +337,8 @@ GlooProbe probe_gloo_loopback(const std::string& ifname, uint64_t bytes, int ite
       comm->barrier();
       const auto t0 = std::chrono::steady_clock::now();
       comm->all_reduce(x.data(), n, ReduceOp::kSum);
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double dt =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (rank == 0 && it > 0) times.push_back(dt);
     }
     if (rank == 0) {
@@ -354,7 +357,8 @@ GlooProbe probe_gloo_loopback(const std::string& ifname, uint64_t bytes, int ite
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < kWorld; ++r) {
-    if (!errors[r].empty() && out.error.empty()) out.error = fmt::format("rank {}: {}", r, errors[r]);
+    if (!errors[r].empty() && out.error.empty())
+      out.error = fmt::format("rank {}: {}", r, errors[r]);
   }
   if (out.error.empty() && wrong > 0) out.error = fmt::format("{} wrong sums of {}", wrong, n);
   out.ok = out.error.empty();
@@ -376,7 +380,7 @@ DoctorProbes system_probes(uint64_t gloo_bytes) {
   }
   p.interfaces = list_interfaces;
   p.fs_space = [](const fs::path& path) -> std::optional<FsSpace> {
-    struct statvfs s{};
+    struct statvfs s {};
     if (::statvfs(path.c_str(), &s) != 0) return std::nullopt;
     return FsSpace{static_cast<uint64_t>(s.f_blocks) * s.f_frsize,
                    static_cast<uint64_t>(s.f_bavail) * s.f_frsize};

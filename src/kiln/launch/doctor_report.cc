@@ -36,9 +36,11 @@ Json doctor_json(const DoctorReport& r, const std::vector<Requirement>& requirem
     checks.push_back(j);
   }
   Json shm = nullptr;
-  if (r.memory.shm) shm = {{"total_bytes", r.memory.shm->total}, {"free_bytes", r.memory.shm->free}};
+  if (r.memory.shm)
+    shm = {{"total_bytes", r.memory.shm->total}, {"free_bytes", r.memory.shm->free}};
   const auto& g = r.gpu;
   return {
+      {"kiln_version", KILN_VERSION},
       {"ok", ok},
       {"failures", r.count(Level::kFail)},
       {"warnings", r.count(Level::kWarn)},

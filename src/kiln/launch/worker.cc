@@ -19,7 +19,11 @@ int run_worker(const WorkerSpec& s, const TrainFn& fn) {
   if (s.host_store && s.rank == 0) {
     server = std::make_unique<TcpStoreServer>("0.0.0.0", s.store_port, s.token);
   }
-  auto store = std::make_shared<TcpStore>(s.master_addr, s.store_port, s.token, timeout);
+  // Store requests get the same bound as collectives: a node cut off from node 0 fails within
+  // the timeout instead of waiting on a dead connection.
+  TcpStoreOptions so;
+  so.io_timeout = timeout;
+  auto store = std::make_shared<TcpStore>(s.master_addr, s.store_port, s.token, timeout, so);
   GlooOptions go;
   // Each restart of the group rendezvouses in its own namespace of the (surviving) store.
   if (const char* attempt = std::getenv("KILN_RESTART_ATTEMPT")) {

@@ -17,7 +17,8 @@ struct WorkerSpec {
   std::string token;
   double timeout_s = 300;
   int threads = 0;  // 0: leave OpenMP's setting
-  std::string topology_source = "default", launcher = "external";  // see WorkerContext
+  // Recorded in the run's metadata; see WorkerContext.
+  std::string topology_source = "default", launcher = "external";
 };
 
 // Joins the group and runs `fn`; returns its exit code. Errors become kiln::Error.

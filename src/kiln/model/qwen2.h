@@ -36,6 +36,10 @@ class Qwen2Model {
   // Bytes of activation memory held for the last batch shape.
   size_t activation_bytes() const;
 
+  // The final norm's output xf (B*T, C) of the last forward: the LM head's input, from which
+  // tests compute full-sequence logits (incremental decoding is checked against them).
+  const float* final_hidden() const { return xf_.data(); }
+
  private:
   // One layer's saved activations (pointers into acts_).
   struct LayerActs {

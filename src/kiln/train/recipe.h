@@ -29,7 +29,7 @@ struct Recipe {
     std::string tokenizer;
     int seq_len = 512;                  // > 1: tokens per row
     std::string overlong = "truncate";  // "truncate" | "drop": examples longer than seq_len
-    bool pack = false;                  // several examples per row (src/kiln/data/packing_sampler.h)
+    bool pack = false;                  // several examples per row (data/packing_sampler.h)
     bool shuffle = true;
     bool train_on_prompt = false;  // loss on every token, not only on what the model answers
     bool skip_bad_lines = false;   // skip and count malformed lines instead of failing

@@ -77,7 +77,8 @@ void record_run_start(const Recipe& r, WorkerContext& ctx, const std::string& st
   for (size_t i = 0; i < transports.size(); ++i) {
     bool seen = false;
     for (size_t j = 0; j < i; ++j) seen = seen || transports[j] == transports[i];
-    if (!seen) distinct += fmt::format("{}{} (rank {})", distinct.empty() ? "" : ", ", transports[i], i);
+    if (!seen)
+      distinct += fmt::format("{}{} (rank {})", distinct.empty() ? "" : ", ", transports[i], i);
   }
   if (ctx.rank == 0) {
     KILN_LOG_INFO("transport: {}; {} rank(s), topology from {} ({})", distinct, transports.size(),

@@ -23,8 +23,8 @@
 #include "kiln/model/qwen2.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/optimizer.h"
-#include "kiln/train/train_data.h"
 #include "kiln/train/run_meta.h"
+#include "kiln/train/train_data.h"
 
 namespace kiln {
 

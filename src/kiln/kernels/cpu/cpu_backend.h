@@ -31,6 +31,8 @@ class CpuBackend final : public Backend {
   void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
                           const float* k, const float* v, const float* y, const float* lse,
                           const int32_t* doc_start, const AttnShape& s) const override;
+  void attention_decode(float* y, const float* q, const float* k_cache, const float* v_cache,
+                        int n_q, int past, int H, int KV, int D) const override;
   void swiglu_forward(float* h, const float* gate, const float* up, size_t n) const override;
   void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
                        const float* up, size_t n) const override;

@@ -10,6 +10,14 @@ namespace kiln {
 
 void CpuBackend::matmul_forward(float* out, const float* x, const float* w, const float* b, int N,
                                 int IC, int OC) const {
+  if (N == 1) {
+    // One row (a decoding step): sgemv streams w once, where OpenBLAS 0.3.21's sgemm packs all
+    // of w first (the LM head of a decoded token, 32000 x 384: 4 ms instead of 15).
+    if (b != nullptr) std::copy(b, b + OC, out);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, IC, 1.0f, w, IC, x, 1, b != nullptr ? 1.0f : 0.0f,
+                out, 1);
+    return;
+  }
   float beta = 0.0f;
   if (b != nullptr) {
 #pragma omp parallel for schedule(static)

@@ -1,0 +1,205 @@
+// kiln generate: text from a model directory, streamed to stdout token by token. Incremental
+// decoding with a KV cache (model/generate.h); greedy or temperature + top-p sampling
+// (model/sampling.h); stops at <|im_end|>, <|endoftext|> or --max-new-tokens.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/base/error.h"
+#include "kiln/base/log.h"
+#include "kiln/cli/commands.h"
+#include "kiln/model/generate.h"
+#include "kiln/model/hf_checkpoint.h"
+#include "kiln/model/sampling.h"
+#include "kiln/text/chat_template.h"
+#include "kiln/text/token_stream.h"
+#include "kiln/text/tokenizer.h"
+
+namespace kiln::cli {
+namespace {
+
+struct GenerateOpts {
+  std::string model, tokenizer, prompt, system;
+  bool chat = false, interactive = false, has_prompt = false;
+  int max_new_tokens = 256;
+  double temperature = 0.7, top_p = 0.8;  // Qwen2.5-Instruct's generation_config
+  uint64_t seed = 0;
+};
+
+void write_out(const std::string& s) {
+  if (s.empty()) return;
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fflush(stdout);
+}
+
+// A model, its KV cache and the ids the cache holds, so that a prompt sharing a prefix with
+// them (the history of a chat) runs only its new tokens.
+class Session {
+ public:
+  Session(const GenerateOpts& o, const Tokenizer& tok, const Qwen2Config& config,
+          ParamStore& params)
+      : o_(o),
+        tok_(tok),
+        gen_(config, params, cpu_backend()),
+        sampler_({o.temperature, o.top_p}, o.seed),
+        // Ids the model has but the tokenizer lacks (Qwen pads its embedding to a multiple of
+        // 128) cannot be decoded, so they are never sampled.
+        sample_vocab_(static_cast<size_t>(std::min(config.vocab_size, tok.vocab_size()))),
+        stops_{tok.token_id("<|im_end|>"), tok.token_id("<|endoftext|>")} {}
+
+  // Runs `prompt`, then samples, writing text to stdout as it comes, and a newline at the end.
+  // Returns the generated ids, without the stop token.
+  std::vector<int32_t> respond(const std::vector<int32_t>& prompt) {
+    const auto t0 = std::chrono::steady_clock::now();
+    // Reuse the cached prefix, but always run at least one token for fresh logits.
+    size_t common = 0;
+    while (common < cached_.size() && common < prompt.size() && cached_[common] == prompt[common]) {
+      ++common;
+    }
+    common = std::min(common, prompt.size() - 1);
+    gen_.truncate(static_cast<int>(common));
+    cached_.resize(common);
+    std::span<const float> logits = gen_.prefill(std::span<const int32_t>(prompt).subspan(common));
+    cached_.insert(cached_.end(), prompt.begin() + static_cast<ptrdiff_t>(common), prompt.end());
+    const auto t1 = std::chrono::steady_clock::now();
+
+    const int64_t max_pos = gen_.config().max_position_embeddings;
+    TokenStream stream(tok_);
+    std::vector<int32_t> reply;
+    while (static_cast<int>(reply.size()) < o_.max_new_tokens) {
+      const int32_t id = sampler_.sample(logits.first(sample_vocab_));
+      if (std::find(std::begin(stops_), std::end(stops_), id) != std::end(stops_)) break;
+      write_out(stream.push(id));
+      reply.push_back(id);
+      if (static_cast<int>(reply.size()) == o_.max_new_tokens) break;
+      if (gen_.length() >= max_pos) {
+        KILN_LOG_WARN("stopped at the model's max_position_embeddings ({})", max_pos);
+        break;
+      }
+      logits = gen_.step(id);
+      cached_.push_back(id);
+    }
+    write_out(stream.finish() + "\n");
+    const auto t2 = std::chrono::steady_clock::now();
+    KILN_LOG_DEBUG("prompt {} tokens ({} run) in {:.3f}s; {} new tokens in {:.3f}s", prompt.size(),
+                   prompt.size() - common, std::chrono::duration<double>(t1 - t0).count(),
+                   reply.size(), std::chrono::duration<double>(t2 - t1).count());
+    return reply;
+  }
+
+ private:
+  const GenerateOpts& o_;
+  const Tokenizer& tok_;
+  Generator gen_;
+  Sampler sampler_;
+  size_t sample_vocab_;
+  int32_t stops_[2];             // -1 where the tokenizer lacks the token
+  std::vector<int32_t> cached_;  // the ids in gen_'s cache
+};
+
+std::string read_all_stdin() {
+  std::string s(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>{});
+  // `echo hi | kiln generate` means the prompt "hi"
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  if (!s.empty() && s.back() == '\r') s.pop_back();
+  return s;
+}
+
+Tokenizer load_tokenizer(const GenerateOpts& o) {
+  if (!o.tokenizer.empty()) return Tokenizer::load(o.tokenizer);
+  const fs::path path = fs::path(o.model) / "tokenizer.json";
+  if (!fs::exists(path)) {
+    fail("{}: no such file; pass --tokenizer PATH (a tokenizer.json or a directory with one)",
+         path.string());
+  }
+  return Tokenizer::load(path);
+}
+
+int run_generate(const GenerateOpts& o) {
+  const fs::path dir = o.model;
+  const Qwen2Config config = read_config(dir / "config.json");
+  const Tokenizer tok = load_tokenizer(o);
+  const ParamLayout layout(config);
+  ParamStore params(layout, /*with_grads=*/false);
+  load_hf_weights(dir, layout, params);
+  Session session(o, tok, config, params);
+
+  std::vector<ChatMessage> history;
+  if (o.chat && !o.system.empty()) history.push_back({"system", o.system});
+  // Tokens for one user turn: the whole conversation so far in chat mode, else the raw text.
+  const auto prompt_ids = [&](const std::string& text) {
+    if (!o.chat) return tok.encode(text);
+    history.push_back({"user", text});
+    // Message contents are plain text: "<|im_end|>" typed by the user cannot end a turn.
+    return encode_chat(tok, history, /*add_generation_prompt=*/true,
+                       /*parse_special_in_content=*/false);
+  };
+  const auto turn = [&](const std::string& text) {
+    const std::vector<int32_t> ids = prompt_ids(text);
+    if (ids.empty()) fail("the prompt is empty: nothing to generate from");
+    const std::vector<int32_t> reply = session.respond(ids);
+    if (o.chat) history.push_back({"assistant", tok.decode(reply)});
+  };
+
+  if (!o.interactive) {
+    turn(o.has_prompt ? o.prompt : read_all_stdin());
+    return 0;
+  }
+  const bool tty = ::isatty(STDIN_FILENO) != 0;
+  std::string line;
+  while (true) {
+    if (tty) std::fputs("> ", stderr);
+    if (!std::getline(std::cin, line)) break;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    turn(line);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_generate(CLI::App& app) {
+  auto o = std::make_shared<GenerateOpts>();
+  CLI::App* sub = app.add_subcommand(
+      "generate", "Generate text from a model, streamed as it is produced (KV-cached decoding)");
+  sub->add_option("--model", o->model, "Model directory (HF layout: config.json, safetensors)")
+      ->required();
+  sub->add_option("--tokenizer", o->tokenizer,
+                  "A tokenizer.json, or a directory with one (default: MODEL/tokenizer.json)");
+  sub->add_flag("--chat", o->chat,
+                "Render the prompt as a user message with the chat template, and answer as the "
+                "assistant");
+  auto* prompt = sub->add_option("--prompt", o->prompt,
+                                 "The prompt (without it and --interactive, all of stdin is one)");
+  sub->add_flag("--interactive", o->interactive,
+                "Read prompts from stdin, one per line; with --chat the conversation goes on")
+      ->excludes(prompt);
+  sub->add_option("--system", o->system,
+                  "System prompt for --chat (default: the Qwen2.5 template's own)");
+  sub->add_option("--max-new-tokens", o->max_new_tokens, "Stop after this many new tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--temperature", o->temperature, "Sampling temperature; 0 is greedy")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  sub->add_option("--top-p", o->top_p, "Nucleus sampling: keep the most likely tokens up to P")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-9, 1.0));
+  sub->add_option("--seed", o->seed, "Sampling seed (the same seed gives the same text)")
+      ->capture_default_str();
+  return {sub, [o, prompt] {
+            if (!o->system.empty() && !o->chat) fail("--system needs --chat");
+            o->has_prompt = prompt->count() > 0;
+            return run_generate(*o);
+          }};
+}
+
+}  // namespace kiln::cli

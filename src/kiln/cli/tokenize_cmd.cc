@@ -1,0 +1,181 @@
+// kiln tokenize / kiln detokenize: text to token ids and back, on stdin and stdout, with the
+// tokenizer of a Hugging Face model (its tokenizer.json).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/base/error.h"
+#include "kiln/base/json.h"
+#include "kiln/cli/commands.h"
+#include "kiln/text/chat_template.h"
+#include "kiln/text/tokenizer.h"
+
+namespace kiln::cli {
+namespace {
+
+std::string read_stdin() {
+  std::ios::sync_with_stdio(false);
+  return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+}
+
+// Calls f(line_number, line) for each line that is not blank; a trailing \r is dropped.
+template <typename F>
+void for_each_line(std::string_view input, F&& f) {
+  size_t number = 0;
+  while (!input.empty()) {
+    const size_t end = input.find('\n');
+    std::string_view line = input.substr(0, end);
+    input = end == std::string_view::npos ? std::string_view() : input.substr(end + 1);
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+    f(number, line);
+  }
+}
+
+void write_ids(std::string& out, const std::vector<int32_t>& ids) {
+  fmt::format_to(std::back_inserter(out), "[{}]\n", fmt::join(ids, ","));
+}
+
+void flush(std::string& out) {
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  out.clear();
+}
+
+// Rethrows a failure as "<where>: <what went wrong>", where is "stdin" or "stdin:N", after
+// writing out what the lines before it gave.
+template <typename F>
+void in_context(const std::string& where, std::string& out, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    flush(out);
+    const std::string msg = e.what();
+    // parse_json already put the line's name in front.
+    fail("{}", msg.rfind(where + ": ", 0) == 0 ? msg : where + ": " + msg);
+  }
+}
+
+std::string text_of(const Json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object()) {
+    const auto it = j.find("text");
+    if (it != j.end() && it->is_string()) return it->get<std::string>();
+  }
+  fail("expected a JSON string or an object with a \"text\" string");
+}
+
+}  // namespace
+
+Command add_tokenize(CLI::App& app) {
+  struct Opts {
+    std::string tokenizer;
+    bool jsonl = false, chat = false, no_special = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* sub = app.add_subcommand(
+      "tokenize", "Encode stdin into token ids, printed as JSON arrays (one per line)");
+  sub->add_option("--tokenizer", o->tokenizer, "A tokenizer.json, or a model directory with one")
+      ->required();
+  auto* jsonl = sub->add_flag(
+      "--jsonl", o->jsonl,
+      "Each stdin line is a JSON string or {\"text\": ...}; one array per line (blank lines are "
+      "skipped). Without it, all of stdin is one text");
+  sub->add_flag("--chat", o->chat,
+                "Each stdin line is {\"messages\": [{\"role\", \"content\"}...], "
+                "\"add_generation_prompt\": bool}, rendered with the Qwen2.5 chat template")
+      ->excludes(jsonl);
+  sub->add_flag("--no-special", o->no_special,
+                "Encode special-token text (<|im_start|>, ...) as plain text; with --chat, only "
+                "in message contents");
+  return {sub, [o] {
+            const Tokenizer tok = Tokenizer::load(o->tokenizer);
+            const bool parse_special = !o->no_special;
+            const std::string input = read_stdin();
+            std::string out;
+            if (!o->jsonl && !o->chat) {
+              in_context("stdin", out, [&] { write_ids(out, tok.encode(input, parse_special)); });
+              flush(out);
+              return 0;
+            }
+            for_each_line(input, [&](size_t number, std::string_view line) {
+              const std::string where = fmt::format("stdin:{}", number);
+              in_context(where, out, [&] {
+                const Json j = parse_json(line, where);
+                if (o->jsonl) {
+                  write_ids(out, tok.encode(text_of(j), parse_special));
+                  return;
+                }
+                if (!j.is_object()) fail("expected an object with \"messages\"");
+                const auto msgs = j.find("messages");
+                if (msgs == j.end()) fail("\"messages\" is missing");
+                bool generation_prompt = false;
+                if (const auto g = j.find("add_generation_prompt"); g != j.end()) {
+                  if (!g->is_boolean()) fail("\"add_generation_prompt\" is not true or false");
+                  generation_prompt = g->get<bool>();
+                }
+                write_ids(out, encode_chat(tok, chat_messages_from_json(*msgs, "messages"),
+                                           generation_prompt, parse_special));
+              });
+              if (out.size() > (1 << 20)) flush(out);
+            });
+            flush(out);
+            return 0;
+          }};
+}
+
+Command add_detokenize(CLI::App& app) {
+  struct Opts {
+    std::string tokenizer;
+    bool skip_special = false, jsonl = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* sub = app.add_subcommand(
+      "detokenize", "Decode JSON arrays of token ids (one per stdin line) back into text");
+  sub->add_option("--tokenizer", o->tokenizer, "A tokenizer.json, or a model directory with one")
+      ->required();
+  sub->add_flag("--skip-special", o->skip_special, "Leave special tokens out of the text");
+  sub->add_flag("--jsonl", o->jsonl,
+                "Print each text as a JSON line {\"text\": ...} instead of the raw text followed "
+                "by a newline");
+  return {sub, [o] {
+            const Tokenizer tok = Tokenizer::load(o->tokenizer);
+            const std::string input = read_stdin();
+            std::string out;
+            for_each_line(input, [&](size_t number, std::string_view line) {
+              const std::string where = fmt::format("stdin:{}", number);
+              in_context(where, out, [&] {
+                const Json j = parse_json(line, where);
+                if (!j.is_array()) fail("expected a JSON array of token ids");
+                std::vector<int32_t> ids;
+                ids.reserve(j.size());
+                for (const Json& id : j) {
+                  if (!id.is_number_integer() || id.get<int64_t>() < INT32_MIN ||
+                      id.get<int64_t>() > INT32_MAX) {
+                    fail("expected a JSON array of token ids, found {}", id.dump());
+                  }
+                  ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+                }
+                const std::string text = tok.decode(ids, o->skip_special);
+                if (o->jsonl) {
+                  out += Json{{"text", text}}.dump();
+                } else {
+                  out += text;
+                }
+                out += '\n';
+              });
+              if (out.size() > (1 << 20)) flush(out);
+            });
+            flush(out);
+            return 0;
+          }};
+}
+
+}  // namespace kiln::cli

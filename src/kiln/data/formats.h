@@ -1,0 +1,98 @@
+// The JSONL data formats (data.format), one example per line, and what each teaches:
+//
+//   chat         {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
+//                rendered with the Qwen2.5 chat template (the default system prompt when the
+//                first message is not "system"); loss on each assistant turn's content and its
+//                <|im_end|>, not on its "<|im_start|>assistant\n" header or the "\n" after it.
+//   instruction  {"instruction": "...", "input": "..." (optional), "output": "..."}
+//                the chat [user: instruction + "\n\n" + input (when non-empty), assistant: output]
+//   completion   {"prompt": "...", "completion": "..."}: prompt + completion + <|endoftext|>, loss
+//                on the completion and <|endoftext|>
+//   text         {"text": "..."}: text + <|endoftext|>, loss on everything
+//   tokens       {"input_ids": [...], "labels": [...]} (token_dataset.h), loss where labels say
+//
+// With train_on_prompt every token of the text formats takes loss. Other fields are ignored.
+//
+// Masks come from tokenizing piecewise: a line becomes segments (text or one special token), each
+// tokenized on its own (special-token text inside content is parsed as the special token, as
+// Hugging Face does), and a segment's tokens take loss or not as a whole. Chat segments end at
+// the template's special tokens and at an assistant header, where generation starts:
+//   <|im_start|> | "user\n{content}" | <|im_end|> | "\n" | <|im_start|> | "assistant\n" |
+//   "{content}" | <|im_end|> | "\n"
+// The tokenizer splits text at special tokens anyway, so this equals tokenizing the whole
+// rendered string, except that an assistant reply is never merged with its header "\n" (a reply
+// that starts with a line break): the tokens are those a model produces after the generation
+// prompt "<|im_start|>assistant\n". A completion is likewise tokenized apart from its prompt.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/base/json.h"
+#include "kiln/data/token_dataset.h"
+#include "kiln/text/chat_template.h"
+#include "kiln/text/tokenizer.h"
+
+namespace kiln {
+
+enum class DataFormat { kTokens, kChat, kInstruction, kCompletion, kText };
+
+// "tokens", "chat", ... ; nullopt for anything else.
+std::optional<DataFormat> parse_data_format(std::string_view name);
+std::string_view data_format_name(DataFormat format);
+// Every format's name, in the order of the enum.
+const std::vector<std::string>& data_format_names();
+
+// A piece of a rendered example, tokenized on its own.
+struct Segment {
+  std::string text;      // used when special < 0
+  int32_t special = -1;  // a single special token's id
+  bool train = false;    // whether its tokens take loss
+  bool operator==(const Segment&) const = default;
+};
+
+// The special tokens the text formats need; a tokenizer without them is refused.
+struct SpecialTokens {
+  int32_t im_start = -1, im_end = -1, endoftext = -1;
+  static SpecialTokens of(const Tokenizer& tokenizer);
+};
+
+// The segments of a conversation (roles system, user, assistant), rendered as render_chat does:
+// their texts joined equal render_chat(messages, false).
+std::vector<Segment> chat_segments(const std::vector<ChatMessage>& messages,
+                                   const SpecialTokens& specials, bool train_on_prompt);
+
+// Tokenizes segments into an example: labels are the ids of training segments, kIgnoreIndex
+// elsewhere.
+Example encode_segments(const Tokenizer& tokenizer, const std::vector<Segment>& segments);
+
+// Turns JSONL lines of one format into examples. Thread-safe (const).
+class LineEncoder {
+ public:
+  // `tokenizer` (unused, may be null, for kTokens) must outlive the encoder. vocab_size bounds the
+  // ids of the tokens format and is checked against the tokenizer's ids for the others.
+  LineEncoder(DataFormat format, const Tokenizer* tokenizer, int64_t vocab_size,
+              bool train_on_prompt);
+
+  // The example of one line. Throws kiln::Error "<where>: <field>: <problem>" for a bad line:
+  // malformed JSON or UTF-8, a missing field, a wrong type or role, nothing to learn.
+  Example encode(std::string_view line, const std::string& where) const;
+  // The segments of one line (text formats only), for tests and tools.
+  std::vector<Segment> segments(std::string_view line, const std::string& where) const;
+
+  DataFormat format() const { return format_; }
+
+ private:
+  std::vector<Segment> segments_of(const Json& obj, const std::string& where) const;
+
+  DataFormat format_;
+  const Tokenizer* tokenizer_;
+  int64_t vocab_size_;
+  bool train_on_prompt_;
+  SpecialTokens specials_;
+};
+
+}  // namespace kiln

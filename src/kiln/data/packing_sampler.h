@@ -1,0 +1,64 @@
+// Packing: several examples per row of seq_len tokens, so short examples do not pay for padding.
+//
+// The epoch's visiting order is the unpacked Sampler's (identity or epoch_permutation(seed,
+// epoch)), and rank r of W again takes positions r, r+W, r+2W, ... of it: its share is
+// floor(N / W) examples. Rows are filled greedily in that order: an example goes into the current
+// row if it fits in what is left of it, else it starts the next row; no example is split (one
+// longer than seq_len, which the loader normally prevents, is cut to seq_len in a row of its
+// own). When the share runs out, the next epoch's share continues the same batch. The state is
+// (epoch, examples of the share taken), so a restored sampler packs exactly the same rows.
+//
+// Each example in a row is a document of its own:
+//   row [a0 a1 a2 | b0 b1 | pad pad]   doc_start = [0 0 0 | 3 3 | 5 5]
+//                                      positions = [0 1 2 | 0 1 | 0 1]
+//                                      targets   = [a1 a2 X | b1 X | X X]
+// attention never crosses a boundary, rotary positions restart, and an example's last token has
+// no target, so nothing predicts the next example's first token: each example's loss and
+// gradient are what they would be alone. Padding is id 0 with no target.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kiln/data/sampler.h"
+
+namespace kiln {
+
+class PackingSampler : public BatchSampler {
+ public:
+  // `dataset` must outlive the sampler. Throws kiln::Error if it has fewer examples than ranks.
+  PackingSampler(const ExampleSource& dataset, int micro_batch_size, int seq_len, bool shuffle,
+                 uint64_t seed, int rank = 0, int world_size = 1);
+
+  void next(Batch& out) override;
+  SamplerState state() const override { return state_; }
+  // Throws kiln::Error if state.index exceeds examples_per_epoch().
+  void restore(const SamplerState& state) override;
+  uint64_t epoch() const override { return state_.epoch; }
+
+  // This rank's share of each epoch.
+  uint64_t examples_per_epoch() const { return per_rank_; }
+
+ private:
+  void build_order(uint64_t epoch);
+  // The next example of this rank's share (moving to the next epoch first when this one is used
+  // up), without taking it.
+  ExampleView peek();
+
+  const ExampleSource* dataset_;
+  int micro_batch_size_;
+  int seq_len_;
+  bool shuffle_;
+  uint64_t seed_;
+  int rank_;
+  int world_size_;
+  uint64_t per_rank_;
+  SamplerState state_;
+  std::vector<size_t> order_;  // (N) the current epoch's visiting order
+};
+
+// Writes `ex` (cut to `len` tokens) into row b of `out` at column `at`, as one packed document:
+// ids, positions 0..len-1, doc_start = at, shifted targets with none at its last token.
+void place_document(Batch& out, int b, int at, ExampleView ex, int len);
+
+}  // namespace kiln

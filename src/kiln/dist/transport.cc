@@ -1,0 +1,54 @@
+#include "kiln/dist/transport.h"
+
+#include <fmt/ranges.h>
+
+#include <sstream>
+
+#include "kiln/base/error.h"
+
+namespace kiln {
+
+namespace {
+
+const std::vector<std::string> kKinds = {"gloo-tcp", "socket", "loopback", "efa"};
+
+std::vector<std::string> words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+bool has_word(const std::vector<std::string>& w, const std::string& x) {
+  for (const auto& v : w) {
+    if (v == x) return true;
+  }
+  return false;
+}
+
+// TCP transports: Gloo's, and NCCL's socket net when that arrives ("nccl socket eth0 ...").
+bool is_tcp(const std::vector<std::string>& w) {
+  return !w.empty() && (w[0] == "gloo-tcp" || has_word(w, "socket"));
+}
+
+}  // namespace
+
+const std::vector<std::string>& transport_kinds() { return kKinds; }
+
+bool transport_is_loopback(const std::string& transport) {
+  for (const auto& v : words(transport)) {
+    if (v == "lo" || v == "::1" || v.starts_with("127.")) return true;
+  }
+  return false;
+}
+
+bool transport_satisfies(const std::string& transport, const std::string& kind) {
+  const std::vector<std::string> w = words(transport);
+  if (kind == "gloo-tcp") return !w.empty() && w[0] == "gloo-tcp";
+  if (kind == "socket") return is_tcp(w) && !transport_is_loopback(transport);
+  if (kind == "loopback") return is_tcp(w) && transport_is_loopback(transport);
+  if (kind == "efa") return has_word(w, "efa");
+  fail("unknown transport '{}' (one of {})", kind, fmt::join(kKinds, ", "));
+}
+
+}  // namespace kiln

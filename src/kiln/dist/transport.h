@@ -1,0 +1,26 @@
+// What a run may require of its transport, and whether a communicator's transport string
+// (Communicator::transport(): "local", "gloo-tcp eth0 10.0.0.2", ...) delivers it. One place
+// decides, so `kiln doctor --require transport=...` and the recipe's dist.require_transport
+// mean the same thing.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+// The kinds, in documentation order:
+//   gloo-tcp  Gloo over TCP, on any interface
+//   socket    TCP over a non-loopback interface (can reach other hosts)
+//   loopback  TCP over loopback (every rank on this host)
+//   efa       AWS Elastic Fabric Adapter (NCCL through libfabric; the transport string names
+//             "efa" as a word)
+const std::vector<std::string>& transport_kinds();
+
+// True when `transport` delivers `kind`. Throws kiln::Error listing the kinds for an unknown one.
+bool transport_satisfies(const std::string& transport, const std::string& kind);
+
+// True when the transport's address is a loopback one (lo, 127.0.0.0/8, ::1).
+bool transport_is_loopback(const std::string& transport);
+
+}  // namespace kiln

@@ -1,0 +1,74 @@
+// Incremental decoding of a Qwen2 model with a KV cache, built from the backend's ops.
+//
+// The cache holds, per layer, K and V (capacity, kv_heads, head_dim) of every token seen so far,
+// after RoPE. Feeding n new tokens at positions [past, past + n):
+//   x (n, C) = embed(ids)
+//   per layer: xn = rmsnorm(x); q (n, Q), k, v (n, KV) = xn W^T + b, k and v written straight into
+//              the cache rows [past, past + n); rope(q, k); y = attention_decode(q, cache) (n, Q);
+//              x += y Wo^T; xn = rmsnorm(x); x += (silu(xn Wg^T) * (xn Wu^T)) Wd^T
+//   logits (V) = rmsnorm(x[n - 1]) W_head^T: the LM head for the last position only.
+// The arithmetic is the training forward's (Qwen2Model), op for op, so the logits equal those of
+// a full forward over the whole sequence to float rounding (tested).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kiln/kernels/ops.h"
+#include "kiln/model/config.h"
+#include "kiln/model/layout.h"
+#include "kiln/model/unit_access.h"
+#include "kiln/tensor/buffer.h"
+
+namespace kiln {
+
+class Generator {
+ public:
+  // `params` must outlive the Generator; units are acquired around each use and released after,
+  // as the training forward does. The cache grows as needed, up to max_position_embeddings.
+  Generator(const Qwen2Config& config, UnitAccess& params, const Backend& backend);
+
+  // Appends `ids` (n >= 1) at positions [length(), length() + n), running them through every
+  // layer in chunks and filling the cache. Returns the logits (vocab_size) of the last one, valid
+  // until the next call. Errors (kiln::Error) for an id outside the vocabulary or a sequence
+  // longer than max_position_embeddings.
+  std::span<const float> prefill(std::span<const int32_t> ids);
+  // One new token; the same as prefill({token}).
+  std::span<const float> step(int32_t token);
+
+  // Tokens in the cache.
+  int length() const { return length_; }
+  // Forgets every cached token past the first n (0 <= n <= length()): a new prompt that shares
+  // a prefix with the cached tokens (a chat's history) only runs its new part.
+  void truncate(int n);
+  // Bytes held by the KV cache (both K and V, every layer).
+  size_t cache_bytes() const;
+
+  const Qwen2Config& config() const { return config_; }
+
+  // Tokens per prefill chunk: bounds the activation scratch at kChunk * (3C + 2Q + 3I + 1)
+  // floats whatever the prompt length.
+  static constexpr int kChunk = 256;
+
+ private:
+  void reserve(int tokens);                   // cache and RoPE tables for positions [0, tokens)
+  void run_chunk(const int32_t* ids, int n);  // n tokens at positions [length_, length_ + n)
+  void layer(int l, const float* w, int n);   // x_ (n, C) through layer l, in place
+
+  Qwen2Config config_;
+  ParamLayout layout_;
+  UnitAccess& params_;
+  const Backend& be_;
+  int length_ = 0;
+  int capacity_ = 0;  // cached positions the buffers hold
+
+  std::vector<Buffer<float>> k_cache_, v_cache_;  // per layer (capacity, KV, D)
+  Buffer<float> rope_cos_, rope_sin_;             // (capacity, D/2)
+  // Per-chunk scratch, sized for the largest chunk run so far (at most kChunk tokens).
+  Buffer<float> x_, xn_, rstd_, q_, y_, tmp_, gate_, up_, h_;  // (n, C|Q|I), rstd (n)
+  std::vector<int32_t> pos_;
+  Buffer<float> xf_, logits_;  // (C), (V)
+};
+
+}  // namespace kiln

@@ -1,0 +1,302 @@
+// Packing: row layout (documents, positions, targets), the greedy rule, determinism, resume and
+// rank shards of the PackingSampler; and the acceptance check that a packed batch gives every
+// example the loss and gradients it has alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include "common/grad_check.h"
+#include "kiln/base/error.h"
+#include "kiln/data/packing_sampler.h"
+#include "kiln/model/qwen2.h"
+#include "kiln/train/train_data.h"
+
+namespace kiln {
+namespace {
+
+using Ids = std::vector<int32_t>;
+constexpr int32_t X = kIgnoreIndex;
+
+// Example i has lengths[i] tokens 1000*(i+1) + t, labels equal to the ids: a token names its
+// example and position.
+TokenDataset numbered(const std::vector<int>& lengths) {
+  std::vector<Example> ex;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    Ids ids(lengths[i]);
+    for (int t = 0; t < lengths[i]; ++t) ids[t] = static_cast<int32_t>(1000 * (i + 1) + t);
+    ex.push_back({ids, ids});
+  }
+  return TokenDataset::from_examples(std::move(ex), "numbered");
+}
+
+TEST(PackingSampler, RowLayout) {
+  const TokenDataset ds = numbered({3, 2, 4, 1});
+  PackingSampler s(ds, 2, 6, /*shuffle=*/false, 0);
+  Batch b;
+  s.next(b);
+  ASSERT_EQ(b.B, 2);
+  ASSERT_EQ(b.T, 6);
+  // Row 0: examples 0 and 1 (5 tokens); example 2 does not fit, so it starts row 1 with 3.
+  EXPECT_EQ(b.input_ids, (Ids{1000, 1001, 1002, 2000, 2001, 0, 3000, 3001, 3002, 3003, 4000, 0}));
+  EXPECT_EQ(b.doc_start, (Ids{0, 0, 0, 3, 3, 5, 0, 0, 0, 0, 4, 5}));
+  EXPECT_EQ(b.positions, (Ids{0, 1, 2, 0, 1, 0, 0, 1, 2, 3, 0, 0}));
+  // No target at an example's last token: nothing predicts the next example's first token.
+  EXPECT_EQ(b.targets, (Ids{1001, 1002, X, 2001, X, X, 3001, 3002, 3003, X, X, X}));
+  // Example 0 of epoch 1 was looked at and did not fit: the sampler stands at its start.
+  EXPECT_EQ(s.state(), (SamplerState{1, 0}));
+  s.next(b);
+  EXPECT_EQ(b.input_ids[0], 1000);
+}
+
+TEST(PackingSampler, LongExampleGetsARowOfItsOwn) {
+  const TokenDataset ds = numbered({2, 9, 2});
+  PackingSampler s(ds, 3, 4, false, 0);
+  Batch b;
+  s.next(b);
+  // Row 1 is example 1 cut to 4 tokens; row 2 ends epoch 0 and begins epoch 1.
+  EXPECT_EQ(b.input_ids, (Ids{1000, 1001, 0, 0, 2000, 2001, 2002, 2003, 3000, 3001, 1000, 1001}));
+  EXPECT_EQ(b.targets, (Ids{1001, X, X, X, 2001, 2002, 2003, X, 3001, X, 1001, X}));
+  EXPECT_EQ(b.doc_start, (Ids{0, 0, 2, 2, 0, 0, 0, 0, 0, 0, 2, 2}));
+  EXPECT_EQ(s.state(), (SamplerState{1, 1}));
+}
+
+// The documents of a batch, as (example index, length, row, column), from their first tokens.
+struct Doc {
+  int example, len, row, at;
+};
+std::vector<Doc> docs_of(const Batch& b) {
+  std::vector<Doc> out;
+  for (int r = 0; r < b.B; ++r) {
+    for (int t = 0; t < b.T;) {
+      const size_t i = static_cast<size_t>(r) * b.T + t;
+      int end = t;
+      while (end < b.T && b.doc_start[static_cast<size_t>(r) * b.T + end] == t) ++end;
+      EXPECT_GT(end, t);
+      if (b.input_ids[i] != 0) out.push_back({b.input_ids[i] / 1000 - 1, end - t, r, t});
+      t = end;
+    }
+  }
+  return out;
+}
+
+std::vector<int> random_lengths(size_t n, int max_len, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int> v(n);
+  for (int& x : v) x = 1 + static_cast<int>(rng() % static_cast<uint32_t>(max_len));
+  return v;
+}
+
+TEST(PackingSampler, GreedyNoSplitEveryExampleOncePerEpoch) {
+  const std::vector<int> lengths = random_lengths(101, 12, 1);
+  const TokenDataset ds = numbered(lengths);
+  const int B = 3, T = 16;
+  PackingSampler s(ds, B, T, /*shuffle=*/true, 42);
+  std::vector<int> seen;  // examples of epoch 0, in packing order
+  Batch b;
+  while (s.epoch() == 0) {
+    s.next(b);
+    const std::vector<Doc> docs = docs_of(b);
+    for (size_t k = 0; k < docs.size(); ++k) {
+      const Doc& d = docs[k];
+      ASSERT_EQ(d.len, lengths[static_cast<size_t>(d.example)]) << "split example";
+      // Greedy: a row ends only when the next example would not fit in it.
+      if (k + 1 < docs.size() && docs[k + 1].row != d.row) {
+        EXPECT_GT(d.at + d.len + docs[k + 1].len, T);
+      }
+    }
+    for (const Doc& d : docs) seen.push_back(d.example);
+  }
+  // The batch that crossed into epoch 1 also holds epoch-1 examples: keep epoch 0's share.
+  const std::vector<size_t> order = epoch_permutation(lengths.size(), 42, 0);
+  ASSERT_GE(seen.size(), order.size());
+  for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(seen[i], static_cast<int>(order[i])) << i;
+}
+
+std::vector<Batch> draw(BatchSampler& s, int n) {
+  std::vector<Batch> out(n);
+  for (Batch& b : out) s.next(b);
+  return out;
+}
+
+void expect_same(const std::vector<Batch>& a, const std::vector<Batch>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].input_ids, b[i].input_ids) << i;
+    EXPECT_EQ(a[i].targets, b[i].targets) << i;
+    EXPECT_EQ(a[i].positions, b[i].positions) << i;
+    EXPECT_EQ(a[i].doc_start, b[i].doc_start) << i;
+  }
+}
+
+TEST(PackingSampler, DeterministicAndResumable) {
+  const TokenDataset ds = numbered(random_lengths(37, 9, 2));
+  PackingSampler a(ds, 2, 12, true, 7), b(ds, 2, 12, true, 7), other(ds, 2, 12, true, 8);
+  const std::vector<Batch> ref = draw(a, 40);  // several epochs
+  expect_same(ref, draw(b, 40));
+  EXPECT_NE(ref[0].input_ids, draw(other, 1)[0].input_ids);
+  EXPECT_GE(a.epoch(), 2u);
+
+  for (int k : {0, 1, 5, 13, 27}) {
+    PackingSampler first(ds, 2, 12, true, 7);
+    draw(first, k);
+    const SamplerState st = first.state();
+    PackingSampler resumed(ds, 2, 12, true, 7);
+    resumed.restore(st);
+    EXPECT_EQ(resumed.state(), st);
+    expect_same(std::vector<Batch>(ref.begin() + k, ref.end()), draw(resumed, 40 - k));
+  }
+  PackingSampler c(ds, 2, 12, true, 7);
+  EXPECT_THROW(c.restore({0, 38}), Error);  // past the 37 examples of an epoch
+}
+
+TEST(PackingSampler, RanksTakeDisjointShares) {
+  const size_t n = 50;
+  const TokenDataset ds = numbered(random_lengths(n, 6, 3));
+  const int W = 3;
+  const std::vector<size_t> order = epoch_permutation(n, 9, 0);
+  std::vector<int> all;
+  for (int r = 0; r < W; ++r) {
+    PackingSampler s(ds, 2, 10, true, 9, r, W);
+    EXPECT_EQ(s.examples_per_epoch(), n / W);
+    std::vector<int> mine;
+    Batch b;
+    while (mine.size() < n / W) {
+      s.next(b);
+      for (const Doc& d : docs_of(b)) mine.push_back(d.example);
+    }
+    // Rank r takes positions r, r+W, ... of the shared order.
+    for (size_t k = 0; k < n / W; ++k) {
+      EXPECT_EQ(mine[k], static_cast<int>(order[static_cast<size_t>(r) + k * W])) << r << " " << k;
+    }
+    all.insert(all.end(), mine.begin(), mine.begin() + static_cast<long>(n / W));
+  }
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());  // disjoint
+  EXPECT_THROW(PackingSampler(numbered({1, 2}), 1, 4, false, 0, 0, 3), Error);
+}
+
+TEST(MakeSampler, FollowsDataPack) {
+  const TokenDataset ds = numbered({2, 2, 2});
+  Recipe r;
+  r.data.seq_len = 4;
+  r.train.micro_batch_size = 1;
+  r.data.shuffle = false;
+  Batch b;
+  make_sampler(ds, r, 0, 1)->next(b);
+  EXPECT_EQ(b.input_ids, (Ids{1000, 1001, 0, 0}));
+  r.data.pack = true;
+  make_sampler(ds, r, 0, 1)->next(b);
+  EXPECT_EQ(b.input_ids, (Ids{1000, 1001, 2000, 2001}));
+}
+
+// ---- Packed vs one by one through the model ----
+
+Qwen2Config small_config() {
+  Qwen2Config c;
+  c.hidden_size = 16;
+  c.intermediate_size = 24;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.vocab_size = 23;
+  c.rope_theta = 10000.0;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+void randomize(ParamStore& store, const ParamLayout& layout, uint32_t seed) {
+  for (int u = 0; u < layout.num_units(); ++u) {
+    for (const auto& e : layout.units()[u].entries) {
+      const bool norm = e.name.find("norm") != std::string::npos;
+      auto v = testing::random_vec(e.numel, seed++, norm ? 0.1f : 0.3f, norm ? 1.0f : 0.0f);
+      std::copy(v.begin(), v.end(), store.params(u).data() + e.offset);
+    }
+  }
+}
+
+// Random examples over a vocabulary of 23 with some labels masked.
+TokenDataset random_examples(const std::vector<int>& lengths, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Example> out;
+  for (int len : lengths) {
+    Example ex;
+    for (int t = 0; t < len; ++t) {
+      ex.input_ids.push_back(static_cast<int32_t>(rng() % 23));
+      ex.labels.push_back(rng() % 4 == 0 ? X : ex.input_ids.back());
+    }
+    out.push_back(std::move(ex));
+  }
+  return TokenDataset::from_examples(std::move(out), "random");
+}
+
+double rel_l2(const float* a, const float* b, size_t n) {
+  double d = 0, s = 0;
+  for (size_t i = 0; i < n; ++i) {
+    d += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    s += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(d / std::max(s, 1e-30));
+}
+
+TEST(Packing, SameLossesAndGradientsAsOneByOne) {
+  Qwen2Model model(small_config(), cpu_backend());
+  const ParamLayout& layout = model.layout();
+  ParamStore packed(layout), single(layout);
+  randomize(packed, layout, 11);
+  randomize(single, layout, 11);
+  const TokenDataset ds = random_examples({5, 3, 7, 2, 4, 6, 1}, 5);
+  PackingSampler sampler(ds, /*B=*/3, /*T=*/12, /*shuffle=*/false, 0);
+  Batch batch;
+  sampler.next(batch);                               // rows: [5 3] [7 2] [4 6 1]
+  ASSERT_EQ(sampler.state(), (SamplerState{1, 0}));  // all 7, nothing of epoch 1
+
+  packed.zero_grads();
+  const double packed_loss = model.forward_backward(batch, packed, 1.0f, false);
+  single.zero_grads();
+  double single_loss = 0;
+  int64_t single_targets = 0;
+  std::vector<double> alone(ds.size());
+  for (size_t i = 0; i < ds.size(); ++i) {
+    Batch b;
+    b.resize(1, static_cast<int>(ds[i].input_ids.size()));
+    fill_row(b, 0, ds[i]);
+    alone[i] = model.forward_backward(b, single, 1.0f, false);
+    single_loss += alone[i];
+    single_targets += b.num_targets();
+  }
+  EXPECT_EQ(batch.num_targets(), single_targets);
+  EXPECT_NEAR(packed_loss, single_loss, 1e-5 * std::abs(single_loss));
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const size_t n = packed.grads(u).size();
+    EXPECT_LT(rel_l2(packed.grads(u).data(), single.grads(u).data(), n), 1e-5) << "unit " << u;
+    for (size_t k = 0; k < n; ++k) {
+      ASSERT_NEAR(packed.grads(u)[k], single.grads(u)[k],
+                  1e-5 * std::max(1.0f, std::abs(single.grads(u)[k])))
+          << "unit " << u << " element " << k;
+    }
+  }
+
+  // Each example's own loss inside the packed batch: keep only its targets.
+  const std::vector<Doc> docs = [&] {
+    // Map positions back to examples: rows are [0 1] [2 3] [4 5 6] by construction.
+    return std::vector<Doc>{{0, 5, 0, 0}, {1, 3, 0, 5}, {2, 7, 1, 0}, {3, 2, 1, 7},
+                            {4, 4, 2, 0}, {5, 6, 2, 4}, {6, 1, 2, 10}};
+  }();
+  for (const Doc& d : docs) {
+    ASSERT_EQ(batch.doc_start[static_cast<size_t>(d.row) * 12 + d.at], d.at);
+    Batch only = batch;
+    for (size_t i = 0; i < only.targets.size(); ++i) {
+      const int r = static_cast<int>(i / 12), t = static_cast<int>(i % 12);
+      if (r != d.row || t < d.at || t >= d.at + d.len) only.targets[i] = X;
+    }
+    EXPECT_NEAR(model.forward(only, packed), alone[static_cast<size_t>(d.example)],
+                1e-5 * std::max(1.0, std::abs(alone[static_cast<size_t>(d.example)])))
+        << "example " << d.example;
+  }
+}
+
+}  // namespace
+}  // namespace kiln

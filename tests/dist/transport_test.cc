@@ -1,0 +1,32 @@
+#include "kiln/dist/transport.h"
+
+#include <gtest/gtest.h>
+
+#include "kiln/base/error.h"
+
+namespace kiln {
+namespace {
+
+TEST(Transport, Kinds) {
+  const std::string lo = "gloo-tcp lo 127.0.0.1", eth = "gloo-tcp eth0 10.0.0.2";
+  EXPECT_TRUE(transport_satisfies(lo, "gloo-tcp"));
+  EXPECT_TRUE(transport_satisfies(eth, "gloo-tcp"));
+  EXPECT_TRUE(transport_satisfies(lo, "loopback"));
+  EXPECT_FALSE(transport_satisfies(eth, "loopback"));
+  EXPECT_TRUE(transport_satisfies(eth, "socket"));
+  EXPECT_FALSE(transport_satisfies(lo, "socket"));
+  EXPECT_FALSE(transport_satisfies(eth, "efa"));
+  // One process talks to nobody: no network transport at all.
+  for (const char* k : {"gloo-tcp", "socket", "loopback", "efa"}) {
+    EXPECT_FALSE(transport_satisfies("local", k)) << k;
+  }
+  // NCCL's, when it arrives: its net named as a word.
+  EXPECT_TRUE(transport_satisfies("nccl efa aws-ofi-nccl", "efa"));
+  EXPECT_FALSE(transport_satisfies("nccl efa aws-ofi-nccl", "socket"));
+  EXPECT_TRUE(transport_satisfies("nccl socket eth0 10.0.0.2", "socket"));
+  EXPECT_FALSE(transport_satisfies("gloo-tcp defaults 10.0.0.2", "efa"));
+  EXPECT_THROW(transport_satisfies(eth, "infiniband"), Error);
+}
+
+}  // namespace
+}  // namespace kiln

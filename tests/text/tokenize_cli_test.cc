@@ -1,0 +1,161 @@
+// End-to-end tests of `kiln tokenize` and `kiln detokenize`: the binary against the library and
+// the reference ids, and one-line errors that name the stdin line.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "kiln/text/chat_template.h"
+#include "text_test_util.h"
+
+namespace kiln {
+namespace {
+
+struct CmdResult {
+  int code;
+  std::string out;  // stdout, or stderr alone when asked for
+};
+
+class TokenizeCli : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = test::fresh_temp_dir("kiln_tokenize_cli"); }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `kiln <args>` with `input` on stdin; returns its stdout, or its stderr alone.
+  CmdResult kiln(const std::string& args, const std::string& input, bool stderr_only = false) {
+    const fs::path in = dir_ / "stdin";
+    write_file_atomic(in, input);
+    const std::string cmd = std::string(KILN_BINARY_DIR) + "/bin/kiln " + args + " < '" +
+                            in.string() + "'" + (stderr_only ? " 2>&1 >/dev/null" : " 2>/dev/null");
+    FILE* p = ::popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    const int status = ::pclose(p);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+  }
+
+  static std::vector<std::string> lines(const std::string& s) {
+    std::vector<std::string> out;
+    std::istringstream in(s);
+    for (std::string l; std::getline(in, l);) out.push_back(l);
+    return out;
+  }
+
+  static void expect_one_line_error(const CmdResult& r, const std::string& needle) {
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_EQ(r.out.rfind("kiln: error: ", 0), 0u) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << "missing '" << needle << "' in: " << r.out;
+  }
+
+  const std::string qwen3_ = "--tokenizer " + test::kQwen3Json.parent_path().string();
+  fs::path dir_;
+};
+
+std::string ids_line(const std::vector<int32_t>& ids) { return Json(ids).dump(); }
+
+TEST_F(TokenizeCli, PlainInputIsOneText) {
+  const std::string text = "Hello, world!\n<|im_start|>user\nhi<|im_end|>\n\ttabs  and spaces  ";
+  CmdResult r = kiln("tokenize " + qwen3_, text);
+  ASSERT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, ids_line(test::qwen3().encode(text)) + "\n");
+  r = kiln("tokenize --no-special " + qwen3_, text);
+  ASSERT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, ids_line(test::qwen3().encode(text, false)) + "\n");
+  r = kiln("tokenize " + qwen3_, "");
+  EXPECT_EQ(r.out, "[]\n");
+}
+
+TEST_F(TokenizeCli, JsonlCorpusMatchesReference) {
+  const std::string corpus = read_file(test::kFixtures / "corpus.jsonl");
+  const std::vector<Json> expected = test::read_jsonl(test::kFixtures / "expected.jsonl");
+  for (const bool no_special : {false, true}) {
+    const CmdResult r = kiln(
+        std::string("tokenize --jsonl ") + (no_special ? "--no-special " : "") + qwen3_, corpus);
+    ASSERT_EQ(r.code, 0);
+    const std::vector<std::string> got = lines(r.out);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i], expected[i].at(no_special ? "ids_no_special" : "ids").dump())
+          << "line " << i + 1;
+    }
+  }
+  // Plain JSON strings work too; blank lines are skipped.
+  const CmdResult r =
+      kiln("tokenize --jsonl " + qwen3_, "\"hello\"\n\n  \n{\"text\": \"hello\"}\n");
+  EXPECT_EQ(r.out, "[14990]\n[14990]\n");
+}
+
+TEST_F(TokenizeCli, RoundTrip) {
+  const std::string corpus = read_file(test::kFixtures / "corpus.jsonl");
+  const CmdResult ids = kiln("tokenize --jsonl " + qwen3_, corpus);
+  ASSERT_EQ(ids.code, 0);
+  const std::vector<Json> expected = test::read_jsonl(test::kFixtures / "expected.jsonl");
+  CmdResult r = kiln("detokenize --jsonl " + qwen3_, ids.out);
+  ASSERT_EQ(r.code, 0);
+  std::vector<std::string> got = lines(r.out);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(parse_json(got[i], "out").at("text"), expected[i].at("nfc")) << "line " << i + 1;
+  }
+  r = kiln("detokenize --jsonl --skip-special " + qwen3_, ids.out);
+  got = lines(r.out);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(parse_json(got[i], "out").at("text"), expected[i].at("decoded_skip_special"))
+        << "line " << i + 1;
+  }
+  r = kiln("detokenize " + qwen3_, "[9707, 11, 1879, 0]\n[151644, 872]\n");
+  EXPECT_EQ(r.out, "Hello, world!\n<|im_start|>user\n");
+}
+
+TEST_F(TokenizeCli, Chat) {
+  const std::string line =
+      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "x<|im_end|>"}], "add_generation_prompt": true})";
+  const std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "x<|im_end|>"}};
+  CmdResult r = kiln("tokenize --chat " + qwen3_, line + "\n" + line);
+  ASSERT_EQ(r.code, 0);
+  const std::string want = ids_line(encode_chat(test::qwen3(), msgs, true, true));
+  EXPECT_EQ(r.out, want + "\n" + want + "\n");
+  r = kiln("tokenize --chat --no-special " + qwen3_, line);
+  EXPECT_EQ(r.out, ids_line(encode_chat(test::qwen3(), msgs, true, false)) + "\n");
+  r = kiln("tokenize --chat " + qwen3_, R"({"messages": [{"role": "user", "content": "hi"}]})");
+  EXPECT_EQ(r.out, ids_line(test::qwen3().encode(render_chat({{"user", "hi"}}, false))) + "\n");
+}
+
+TEST_F(TokenizeCli, ErrorsNameTheLine) {
+  expect_one_line_error(kiln("tokenize --jsonl " + qwen3_, "\"ok\"\n{bad\n", true),
+                        "stdin:2: malformed JSON");
+  expect_one_line_error(kiln("tokenize --jsonl " + qwen3_, "\"ok\"\n\n[1]\n", true),
+                        "stdin:3: expected a JSON string or an object with a \"text\" string");
+  expect_one_line_error(
+      kiln("tokenize --chat " + qwen3_, R"({"messages": [{"role": "bot", "content": ""}]})", true),
+      "stdin:1: messages[0].role is 'bot', expected system, user, assistant or tool");
+  expect_one_line_error(kiln("tokenize --chat " + qwen3_, "{}", true),
+                        "stdin:1: \"messages\" is missing");
+  expect_one_line_error(kiln("tokenize " + qwen3_, "caf\xC3", true),
+                        "stdin: text is not valid UTF-8 (byte 3 of 4)");
+  expect_one_line_error(kiln("detokenize " + qwen3_, "[1]\n[1, \"x\"]\n", true),
+                        "stdin:2: expected a JSON array of token ids, found \"x\"");
+  expect_one_line_error(kiln("detokenize " + qwen3_, "[151669]\n", true),
+                        "stdin:1: decode: id 151669 is not in the vocabulary");
+  expect_one_line_error(kiln("tokenize --tokenizer " + dir_.string(), "x", true),
+                        "no tokenizer.json in this directory");
+  // The lines before the bad one were written.
+  EXPECT_EQ(kiln("tokenize --jsonl " + qwen3_, "\"hello\"\n{bad\n").out, "[14990]\n");
+}
+
+TEST_F(TokenizeCli, Help) {
+  for (const char* sub : {"tokenize", "detokenize"}) {
+    const CmdResult r = kiln(std::string(sub) + " --help", "");
+    EXPECT_EQ(r.code, 0) << sub;
+    EXPECT_NE(r.out.find("--tokenizer"), std::string::npos) << sub;
+  }
+  EXPECT_NE(kiln("tokenize --jsonl --chat " + qwen3_, "", true).code, 0);
+}
+
+}  // namespace
+}  // namespace kiln
