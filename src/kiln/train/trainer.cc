@@ -342,6 +342,14 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
     save_hf_checkpoint_streaming(
         result.model_dir, config, layout, [&](int u, float* out) { reader.read_unit(u, out); },
         out_dtype);
+    // The tokenizer travels with the model, as save_pretrained's output does.
+    const fs::path tok = !r.data.tokenizer.empty() && !fs::is_directory(r.data.tokenizer)
+                             ? fs::path(r.data.tokenizer)
+                             : (r.data.tokenizer.empty() ? model_path : fs::path(r.data.tokenizer)) /
+                                   "tokenizer.json";
+    if (fs::is_regular_file(tok)) {
+      fs::copy_file(tok, result.model_dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+    }
     KILN_LOG_INFO("saved {} ({}) from {}", result.model_dir.string(), r.output.dtype,
                   last_ckpt.string());
   }
