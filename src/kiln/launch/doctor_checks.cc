@@ -33,6 +33,18 @@ bool generic_blas_core(const std::string& core) {
          core == "Generic" || core == "unknown";
 }
 
+// "12.2" < "12.4" by (major, minor).
+bool version_less(const std::string& a, const std::string& b) {
+  auto parse = [](const std::string& s) {
+    int major = 0, minor = 0;
+    const char* end = s.data() + s.size();
+    auto r = std::from_chars(s.data(), end, major);
+    if (r.ptr != end && *r.ptr == '.') std::from_chars(r.ptr + 1, end, minor);
+    return std::pair{major, minor};
+  };
+  return parse(a) < parse(b);
+}
+
 class Judge {
  public:
   Judge(DoctorReport& r, const DoctorProbes& p) : r_(r), p_(p) {}
@@ -328,19 +340,6 @@ class Judge {
                       g.transport, size_text(g.bytes), g.seconds * 1e3, g.busbw_gbps));
     }
   }
-
- public:
-  // "12.2" < "12.4" by (major, minor).
-  static bool version_less(const std::string& a, const std::string& b) {
-    auto parse = [](const std::string& s) {
-      int major = 0, minor = 0;
-      const char* end = s.data() + s.size();
-      auto r = std::from_chars(s.data(), end, major);
-      if (r.ptr != end && *r.ptr == '.') std::from_chars(r.ptr + 1, end, minor);
-      return std::pair{major, minor};
-    };
-    return parse(a) < parse(b);
-  }
 };
 
 Requirement check_one(const DoctorReport& r, const std::string& text) {
@@ -398,7 +397,7 @@ Requirement check_one(const DoctorReport& r, const std::string& text) {
     if (r.gpu.cuda_driver.empty()) {
       q.reason = "no CUDA driver (libcuda.so.1 not loadable)";
     } else {
-      q.met = !Judge::version_less(r.gpu.cuda_driver, value);
+      q.met = !version_less(r.gpu.cuda_driver, value);
       q.reason = fmt::format("the driver supports CUDA {}{}", r.gpu.cuda_driver,
                              r.gpu.forward_compat ? " (forward compatibility)" : "");
     }
