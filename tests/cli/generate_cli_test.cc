@@ -4,6 +4,7 @@
 // modes run, and bad input fails with one line.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -28,7 +29,8 @@ const fs::path kTokenizer = fs::path(KILN_SOURCE_DIR) / "assets/tokenizer/qwen3/
 class GenerateCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / "kiln_generate_cli";
+    // Per process: CTest runs each test of this suite in its own process, in parallel.
+    dir_ = fs::temp_directory_path() / ("kiln_generate_cli_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     // The tiny preset with the tokenizer's vocabulary (151643 BPE tokens + 26 added: 151669).
