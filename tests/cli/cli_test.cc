@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/run_kiln.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/io/checkpoint_reader.h"
@@ -17,21 +18,9 @@
 namespace kiln {
 namespace {
 
-struct CmdResult {
-  int code;
-  std::string out;  // stdout and stderr together
-};
+using testing::CmdResult;
 
-CmdResult kiln(const std::string& args) {
-  const std::string cmd = std::string(KILN_BINARY_DIR) + "/bin/kiln " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
-}
+CmdResult kiln(const std::string& args) { return testing::run_kiln(args); }
 
 class Cli : public ::testing::Test {
  protected:

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "common/grad_check.h"
+#include "common/small_model.h"
 #include "kiln/base/error.h"
 #include "kiln/data/packing_sampler.h"
 #include "kiln/model/qwen2.h"
@@ -15,6 +16,9 @@
 
 namespace kiln {
 namespace {
+
+using testing::randomize;
+using testing::small_config;
 
 using Ids = std::vector<int32_t>;
 constexpr int32_t X = kIgnoreIndex;
@@ -192,30 +196,6 @@ TEST(MakeSampler, FollowsDataPack) {
 }
 
 // ---- Packed vs one by one through the model ----
-
-Qwen2Config small_config() {
-  Qwen2Config c;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.vocab_size = 23;
-  c.rope_theta = 10000.0;
-  c.rms_norm_eps = 1e-6;
-  c.tie_word_embeddings = true;
-  return c;
-}
-
-void randomize(ParamStore& store, const ParamLayout& layout, uint32_t seed) {
-  for (int u = 0; u < layout.num_units(); ++u) {
-    for (const auto& e : layout.units()[u].entries) {
-      const bool norm = e.name.find("norm") != std::string::npos;
-      auto v = testing::random_vec(e.numel, seed++, norm ? 0.1f : 0.3f, norm ? 1.0f : 0.0f);
-      std::copy(v.begin(), v.end(), store.params(u).data() + e.offset);
-    }
-  }
-}
 
 // Random examples over a vocabulary of 23 with some labels masked.
 TokenDataset random_examples(const std::vector<int>& lengths, uint32_t seed) {

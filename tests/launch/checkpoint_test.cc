@@ -22,12 +22,14 @@ fs::path make_run(const std::string& name, const std::string& extra = "") {
   auto r = run_kiln("init --config tiny --seed 2 --out " + (d / "init").string());
   EXPECT_EQ(r.code, 0) << r.out;
   write_file_atomic(d / "recipe.yaml",
-                    "model:\n  path: " + (d / "init").string() + "\ndata:\n  train: " +
-                        KILN_SOURCE_DIR + "/assets/demo/tokens.jsonl\n  seq_len: 64\n"
+                    "model:\n  path: " + (d / "init").string() +
+                        "\ndata:\n  train: " + KILN_SOURCE_DIR +
+                        "/assets/demo/tokens.jsonl\n  seq_len: 64\n"
                         "optimizer:\n  lr: 3.0e-3\nschedule:\n  name: cosine\n  warmup_steps: 4\n"
                         "train:\n  max_steps: 20\n  micro_batch_size: 4\n  log_every: 20\n"
                         "checkpoint:\n  every_steps: 5\n  keep_last: 0\n"
-                        "dist:\n  timeout_s: 30\n  threads_per_worker: 1\n" + extra);
+                        "dist:\n  timeout_s: 30\n  threads_per_worker: 1\n" +
+                        extra);
   return d;
 }
 
@@ -56,16 +58,17 @@ double max_weight_diff(const fs::path& a, const fs::path& b) {
 TEST(Checkpoint, ResumeIsBitIdenticalToAnUninterruptedRun) {
   const fs::path d = make_run("resume");
   const std::string recipe = (d / "recipe.yaml").string();
-  auto full = run_kiln("train " + recipe + " output.dir=" + (d / "full").string(), "OMP_NUM_THREADS=1");
+  auto full =
+      run_kiln("train " + recipe + " output.dir=" + (d / "full").string(), "OMP_NUM_THREADS=1");
   ASSERT_EQ(full.code, 0) << full.out;
   // Dies at the start of step 13; the newest checkpoint is step 10.
   auto crash = run_kiln("train " + recipe + " output.dir=" + (d / "cut").string(),
                         "OMP_NUM_THREADS=1 KILN_FAULT=0:13:exit");
   ASSERT_NE(crash.code, 0);
   EXPECT_TRUE(fs::exists(d / "cut/checkpoints/step-00000010/manifest.json"));
-  auto resumed = run_kiln("train " + recipe + " output.dir=" + (d / "cut").string() +
-                              " train.resume=auto",
-                          "OMP_NUM_THREADS=1");
+  auto resumed =
+      run_kiln("train " + recipe + " output.dir=" + (d / "cut").string() + " train.resume=auto",
+               "OMP_NUM_THREADS=1");
   ASSERT_EQ(resumed.code, 0) << resumed.out;
   EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
   const auto a = losses(d / "full"), b = losses(d / "cut");
@@ -78,13 +81,17 @@ TEST(Checkpoint, ResumeIsBitIdenticalToAnUninterruptedRun) {
 TEST(Checkpoint, KilledWorkersRestartAndFinishLikeAnUninterruptedRun) {
   const fs::path d = make_run("restart", "failure:\n  max_restarts: 2\n");
   const std::string recipe = (d / "recipe.yaml").string();
-  auto full = run_kiln("train " + recipe + " dist.nproc_per_node=2 train.micro_batch_size=2 "
-                       "output.dir=" + (d / "full").string());
+  auto full = run_kiln("train " + recipe +
+                       " dist.nproc_per_node=2 train.micro_batch_size=2 "
+                       "output.dir=" +
+                       (d / "full").string());
   ASSERT_EQ(full.code, 0) << full.out;
   // Rank 1 is SIGKILLed at the start of step 8 in the first attempt; the group restarts from
   // the step-5 checkpoint.
-  auto r = run_kiln("train " + recipe + " dist.nproc_per_node=2 train.micro_batch_size=2 "
-                    "output.dir=" + (d / "killed").string(),
+  auto r = run_kiln("train " + recipe +
+                        " dist.nproc_per_node=2 train.micro_batch_size=2 "
+                        "output.dir=" +
+                        (d / "killed").string(),
                     "KILN_FAULT=1:8:kill:0");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("restarting the group from the newest checkpoint"), std::string::npos)
@@ -95,8 +102,10 @@ TEST(Checkpoint, KilledWorkersRestartAndFinishLikeAnUninterruptedRun) {
     EXPECT_FALSE(e.path().string().ends_with(".tmp")) << e.path();
   }
   // Failing in every attempt spends the budget; the history names each failure.
-  auto spent = run_kiln("train " + recipe + " dist.nproc_per_node=2 train.micro_batch_size=2 "
-                        "failure.max_restarts=1 output.dir=" + (d / "spent").string(),
+  auto spent = run_kiln("train " + recipe +
+                            " dist.nproc_per_node=2 train.micro_batch_size=2 "
+                            "failure.max_restarts=1 output.dir=" +
+                            (d / "spent").string(),
                         "KILN_FAULT=0:3:exit:*");
   EXPECT_NE(spent.code, 0);
   EXPECT_NE(spent.out.find("worker group failed after 1 restart(s): attempt 1: rank 0"),
@@ -108,11 +117,15 @@ TEST(Checkpoint, KilledWorkersRestartAndFinishLikeAnUninterruptedRun) {
 TEST(Checkpoint, ResumeAtAnotherWorldSizeContinuesTheSameRun) {
   const fs::path d = make_run("reshard");
   const std::string recipe = (d / "recipe.yaml").string();
-  auto four = run_kiln("train " + recipe + " dist.nproc_per_node=4 train.micro_batch_size=1 "
-                       "output.dir=" + (d / "four").string());
+  auto four = run_kiln("train " + recipe +
+                       " dist.nproc_per_node=4 train.micro_batch_size=1 "
+                       "output.dir=" +
+                       (d / "four").string());
   ASSERT_EQ(four.code, 0) << four.out;
-  auto two = run_kiln("train " + recipe + " dist.nproc_per_node=2 train.micro_batch_size=2 "
-                      "train.resume=" + (d / "four/checkpoints/step-00000010").string() +
+  auto two = run_kiln("train " + recipe +
+                      " dist.nproc_per_node=2 train.micro_batch_size=2 "
+                      "train.resume=" +
+                      (d / "four/checkpoints/step-00000010").string() +
                       " output.dir=" + (d / "two").string());
   ASSERT_EQ(two.code, 0) << two.out;
   const auto a = losses(d / "four"), b = losses(d / "two");
@@ -123,8 +136,8 @@ TEST(Checkpoint, ResumeAtAnotherWorldSizeContinuesTheSameRun) {
   }
   EXPECT_LT(max_weight_diff(d / "four/final", d / "two/final"), 1e-4);
   // The same checkpoint on one process (no_shard) as well.
-  auto one = run_kiln("train " + recipe + " train.resume=" +
-                      (d / "four/checkpoints/step-00000015").string() +
+  auto one = run_kiln("train " + recipe +
+                      " train.resume=" + (d / "four/checkpoints/step-00000015").string() +
                       " output.dir=" + (d / "one").string());
   ASSERT_EQ(one.code, 0) << one.out;
   const auto c = losses(d / "one");
@@ -135,8 +148,10 @@ TEST(Checkpoint, ResumeAtAnotherWorldSizeContinuesTheSameRun) {
 TEST(Checkpoint, ExportStreamsFromShardsAndTornCheckpointsAreIgnored) {
   const fs::path d = make_run("export");
   const std::string recipe = (d / "recipe.yaml").string();
-  auto r = run_kiln("train " + recipe + " dist.nproc_per_node=2 train.micro_batch_size=2 "
-                    "checkpoint.keep_last=2 output.dir=" + (d / "run").string());
+  auto r = run_kiln("train " + recipe +
+                    " dist.nproc_per_node=2 train.micro_batch_size=2 "
+                    "checkpoint.keep_last=2 output.dir=" +
+                    (d / "run").string());
   ASSERT_EQ(r.code, 0) << r.out;
   // keep_last=2: steps 15 and 20 remain
   EXPECT_FALSE(fs::exists(d / "run/checkpoints/step-00000010"));
@@ -149,8 +164,10 @@ TEST(Checkpoint, ExportStreamsFromShardsAndTornCheckpointsAreIgnored) {
   // A half-written checkpoint (no final name) is never resumed from.
   fs::create_directories(d / "run/checkpoints/step-00000030.tmp");
   write_file_atomic(d / "run/checkpoints/step-00000030.tmp/rank-00000-of-00002.safetensors", "x");
-  auto again = run_kiln("train " + recipe + " dist.nproc_per_node=2 train.micro_batch_size=2 "
-                        "train.max_steps=22 train.resume=auto output.dir=" + (d / "run").string());
+  auto again = run_kiln("train " + recipe +
+                        " dist.nproc_per_node=2 train.micro_batch_size=2 "
+                        "train.max_steps=22 train.resume=auto output.dir=" +
+                        (d / "run").string());
   ASSERT_EQ(again.code, 0) << again.out;
   EXPECT_NE(again.out.find("step-00000020 (step 20)"), std::string::npos) << again.out;
   EXPECT_FALSE(fs::exists(d / "run/checkpoints/step-00000030.tmp"));
@@ -174,7 +191,8 @@ TEST(Checkpoint, FullDiskKeepsThePreviousCheckpoint) {
   }
   // Each checkpoint of the tiny model is ~2.6 MB (params + AdamW m and v): step 5 fits, step 10
   // does not.
-  auto r = run_kiln("train " + (d / "recipe.yaml").string() + " output.dir=" + (mnt / "run").string());
+  auto r =
+      run_kiln("train " + (d / "recipe.yaml").string() + " output.dir=" + (mnt / "run").string());
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("kiln: error: checkpoint step 10 failed on rank 0"), std::string::npos)
       << r.out;

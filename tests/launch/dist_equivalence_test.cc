@@ -4,7 +4,6 @@
 // accumulation and clipping. Workers are real processes talking Gloo over loopback.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -38,14 +37,14 @@ const fs::path& recipe() {
     const fs::path d = work_dir();
     auto res = run_kiln("init --config tiny --seed 5 --out " + (d / "init").string());
     EXPECT_EQ(res.code, 0) << res.out;
-    write_file_atomic(d / "recipe.yaml",
-                      "model:\n  path: " + (d / "init").string() + "\ndata:\n  train: " +
-                          KILN_SOURCE_DIR + "/assets/demo/tokens.jsonl\n  seq_len: 64\n"
-                          "optimizer:\n  lr: 3.0e-3\n  weight_decay: 0.1\n"
-                          "schedule:\n  name: cosine\n  warmup_steps: 5\n"
-                          "train:\n  max_steps: 20\n  log_every: 20\n"
-                          "dist:\n  timeout_s: 60\n  threads_per_worker: 1\n"
-                          "output:\n  dir: unused\n");
+    write_file_atomic(d / "recipe.yaml", "model:\n  path: " + (d / "init").string() +
+                                             "\ndata:\n  train: " + KILN_SOURCE_DIR +
+                                             "/assets/demo/tokens.jsonl\n  seq_len: 64\n"
+                                             "optimizer:\n  lr: 3.0e-3\n  weight_decay: 0.1\n"
+                                             "schedule:\n  name: cosine\n  warmup_steps: 5\n"
+                                             "train:\n  max_steps: 20\n  log_every: 20\n"
+                                             "dist:\n  timeout_s: 60\n  threads_per_worker: 1\n"
+                                             "output:\n  dir: unused\n");
     return d / "recipe.yaml";
   }();
   return r;
@@ -58,8 +57,8 @@ struct Setting {
 };
 
 // Runs one configuration; returns the run directory.
-fs::path train(const std::string& name, int world, const std::string& strategy,
-               const Setting& s, int nnodes = 1) {
+fs::path train(const std::string& name, int world, const std::string& strategy, const Setting& s,
+               int nnodes = 1) {
   const fs::path out = work_dir() / (name + "_" + s.tag());
   const int micro = 4 / world / s.accum;
   std::string args = " train.micro_batch_size=" + std::to_string(micro) +
@@ -138,8 +137,8 @@ TEST_P(DistEquivalence, EveryStrategyAndWorldSizeMatchesOneProcess) {
   for (const char* strategy : {"full_shard", "shard_grad_op", "no_shard"}) {
     for (int world : {2, 4}) {
       if (4 / world / s.accum < 1) continue;
-      expect_same_run(ref, train(std::string(strategy) + "_w" + std::to_string(world), world,
-                                 strategy, s));
+      expect_same_run(
+          ref, train(std::string(strategy) + "_w" + std::to_string(world), world, strategy, s));
     }
   }
   // hybrid_shard: two "nodes" of two workers each (sharded within, replicated across)
@@ -148,8 +147,7 @@ TEST_P(DistEquivalence, EveryStrategyAndWorldSizeMatchesOneProcess) {
   if (s.accum == 2) expect_same_run(ref, train("hybrid_w2", 2, "hybrid_shard", s, 2));
 }
 
-INSTANTIATE_TEST_SUITE_P(Dist, DistEquivalence,
-                         ::testing::Values(Setting{1, 0.5}, Setting{2, 0.0}),
+INSTANTIATE_TEST_SUITE_P(Dist, DistEquivalence, ::testing::Values(Setting{1, 0.5}, Setting{2, 0.0}),
                          [](const auto& info) { return info.param.accum == 1 ? "clip" : "accum"; });
 
 }  // namespace

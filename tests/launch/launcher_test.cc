@@ -19,11 +19,13 @@ fs::path setup_run(const std::string& name) {
   auto r = run_kiln("init --config tiny --seed 1 --out " + (d / "init").string());
   EXPECT_EQ(r.code, 0) << r.out;
   write_file_atomic(d / "recipe.yaml",
-                    "model:\n  path: " + (d / "init").string() + "\ndata:\n  train: " +
-                        KILN_SOURCE_DIR + "/assets/demo/tokens.jsonl\n  seq_len: 64\n"
+                    "model:\n  path: " + (d / "init").string() +
+                        "\ndata:\n  train: " + KILN_SOURCE_DIR +
+                        "/assets/demo/tokens.jsonl\n  seq_len: 64\n"
                         "train:\n  max_steps: 6\n  micro_batch_size: 2\n"
                         "dist:\n  nproc_per_node: 2\n  timeout_s: 5\n  threads_per_worker: 1\n"
-                        "output:\n  dir: " + (d / "run").string() + "\n");
+                        "output:\n  dir: " +
+                        (d / "run").string() + "\n");
   return d;
 }
 

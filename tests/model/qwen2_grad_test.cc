@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/grad_check.h"
+#include "common/small_model.h"
 #include "kiln/base/error.h"
 #include "kiln/model/init.h"
 #include "kiln/model/qwen2.h"
@@ -10,30 +11,8 @@
 namespace kiln {
 namespace {
 
-Qwen2Config small_config(bool tied, int heads, int kv) {
-  Qwen2Config c;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = heads;
-  c.num_key_value_heads = kv;
-  c.vocab_size = 23;
-  c.rope_theta = 10000.0;
-  c.rms_norm_eps = 1e-6;
-  c.tie_word_embeddings = tied;
-  return c;
-}
-
-// Random parameters large enough that every path matters (HF-style init would be too small).
-void randomize(ParamStore& store, const ParamLayout& layout, uint32_t seed) {
-  for (int u = 0; u < layout.num_units(); ++u) {
-    for (const auto& e : layout.units()[u].entries) {
-      const bool norm = e.name.find("norm") != std::string::npos;
-      auto v = testing::random_vec(e.numel, seed++, norm ? 0.1f : 0.3f, norm ? 1.0f : 0.0f);
-      std::copy(v.begin(), v.end(), store.params(u).data() + e.offset);
-    }
-  }
-}
+using testing::randomize;
+using testing::small_config;
 
 Batch make_batch(int B, int T, int V, bool packed) {
   Batch b;

@@ -57,44 +57,43 @@ Command add_export(CLI::App& app) {
   sub->add_option("--dtype", o->dtype, "f32 or bf16 (or f16)")->capture_default_str();
   sub->add_option("--max-shard-size", o->max_shard, "Shard the weights above this size")
       ->capture_default_str();
-  return {
-      sub, [o] {
-        const auto dtype = dtype_from_cli(o->dtype);
-        if (!dtype) fail("--dtype: unknown dtype '{}' (f32, bf16, f16)", o->dtype);
-        fs::path src = o->checkpoint;
-        // A run directory: its final model, else its newest checkpoint.
-        if (!fs::exists(src / "config.json")) {
-          if (fs::exists(final_model_dir(src) / "config.json")) {
-            src = final_model_dir(src);
-          } else if (auto latest = latest_checkpoint(src / "checkpoints")) {
-            src = latest->dir;
-          }
-        }
-        if (!fs::exists(src)) fail("{}: no such checkpoint", o->checkpoint);
-        if (!fs::exists(src / "config.json")) {
-          fail("{}: not a model, checkpoint or run directory (no config.json)", o->checkpoint);
-        }
-        if (fs::weakly_canonical(src) == fs::weakly_canonical(o->out)) {
-          fail("--out must differ from the checkpoint directory");
-        }
-        const Qwen2Config c = read_config(src / "config.json");
-        const ParamLayout layout(c);
-        const uint64_t max_shard = parse_size(o->max_shard);
-        // Streamed unit by unit: memory is bounded by one unit, never the whole model.
-        if (fs::exists(src / "manifest.json")) {  // a sharded kiln checkpoint
-          CheckpointUnitReader reader(src, layout);
-          save_hf_checkpoint_streaming(
-              o->out, c, layout, [&](int u, float* out) { reader.read_unit(u, out); }, *dtype,
-              max_shard);
-        } else {
-          HfWeightsReader reader(src, layout);
-          save_hf_checkpoint_streaming(
-              o->out, c, layout, [&](int u, float* out) { reader.read_unit(u, out); }, *dtype,
-              max_shard);
-        }
-        KILN_LOG_INFO("exported {} -> {} ({})", src.string(), o->out, o->dtype);
-        return 0;
-      }};
+  return {sub, [o] {
+            const auto dtype = dtype_from_cli(o->dtype);
+            if (!dtype) fail("--dtype: unknown dtype '{}' (f32, bf16, f16)", o->dtype);
+            fs::path src = o->checkpoint;
+            // A run directory: its final model, else its newest checkpoint.
+            if (!fs::exists(src / "config.json")) {
+              if (fs::exists(final_model_dir(src) / "config.json")) {
+                src = final_model_dir(src);
+              } else if (auto latest = latest_checkpoint(src / "checkpoints")) {
+                src = latest->dir;
+              }
+            }
+            if (!fs::exists(src)) fail("{}: no such checkpoint", o->checkpoint);
+            if (!fs::exists(src / "config.json")) {
+              fail("{}: not a model, checkpoint or run directory (no config.json)", o->checkpoint);
+            }
+            if (fs::weakly_canonical(src) == fs::weakly_canonical(o->out)) {
+              fail("--out must differ from the checkpoint directory");
+            }
+            const Qwen2Config c = read_config(src / "config.json");
+            const ParamLayout layout(c);
+            const uint64_t max_shard = parse_size(o->max_shard);
+            // Streamed unit by unit: memory is bounded by one unit, never the whole model.
+            if (fs::exists(src / "manifest.json")) {  // a sharded kiln checkpoint
+              CheckpointUnitReader reader(src, layout);
+              save_hf_checkpoint_streaming(
+                  o->out, c, layout, [&](int u, float* out) { reader.read_unit(u, out); }, *dtype,
+                  max_shard);
+            } else {
+              HfWeightsReader reader(src, layout);
+              save_hf_checkpoint_streaming(
+                  o->out, c, layout, [&](int u, float* out) { reader.read_unit(u, out); }, *dtype,
+                  max_shard);
+            }
+            KILN_LOG_INFO("exported {} -> {} ({})", src.string(), o->out, o->dtype);
+            return 0;
+          }};
 }
 
 }  // namespace kiln::cli

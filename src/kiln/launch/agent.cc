@@ -116,7 +116,8 @@ pid_t spawn(const AgentSpec& s, int local_rank, int port, int attempt, int* out_
     const std::string kv = *e;
     const std::string key = kv.substr(0, kv.find('='));
     bool overridden = false;
-    for (const auto& o : env) overridden = overridden || o.compare(0, key.size() + 1, key + "=") == 0;
+    for (const auto& o : env)
+      overridden = overridden || o.compare(0, key.size() + 1, key + "=") == 0;
     if (!overridden) env.push_back(kv);
   }
   std::vector<char*> envp;
@@ -251,8 +252,8 @@ int run_agent(const AgentSpec& s) {
   std::unique_ptr<TcpStoreServer> server;
   int port = s.master_port;
   if (s.node_rank == 0) {
-    server = std::make_unique<TcpStoreServer>(s.nnodes > 1 ? "0.0.0.0" : "127.0.0.1",
-                                              s.master_port, s.token);
+    server = std::make_unique<TcpStoreServer>(s.nnodes > 1 ? "0.0.0.0" : "127.0.0.1", s.master_port,
+                                              s.token);
     port = server->port();
   } else if (port <= 0) {
     fail("--master-port is required on node {} (the store runs on node 0)", s.node_rank);
@@ -283,8 +284,8 @@ int run_agent(const AgentSpec& s) {
                    all.c_str());
       return rc;
     }
-    KILN_LOG_WARN("agent: restarting the group from the newest checkpoint ({} of {})",
-                  attempt + 1, max_restarts);
+    KILN_LOG_WARN("agent: restarting the group from the newest checkpoint ({} of {})", attempt + 1,
+                  max_restarts);
   }
 }
 

@@ -66,14 +66,14 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
       w.token = external_token();
       w.topology_source = t.source;
       const int cores = static_cast<int>(std::thread::hardware_concurrency());
-      w.threads = o.threads_per_worker > 0 ? o.threads_per_worker
-                                           : std::max(1, cores / t.local_world_size);
+      w.threads =
+          o.threads_per_worker > 0 ? o.threads_per_worker : std::max(1, cores / t.local_world_size);
     }
     return run_worker(w, fn);
   }
   // This process is the node agent.
-  const int nproc =
-      o.flags.nproc_per_node.value_or(t.local_world_size > 1 ? t.local_world_size : o.nproc_per_node);
+  const int nproc = o.flags.nproc_per_node.value_or(t.local_world_size > 1 ? t.local_world_size
+                                                                           : o.nproc_per_node);
   if (nproc == 1 && t.num_nodes == 1) return single_process(fn, t.source);
   AgentSpec a;
   a.nproc_per_node = nproc;

@@ -56,8 +56,8 @@ std::vector<ShardFile> open_shards(const fs::path& dir, const Json& manifest, in
 
 // Copies elements [want.begin, want.end) of tensor `kind` ("params", "m", "v") of `unit` from
 // whichever shards hold them into dst. Errors when some element is in no shard.
-void assemble(const std::vector<ShardFile>& shards, const fs::path& dir, int unit,
-              const char* kind, ShardRange want, float* dst) {
+void assemble(const std::vector<ShardFile>& shards, const fs::path& dir, int unit, const char* kind,
+              ShardRange want, float* dst) {
   size_t covered = 0;
   for (const auto& f : shards) {
     const ShardRange have = f.ranges[unit];
@@ -137,8 +137,10 @@ fs::path save_checkpoint(const fs::path& root, const CheckpointState& st, const 
         if (n == 0) continue;
         meta[fmt::format("u{}.begin", u)] = std::to_string(ranges[u].begin);
         tensors.push_back({fmt::format("u{}.params", u), {n}, fsdp.shard_params(u), {}});
-        if (opt.m(u).size() > 0) tensors.push_back({fmt::format("u{}.m", u), {n}, opt.m(u).data(), {}});
-        if (opt.v(u).size() > 0) tensors.push_back({fmt::format("u{}.v", u), {n}, opt.v(u).data(), {}});
+        if (opt.m(u).size() > 0)
+          tensors.push_back({fmt::format("u{}.m", u), {n}, opt.m(u).data(), {}});
+        if (opt.v(u).size() > 0)
+          tensors.push_back({fmt::format("u{}.v", u), {n}, opt.v(u).data(), {}});
       }
       write_safetensors(tmp / rank_file_name(rank, W), tensors, DType::F32, meta);
     } catch (const std::exception& e) {
@@ -158,18 +160,19 @@ fs::path save_checkpoint(const fs::path& root, const CheckpointState& st, const 
         if (name.starts_with("rank-") && name.ends_with(".safetensors")) files.push_back(name);
       }
       std::sort(files.begin(), files.end());
-      const Json manifest = {{"format_version", kFormatVersion},
-                             {"kiln_version", "0.1.0"},
-                             {"step", st.step},
-                             {"world_size", W},
-                             {"strategy", st.strategy},
-                             {"units", units},
-                             {"files", files},
-                             {"sampler", {{"epoch", st.sampler.epoch}, {"index", st.sampler.index}}},
-                             {"optimizer_steps", opt.step_count()},
-                             {"recipe", st.recipe_yaml},
-                             {"recipe_hash", fmt::format("{:016x}", fnv1a(st.recipe_yaml))},
-                             {"metrics", st.metrics}};
+      const Json manifest = {
+          {"format_version", kFormatVersion},
+          {"kiln_version", "0.1.0"},
+          {"step", st.step},
+          {"world_size", W},
+          {"strategy", st.strategy},
+          {"units", units},
+          {"files", files},
+          {"sampler", {{"epoch", st.sampler.epoch}, {"index", st.sampler.index}}},
+          {"optimizer_steps", opt.step_count()},
+          {"recipe", st.recipe_yaml},
+          {"recipe_hash", fmt::format("{:016x}", fnv1a(st.recipe_yaml))},
+          {"metrics", st.metrics}};
       write_file_atomic(tmp / "config.json", st.model_config.dump(2) + "\n");
       write_file_atomic(tmp / "manifest.json", manifest.dump(2) + "\n");
       fsync_dir(tmp);
@@ -272,8 +275,7 @@ CheckpointUnitReader::CheckpointUnitReader(const fs::path& dir, const ParamLayou
 CheckpointUnitReader::~CheckpointUnitReader() = default;
 
 void CheckpointUnitReader::read_unit(int unit, float* out) const {
-  assemble(impl_->shards, impl_->dir, unit, "params", {0, impl_->layout->units()[unit].numel},
-           out);
+  assemble(impl_->shards, impl_->dir, unit, "params", {0, impl_->layout->units()[unit].numel}, out);
 }
 
 }  // namespace kiln

@@ -152,8 +152,7 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
   // One process needs no sharding; otherwise the recipe's strategy over the right groups.
   const ShardStrategy strategy =
       ctx.world_size == 1 ? ShardStrategy::kNoShard : parse_strategy(r.dist.strategy);
-  Communicator& shard_group =
-      strategy == ShardStrategy::kHybridShard ? ctx.intra_node() : world;
+  Communicator& shard_group = strategy == ShardStrategy::kHybridShard ? ctx.intra_node() : world;
   Communicator* replica_group =
       strategy == ShardStrategy::kHybridShard ? &ctx.inter_node() : nullptr;
   Fsdp fsdp(layout, strategy, shard_group, replica_group, r.dist.prefetch);
@@ -253,7 +252,8 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
       const float scale = static_cast<float>(1.0 / targets);
       for (int i = 0; i < accum; ++i) {
         fsdp.set_sync_grads(i == accum - 1);
-        loss_sum += model.forward_backward(batches[i], fsdp, scale, r.train.activation_checkpointing);
+        loss_sum +=
+            model.forward_backward(batches[i], fsdp, scale, r.train.activation_checkpointing);
         fsdp.finish_backward();
       }
     }
@@ -292,10 +292,14 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
       if (lead) prune_checkpoints(ckpt_root, static_cast<int>(r.checkpoint.keep_last));
     }
     if (!lead) continue;
-    const Json row{{"step", m.step},         {"loss", m.loss},
-                   {"lr", m.lr},             {"grad_norm", m.grad_norm},
-                   {"tokens_per_s", m.tokens_per_s}, {"tokens", m.tokens},
-                   {"targets", m.targets},   {"step_s", m.step_seconds},
+    const Json row{{"step", m.step},
+                   {"loss", m.loss},
+                   {"lr", m.lr},
+                   {"grad_norm", m.grad_norm},
+                   {"tokens_per_s", m.tokens_per_s},
+                   {"tokens", m.tokens},
+                   {"targets", m.targets},
+                   {"step_s", m.step_seconds},
                    {"epoch", sampler.epoch()}};
     metrics->write(row);
     ctx.report(row);
@@ -304,9 +308,8 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
       const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
       const double eta = elapsed / m.step * (r.train.max_steps - m.step);
       const std::string line = fmt::format(
-          "step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}",
-          m.step, r.train.max_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s,
-          format_duration(eta));
+          "step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}", m.step,
+          r.train.max_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, format_duration(eta));
       if (tty) {
         std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), last ? "\n" : "");
       } else {
@@ -331,9 +334,9 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
 
   // The final state as a sharded checkpoint (no rank gathers the model), then rank 0 streams it
   // unit by unit into final/ in Hugging Face layout.
-  const fs::path last_ckpt = save_checkpoint(ckpt_root, checkpoint_state(r.train.max_steps,
-                                                                          result.last_loss),
-                                             layout, fsdp, opt, world, write_shard);
+  const fs::path last_ckpt =
+      save_checkpoint(ckpt_root, checkpoint_state(r.train.max_steps, result.last_loss), layout,
+                      fsdp, opt, world, write_shard);
   result.model_dir = final_model_dir(run_dir);
   if (lead) {
     prune_checkpoints(ckpt_root, static_cast<int>(r.checkpoint.keep_last));
@@ -343,10 +346,11 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
         result.model_dir, config, layout, [&](int u, float* out) { reader.read_unit(u, out); },
         out_dtype);
     // The tokenizer travels with the model, as save_pretrained's output does.
-    const fs::path tok = !r.data.tokenizer.empty() && !fs::is_directory(r.data.tokenizer)
-                             ? fs::path(r.data.tokenizer)
-                             : (r.data.tokenizer.empty() ? model_path : fs::path(r.data.tokenizer)) /
-                                   "tokenizer.json";
+    const fs::path tok =
+        !r.data.tokenizer.empty() && !fs::is_directory(r.data.tokenizer)
+            ? fs::path(r.data.tokenizer)
+            : (r.data.tokenizer.empty() ? model_path : fs::path(r.data.tokenizer)) /
+                  "tokenizer.json";
     if (fs::is_regular_file(tok)) {
       fs::copy_file(tok, result.model_dir / "tokenizer.json", fs::copy_options::overwrite_existing);
     }
