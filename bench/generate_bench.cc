@@ -19,11 +19,15 @@
 #include <string>
 #include <vector>
 
+#include "kiln/base/cpu_time.h"
 #include "kiln/kernels/cpu/blas_setup.h"
 #include "kiln/model/config.h"
 #include "kiln/model/generate.h"
 #include "kiln/model/init.h"
 #include "kiln/model/sampling.h"
+
+using kiln::machine_busy_seconds;
+using kiln::own_cpu_seconds;
 
 namespace {
 
@@ -31,23 +35,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Busy CPU seconds of the whole machine, from the first line of /proc/stat.
-double machine_busy_seconds() {
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  f >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
-  return static_cast<double>(user + nice + system + irq + softirq + steal) /
-         static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-double own_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
 double median(std::vector<double> v) {

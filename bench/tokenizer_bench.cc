@@ -28,9 +28,13 @@
 #include <thread>
 #include <vector>
 
+#include "kiln/base/cpu_time.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/text/tokenizer.h"
+
+using kiln::machine_busy_seconds;
+using kiln::own_cpu_seconds;
 
 namespace {
 
@@ -38,23 +42,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Busy CPU seconds of the whole machine, from the first line of /proc/stat.
-double machine_busy_seconds() {
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  f >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
-  return static_cast<double>(user + nice + system + irq + softirq + steal) /
-         static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-double own_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
 // Replaces ASCII letters by a permutation of the alphabet drawn from `seed`: the same shapes of

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "kiln/base/cpu_time.h"
 #include "kiln/base/error.h"
 #include "kiln/cli/commands.h"
 #include "kiln/model/init.h"
@@ -18,37 +19,6 @@
 namespace kiln::cli {
 
 namespace {
-
-// CPU seconds used by the whole machine (busy, all cores) and by this process.
-struct CpuTimes {
-  double machine_busy = 0, self = 0;
-};
-
-CpuTimes cpu_times() {
-  CpuTimes t;
-  const double hz = static_cast<double>(::sysconf(_SC_CLK_TCK));
-  std::ifstream st("/proc/stat");
-  std::string cpu;
-  uint64_t user = 0, nice = 0, sys = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  if (st >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq >> steal) {
-    t.machine_busy = static_cast<double>(user + nice + sys + irq + softirq + steal) / hz;
-  }
-  std::ifstream self("/proc/self/stat");
-  std::string line;
-  std::getline(self, line);
-  const size_t close = line.rfind(')');
-  if (close != std::string::npos) {
-    std::istringstream rest(line.substr(close + 2));
-    std::string field;
-    uint64_t utime = 0, stime = 0;
-    for (int i = 3; i <= 15 && rest >> field; ++i) {
-      if (i == 14) utime = std::stoull(field);
-      if (i == 15) stime = std::stoull(field);
-    }
-    t.self = static_cast<double>(utime + stime) / hz;
-  }
-  return t;
-}
 
 struct BenchOpts {
   std::vector<std::string> presets = {"tiny", "25m"};
@@ -76,7 +46,7 @@ void bench_one(const std::string& preset, const BenchOpts& o) {
   }
   const float scale = 1.0f / static_cast<float>(b.num_targets());
   std::vector<double> times;
-  const CpuTimes c0 = cpu_times();
+  const double busy0 = machine_busy_seconds(), own0 = own_cpu_seconds();
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     store.zero_grads();
@@ -88,12 +58,12 @@ void bench_one(const std::string& preset, const BenchOpts& o) {
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= o.warmup) times.push_back(dt);
   }
-  const CpuTimes c1 = cpu_times();
+
   std::sort(times.begin(), times.end());
   const double med = times[times.size() / 2];
   const int64_t tokens = static_cast<int64_t>(o.batch) * o.seq;
   const double gflops = train_flops(c, tokens, o.seq) / med / 1e9;
-  const double others = (c1.machine_busy - c0.machine_busy) - (c1.self - c0.self);
+  const double others = (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0);
   std::printf("%-14s %7.1fM  %2dx%-5d %9.4f %10.0f %9.1f %8.0f %9.1f %s\n", preset.c_str(),
               parameter_count(c) / 1e6, o.batch, o.seq, med, tokens / med, gflops,
               model.activation_bytes() / 1048576.0, others, o.recompute ? "on" : "off");

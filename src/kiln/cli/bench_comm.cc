@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 
+#include "kiln/base/cpu_time.h"
 #include "kiln/base/error.h"
 #include "kiln/cli/commands.h"
 #include "kiln/launch/launch.h"
@@ -67,23 +68,6 @@ std::string bytes_text(uint64_t b) {
   if (b >= (1u << 20) && b % (1u << 20) == 0) return fmt::format("{} MiB", b >> 20);
   if (b >= (1u << 10) && b % (1u << 10) == 0) return fmt::format("{} KiB", b >> 10);
   return fmt::format("{} B", b);
-}
-
-// Busy CPU seconds of the whole machine (/proc/stat) and of this process (getrusage).
-double machine_busy_s() {
-  std::ifstream st("/proc/stat");
-  std::string cpu;
-  uint64_t user = 0, nice = 0, sys = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  if (!(st >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq >> steal)) return 0;
-  return static_cast<double>(user + nice + sys + irq + softirq + steal) /
-         static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
-double self_cpu_s() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
-  return s(u.ru_utime) + s(u.ru_stime);
 }
 
 // Element i of rank r's input: small integers, so every sum over the group is exact in f32,
@@ -189,7 +173,7 @@ int run_bench(WorkerContext& ctx, const CommBenchOpts& o) {
   const uint64_t lo = parse_bytes(o.min_bytes, "--min-bytes");
   const uint64_t hi = parse_bytes(o.max_bytes, "--max-bytes");
   const int n = ctx.world_size;
-  const double busy0 = machine_busy_s(), self0 = self_cpu_s();
+  const double busy0 = machine_busy_seconds(), self0 = own_cpu_seconds();
   const auto t_start = std::chrono::steady_clock::now();
   if (lead) {
     std::printf(
@@ -238,7 +222,7 @@ int run_bench(WorkerContext& ctx, const CommBenchOpts& o) {
   }
   // What other processes took meanwhile (this node's ranks' own CPU time subtracted), so a
   // figure from a busy shared machine is visible as such.
-  double self = self_cpu_s() - self0;
+  double self = own_cpu_seconds() - self0;
   if (ctx.num_nodes == 1) comm.all_reduce(&self, 1, ReduceOp::kSum);
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
@@ -248,7 +232,7 @@ int run_bench(WorkerContext& ctx, const CommBenchOpts& o) {
     std::printf("\n");
     if (ctx.num_nodes == 1) {
       std::printf("# other processes used %.1f CPU-seconds during the %.1f s run\n",
-                  std::max(0.0, machine_busy_s() - busy0 - self), wall);
+                  std::max(0.0, machine_busy_seconds() - busy0 - self), wall);
     }
     if (!failures.empty()) {
       std::fflush(stdout);
