@@ -26,12 +26,7 @@ PackingSampler::PackingSampler(const ExampleSource& dataset, int micro_batch_siz
 }
 
 void PackingSampler::build_order(uint64_t epoch) {
-  if (shuffle_) {
-    order_ = epoch_permutation(dataset_->size(), seed_, epoch);
-  } else if (order_.size() != dataset_->size()) {
-    order_.resize(dataset_->size());
-    std::iota(order_.begin(), order_.end(), size_t{0});
-  }
+  epoch_order(order_, dataset_->size(), shuffle_, seed_, epoch);
 }
 
 void PackingSampler::restore(const SamplerState& state) {

@@ -67,13 +67,18 @@ Sampler::Sampler(const ExampleSource& dataset, int micro_batch_size, int seq_len
   build_order(0);
 }
 
-void Sampler::build_order(uint64_t epoch) {
-  if (shuffle_) {
-    order_ = epoch_permutation(dataset_->size(), seed_, epoch);
-  } else if (order_.size() != dataset_->size()) {
-    order_.resize(dataset_->size());
-    std::iota(order_.begin(), order_.end(), size_t{0});
+void epoch_order(std::vector<size_t>& order, size_t n, bool shuffle, uint64_t seed,
+                 uint64_t epoch) {
+  if (shuffle) {
+    order = epoch_permutation(n, seed, epoch);
+  } else if (order.size() != n) {
+    order.resize(n);
+    std::iota(order.begin(), order.end(), size_t{0});
   }
+}
+
+void Sampler::build_order(uint64_t epoch) {
+  epoch_order(order_, dataset_->size(), shuffle_, seed_, epoch);
 }
 
 void Sampler::restore(const SamplerState& state) {

@@ -46,6 +46,10 @@ class BatchSampler {
 // (n, seed, epoch).
 std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, uint64_t epoch);
 
+// The visiting order of `epoch` into `order`: epoch_permutation when shuffling, else 0..n-1
+// (kept across epochs).
+void epoch_order(std::vector<size_t>& order, size_t n, bool shuffle, uint64_t seed, uint64_t epoch);
+
 // Writes `ex` (truncated to out.T) into row b of a freshly resized batch: ids, positions from 0,
 // and the HF causal-LM shifted targets. Padding keeps its defaults (id 0, no target).
 void fill_row(Batch& out, int b, ExampleView ex);
