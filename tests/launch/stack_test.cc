@@ -117,8 +117,9 @@ TEST(RequireTransport, EfaFailsBeforeStepOneNamingTheTransport) {
   const fs::path d = setup_run("efa");
   auto r = run_kiln("train " + (d / "recipe.yaml").string() + " dist.require_transport=efa");
   EXPECT_NE(r.code, 0) << r.out;
+  // Every rank checks; whichever fails first stops the group.
   EXPECT_HAS(r.out,
-             "[rank 0] kiln: error: dist.require_transport=efa but rank 0 uses gloo-tcp lo "
+             "] kiln: error: dist.require_transport=efa but rank 0 uses gloo-tcp lo "
              "127.0.0.1");
   EXPECT_EQ(r.out.find("step 1/2"), std::string::npos) << r.out;
   // What was in use is on record all the same.
