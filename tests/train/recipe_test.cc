@@ -167,7 +167,8 @@ TEST(Recipe, KeysListCoversDocumentedOrder) {
     const std::string section = k.substr(0, k.find('.'));
     EXPECT_TRUE(section == "model" || section == "data" || section == "optimizer" ||
                 section == "schedule" || section == "train" || section == "output" ||
-                section == "dist" || section == "checkpoint" || section == "failure")
+                section == "dist" || section == "eval" || section == "checkpoint" ||
+                section == "failure")
         << k;
   }
 }

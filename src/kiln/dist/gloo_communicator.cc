@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "kiln/base/error.h"
+#include "kiln/base/fault.h"
 #include "kiln/dist/gloo_collectives.h"
 #include "kiln/dist/net_iface.h"
 
@@ -384,6 +385,7 @@ class GlooCommunicator final : public Communicator {
       return;
     }
     progress_->entered(op.seq);
+    fault_point("collective");
     const auto start = Clock::now();
     try {
       op.fn();

@@ -30,6 +30,7 @@ const std::vector<std::string> kKeys = {
     "data.train_on_prompt",
     "data.skip_bad_lines",
     "data.cache_dir",
+    "data.eval",
     "optimizer.name",
     "optimizer.lr",
     "optimizer.weight_decay",
@@ -47,6 +48,7 @@ const std::vector<std::string> kKeys = {
     "train.activation_checkpointing",
     "train.log_every",
     "train.resume",
+    "train.dtype",
     "output.dir",
     "output.dtype",
     "dist.strategy",
@@ -55,13 +57,18 @@ const std::vector<std::string> kKeys = {
     "dist.prefetch",
     "dist.threads_per_worker",
     "dist.require_transport",
+    "eval.every_steps",
+    "eval.max_batches",
     "checkpoint.every_steps",
     "checkpoint.keep_last",
+    "checkpoint.keep_best",
+    "checkpoint.best_metric",
+    "checkpoint.best_mode",
+    "checkpoint.background",
     "failure.max_restarts",
 };
-const std::vector<std::string> kSections = {"model", "data",   "optimizer", "schedule",
-                                            "train", "output", "dist",
-                                            "checkpoint", "failure"};
+const std::vector<std::string> kSections = {"model",  "data", "optimizer", "schedule",   "train",
+                                            "output", "dist", "eval",      "checkpoint", "failure"};
 const std::vector<std::string> kDataFormats = {"chat", "instruction", "completion", "text",
                                                "tokens"};
 
@@ -369,6 +376,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.boolean("data.train_on_prompt", r.data.train_on_prompt);
   in.boolean("data.skip_bad_lines", r.data.skip_bad_lines);
   optional_path("data.cache_dir", r.data.cache_dir);
+  optional_path("data.eval", r.data.eval);
 
   in.choice("optimizer.name", r.optimizer.name, {"adamw", "sgd"});
   in.real("optimizer.lr", r.optimizer.lr, "> 0", [](double v) { return v > 0; });
@@ -394,6 +402,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.boolean("train.activation_checkpointing", r.train.activation_checkpointing);
   in.integer("train.log_every", r.train.log_every, "> 0", positive);
   if (const Entry* e = in.find("train.resume")) r.train.resume = Reader::text(*e, "train.resume");
+  in.choice("train.dtype", r.train.dtype, {"fp32", "bf16"});
 
   r.output.dir = Reader::text(in.require("output.dir"), "output.dir");
   in.choice("output.dtype", r.output.dtype, {"f32", "bf16"});
@@ -415,7 +424,13 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
 
   auto non_negative = [](int64_t v) { return v >= 0; };
   in.integer("checkpoint.every_steps", r.checkpoint.every_steps, ">= 0", non_negative);
+  in.integer("eval.every_steps", r.eval.every_steps, ">= 0", non_negative);
+  in.integer("eval.max_batches", r.eval.max_batches, ">= 0", non_negative);
   in.integer("checkpoint.keep_last", r.checkpoint.keep_last, ">= 0", non_negative);
+  in.integer("checkpoint.keep_best", r.checkpoint.keep_best, ">= 0", non_negative);
+  in.choice("checkpoint.best_metric", r.checkpoint.best_metric, {"eval_loss", "loss"});
+  in.choice("checkpoint.best_mode", r.checkpoint.best_mode, {"min", "max"});
+  in.boolean("checkpoint.background", r.checkpoint.background);
   in.integer("failure.max_restarts", r.failure.max_restarts, ">= 0", non_negative);
 
   in.check_all_read();
@@ -450,6 +465,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "train_on_prompt" << YAML::Value << r.data.train_on_prompt;
   out << YAML::Key << "skip_bad_lines" << YAML::Value << r.data.skip_bad_lines;
   out << YAML::Key << "cache_dir" << YAML::Value << YAML::DoubleQuoted << r.data.cache_dir;
+  out << YAML::Key << "eval" << YAML::Value << YAML::DoubleQuoted << r.data.eval;
   end();
   section("optimizer");
   out << YAML::Key << "name" << YAML::Value << r.optimizer.name;
@@ -474,6 +490,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "activation_checkpointing" << YAML::Value << r.train.activation_checkpointing;
   out << YAML::Key << "log_every" << YAML::Value << r.train.log_every;
   out << YAML::Key << "resume" << YAML::Value << YAML::DoubleQuoted << r.train.resume;
+  out << YAML::Key << "dtype" << YAML::Value << r.train.dtype;
   end();
   section("output");
   out << YAML::Key << "dir" << YAML::Value << YAML::DoubleQuoted << r.output.dir;
@@ -488,9 +505,17 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "require_transport" << YAML::Value << YAML::DoubleQuoted
       << r.dist.require_transport;
   end();
+  section("eval");
+  out << YAML::Key << "every_steps" << YAML::Value << r.eval.every_steps;
+  out << YAML::Key << "max_batches" << YAML::Value << r.eval.max_batches;
+  end();
   section("checkpoint");
   out << YAML::Key << "every_steps" << YAML::Value << r.checkpoint.every_steps;
   out << YAML::Key << "keep_last" << YAML::Value << r.checkpoint.keep_last;
+  out << YAML::Key << "keep_best" << YAML::Value << r.checkpoint.keep_best;
+  out << YAML::Key << "best_metric" << YAML::Value << r.checkpoint.best_metric;
+  out << YAML::Key << "best_mode" << YAML::Value << r.checkpoint.best_mode;
+  out << YAML::Key << "background" << YAML::Value << r.checkpoint.background;
   end();
   section("failure");
   out << YAML::Key << "max_restarts" << YAML::Value << r.failure.max_restarts;

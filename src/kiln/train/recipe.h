@@ -34,6 +34,9 @@ struct Recipe {
     bool train_on_prompt = false;  // loss on every token, not only on what the model answers
     bool skip_bad_lines = false;   // skip and count malformed lines instead of failing
     std::string cache_dir;         // tokenized cache; empty: <data dir>/.kiln-cache. Like `train`
+    // Held-out data in the same format (optional; resolved like `train`), evaluated every
+    // eval.every_steps steps.
+    std::string eval;
     bool operator==(const Data&) const = default;
   };
   struct Optimizer {
@@ -62,6 +65,9 @@ struct Recipe {
     // "none" (default), "auto" (the newest complete checkpoint in output.dir/checkpoints, or a
     // fresh start when there is none) or a checkpoint directory.
     std::string resume = "none";
+    // "fp32" | "bf16": compute dtype. bf16 is mixed precision: bf16 GEMM inputs, fp32 master
+    // weights, optimizer state and accumulation.
+    std::string dtype = "fp32";
     bool operator==(const Train&) const = default;
   };
   struct Output {
@@ -86,7 +92,16 @@ struct Recipe {
   struct Checkpoint {
     int64_t every_steps = 0;  // >= 0: a sharded checkpoint every N steps (0: only at the end)
     int64_t keep_last = 2;    // >= 0: checkpoints kept (0 keeps all)
+    int64_t keep_best = 0;    // >= 0: also keep the N best by best_metric (0: off)
+    std::string best_metric = "eval_loss";  // a reported metric: "eval_loss" | "loss"
+    std::string best_mode = "min";          // "min" | "max"
+    bool background = true;  // write shards on a background thread while training continues
     bool operator==(const Checkpoint&) const = default;
+  };
+  struct Eval {
+    int64_t every_steps = 0;  // >= 0: evaluate data.eval every N steps (0: only at the end)
+    int64_t max_batches = 0;  // >= 0: batches per evaluation on each rank (0: the whole file)
+    bool operator==(const Eval&) const = default;
   };
   struct Failure {
     int64_t max_restarts = 0;  // >= 0: group restarts from the newest checkpoint
@@ -100,6 +115,7 @@ struct Recipe {
   Train train;
   Output output;
   Dist dist;
+  Eval eval;
   Checkpoint checkpoint;
   Failure failure;
   bool operator==(const Recipe&) const = default;

@@ -1,17 +1,16 @@
 #include "kiln/train/trainer.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <sstream>
 
 #include "kiln/base/error.h"
+#include "kiln/base/fault.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/base/log.h"
@@ -96,36 +95,6 @@ class MetricsWriter {
 }  // namespace
 
 fs::path final_model_dir(const fs::path& run_dir) { return run_dir / "final"; }
-
-namespace {
-// Fault injection for tests of failure handling: KILN_FAULT="RANK:STEP:KIND[:ATTEMPT]" makes
-// rank RANK, at the start of optimizer step STEP (1-based), exit with code 3 ("exit"), abort
-// ("abort"), be killed with SIGKILL ("kill") or stop responding ("hang"); only in restart
-// attempt ATTEMPT of the group (default 0, the first; "*": every attempt).
-void maybe_inject_fault(int rank, int64_t step) {
-  const char* spec = std::getenv("KILN_FAULT");
-  if (spec == nullptr) return;
-  int r = -1;
-  long long s = -1;
-  char kind[16] = {}, attempt[16] = "0";
-  if (std::sscanf(spec, "%d:%lld:%15[a-z]:%15s", &r, &s, kind, attempt) < 3 || r != rank ||
-      s != step) {
-    return;
-  }
-  const char* current = std::getenv("KILN_RESTART_ATTEMPT");
-  if (std::strcmp(attempt, "*") != 0 && (current ? std::atoi(current) : 0) != std::atoi(attempt)) {
-    return;
-  }
-  std::fprintf(stderr, "KILN_FAULT: rank %d injecting '%s' at step %lld\n", rank, kind, s);
-  std::fflush(stderr);
-  if (std::strcmp(kind, "exit") == 0) std::_Exit(3);
-  if (std::strcmp(kind, "abort") == 0) std::abort();
-  if (std::strcmp(kind, "kill") == 0) ::kill(::getpid(), SIGKILL);
-  if (std::strcmp(kind, "hang") == 0) {
-    for (;;) ::pause();
-  }
-}
-}  // namespace
 
 TrainResult train(const Recipe& r, const std::function<void(const StepMetrics&)>& on_step) {
   auto comm = make_local_communicator();
@@ -234,7 +203,7 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
   const Backend& be = cpu_backend();
 
   for (int64_t step = start_step; step < r.train.max_steps; ++step) {
-    maybe_inject_fault(ctx.rank, step + 1);
+    fault_begin_step(ctx.rank, step + 1);
     const auto t0 = Clock::now();
     // The loss is the mean over every predicted token of the step (all micro-batches, all
     // ranks), so accumulation and data parallelism give the same gradient as one large batch.

@@ -1,0 +1,23 @@
+// Fault injection for tests of failure handling (never set in production runs).
+//
+// KILN_FAULT="RANK:STEP:KIND[@POINT][:ATTEMPT]" makes rank RANK, in optimizer step STEP
+// (1-based), at POINT, exit with code 3 ("exit"), abort ("abort"), be killed with SIGKILL
+// ("kill") or stop responding ("hang"); only in restart attempt ATTEMPT of the group (default 0,
+// the first; "*": every attempt). POINTs:
+//   step        (default) at the start of the step, before any collective;
+//   collective  inside the first collective the rank enters during the step, after it started;
+//   checkpoint  while writing the checkpoint saved after the step, with part of its shard written.
+// Each fault fires at most once per process.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln {
+
+// The trainer calls this at the start of every step (the "step" point fires here).
+void fault_begin_step(int rank, int64_t step);
+// Code at a named point calls this; fires when KILN_FAULT names this rank, the current step and
+// the point.
+void fault_point(const char* point);
+
+}  // namespace kiln
