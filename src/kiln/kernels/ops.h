@@ -102,5 +102,9 @@ class Backend {
 };
 
 const Backend& cpu_backend();
+// The CPU backend for a compute dtype (train.dtype): "fp32", or "bf16" (mixed precision: bf16
+// GEMM inputs, fp32 accumulation and everything else in fp32). Throws kiln::Error naming the
+// dtype when it is unknown or unsupported.
+const Backend& cpu_backend_for(std::string_view dtype);
 
 }  // namespace kiln

@@ -115,7 +115,7 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
 
   const fs::path model_path = r.model.path;
   const Qwen2Config config = read_config(model_path / "config.json");
-  Qwen2Model model(config, cpu_backend());
+  Qwen2Model model(config, cpu_backend_for(r.train.dtype));
   const ParamLayout& layout = model.layout();
 
   // One process needs no sharding; otherwise the recipe's strategy over the right groups.
@@ -200,7 +200,7 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
   std::vector<Batch> batches(accum);
   TrainResult result;
   const auto t_start = Clock::now();
-  const Backend& be = cpu_backend();
+  const Backend& be = cpu_backend_for(r.train.dtype);
 
   for (int64_t step = start_step; step < r.train.max_steps; ++step) {
     fault_begin_step(ctx.rank, step + 1);

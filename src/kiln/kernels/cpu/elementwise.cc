@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kiln/base/error.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
 
 namespace kiln {
@@ -180,6 +181,11 @@ void CpuBackend::scale(float* x, float a, size_t n) const {
 const Backend& cpu_backend() {
   static const CpuBackend backend;  // stateless
   return backend;
+}
+
+const Backend& cpu_backend_for(std::string_view dtype) {
+  if (dtype == "fp32") return cpu_backend();
+  fail("compute dtype '{}' is not supported by the CPU backend (supported: fp32)", dtype);
 }
 
 }  // namespace kiln
