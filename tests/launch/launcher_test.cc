@@ -1,11 +1,20 @@
 // The local launcher: rank-prefixed output, and a failing or hung worker tears the whole group
 // down with a clear error naming the rank, never a hang.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <sstream>
+#include <thread>
+#include <vector>
 
 #include "common/run_kiln.h"
 #include "kiln/base/file.h"
+#include "kiln/base/json.h"
 
 namespace kiln {
 namespace {
@@ -13,7 +22,8 @@ namespace {
 using testing::run_kiln;
 
 fs::path setup_run(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("kiln_launcher_" + name);
+  const fs::path d =
+      fs::temp_directory_path() / ("kiln_launcher_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   auto r = run_kiln("init --config tiny --seed 1 --out " + (d / "init").string());
@@ -73,6 +83,117 @@ TEST(Launcher, HungPeerFailsWithinTimeoutNamingIt) {
   EXPECT_NE(r.out.find("rank 1 did not arrive"), std::string::npos) << r.out;
 }
 
+#define EXPECT_HAS(haystack, needle) \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+
+// One rank sleeps inside step 3, outside any collective: rank 0's collective waits; at
+// dist.timeout_s every rank writes a report and the launcher names the stuck rank in one line.
+TEST(Launcher, HangReportsNameTheStuckRankInOneLine) {
+  const fs::path d = setup_run("hangreport");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_kiln("train " + (d / "recipe.yaml").string() + " dist.timeout_s=3",
+                    "KILN_FAULT=1:3:hang");
+  const double took = seconds_since(t0);
+  EXPECT_NE(r.code, 0);
+  EXPECT_LT(took, 3 + 8);  // startup and two steps, the timeout, a few seconds of reporting
+  const fs::path hang = d / "run/hang";
+  size_t at = r.out.find("\nkiln: error: hang: ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+  EXPECT_HAS(line, "rank 1 stopped");
+  EXPECT_HAS(line, "outside any collective (last: ");
+  EXPECT_HAS(line, "rank 0 waited ");
+  EXPECT_HAS(line, "reports: " + hang.string() + "/rank-*.txt");
+  EXPECT_EQ(line.find("rank 0 stopped"), std::string::npos) << line;
+  // Without the trainer's begin_step the step is unknown; with it, it is step 3.
+  if (line.find("stopped at step") != std::string::npos) {
+    EXPECT_HAS(line, "stopped at step 3 ");
+  }
+  // Both ranks wrote a report: rank 0 waits in a collective missing rank 1; rank 1 is idle.
+  ASSERT_TRUE(fs::exists(hang / "rank-00000.txt")) << r.out;
+  ASSERT_TRUE(fs::exists(hang / "rank-00001.txt")) << r.out;
+  const std::string r0 = read_file(hang / "rank-00000.txt"),
+                    r1 = read_file(hang / "rank-00001.txt");
+  EXPECT_HAS(r0, "kiln hang report: rank 0 of 2");
+  EXPECT_HAS(r0, "now: waiting in ");
+  EXPECT_HAS(r0, "; missing: rank 1\n");
+  EXPECT_HAS(r0, "last operations (oldest first):\n  world-0 ");
+  EXPECT_HAS(r1, "kiln hang report: rank 1 of 2");
+  EXPECT_HAS(r1, "now: not in a collective since ");
+  EXPECT_HAS(r1, "trigger: rank 0 waited ");
+  // The ops rank 1 finished are the ones rank 0 finished before its wait.
+  EXPECT_HAS(r1, " done ");
+  // Reports were written before the group failed, not after a long wait.
+  EXPECT_HAS(r.out, "[rank 1] kiln: hang report: rank 1 not in a collective since ");
+}
+
+// A free TCP port on this host (for node 0's store).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Two agents as two nodes of one job on 127.0.0.1 (one worker each); returns each node's result.
+std::vector<testing::CmdResult> run_two_nodes(const std::string& args, const std::string& env) {
+  const int port = free_port();
+  std::vector<testing::CmdResult> res(2);
+  std::vector<std::thread> agents;
+  for (int n = 0; n < 2; ++n) {
+    agents.emplace_back([&, n] {
+      res[n] = run_kiln(args + " --nnodes 2 --node-rank " + std::to_string(n) +
+                            " --nproc-per-node 1 --master-addr 127.0.0.1 --master-port " +
+                            std::to_string(port),
+                        "KILN_STORE_TOKEN=launcher-test-" + std::to_string(::getpid()) + " " + env);
+    });
+  }
+  for (auto& a : agents) a.join();
+  return res;
+}
+
+TEST(MultiNode, AgentsAgreeOnRestartsAndFinishLikeAnUninterruptedRun) {
+  const fs::path d = setup_run("nodes");
+  const std::string recipe = (d / "recipe.yaml").string() +
+                             " checkpoint.every_steps=2 dist.timeout_s=20 failure.max_restarts=1";
+  auto full = run_kiln("train " + recipe + " output.dir=" + (d / "full").string());
+  ASSERT_EQ(full.code, 0) << full.out;
+  // Rank 1 (node 1's worker) is SIGKILLed at the start of step 5 in the first attempt: both
+  // agents stop, agree on attempt 2 and resume from the newest complete checkpoint.
+  auto r = run_two_nodes("train " + recipe + " output.dir=" + (d / "killed").string(),
+                         "KILN_FAULT=1:5:kill:0");
+  for (int n = 0; n < 2; ++n) {
+    ASSERT_EQ(r[n].code, 0) << "node " << n << ":\n" << r[n].out;
+    EXPECT_HAS(r[n].out,
+               "restarting the group from the newest checkpoint (1 of 1): attempt 1: "
+               "rank 1 (pid ");
+    EXPECT_HAS(r[n].out, ", node 1) failed with signal 9");
+  }
+  EXPECT_HAS(r[0].out, "resumed from");
+  EXPECT_EQ(read_file(d / "full/final/model.safetensors"),
+            read_file(d / "killed/final/model.safetensors"));
+  for (const auto& e : fs::directory_iterator(d / "killed/checkpoints")) {
+    EXPECT_FALSE(e.path().string().ends_with(".tmp")) << e.path();
+  }
+  // Failing in every attempt spends node 0's budget: both agents exit non-zero with the history.
+  auto spent = run_two_nodes("train " + recipe + " output.dir=" + (d / "spent").string(),
+                             "KILN_FAULT=1:2:kill:*");
+  for (int n = 0; n < 2; ++n) {
+    EXPECT_NE(spent[n].code, 0) << spent[n].out;
+    EXPECT_HAS(spent[n].out,
+               "kiln: error: worker group failed after 1 restart(s): attempt 1: "
+               "rank 1 (pid ");
+    EXPECT_HAS(spent[n].out, "; attempt 2: rank 1 (pid ");
+  }
+  EXPECT_FALSE(fs::exists(d / "spent/final"));
+}
+
 }  // namespace
 }  // namespace kiln
 
@@ -89,6 +210,86 @@ TEST(RuntimeApi, UserTrainingFunctionRunsOnEveryWorker) {
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   EXPECT_EQ(::pclose(p), 0) << out;
   EXPECT_NE(out.find("[rank 0] report: {\"sum\":6.0,\"world_size\":3}"), std::string::npos) << out;
+}
+
+testing::CmdResult run_example(const std::string& args, const std::string& env = "") {
+  const std::string cmd =
+      env + " " + std::string(KILN_BINARY_DIR) + "/bin/kiln_custom_train_example " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+}
+
+// report(metrics, dir) commits every rank's part atomically; a killed worker's group restarts
+// and the function resumes from latest_checkpoint() to the uninterrupted result.
+TEST(RuntimeApi, ReportedCheckpointsResumeAKilledFunction) {
+  const fs::path d = fs::temp_directory_path() / ("kiln_runtime_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  auto full = run_example("--nproc 2 --steps 8 --out " + (d / "full").string());
+  ASSERT_EQ(full.code, 0) << full.out;
+  EXPECT_EQ(full.out.find("resumed from"), std::string::npos) << full.out;
+  auto r = run_example("--nproc 2 --steps 8 --max-restarts 1 --out " + (d / "killed").string(),
+                       "KILN_FAULT=1:5:kill");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("restarting the group"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 0] resumed from " +
+                       (d / "killed/checkpoints/step-00000004").string() + " (step 4)"),
+            std::string::npos)
+      << r.out;
+  const std::string result = read_file(d / "full/result.txt");
+  EXPECT_GT(result.size(), 8u);
+  EXPECT_EQ(result, read_file(d / "killed/result.txt"));
+  // keep_last 2: the two newest, each complete (manifest and both ranks' parts); nothing torn.
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(d / "killed/checkpoints")) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"step-00000007", "step-00000008"}));
+  for (const auto& n : names) {
+    const fs::path c = d / "killed/checkpoints" / n;
+    EXPECT_EQ(parse_json(read_file(c / "manifest.json"), "manifest").at("world_size"), 2);
+    EXPECT_TRUE(fs::exists(c / "rank-00000/state.bin"));
+    EXPECT_TRUE(fs::exists(c / "rank-00001/state.bin"));
+  }
+  // metrics.jsonl: one row per step, the steps after the resumed checkpoint not doubled.
+  std::istringstream in(read_file(d / "killed/metrics.jsonl")),
+      ref(read_file(d / "full/metrics.jsonl"));
+  int64_t expect = 1;
+  for (std::string line, ref_line; std::getline(in, line); ++expect) {
+    const Json j = parse_json(line, "metrics");
+    EXPECT_EQ(j.at("step").get<int64_t>(), expect) << line;
+    ASSERT_TRUE(std::getline(ref, ref_line));
+    EXPECT_EQ(j.at("loss"), parse_json(ref_line, "metrics").at("loss")) << line;
+  }
+  EXPECT_EQ(expect, 9);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A user's function that calls begin_step(): the hang line names the step the rank stopped in.
+TEST(RuntimeApi, HangInsideAStepNamesTheStep) {
+  const fs::path d =
+      fs::temp_directory_path() / ("kiln_runtime_hang_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r =
+      run_example("--nproc 2 --steps 8 --timeout-s 2 --out " + d.string(), "KILN_FAULT=1:3:hang");
+  EXPECT_NE(r.code, 0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2 + 10);
+  EXPECT_NE(
+      r.out.find("\nkiln: error: hang: rank 1 stopped at step 3 outside any collective (last: "),
+      std::string::npos)
+      << r.out;
+  EXPECT_NE(read_file(d / "hang/rank-00001.txt").find("\nstep: 3\n"), std::string::npos);
+  EXPECT_NE(read_file(d / "hang/rank-00000.txt").find("\nstep: 3\n"), std::string::npos);
 }
 
 }  // namespace

@@ -28,8 +28,9 @@ Command add_train(CLI::App& app) {
   sub->add_option("--master-port", o->flags.master_port, "Port of the store on node 0");
   sub->footer(
       "Writes <output.dir>/metrics.jsonl (one JSON object per step), recipe.yaml (effective "
-      "recipe) and final/ (the trained model, HF layout). dist.nproc_per_node=N runs N local "
-      "workers; docs/distributed.md covers several nodes, torchrun, mpirun and srun.");
+      "recipe), final/ (the trained model, HF layout) and, if a collective hangs, hang/ (one "
+      "report per rank). dist.nproc_per_node=N runs N local workers; docs/distributed.md covers "
+      "several nodes, torchrun, mpirun and srun.");
   return {sub, [o] {
             const Recipe r = load_recipe(o->recipe, o->overrides);
             LaunchOptions lo;
@@ -41,6 +42,7 @@ Command add_train(CLI::App& app) {
             lo.worker_args.insert(lo.worker_args.end(), o->overrides.begin(), o->overrides.end());
             lo.max_restarts = static_cast<int>(r.failure.max_restarts);
             lo.restart_args = {"train.resume=auto"};
+            lo.hang_dir = (fs::path(r.output.dir) / "hang").string();
             return launch(lo, [&](WorkerContext& ctx) {
               TrainResult res = train(r, ctx);
               if (ctx.rank == 0) {

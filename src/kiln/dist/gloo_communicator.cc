@@ -198,7 +198,8 @@ struct GroupSpec {
   milliseconds timeout;
   std::string name;  // "world", "world/intra/0"
   int rank = 0, size = 1;
-  std::vector<int> world_ranks;  // world rank of each member, for messages
+  std::vector<int> world_ranks;            // world rank of each member, for messages
+  std::shared_ptr<HangWatchdog> watchdog;  // may be null
 };
 
 class GlooCommunicator final : public Communicator {
@@ -206,6 +207,7 @@ class GlooCommunicator final : public Communicator {
   explicit GlooCommunicator(GroupSpec g)
       : g_(std::move(g)), store_(std::make_shared<PrefixStore>(g_.name, g_.root)) {
     progress_ = std::make_unique<ProgressReporter>(store_, "progress/" + std::to_string(g_.rank));
+    if (g_.watchdog) wd_group_ = g_.watchdog->add_group(g_.name, g_.rank, g_.world_ranks, store_);
     context_ = std::make_shared<gloo::rendezvous::Context>(g_.rank, g_.size);
     context_->setTimeout(g_.timeout);
     if (g_.size > 1) {
@@ -353,6 +355,7 @@ class GlooCommunicator final : public Communicator {
     {
       std::lock_guard<std::mutex> l(mu_);
       queue_.push_back(Op{++next_seq_, name, std::move(fn), state});
+      if (g_.watchdog) g_.watchdog->op_queued(wd_group_, next_seq_, name);
     }
     cv_.notify_all();
     return std::make_unique<GlooWork>(std::move(state));
@@ -369,6 +372,7 @@ class GlooCommunicator final : public Communicator {
         op = std::move(queue_.front());
         queue_.pop_front();
         if (stop_) {
+          if (g_.watchdog) g_.watchdog->op_finished(wd_group_, op.seq, false);
           op.state->finish(fmt::format("gloo {} #{} ({}) not run: the communicator was destroyed",
                                        op.name, op.seq, where()));
           continue;
@@ -380,18 +384,25 @@ class GlooCommunicator final : public Communicator {
 
   void execute(Op& op) {
     if (!broken_.empty()) {
+      if (g_.watchdog) g_.watchdog->op_finished(wd_group_, op.seq, false);
       op.state->finish(
           fmt::format("gloo {} #{} ({}) not run: {}", op.name, op.seq, where(), broken_));
       return;
     }
     progress_->entered(op.seq);
+    if (g_.watchdog) g_.watchdog->op_started(wd_group_, op.seq);
     fault_point("collective");
     const auto start = Clock::now();
     try {
       op.fn();
+      if (g_.watchdog) g_.watchdog->op_finished(wd_group_, op.seq, true);
       op.state->finish("");
     } catch (const std::exception& e) {
       const auto ms = std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
+      // A wait as long as the timeout is a hang: every rank reports before this one fails.
+      if (g_.watchdog && ms >= g_.timeout.count() * 9 / 10)
+        g_.watchdog->on_timeout(wd_group_, op.seq);
+      if (g_.watchdog) g_.watchdog->op_finished(wd_group_, op.seq, false);
       progress_->publish(op.seq);
       // After a failure Gloo's state is unknown (sends and receives may be half done). Closing
       // first makes the peers still waiting on this rank fail now, not at their own timeout.
@@ -403,6 +414,8 @@ class GlooCommunicator final : public Communicator {
       broken_ = fmt::format("the group failed at {} #{} ({})", op.name, op.seq, who);
       try {
         store_->set("failed", to_bytes(fmt::format("rank {} at {} #{}", g_.rank, op.name, op.seq)));
+        // Per rank too: the agent tells ranks that failed because a peer did from the cause.
+        store_->set("failed/" + std::to_string(g_.rank), to_bytes(std::string(op.name)));
       } catch (const std::exception&) {
         // Only a hint for the peers' messages; the failure itself is reported below.
       }
@@ -469,6 +482,7 @@ class GlooCommunicator final : public Communicator {
   GroupSpec g_;
   std::shared_ptr<Store> store_;  // this group's namespace
   std::unique_ptr<ProgressReporter> progress_;
+  int wd_group_ = -1;  // this group's index in the watchdog
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::map<std::string, int> split_count_;
   std::vector<uint8_t> scratch_;  // reduce-scatter's, used on the communication thread only
@@ -494,6 +508,7 @@ std::unique_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> stor
   g.name = opts.group_name;
   g.rank = rank;
   g.size = world_size;
+  g.watchdog = opts.watchdog;
   for (int r = 0; r < world_size; ++r) g.world_ranks.push_back(r);
 
   gloo::transport::tcp::attr attr;

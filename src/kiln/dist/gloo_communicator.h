@@ -11,6 +11,7 @@
 
 #include "kiln/dist/communicator.h"
 #include "kiln/dist/store.h"
+#include "kiln/dist/watchdog.h"
 
 namespace kiln {
 
@@ -26,6 +27,8 @@ struct GlooOptions {
   // Namespace of this group's keys in the store. Give each restart of a job its own store
   // prefix (or group name): stale addresses from an earlier attempt would otherwise be used.
   std::string group_name = "world";
+  // Records every operation of this group and its sub-groups for hang reports (optional).
+  std::shared_ptr<HangWatchdog> watchdog;
 };
 
 // Connects `world_size` ranks full-mesh (blocking until all have joined or the timeout passes).

@@ -16,8 +16,10 @@
 #include <thread>
 
 #include "kiln/base/error.h"
+#include "kiln/base/json.h"
 #include "kiln/base/log.h"
 #include "kiln/dist/tcp_store.h"
+#include "kiln/dist/watchdog.h"
 
 extern char** environ;
 
@@ -167,9 +169,55 @@ std::string random_token() {
 
 namespace {
 
-// Spawns and watches one attempt of the group. Returns 0 when every worker succeeded; otherwise
-// the group has been torn down, `failure` says why, and the exit status to report is returned.
-int run_group(const AgentSpec& s, int port, int attempt, std::string* failure) {
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// Store keys the agents share (node 0's store), per attempt A:
+//   kiln/agent/budget          node 0's failure.max_restarts: the one budget for every node
+//   kiln/agent/A/failed        set by the first agent whose worker failed: every agent stops
+//   kiln/agent/A/node/K        node K's record of the attempt (JSON: its first failure)
+//   kiln/agent/A/stopped       count of agents whose workers are all down
+//   kiln/agent/A/decision      node 0's verdict (JSON: restart or stop, with the history)
+//   kiln/agent/A/done, /ack    success and final acknowledgements, so node 0 keeps the store
+//                              up until every agent has read what it needs
+std::string agent_key(int attempt, const std::string& what) {
+  return fmt::format("kiln/agent/{}/{}", attempt, what);
+}
+std::string group_ns(int attempt) { return fmt::format("kiln/world-{}", attempt); }
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// How likely a failed worker is the cause rather than a casualty: a rank whose collective
+// failed (its communicator marks "<group>/failed/<rank>") failed because of another; a signal
+// (killed, aborted) is a cause more surely than an error exit.
+int failure_score(Store& ctl, int attempt, int rank, int status) {
+  bool casualty = false;
+  try {
+    casualty = ctl.check({fmt::format("world-{}/failed/{}", attempt, rank)});
+  } catch (const std::exception&) {
+  }
+  return (casualty ? 0 : 2) + (WIFSIGNALED(status) ? 1 : 0);
+}
+
+struct AttemptRecord {
+  int rc = 0;
+  bool failed = false;  // a worker of this node failed on its own (not torn down by us)
+  int rank = -1;
+  int score = 0;  // failure_score()
+  int64_t time_ms = 0;
+  std::string failure;  // "rank 1 (pid 42) failed with signal 9 (Killed)"
+  bool remote_stop = false;
+  int signal = 0;
+};
+
+// Spawns and watches one attempt of the group. Returns when every local worker has exited:
+// rc 0 when all succeeded; otherwise the group was torn down because a local worker failed,
+// another node's did (kiln/agent/A/failed), or the agent got a signal.
+AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl) {
   AgentSpec a = s;
   if (attempt > 0) {
     a.worker_args.insert(a.worker_args.end(), s.restart_args.begin(), s.restart_args.end());
@@ -180,9 +228,15 @@ int run_group(const AgentSpec& s, int port, int attempt, std::string* failure) {
     ws[l].pid = spawn(a, l, port, attempt, &ws[l].out_fd);
   }
 
-  int result = 0;
+  AttemptRecord rec;
   bool tearing_down = false;
-  auto teardown_deadline = std::chrono::steady_clock::time_point::max();
+  auto teardown_deadline = Clock::time_point::max();
+  auto next_remote_check = Clock::now();
+  auto teardown = [&](int sig) {
+    signal_all(ws, sig);
+    tearing_down = true;
+    teardown_deadline = Clock::now() + milliseconds(static_cast<int64_t>(s.grace_s * 1000));
+  };
   for (;;) {
     std::vector<pollfd> pfds;
     std::vector<Worker*> owners;
@@ -196,18 +250,41 @@ int run_group(const AgentSpec& s, int port, int attempt, std::string* failure) {
     for (size_t i = 0; i < pfds.size(); ++i) {
       if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) drain_fd(*owners[i]);
     }
-    if (pfds.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (pfds.empty()) std::this_thread::sleep_for(milliseconds(50));
 
     if (g_signal != 0 && !tearing_down) {
       KILN_LOG_WARN("agent: received signal {}, stopping the workers", static_cast<int>(g_signal));
-      signal_all(ws, g_signal);
-      tearing_down = true;
-      result = 128 + g_signal;
-      *failure = fmt::format("stopped by signal {}", static_cast<int>(g_signal));
-      teardown_deadline = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(static_cast<int64_t>(s.grace_s * 1000));
+      rec.signal = g_signal;
+      rec.rc = 128 + g_signal;
+      rec.failure =
+          fmt::format("node {} stopped by signal {}", s.node_rank, static_cast<int>(g_signal));
+      teardown(g_signal);
+      try {
+        ctl.set(agent_key(attempt, "failed"), to_bytes(rec.failure));
+      } catch (const std::exception&) {
+      }
+    }
+    // Another node's worker failed: stop ours too, so every node restarts together.
+    if (s.nnodes > 1 && !tearing_down && Clock::now() >= next_remote_check) {
+      next_remote_check = Clock::now() + milliseconds(250);
+      std::string why;
+      try {
+        if (ctl.check({agent_key(attempt, "failed")})) {
+          why = to_string(ctl.get(agent_key(attempt, "failed"), milliseconds(1000)));
+        }
+      } catch (const std::exception&) {
+        // The store going away while workers finish is not this agent's failure to report.
+      }
+      if (!why.empty()) {
+        KILN_LOG_WARN("agent: {}; stopping the workers of node {}", why, s.node_rank);
+        rec.remote_stop = true;
+        rec.rc = 1;
+        teardown(SIGTERM);
+      }
     }
     bool all_done = true;
+    Worker* culprit = nullptr;  // of the workers that failed in this sweep, the likeliest cause
+    int culprit_score = -1;
     for (auto& w : ws) {
       if (w.exited) continue;
       int status = 0;
@@ -216,23 +293,36 @@ int run_group(const AgentSpec& s, int port, int attempt, std::string* failure) {
         w.exited = true;
         w.status = status;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && !tearing_down) {
-          *failure = fmt::format("rank {} (pid {}) failed with {}", w.rank, w.pid,
-                                 describe_status(status));
-          KILN_LOG_WARN("agent: {}; stopping the group", *failure);
-          signal_all(ws, SIGTERM);
-          tearing_down = true;
-          result = 1;
-          teardown_deadline = std::chrono::steady_clock::now() +
-                              std::chrono::milliseconds(static_cast<int64_t>(s.grace_s * 1000));
+        const int score = failure_score(ctl, attempt, w.rank, status);
+        if (!ok && !tearing_down && score > culprit_score) {
+          culprit = &w;
+          culprit_score = score;
         }
       } else {
         all_done = false;
       }
     }
-    if (tearing_down && std::chrono::steady_clock::now() > teardown_deadline) {
+    if (culprit != nullptr) {
+      rec.failed = true;
+      rec.rank = culprit->rank;
+      rec.score = culprit_score;
+      rec.time_ms = wall_ms();
+      rec.rc = 1;
+      rec.failure = fmt::format("rank {} (pid {}{}) failed with {}", culprit->rank, culprit->pid,
+                                s.nnodes > 1 ? fmt::format(", node {}", s.node_rank) : "",
+                                describe_status(culprit->status));
+      KILN_LOG_WARN("agent: {}; stopping the group", rec.failure);
+      try {
+        if (!ctl.check({agent_key(attempt, "failed")})) {
+          ctl.set(agent_key(attempt, "failed"), to_bytes(rec.failure));
+        }
+      } catch (const std::exception&) {
+      }
+      teardown(SIGTERM);
+    }
+    if (tearing_down && Clock::now() > teardown_deadline) {
       signal_all(ws, SIGKILL);
-      teardown_deadline = std::chrono::steady_clock::time_point::max();
+      teardown_deadline = Clock::time_point::max();
     }
     if (all_done) {
       bool open = false;
@@ -242,7 +332,60 @@ int run_group(const AgentSpec& s, int port, int attempt, std::string* failure) {
       if (!open) break;
     }
   }
-  return result;
+  return rec;
+}
+
+// Polls until the integer at `key` reaches `n`; false on timeout.
+bool wait_count(Store& ctl, const std::string& key, int64_t n, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    try {
+      if (ctl.add(key, 0) >= n) return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+}
+
+// What an attempt's failure was, for the history: the hang line when the workers reported a
+// hang, else the likeliest cause (failure_score), earliest first, of any node, with the last step
+// the failed rank (or, when it never said, any rank) began.
+std::string describe_attempt(const AgentSpec& s, Store& ctl, int attempt,
+                             const std::vector<Json>& records) {
+  const int world = s.nnodes * s.nproc_per_node;
+  if (auto hang = hang_summary(ctl, group_ns(attempt), world, milliseconds(2000))) {
+    std::string out = *hang;
+    if (!s.hang_dir.empty()) {
+      out += fmt::format("; reports: {}/rank-*.txt{}", s.hang_dir,
+                         s.nnodes > 1 ? " on each node" : "");
+    }
+    return out;
+  }
+  const Json* first = nullptr;
+  for (const auto& r : records) {
+    if (!r.value("failed", false)) continue;
+    if (first == nullptr || r.value("score", 0) > first->value("score", 0) ||
+        (r.value("score", 0) == first->value("score", 0) &&
+         r.value("time_ms", int64_t{0}) < first->value("time_ms", int64_t{0}))) {
+      first = &r;
+    }
+  }
+  if (first == nullptr) {
+    for (const auto& r : records) {
+      if (!r.value("failure", "").empty()) return r.value("failure", "");
+    }
+    return "the group stopped";
+  }
+  std::string out = first->value("failure", "");
+  int64_t step = published_step(ctl, group_ns(attempt), first->value("rank", 0));
+  if (step < 0) {
+    for (int r = 0; r < world; ++r)
+      step = std::max(step, published_step(ctl, group_ns(attempt), r));
+  }
+  if (step >= 0) out += fmt::format(", last step {}", step);
+  return out;
 }
 
 }  // namespace
@@ -266,26 +409,127 @@ int run_agent(const AgentSpec& s) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
 
-  // Restarts are this agent's own decision on one node; across nodes the orchestrator
-  // (JobSet, PyTorchJob, Slurm --requeue) restarts the pod group and train.resume=auto resumes.
-  const int max_restarts = s.nnodes == 1 ? s.max_restarts : 0;
+  // The agents' own connection to the store: failure notices, the budget, the decision. Node 0
+  // may start late (wait_limit to connect); requests are small, so a store that stops answering
+  // (a cut link) is an error after 10 s rather than a blocked agent.
+  const auto wait_limit =
+      std::max(milliseconds(30000), milliseconds(static_cast<int64_t>(s.timeout_s * 2000)));
+  // How long node 0 waits for every agent to stop its workers (SIGTERM, the grace period,
+  // SIGKILL) and record the attempt; the others wait that long plus a margin for the decision.
+  const auto agree_limit = milliseconds(static_cast<int64_t>((s.grace_s + 5) * 1000));
+  TcpStoreOptions so;
+  so.io_timeout = milliseconds(10000);
+  TcpStore ctl(s.node_rank == 0 ? "127.0.0.1" : s.master_addr, port, s.token, wait_limit, so);
+
+  int max_restarts = s.max_restarts;
+  if (s.node_rank == 0) {
+    ctl.set("kiln/agent/budget", to_bytes(std::to_string(s.max_restarts)));
+  } else {
+    max_restarts = std::stoi(to_string(ctl.get("kiln/agent/budget", wait_limit)));
+    if (max_restarts != s.max_restarts) {
+      KILN_LOG_WARN("agent: node 0's failure.max_restarts={} holds for every node (this node: {})",
+                    max_restarts, s.max_restarts);
+    }
+  }
   std::vector<std::string> history;
   for (int attempt = 0;; ++attempt) {
-    std::string failure;
-    const int rc = run_group(s, port, attempt, &failure);
-    if (rc == 0) return 0;
-    history.push_back(max_restarts > 0 ? fmt::format("attempt {}: {}", attempt + 1, failure)
-                                       : failure);
-    if (g_signal != 0 || attempt >= max_restarts) {
+    const AttemptRecord rec = run_group(s, port, attempt, ctl);
+    bool failed_elsewhere = false;
+    if (rec.rc == 0) {
+      try {
+        failed_elsewhere = s.nnodes > 1 && ctl.check({agent_key(attempt, "failed")});
+      } catch (const std::exception&) {
+      }
+    }
+    if (rec.rc == 0 && !failed_elsewhere) {
+      try {
+        ctl.add(agent_key(attempt, "done"), 1);
+      } catch (const std::exception&) {
+        // Node 0 already finished and took the store with it: nothing left to tell.
+      }
+      // Node 0 serves the store: it stays until every agent has finished with it.
+      if (s.node_rank == 0)
+        wait_count(ctl, agent_key(attempt, "done"), s.nnodes, milliseconds(10000));
+      return 0;
+    }
+    // Every agent records its attempt, then node 0 decides for all.
+    const Json mine{{"node", s.node_rank},    {"failed", rec.failed},   {"rank", rec.rank},
+                    {"time_ms", rec.time_ms}, {"failure", rec.failure}, {"signal", rec.signal},
+                    {"score", rec.score}};
+    Json decision;
+    int answered = s.nnodes;
+    if (s.node_rank == 0) {
+      ctl.set(agent_key(attempt, "node/0"), to_bytes(mine.dump()));
+      ctl.add(agent_key(attempt, "stopped"), 1);
+      const bool all = wait_count(ctl, agent_key(attempt, "stopped"), s.nnodes, agree_limit);
+      std::vector<Json> records;
+      std::vector<int> silent;
+      bool signalled = rec.signal != 0;
+      for (int n = 0; n < s.nnodes; ++n) {
+        const std::string key = agent_key(attempt, fmt::format("node/{}", n));
+        if (!ctl.check({key})) {
+          silent.push_back(n);
+          continue;
+        }
+        records.push_back(parse_json(to_string(ctl.get(key, milliseconds(1000))), key));
+        signalled = signalled || records.back().value("signal", 0) != 0;
+      }
+      answered = s.nnodes - static_cast<int>(silent.size());
+      std::string what = describe_attempt(s, ctl, attempt, records);
+      if (!all) {
+        std::string nodes;
+        for (int n : silent) nodes += (nodes.empty() ? "" : ", ") + std::to_string(n);
+        what += fmt::format("; the agent of node {} did not answer", nodes);
+      }
+      history.push_back(max_restarts > 0 ? fmt::format("attempt {}: {}", attempt + 1, what) : what);
+      const bool restart = all && !signalled && attempt < max_restarts;
+      decision =
+          Json{{"restart", restart}, {"history", history}, {"hang", what.starts_with("hang: ")}};
+      ctl.set(agent_key(attempt, "decision"), to_bytes(decision.dump()));
+    } else {
+      const std::string key = agent_key(attempt, "decision");
+      try {
+        ctl.set(agent_key(attempt, fmt::format("node/{}", s.node_rank)), to_bytes(mine.dump()));
+        ctl.add(agent_key(attempt, "stopped"), 1);
+        decision = parse_json(to_string(ctl.get(key, agree_limit + milliseconds(10000))), key);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr,
+                     "kiln: error: worker group failed: %s; no restart decision from node 0: %s\n",
+                     rec.failure.empty() ? "stopped" : rec.failure.c_str(), e.what());
+        return rec.rc != 0 ? rec.rc : 1;
+      }
+      history = decision["history"].get<std::vector<std::string>>();
+    }
+    if (decision.value("restart", false)) {
+      KILN_LOG_WARN("agent: restarting the group from the newest checkpoint ({} of {}): {}",
+                    attempt + 1, max_restarts, history.back());
+      continue;
+    }
+    try {
+      ctl.add(agent_key(attempt, "ack"), 1);
+    } catch (const std::exception&) {
+      // Node 0 is gone already; the verdict is printed below all the same.
+    }
+    const std::string last = history.back();
+    const size_t colon = max_restarts > 0 ? last.find(": ") : std::string::npos;
+    const std::string last_what = colon == std::string::npos ? last : last.substr(colon + 2);
+    if (decision.value("hang", false)) {
+      std::string earlier;
+      for (size_t i = 0; i + 1 < history.size(); ++i)
+        earlier += (earlier.empty() ? "" : "; ") + history[i];
+      std::fprintf(stderr, "kiln: error: %s%s\n", last_what.c_str(),
+                   earlier.empty()
+                       ? ""
+                       : fmt::format(" (after {} restart(s); {})", attempt, earlier).c_str());
+    } else {
       std::string all;
       for (const auto& h : history) all += (all.empty() ? "" : "; ") + h;
       std::fprintf(stderr, "kiln: error: worker group failed%s: %s\n",
                    max_restarts > 0 ? fmt::format(" after {} restart(s)", attempt).c_str() : "",
                    all.c_str());
-      return rc;
     }
-    KILN_LOG_WARN("agent: restarting the group from the newest checkpoint ({} of {})", attempt + 1,
-                  max_restarts);
+    if (s.node_rank == 0) wait_count(ctl, agent_key(attempt, "ack"), answered, milliseconds(10000));
+    return rec.rc != 0 ? rec.rc : 1;
   }
 }
 

@@ -13,21 +13,26 @@ struct AgentSpec {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;  // 0 on a single node: the store picks a free port
-  std::string token;    // per-job secret every worker presents to the store
-  int threads_per_worker = 0;  // 0: cores / nproc_per_node
-  double grace_s = 10;         // SIGTERM -> SIGKILL delay when tearing the group down
+  int master_port = 0;                   // 0 on a single node: the store picks a free port
+  std::string token;                     // per-job secret every worker presents to the store
+  int threads_per_worker = 0;            // 0: cores / nproc_per_node
+  double grace_s = 10;                   // SIGTERM -> SIGKILL delay when tearing the group down
   std::vector<std::string> worker_args;  // arguments after the program name
-  // Failure policy (single node): restart the whole group this many times, adding
-  // restart_args (for kiln train: train.resume=auto) to the workers' arguments.
+  // Failure policy: restart the whole group this many times, adding restart_args (for kiln
+  // train: train.resume=auto) to the workers' arguments. With several nodes every agent stops
+  // its workers when any node's worker fails, and node 0's budget and decision (through the
+  // store) hold for all.
   int max_restarts = 0;
   std::vector<std::string> restart_args;
   std::string topology_source = "default";  // passed to workers for their run metadata
+  double timeout_s = 300;  // dist.timeout_s: bounds the agents' agreement waits too
+  std::string hang_dir;    // where workers write hang reports ("" : store only), for messages
 };
 
 // Runs the agent until every worker has exited. Returns 0 when all succeeded; otherwise the
 // group was torn down and, while restarts remain, started again; at the end the history of
-// failures (rank, exit code or signal) is reported and a non-zero status returned.
+// failures (rank, exit code or signal, last step; or the hang line naming the stuck rank) is
+// reported and a non-zero status returned.
 int run_agent(const AgentSpec& spec);
 
 // A random per-job token (hex), for single-node runs where the agent makes one.

@@ -24,12 +24,19 @@ std::string external_token() {
   return "kiln-default-token";
 }
 
-int single_process(const TrainFn& fn, const std::string& topology_source) {
+int single_process(const LaunchOptions& o, const TrainFn& fn, const std::string& topology_source) {
   auto comm = make_local_communicator();
   WorkerContext ctx;
   ctx.comm = comm.get();
   ctx.topology_source = topology_source;
+  ctx.run_dir = o.run_dir;
+  ctx.keep_last = o.keep_last;
   return fn(ctx);
+}
+
+std::string hang_dir(const LaunchOptions& o) {
+  if (!o.hang_dir.empty()) return o.hang_dir;
+  return o.run_dir.empty() ? "" : (fs::path(o.run_dir) / "hang").string();
 }
 
 }  // namespace
@@ -38,7 +45,7 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
   const char* spawned = std::getenv("KILN_WORKER");
   const Topology t = discover_topology(o.flags);
   if (spawned != nullptr || !t.agent_spawns_workers) {
-    if (t.world_size == 1 && spawned == nullptr) return single_process(fn, t.source);
+    if (t.world_size == 1 && spawned == nullptr) return single_process(o, fn, t.source);
     WorkerSpec w;
     w.rank = t.rank;
     w.world_size = t.world_size;
@@ -48,6 +55,9 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
     w.nnodes = t.num_nodes;
     w.master_addr = t.master_addr;
     w.timeout_s = o.timeout_s;
+    w.run_dir = o.run_dir;
+    w.keep_last = o.keep_last;
+    w.hang_dir = hang_dir(o);
     if (spawned != nullptr) {  // ours: the agent passed the store's address and token
       const char* port = std::getenv("KILN_STORE_PORT");
       const char* token = std::getenv("KILN_STORE_TOKEN");
@@ -74,7 +84,7 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
   // This process is the node agent.
   const int nproc = o.flags.nproc_per_node.value_or(t.local_world_size > 1 ? t.local_world_size
                                                                            : o.nproc_per_node);
-  if (nproc == 1 && t.num_nodes == 1) return single_process(fn, t.source);
+  if (nproc == 1 && t.num_nodes == 1) return single_process(o, fn, t.source);
   AgentSpec a;
   a.nproc_per_node = nproc;
   a.nnodes = t.num_nodes;
@@ -86,6 +96,8 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
   a.max_restarts = o.max_restarts;
   a.restart_args = o.restart_args;
   a.topology_source = t.source;
+  a.timeout_s = o.timeout_s;
+  a.hang_dir = hang_dir(o);
   if (t.num_nodes > 1) {
     const char* token = std::getenv("KILN_STORE_TOKEN");
     a.token = token ? token : external_token();

@@ -22,8 +22,16 @@ struct LaunchOptions {
   int threads_per_worker = 0;  // 0: cores / local workers
   double timeout_s = 300;
   std::vector<std::string> worker_args;  // this program's arguments, for spawned workers
-  int max_restarts = 0;                   // see AgentSpec
+  int max_restarts = 0;                  // see AgentSpec
   std::vector<std::string> restart_args;
+  // The run directory of a user's TrainFn: WorkerContext::report(metrics, dir) commits
+  // checkpoints under run_dir/checkpoints (keeping the newest keep_last) and metrics in
+  // run_dir/metrics.jsonl; latest_checkpoint() looks there.
+  std::string run_dir;
+  int keep_last = 0;
+  // Where every worker writes its hang report (rank-RRRRR.txt); "" : run_dir/hang when run_dir
+  // is set, else reports go to the store and the log only. kiln train: <output.dir>/hang.
+  std::string hang_dir;
 };
 
 int launch(const LaunchOptions& opts, const TrainFn& fn);

@@ -1,6 +1,7 @@
 #include "kiln/launch/worker.h"
 
 #include <omp.h>
+#include <signal.h>
 
 #include <cstdlib>
 #include <memory>
@@ -9,10 +10,14 @@
 #include "kiln/base/log.h"
 #include "kiln/dist/gloo_communicator.h"
 #include "kiln/dist/tcp_store.h"
+#include "kiln/dist/watchdog.h"
 
 namespace kiln {
 
 int run_worker(const WorkerSpec& s, const TrainFn& fn) {
+  // A peer that dies closes its sockets: writing to them must fail the collective with an error
+  // naming it (and mark this rank a casualty), not kill this rank silently with SIGPIPE.
+  ::signal(SIGPIPE, SIG_IGN);
   if (s.threads > 0) omp_set_num_threads(s.threads);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(s.timeout_s * 1000));
   std::unique_ptr<TcpStoreServer> server;
@@ -26,11 +31,21 @@ int run_worker(const WorkerSpec& s, const TrainFn& fn) {
   auto store = std::make_shared<TcpStore>(s.master_addr, s.store_port, s.token, timeout, so);
   GlooOptions go;
   // Each restart of the group rendezvouses in its own namespace of the (surviving) store.
-  if (const char* attempt = std::getenv("KILN_RESTART_ATTEMPT")) {
-    go.group_name = std::string("world-") + attempt;
-  }
+  const char* attempt = std::getenv("KILN_RESTART_ATTEMPT");
+  if (attempt != nullptr) go.group_name = std::string("world-") + attempt;
   if (const char* ifname = std::getenv("KILN_SOCKET_IFNAME")) go.ifname = ifname;
   go.timeout = timeout;
+  // The hang watchdog polls the store on a connection of its own, so a request of the
+  // communication thread never delays it.
+  WatchdogOptions wo;
+  wo.ns = "kiln/" + go.group_name;
+  wo.rank = s.rank;
+  wo.world_size = s.world_size;
+  wo.node_rank = s.node_rank;
+  wo.timeout = timeout;
+  wo.report_dir = s.hang_dir;
+  go.watchdog = std::make_shared<HangWatchdog>(
+      std::make_shared<TcpStore>(s.master_addr, s.store_port, s.token, timeout, so), wo);
   auto comm = make_gloo_communicator(store, s.rank, s.world_size, go);
   KILN_LOG_DEBUG("rank {}/{} joined: {}", s.rank, s.world_size, comm->transport());
   WorkerContext ctx;
@@ -43,6 +58,10 @@ int run_worker(const WorkerSpec& s, const TrainFn& fn) {
   ctx.comm = comm.get();
   ctx.topology_source = s.topology_source;
   ctx.launcher = s.launcher;
+  ctx.restart_attempt = attempt != nullptr ? std::atoi(attempt) : 0;
+  ctx.run_dir = s.run_dir;
+  ctx.keep_last = s.keep_last;
+  ctx.step_listener = [wd = go.watchdog](int64_t step, bool began) { wd->set_step(step, began); };
   const int rc = fn(ctx);
   // Rank 0 may host the store: everyone finishes with it before it goes away.
   comm->barrier();

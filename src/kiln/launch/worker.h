@@ -19,6 +19,9 @@ struct WorkerSpec {
   int threads = 0;  // 0: leave OpenMP's setting
   // Recorded in the run's metadata; see WorkerContext.
   std::string topology_source = "default", launcher = "external";
+  std::string run_dir;  // WorkerContext::run_dir
+  int keep_last = 0;
+  std::string hang_dir;  // the watchdog's report directory ("" : store and log only)
 };
 
 // Joins the group and runs `fn`; returns its exit code. Errors become kiln::Error.
