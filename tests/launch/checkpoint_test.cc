@@ -1,9 +1,12 @@
 // Checkpoints end to end: exact resume, restarts after killed workers, resharding to another
 // world size, export from a sharded checkpoint, and torn checkpoints ignored.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
+#include <optional>
+#include <set>
 
 #include "common/run_kiln.h"
 #include "kiln/base/file.h"
@@ -16,7 +19,8 @@ namespace {
 using testing::run_kiln;
 
 fs::path make_run(const std::string& name, const std::string& extra = "") {
-  const fs::path d = fs::temp_directory_path() / ("kiln_ckpt_" + name);
+  const fs::path d =
+      fs::temp_directory_path() / ("kiln_ckpt_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   auto r = run_kiln("init --config tiny --seed 2 --out " + (d / "init").string());
@@ -61,9 +65,11 @@ TEST(Checkpoint, ResumeIsBitIdenticalToAnUninterruptedRun) {
   auto full =
       run_kiln("train " + recipe + " output.dir=" + (d / "full").string(), "OMP_NUM_THREADS=1");
   ASSERT_EQ(full.code, 0) << full.out;
-  // Dies at the start of step 13; the newest checkpoint is step 10.
+  // Dies at the start of step 16. Step 10 is committed (the step-15 save waits for it first);
+  // step 15 is written in the background and may or may not be committed yet: the run resumes
+  // from the newest committed one.
   auto crash = run_kiln("train " + recipe + " output.dir=" + (d / "cut").string(),
-                        "OMP_NUM_THREADS=1 KILN_FAULT=0:13:exit");
+                        "OMP_NUM_THREADS=1 KILN_FAULT=0:16:exit");
   ASSERT_NE(crash.code, 0);
   EXPECT_TRUE(fs::exists(d / "cut/checkpoints/step-00000010/manifest.json"));
   auto resumed =
@@ -76,6 +82,7 @@ TEST(Checkpoint, ResumeIsBitIdenticalToAnUninterruptedRun) {
   ASSERT_EQ(b.size(), 20u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;
   EXPECT_EQ(max_weight_diff(d / "full/final", d / "cut/final"), 0.0);
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
 
 TEST(Checkpoint, KilledWorkersRestartAndFinishLikeAnUninterruptedRun) {
@@ -86,13 +93,13 @@ TEST(Checkpoint, KilledWorkersRestartAndFinishLikeAnUninterruptedRun) {
                        "output.dir=" +
                        (d / "full").string());
   ASSERT_EQ(full.code, 0) << full.out;
-  // Rank 1 is SIGKILLed at the start of step 8 in the first attempt; the group restarts from
-  // the step-5 checkpoint.
+  // Rank 1 is SIGKILLed at the start of step 12 in the first attempt; the group restarts from
+  // the newest committed checkpoint (step 5, or step 10 once its background write is committed).
   auto r = run_kiln("train " + recipe +
                         " dist.nproc_per_node=2 train.micro_batch_size=2 "
                         "output.dir=" +
                         (d / "killed").string(),
-                    "KILN_FAULT=1:8:kill:0");
+                    "KILN_FAULT=1:12:kill:0");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("restarting the group from the newest checkpoint"), std::string::npos)
       << r.out;
@@ -112,6 +119,7 @@ TEST(Checkpoint, KilledWorkersRestartAndFinishLikeAnUninterruptedRun) {
             std::string::npos)
       << spent.out;
   EXPECT_NE(spent.out.find("attempt 2: rank 0"), std::string::npos) << spent.out;
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
 
 TEST(Checkpoint, ResumeAtAnotherWorldSizeContinuesTheSameRun) {
@@ -143,6 +151,7 @@ TEST(Checkpoint, ResumeAtAnotherWorldSizeContinuesTheSameRun) {
   const auto c = losses(d / "one");
   ASSERT_EQ(c.size(), 5u);
   for (size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], a[15 + i], 1e-5 * std::fabs(a[15 + i]));
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
 
 TEST(Checkpoint, ExportStreamsFromShardsAndTornCheckpointsAreIgnored) {
@@ -171,6 +180,7 @@ TEST(Checkpoint, ExportStreamsFromShardsAndTornCheckpointsAreIgnored) {
   ASSERT_EQ(again.code, 0) << again.out;
   EXPECT_NE(again.out.find("step-00000020 (step 20)"), std::string::npos) << again.out;
   EXPECT_FALSE(fs::exists(d / "run/checkpoints/step-00000030.tmp"));
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
 
 }  // namespace
@@ -190,9 +200,10 @@ TEST(Checkpoint, FullDiskKeepsThePreviousCheckpoint) {
     GTEST_SKIP() << "cannot mount a 3 MiB tmpfs here (needs root): full-disk test not run";
   }
   // Each checkpoint of the tiny model is ~2.6 MB (params + AdamW m and v): step 5 fits, step 10
-  // does not.
-  auto r =
-      run_kiln("train " + (d / "recipe.yaml").string() + " output.dir=" + (mnt / "run").string());
+  // does not. Its shard is written in the background: the failure stops training a step or two
+  // later, on every rank.
+  auto r = run_kiln("train " + (d / "recipe.yaml").string() +
+                    " checkpoint.background=true output.dir=" + (mnt / "run").string());
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("kiln: error: checkpoint step 10 failed on rank 0"), std::string::npos)
       << r.out;
@@ -203,6 +214,200 @@ TEST(Checkpoint, FullDiskKeepsThePreviousCheckpoint) {
                     " --out " + (d / "exported").string());
   EXPECT_EQ(e.code, 0) << e.out;
   std::system(("umount " + mnt.string()).c_str());
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Every entry of a run's checkpoints/ is a committed checkpoint: no ".tmp" directory is left and
+// every directory has its manifest.
+void expect_only_committed(const fs::path& ckpts) {
+  for (const auto& e : fs::directory_iterator(ckpts)) {
+    EXPECT_FALSE(e.path().string().ends_with(".tmp")) << e.path();
+    EXPECT_TRUE(fs::exists(e.path() / "manifest.json")) << e.path();
+  }
+}
+
+// kill -9 of a worker while it writes its checkpoint shard (in the background, during the next
+// step) and while it waits in a collective: the group restarts from the newest committed
+// checkpoint and ends with the uninterrupted run's weights, bit for bit.
+TEST(Checkpoint, KillDuringCheckpointWriteOrCollectiveRestartsBitIdentical) {
+  const fs::path d = make_run("killpoints", "failure:\n  max_restarts: 2\n");
+  const std::string train = "train " + (d / "recipe.yaml").string() +
+                            " dist.nproc_per_node=2 train.micro_batch_size=2 train.max_steps=12 "
+                            "output.dir=";
+  auto full = run_kiln(train + (d / "full").string());
+  ASSERT_EQ(full.code, 0) << full.out;
+  // Rank 1 dies with half of its step-10 shard written: step 10 is never committed, so the
+  // group restarts from step 5 (which the step-10 save point waited for).
+  auto ck = run_kiln(train + (d / "ckpt").string(), "KILN_FAULT=1:10:kill@checkpoint:0");
+  ASSERT_EQ(ck.code, 0) << ck.out;
+  EXPECT_NE(ck.out.find("rank 1 injecting 'kill' at step 10 (checkpoint)"), std::string::npos)
+      << ck.out;
+  EXPECT_NE(ck.out.find("restarting the group from the newest checkpoint"), std::string::npos)
+      << ck.out;
+  EXPECT_NE(ck.out.find("step-00000005 (step 5)"), std::string::npos) << ck.out;
+  EXPECT_EQ(max_weight_diff(d / "full/final", d / "ckpt/final"), 0.0);
+  expect_only_committed(d / "ckpt/checkpoints");
+  // The same with synchronous saves: the kill lands while training waits for the write.
+  auto sy = run_kiln(train + (d / "sync").string() + " checkpoint.background=false",
+                     "KILN_FAULT=1:10:kill@checkpoint:0");
+  ASSERT_EQ(sy.code, 0) << sy.out;
+  EXPECT_NE(sy.out.find("rank 1 injecting 'kill' at step 10 (checkpoint)"), std::string::npos)
+      << sy.out;
+  EXPECT_NE(sy.out.find("step-00000005 (step 5)"), std::string::npos) << sy.out;
+  EXPECT_EQ(max_weight_diff(d / "full/final", d / "sync/final"), 0.0);
+  expect_only_committed(d / "sync/checkpoints");
+  // Rank 0 dies inside the first collective of step 11 (the one that carries the background
+  // write's status): the group restarts from step 5 or 10, whichever is committed.
+  auto co = run_kiln(train + (d / "coll").string(), "KILN_FAULT=0:11:kill@collective:0");
+  ASSERT_EQ(co.code, 0) << co.out;
+  EXPECT_NE(co.out.find("rank 0 injecting 'kill' at step 11 (collective)"), std::string::npos)
+      << co.out;
+  EXPECT_NE(co.out.find("resumed from"), std::string::npos) << co.out;
+  EXPECT_EQ(max_weight_diff(d / "full/final", d / "coll/final"), 0.0);
+  expect_only_committed(d / "coll/checkpoints");
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
+}
+
+// Background and synchronous saving write the same checkpoints, byte for byte, and training
+// ends with the same weights; the log reports how long training was blocked.
+TEST(Checkpoint, BackgroundAndSynchronousSavesAreIdentical) {
+  const fs::path d = make_run("background");
+  const std::string train = "train " + (d / "recipe.yaml").string() +
+                            " dist.nproc_per_node=2 train.micro_batch_size=2 train.max_steps=12 "
+                            "output.dir=";
+  auto bg = run_kiln(train + (d / "bg").string() + " checkpoint.background=true");
+  ASSERT_EQ(bg.code, 0) << bg.out;
+  auto sync = run_kiln(train + (d / "sync").string() + " checkpoint.background=false");
+  ASSERT_EQ(sync.code, 0) << sync.out;
+  EXPECT_NE(bg.out.find("step-00000010: training blocked"), std::string::npos) << bg.out;
+  EXPECT_NE(bg.out.find("in the background"), std::string::npos) << bg.out;
+  EXPECT_EQ(sync.out.find("in the background"), std::string::npos) << sync.out;
+  for (const char* step : {"step-00000005", "step-00000010", "step-00000012"}) {
+    for (const char* f : {"rank-00000-of-00002.safetensors", "rank-00001-of-00002.safetensors"}) {
+      const fs::path a = d / "bg/checkpoints" / step / f, b = d / "sync/checkpoints" / step / f;
+      ASSERT_TRUE(fs::exists(a)) << a;
+      EXPECT_TRUE(read_file(a) == read_file(b)) << a << " differs from " << b;
+    }
+    const Json ma = read_json_file(d / "bg/checkpoints" / step / "manifest.json");
+    const Json mb = read_json_file(d / "sync/checkpoints" / step / "manifest.json");
+    EXPECT_EQ(ma.at("optimizer_steps"), mb.at("optimizer_steps")) << step;
+    EXPECT_EQ(ma.at("sampler"), mb.at("sampler")) << step;
+    EXPECT_EQ(ma.at("metrics"), mb.at("metrics")) << step;
+  }
+  EXPECT_EQ(max_weight_diff(d / "bg/final", d / "sync/final"), 0.0);
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
+}
+
+std::string checkpoint_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::vector<Json> metric_rows(const fs::path& run) {
+  std::vector<Json> out;
+  std::ifstream f(run / "metrics.jsonl");
+  for (std::string line; std::getline(f, line);) out.push_back(parse_json(line, "metrics"));
+  return out;
+}
+
+double kiln_eval(const fs::path& model, const fs::path& data) {
+  auto e = run_kiln(
+      "eval --model " + model.string() + " --data " + data.string() + " --seq-len 64 --json",
+      "OMP_NUM_THREADS=1");  // many tiny GEMMs: threads only wait on a busy machine
+  EXPECT_EQ(e.code, 0) << e.out;
+  // The JSON line, after any log lines.
+  const size_t at = e.out.rfind("{\"loss\"");
+  EXPECT_NE(at, std::string::npos) << e.out;
+  if (at == std::string::npos) return 0;
+  return parse_json(e.out.substr(at, e.out.find('\n', at) - at), "kiln eval")
+      .at("loss")
+      .get<double>();
+}
+
+// data.eval on 2 workers (17 examples in batches of 2: in the last round rank 1 has none) every 5
+// steps and after the last: eval_loss on exactly those rows, in the progress line and in the
+// manifests, equal to `kiln eval` of the saved checkpoints; keep_best keeps the best by it (here
+// the highest, best_mode=max, so that it is not the newest one).
+TEST(Checkpoint, EvalLossMatchesKilnEvalAndKeepBestKeepsTheBest) {
+  const fs::path d = make_run("eval");
+  {
+    std::ifstream in(std::string(KILN_SOURCE_DIR) + "/assets/demo/tokens.jsonl");
+    std::string text, line;
+    for (int i = 0; i < 17 && std::getline(in, line); ++i) text += line + "\n";
+    write_file_atomic(d / "eval.jsonl", text);
+  }
+  const std::string train = "train " + (d / "recipe.yaml").string() +
+                            " dist.nproc_per_node=2 train.micro_batch_size=2 train.max_steps=12 "
+                            "data.eval=" +
+                            (d / "eval.jsonl").string() +
+                            " eval.every_steps=5 checkpoint.keep_last=1 checkpoint.keep_best=1 "
+                            "checkpoint.best_mode=max "
+                            "output.dir=";
+  auto r = run_kiln(train + (d / "run").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| eval_loss "), std::string::npos) << r.out;
+  const auto rows = metric_rows(d / "run");
+  ASSERT_EQ(rows.size(), 12u);
+  std::map<int64_t, double> evals;
+  for (const auto& row : rows) {
+    if (row.contains("eval_loss")) evals[row.at("step").get<int64_t>()] = row["eval_loss"];
+  }
+  ASSERT_EQ(evals.size(), 3u) << r.out;
+  ASSERT_TRUE(evals.count(5) && evals.count(10) && evals.count(12));
+  // keep_last=1 keeps step 12, keep_best=1 the one with the highest eval_loss (12 counts too).
+  int64_t best = 5;
+  for (const auto& [step, loss] : evals) {
+    if (loss >= evals[best]) best = step;
+  }
+  std::set<std::string> kept, want = {"step-00000012", checkpoint_name(best)};
+  for (const auto& e : fs::directory_iterator(d / "run/checkpoints")) {
+    kept.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(kept, want);
+  for (const auto& name : kept) {
+    const int64_t step = std::stoll(name.substr(5));
+    const Json m = read_json_file(d / "run/checkpoints" / name / "manifest.json");
+    EXPECT_EQ(m.at("metrics").at("eval_loss").get<double>(), evals[step]) << name;
+    const double ref = kiln_eval(d / "run/checkpoints" / name, d / "eval.jsonl");
+    EXPECT_NEAR(evals[step], ref, 1e-5 * std::fabs(ref)) << name;
+  }
+  const double fin = kiln_eval(d / "run/final", d / "eval.jsonl");
+  EXPECT_NEAR(evals[12], fin, 1e-5 * std::fabs(fin));
+  // The step-12 value is not the step-5 one: the evaluation follows the weights.
+  EXPECT_NE(evals[5], evals[12]);
+
+  // One process, eval.max_batches=2 of 4 examples: the first 8 examples of the file, at the end.
+  {
+    std::ifstream in(d / "eval.jsonl");
+    std::string text, line;
+    for (int i = 0; i < 8 && std::getline(in, line); ++i) text += line + "\n";
+    write_file_atomic(d / "eval8.jsonl", text);
+  }
+  auto one = run_kiln("train " + (d / "recipe.yaml").string() +
+                      " train.max_steps=3 data.eval=" + (d / "eval.jsonl").string() +
+                      " eval.max_batches=2 output.dir=" + (d / "one").string());
+  ASSERT_EQ(one.code, 0) << one.out;
+  const auto one_rows = metric_rows(d / "one");
+  ASSERT_EQ(one_rows.size(), 3u);
+  EXPECT_FALSE(one_rows[1].contains("eval_loss"));  // eval.every_steps=0: only after the last
+  ASSERT_TRUE(one_rows[2].contains("eval_loss"));
+  const double ref8 = kiln_eval(d / "one/final", d / "eval8.jsonl");
+  EXPECT_NEAR(one_rows[2]["eval_loss"].get<double>(), ref8, 1e-5 * std::fabs(ref8));
+
+  // keep_best by eval_loss without data.eval is refused at the start.
+  auto bad = run_kiln("train " + (d / "recipe.yaml").string() +
+                      " checkpoint.keep_best=2 output.dir=" + (d / "bad").string());
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("checkpoint.keep_best"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("data.eval"), std::string::npos) << bad.out;
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
 
 }  // namespace

@@ -58,9 +58,11 @@ void fault_begin_step(int rank, int64_t step) {
   fault_point("step");
 }
 
-void fault_point(const char* point) {
+void fault_point(const char* point) { fault_point(point, g_step.load()); }
+
+void fault_point(const char* point, int64_t step) {
   const FaultSpec& f = spec();
-  if (!f.armed || g_fired || f.rank != g_rank || f.step != g_step || f.point != point) return;
+  if (!f.armed || g_fired || f.rank != g_rank || f.step != step || f.point != point) return;
   if (g_fired.exchange(true)) return;
   std::fprintf(stderr, "KILN_FAULT: rank %d injecting '%s' at step %lld (%s)\n", f.rank,
                f.kind.c_str(), f.step, point);

@@ -19,5 +19,8 @@ void fault_begin_step(int rank, int64_t step);
 // Code at a named point calls this; fires when KILN_FAULT names this rank, the current step and
 // the point.
 void fault_point(const char* point);
+// As above, for work that belongs to step `step` but may run later or on another thread (a
+// checkpoint written in the background while the next step trains).
+void fault_point(const char* point, int64_t step);
 
 }  // namespace kiln

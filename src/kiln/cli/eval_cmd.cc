@@ -1,5 +1,6 @@
 // kiln eval --model DIR --data FILE [--format F --tokenizer T] [--json]: mean next-token loss over
-// a dataset in any data format (loss where training would take it).
+// a dataset in any data format (loss where training would take it). DIR is a Hugging Face model
+// directory or a sharded checkpoint (<run>/checkpoints/step-N, read unit by unit).
 #include <cstdio>
 
 #include "kiln/base/error.h"
@@ -9,6 +10,7 @@
 #include "kiln/data/text_dataset.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/qwen2.h"
+#include "kiln/train/checkpoint.h"
 
 namespace kiln::cli {
 
@@ -20,7 +22,10 @@ Command add_eval(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("eval", "Mean next-token loss of a model over a dataset");
-  sub->add_option("--model", o->model, "Model directory (HF layout)")->required();
+  sub->add_option("--model", o->model,
+                  "Model directory (HF layout) or sharded checkpoint directory (holding "
+                  "manifest.json)")
+      ->required();
   sub->add_option("--data", o->data, "JSONL file in --format")->required();
   std::string formats;
   for (const auto& f : data_format_names()) formats += (formats.empty() ? "" : ", ") + f;
@@ -40,7 +45,14 @@ Command add_eval(CLI::App& app) {
             Qwen2Config c = read_config(dir / "config.json");
             Qwen2Model model(c, cpu_backend());
             ParamStore store(model.layout(), /*with_grads=*/false);
-            load_hf_weights(dir, model.layout(), store);
+            if (fs::exists(dir / "manifest.json")) {
+              const CheckpointUnitReader reader(dir, model.layout());
+              for (int u = 0; u < model.layout().num_units(); ++u) {
+                reader.read_unit(u, store.params(u).data());
+              }
+            } else {
+              load_hf_weights(dir, model.layout(), store);
+            }
             DataOptions d;
             d.path = o->data;
             d.format = *format;

@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 
 #include "kiln/base/error.h"
+#include "kiln/base/fault.h"
 #include "kiln/base/file.h"
 #include "kiln/base/log.h"
 #include "kiln/dist/fsdp.h"
@@ -107,94 +110,282 @@ Json read_manifest(const fs::path& dir, const ParamLayout& layout) {
 
 std::string checkpoint_dir_name(int64_t step) { return fmt::format("step-{:08}", step); }
 
-fs::path save_checkpoint(const fs::path& root, const CheckpointState& st, const ParamLayout& layout,
-                         Fsdp& fsdp, Optimizer& opt, Communicator& world, bool write_shard) {
-  const int rank = world.rank(), W = world.world_size();
-  const fs::path final_dir = root / checkpoint_dir_name(st.step);
-  fs::path tmp = final_dir;
-  tmp += ".tmp";
-  std::string err;
-  try {
-    if (rank == 0) {
-      fs::remove_all(tmp);
-      fs::create_directories(tmp);
-    }
-  } catch (const std::exception& e) {
-    err = e.what();
-  }
-  double failed = err.empty() ? 0 : 1;
-  world.all_reduce(&failed, 1, ReduceOp::kMax);
-  if (failed != 0) fail("checkpoint {}: cannot create {}: {}", st.step, tmp.string(), err);
+namespace {
 
-  if (write_shard) {
-    try {
-      const auto ranges = fsdp.shard_ranges();
-      std::vector<TensorToWrite> tensors;
-      std::map<std::string, std::string> meta = {{"rank", std::to_string(rank)},
-                                                 {"world_size", std::to_string(W)}};
-      for (int u = 0; u < layout.num_units(); ++u) {
-        const int64_t n = static_cast<int64_t>(ranges[u].size());
-        if (n == 0) continue;
-        meta[fmt::format("u{}.begin", u)] = std::to_string(ranges[u].begin);
-        tensors.push_back({fmt::format("u{}.params", u), {n}, fsdp.shard_params(u), {}});
-        if (opt.m(u).size() > 0)
-          tensors.push_back({fmt::format("u{}.m", u), {n}, opt.m(u).data(), {}});
-        if (opt.v(u).size() > 0)
-          tensors.push_back({fmt::format("u{}.v", u), {n}, opt.v(u).data(), {}});
-      }
-      write_safetensors(tmp / rank_file_name(rank, W), tensors, DType::F32, meta);
-    } catch (const std::exception& e) {
-      err = e.what();
-    }
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Per unit: this rank's parameters, m and v (null when the optimizer keeps none).
+struct ShardSource {
+  std::vector<const float*> params, m, v;
+};
+
+// Writes one rank's shard file (temporary name, fsync, rename). The "checkpoint" fault point
+// fires once about half of the file has been written. Returns the bytes written.
+uint64_t write_rank_file(const fs::path& path, int rank, int world_size, int64_t step,
+                         const std::vector<ShardRange>& ranges, const ShardSource& src) {
+  std::vector<TensorToWrite> tensors;
+  std::map<std::string, std::string> meta = {{"rank", std::to_string(rank)},
+                                             {"world_size", std::to_string(world_size)}};
+  uint64_t bytes = 0;
+  for (size_t u = 0; u < ranges.size(); ++u) {
+    const int64_t n = static_cast<int64_t>(ranges[u].size());
+    if (n == 0) continue;
+    meta[fmt::format("u{}.begin", u)] = std::to_string(ranges[u].begin);
+    tensors.push_back({fmt::format("u{}.params", u), {n}, src.params[u], {}});
+    if (src.m[u] != nullptr) tensors.push_back({fmt::format("u{}.m", u), {n}, src.m[u], {}});
+    if (src.v[u] != nullptr) tensors.push_back({fmt::format("u{}.v", u), {n}, src.v[u], {}});
+    bytes += static_cast<uint64_t>(n) * sizeof(float) *
+             (1 + (src.m[u] != nullptr) + (src.v[u] != nullptr));
   }
+  if (!tensors.empty()) {
+    // Kill tests land in the middle of the write: the tensors before this one are written.
+    TensorToWrite& mid = tensors[tensors.size() / 2];
+    const float* data = mid.data;
+    mid.data = nullptr;
+    mid.source = [data, step] {
+      fault_point("checkpoint", step);
+      return data;
+    };
+  }
+  write_safetensors(path, tensors, DType::F32, meta);
+  return bytes;
+}
+
+}  // namespace
+
+struct CheckpointSaver::Pending {
+  int64_t step = 0;
+  fs::path tmp, final_dir;
+  Json manifest;  // without "files"
+  Json model_config;
+  std::thread thread;         // background write
+  std::atomic<int> state{0};  // 0 running, 1 done, 2 failed
+  std::string error;          // set before state becomes 2
+  double write_s = 0, blocked_s = 0;
+  uint64_t bytes = 0;
+  bool background = false;
+  void join() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+CheckpointSaver::CheckpointSaver(fs::path root, const ParamLayout& layout, Fsdp& fsdp,
+                                 Optimizer& opt, Communicator& world, bool write_shard,
+                                 bool background, RetentionPolicy policy, bool log)
+    : root_(std::move(root)),
+      layout_(layout),
+      fsdp_(fsdp),
+      opt_(opt),
+      world_(world),
+      write_shard_(write_shard),
+      background_(background),
+      log_(log),
+      policy_(std::move(policy)) {}
+
+CheckpointSaver::~CheckpointSaver() {
+  if (pending_) pending_->join();
+}
+
+std::array<double, 2> CheckpointSaver::status() const {
+  if (!pending_) return {0, 0};
+  const int s = pending_->state.load(std::memory_order_acquire);
+  return {s == 0 ? 1.0 : 0.0, s == 2 ? 1.0 : 0.0};
+}
+
+void CheckpointSaver::on_status(double running, double failed) {
+  if (!pending_) return;
+  if (running > 0 && failed == 0) return;
+  finalize();
+}
+
+void CheckpointSaver::flush() {
+  if (pending_) finalize();
+}
+
+void CheckpointSaver::finalize() {
+  const auto t0 = Clock::now();
+  Pending& p = *pending_;
+  p.join();  // on failure elsewhere this rank's write must end before the directory goes
+  const int rank = world_.rank();
+  std::string err = p.state.load() == 2 ? p.error : std::string();
   // Which rank (if any) failed: the others must not commit.
   double bad = err.empty() ? 0 : rank + 1;
-  world.all_reduce(&bad, 1, ReduceOp::kMax);
+  world_.all_reduce(&bad, 1, ReduceOp::kMax);
   if (bad == 0 && rank == 0) {
     try {
-      Json units = Json::array();
-      for (const auto& u : layout.units()) units.push_back({{"name", u.name}, {"numel", u.numel}});
       Json files = Json::array();
-      for (const auto& e : fs::directory_iterator(tmp)) {
+      for (const auto& e : fs::directory_iterator(p.tmp)) {
         const std::string name = e.path().filename().string();
         if (name.starts_with("rank-") && name.ends_with(".safetensors")) files.push_back(name);
       }
       std::sort(files.begin(), files.end());
-      const Json manifest = {
-          {"format_version", kFormatVersion},
-          {"kiln_version", "0.1.0"},
-          {"step", st.step},
-          {"world_size", W},
-          {"strategy", st.strategy},
-          {"units", units},
-          {"files", files},
-          {"sampler", {{"epoch", st.sampler.epoch}, {"index", st.sampler.index}}},
-          {"optimizer_steps", opt.step_count()},
-          {"recipe", st.recipe_yaml},
-          {"recipe_hash", fmt::format("{:016x}", fnv1a(st.recipe_yaml))},
-          {"metrics", st.metrics}};
-      write_file_atomic(tmp / "config.json", st.model_config.dump(2) + "\n");
-      write_file_atomic(tmp / "manifest.json", manifest.dump(2) + "\n");
-      fsync_dir(tmp);
-      if (fs::exists(final_dir)) fs::remove_all(final_dir);
-      fs::rename(tmp, final_dir);
-      fsync_dir(root);
+      Json manifest = p.manifest;
+      manifest["files"] = files;
+      write_file_atomic(p.tmp / "config.json", p.model_config.dump(2) + "\n");
+      write_file_atomic(p.tmp / "manifest.json", manifest.dump(2) + "\n");
+      fsync_dir(p.tmp);
+      if (fs::exists(p.final_dir)) fs::remove_all(p.final_dir);
+      fs::rename(p.tmp, p.final_dir);
+      fsync_dir(root_);
     } catch (const std::exception& e) {
       err = e.what();
       bad = 1;
     }
   }
-  world.all_reduce(&bad, 1, ReduceOp::kMax);
+  world_.all_reduce(&bad, 1, ReduceOp::kMax);
+  const std::unique_ptr<Pending> done = std::move(pending_);
   if (bad != 0) {
     if (rank == 0) {
       std::error_code ec;
-      fs::remove_all(tmp, ec);
+      fs::remove_all(p.tmp, ec);
     }
-    if (!err.empty()) fail("checkpoint step {} failed on rank {}: {}", st.step, rank, err);
+    if (!err.empty()) fail("checkpoint step {} failed on rank {}: {}", p.step, rank, err);
     fail("checkpoint step {} failed on rank {} (see its log); the previous checkpoint is intact",
-         st.step, static_cast<int>(bad) - 1);
+         p.step, static_cast<int>(bad) - 1);
   }
-  return final_dir;
+  last_committed_ = p.final_dir;
+  if (rank == 0) {
+    try {
+      apply_retention(root_, policy_);
+    } catch (const std::exception& e) {
+      KILN_LOG_WARN("checkpoint retention in {}: {}", root_.string(), e.what());
+    }
+  }
+  const double commit_s = seconds_since(t0);
+  p.blocked_s += commit_s;
+  last_stats_ = {p.step, p.blocked_s, commit_s, p.write_s, p.bytes};
+  if (log_ && rank == 0) {
+    KILN_LOG_INFO(
+        "checkpoint {}: training blocked {:.3f} s; shard write {:.3f} s ({:.2f} GB/s, {:.1f} MiB "
+        "on rank 0{})",
+        p.final_dir.string(), p.blocked_s, p.write_s,
+        p.write_s > 0 ? static_cast<double>(p.bytes) / p.write_s / 1e9 : 0.0,
+        static_cast<double>(p.bytes) / 1048576.0, p.background ? ", in the background" : "");
+  }
+}
+
+void CheckpointSaver::save(const CheckpointState& st, bool sync) {
+  const auto t0 = Clock::now();
+  double waited = 0;
+  if (pending_) {
+    finalize();
+    waited = seconds_since(t0);
+  }
+  const auto t1 = Clock::now();
+  const int rank = world_.rank(), W = world_.world_size();
+  auto p = std::make_unique<Pending>();
+  p->step = st.step;
+  p->final_dir = root_ / checkpoint_dir_name(st.step);
+  p->tmp = p->final_dir;
+  p->tmp += ".tmp";
+  p->background = background_ && !sync;
+  std::string err;
+  try {
+    if (rank == 0) {
+      fs::remove_all(p->tmp);
+      fs::create_directories(p->tmp);
+    }
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  double failed = err.empty() ? 0 : 1;
+  world_.all_reduce(&failed, 1, ReduceOp::kMax);
+  if (failed != 0) fail("checkpoint {}: cannot create {}: {}", st.step, p->tmp.string(), err);
+
+  // Everything the manifest records is taken now: the optimizer moves on during a background
+  // write.
+  Json units = Json::array();
+  for (const auto& u : layout_.units()) units.push_back({{"name", u.name}, {"numel", u.numel}});
+  p->manifest = {{"format_version", kFormatVersion},
+                 {"kiln_version", "0.1.0"},
+                 {"step", st.step},
+                 {"world_size", W},
+                 {"strategy", st.strategy},
+                 {"units", units},
+                 {"sampler", {{"epoch", st.sampler.epoch}, {"index", st.sampler.index}}},
+                 {"optimizer_steps", opt_.step_count()},
+                 {"recipe", st.recipe_yaml},
+                 {"recipe_hash", fmt::format("{:016x}", fnv1a(st.recipe_yaml))},
+                 {"metrics", st.metrics}};
+  p->model_config = st.model_config;
+
+  if (!write_shard_) {
+    p->state = 1;
+  } else {
+    const auto ranges = fsdp_.shard_ranges();
+    const int U = layout_.num_units();
+    ShardSource src;
+    src.params.resize(U);
+    src.m.assign(U, nullptr);
+    src.v.assign(U, nullptr);
+    for (int u = 0; u < U; ++u) {
+      src.params[u] = fsdp_.shard_params(u);
+      if (opt_.m(u).size() > 0) src.m[u] = opt_.m(u).data();
+      if (opt_.v(u).size() > 0) src.v[u] = opt_.v(u).data();
+    }
+    const fs::path file = p->tmp / rank_file_name(rank, W);
+    if (p->background) {
+      // Snapshot: one host copy into buffers reused by every save.
+      size_t total = 0;
+      for (int u = 0; u < U; ++u) {
+        total += ranges[u].size() * (1 + (src.m[u] != nullptr) + (src.v[u] != nullptr));
+      }
+      if (arena_size_ != total) {
+        arena_.reset(new float[total]);
+        arena_size_ = total;
+      }
+      float* dst = arena_.get();
+      auto copy = [&](const float*& ptr, size_t n) {
+        if (ptr == nullptr) return;
+        std::memcpy(dst, ptr, n * sizeof(float));
+        ptr = dst;
+        dst += n;
+      };
+      for (int u = 0; u < U; ++u) {
+        copy(src.params[u], ranges[u].size());
+        copy(src.m[u], ranges[u].size());
+        copy(src.v[u], ranges[u].size());
+      }
+      Pending* pp = p.get();
+      p->thread = std::thread([pp, file, rank, W, ranges, src = std::move(src)] {
+        const auto tw = Clock::now();
+        try {
+          pp->bytes = write_rank_file(file, rank, W, pp->step, ranges, src);
+          pp->write_s = seconds_since(tw);
+          pp->state.store(1, std::memory_order_release);
+        } catch (const std::exception& e) {
+          pp->error = e.what();
+          pp->write_s = seconds_since(tw);
+          pp->state.store(2, std::memory_order_release);
+        }
+      });
+    } else {
+      const auto tw = Clock::now();
+      try {
+        p->bytes = write_rank_file(file, rank, W, st.step, ranges, src);
+        p->state = 1;
+      } catch (const std::exception& e) {
+        p->error = e.what();
+        p->state = 2;
+      }
+      p->write_s = seconds_since(tw);
+    }
+  }
+  p->blocked_s = waited + seconds_since(t1);
+  pending_ = std::move(p);
+  if (!pending_->background) finalize();
+}
+
+fs::path save_checkpoint(const fs::path& root, const CheckpointState& st, const ParamLayout& layout,
+                         Fsdp& fsdp, Optimizer& opt, Communicator& world, bool write_shard) {
+  CheckpointSaver saver(root, layout, fsdp, opt, world, write_shard, /*background=*/false,
+                        RetentionPolicy{}, /*log=*/false);
+  saver.save(st);
+  return saver.last_committed();
 }
 
 CheckpointState load_checkpoint(const fs::path& dir, const ParamLayout& layout, Fsdp& fsdp,
@@ -256,6 +447,37 @@ void prune_checkpoints(const fs::path& root, int keep_last, const std::vector<fs
     if (std::find(protect.begin(), protect.end(), all[i].dir) != protect.end()) continue;
     fs::remove_all(all[i].dir, ec);
   }
+}
+
+std::vector<fs::path> best_checkpoints(const fs::path& root, int n, const std::string& metric,
+                                       bool maximize) {
+  std::vector<std::pair<double, CheckpointInfo>> scored;
+  for (auto& c : list_checkpoints(root)) {
+    const Json* metrics = c.manifest.contains("metrics") ? &c.manifest.at("metrics") : nullptr;
+    if (metrics == nullptr || !metrics->is_object() || !metrics->contains(metric)) continue;
+    const Json& v = metrics->at(metric);
+    if (!v.is_number()) continue;
+    const double x = v.get<double>();
+    if (!std::isfinite(x)) continue;
+    scored.emplace_back(maximize ? -x : x, std::move(c));
+  }
+  // Best first; among equals the newer checkpoint.
+  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : a.second.step > b.second.step;
+  });
+  std::vector<fs::path> out;
+  for (size_t i = 0; i < scored.size() && static_cast<int>(i) < n; ++i) {
+    out.push_back(scored[i].second.dir);
+  }
+  return out;
+}
+
+void apply_retention(const fs::path& root, const RetentionPolicy& policy) {
+  std::vector<fs::path> protect;
+  if (policy.keep_best > 0) {
+    protect = best_checkpoints(root, policy.keep_best, policy.best_metric, policy.maximize);
+  }
+  prune_checkpoints(root, policy.keep_last, protect);
 }
 
 struct CheckpointUnitReader::Impl {

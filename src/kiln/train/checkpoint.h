@@ -9,12 +9,19 @@
 //
 // Loading reshards: each rank assembles its new ranges from whichever old shards overlap them,
 // so a 4-worker run continues on 2 (or any other world size or strategy).
+//
+// CheckpointSaver (below) is what the trainer uses: the same format, written synchronously or
+// from a snapshot on a background thread while training continues, plus retention (keep_last,
+// keep_best by a metric).
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln/base/json.h"
@@ -53,6 +60,79 @@ fs::path save_checkpoint(const fs::path& root, const CheckpointState& state,
                          const ParamLayout& layout, Fsdp& fsdp, Optimizer& opt, Communicator& world,
                          bool write_shard);
 
+// What to keep after each commit: the newest `keep_last` (<= 0: everything) and the `keep_best`
+// checkpoints with the best `best_metric` in their manifests' metrics (lowest, or highest when
+// `maximize`); checkpoints whose manifest lacks the metric do not compete.
+struct RetentionPolicy {
+  int keep_last = 0;
+  int keep_best = 0;
+  std::string best_metric = "eval_loss";
+  bool maximize = false;
+};
+
+// Saves checkpoints for the training loop, synchronously or in the background.
+//
+// Background saving: at a save point every rank copies its shard (parameters, optimizer m and v)
+// into reusable host buffers and a background thread writes and fsyncs the rank file while
+// training continues. The background thread never touches the communicator: each step the
+// trainer folds status() into the all-reduce it already does and passes the sums to
+// on_status(), which commits (rank 0 writes manifest.json, renames step-N.tmp to step-N and
+// applies the retention policy) once every rank's write is durable, or throws on every rank if
+// any write failed. The next save point and flush() wait for a pending save first.
+//
+// All members but status() are collective over `world`, called in the same order on all ranks.
+class CheckpointSaver {
+ public:
+  CheckpointSaver(fs::path root, const ParamLayout& layout, Fsdp& fsdp, Optimizer& opt,
+                  Communicator& world, bool write_shard, bool background, RetentionPolicy policy,
+                  bool log = true);
+  ~CheckpointSaver();  // waits for a background write (without committing it)
+  CheckpointSaver(const CheckpointSaver&) = delete;
+  CheckpointSaver& operator=(const CheckpointSaver&) = delete;
+
+  // Waits for and commits a pending save, then saves `state` (the current parameters and
+  // optimizer state): in the background, or synchronously (committed before returning) when the
+  // saver is synchronous or `sync` is set.
+  void save(const CheckpointState& state, bool sync = false);
+  // This rank's pending write: {still running, failed}, each 0 or 1 (both 0 when done or idle).
+  std::array<double, 2> status() const;
+  // With the sums of status() over all ranks: commits once every write is done; throws (on every
+  // rank, naming the failed rank) if one failed. Does nothing while writes are still running.
+  void on_status(double running, double failed);
+  // Waits for the pending save (if any) and commits it.
+  void flush();
+  bool pending() const { return pending_ != nullptr; }
+  // The newest checkpoint this saver committed (empty before the first).
+  const fs::path& last_committed() const { return last_committed_; }
+
+  struct Stats {
+    int64_t step = 0;
+    double blocked_s = 0;  // training blocked: snapshot copy, waits and the commit
+    double commit_s = 0;   // of which the commit (manifest, rename, retention)
+    double write_s = 0;    // this rank's write + fsync of its shard file
+    uint64_t bytes = 0;    // this rank's shard file
+  };
+  // Figures of the last committed save.
+  const Stats& last_stats() const { return last_stats_; }
+
+ private:
+  struct Pending;
+  void finalize();
+  fs::path root_;
+  const ParamLayout& layout_;
+  Fsdp& fsdp_;
+  Optimizer& opt_;
+  Communicator& world_;
+  bool write_shard_ = true, background_ = true, log_ = true;
+  RetentionPolicy policy_;
+  // The snapshot of this rank's shard (background saves), allocated once, never zero-filled.
+  std::unique_ptr<float[]> arena_;
+  size_t arena_size_ = 0;
+  std::unique_ptr<Pending> pending_;
+  fs::path last_committed_;
+  Stats last_stats_;
+};
+
 // Loads `dir` into this rank's shards (resharding as needed). Returns the manifest's state.
 CheckpointState load_checkpoint(const fs::path& dir, const ParamLayout& layout, Fsdp& fsdp,
                                 Optimizer& opt);
@@ -64,7 +144,15 @@ std::optional<CheckpointInfo> latest_checkpoint(const fs::path& root);
 
 // Removes all but the newest `keep_last` checkpoints (keep_last <= 0 keeps everything), and any
 // checkpoint named in `protect`; also removes stale ".tmp" directories.
-void prune_checkpoints(const fs::path& root, int keep_last, const std::vector<fs::path>& protect = {});
+void prune_checkpoints(const fs::path& root, int keep_last,
+                       const std::vector<fs::path>& protect = {});
+
+// The `n` complete checkpoints under `root` with the best `metric` (manifest "metrics"), best
+// first; those without the metric are skipped. Ties go to the newer checkpoint.
+std::vector<fs::path> best_checkpoints(const fs::path& root, int n, const std::string& metric,
+                                       bool maximize);
+// prune_checkpoints(root, policy.keep_last, best_checkpoints(...)).
+void apply_retention(const fs::path& root, const RetentionPolicy& policy);
 
 // Reads a checkpoint's parameters unit by unit (memory bounded by one unit): for export.
 class CheckpointUnitReader {

@@ -1,5 +1,7 @@
 #include "kiln/train/train_data.h"
 
+#include <algorithm>
+
 #include "kiln/base/error.h"
 #include "kiln/data/packing_sampler.h"
 
@@ -43,6 +45,43 @@ std::unique_ptr<TrainData> open_train_data(const Recipe& r, int64_t vocab_size,
   if (!first) data->dataset = load_dataset(o, vocab_size);
   data->sampler = make_sampler(data->dataset, r, ctx.rank, ctx.world_size);
   return data;
+}
+
+TokenizedDataset load_eval_data(const Recipe& r, int64_t vocab_size, bool verbose) {
+  DataOptions o = data_options(r);
+  o.path = r.data.eval;
+  o.use_cache = false;
+  o.verbose = verbose;
+  TokenizedDataset d = load_dataset(o, vocab_size);
+  if (d.size() == 0) fail("data.eval: {} holds no examples", r.data.eval);
+  return d;
+}
+
+EvalBatches::EvalBatches(const ExampleSource& data, int micro_batch_size, int rank, int world_size,
+                         int64_t max_batches)
+    : data_(&data), micro_batch_size_(micro_batch_size), rank_(rank), world_size_(world_size) {
+  const auto n = static_cast<int64_t>(data.size());
+  const int64_t batches = (n + micro_batch_size - 1) / micro_batch_size;
+  rounds_ = (batches + world_size - 1) / world_size;
+  if (max_batches > 0) rounds_ = std::min(rounds_, max_batches);
+}
+
+void EvalBatches::fill(int64_t round, Batch& out) const {
+  const auto n = static_cast<int64_t>(data_->size());
+  const int64_t first = (round * world_size_ + rank_) * micro_batch_size_;
+  const int64_t last = std::min(n, first + micro_batch_size_);
+  if (first >= last) {
+    out.resize(1, 2);  // nothing to predict: the forward runs only for the collectives
+    return;
+  }
+  int T = 2;
+  for (int64_t i = first; i < last; ++i) {
+    T = std::max(T, static_cast<int>(data_->example(static_cast<size_t>(i)).input_ids.size()));
+  }
+  out.resize(static_cast<int>(last - first), T);
+  for (int64_t i = first; i < last; ++i) {
+    fill_row(out, static_cast<int>(i - first), data_->example(static_cast<size_t>(i)));
+  }
 }
 
 }  // namespace kiln

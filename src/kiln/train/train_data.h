@@ -29,4 +29,26 @@ std::unique_ptr<BatchSampler> make_sampler(const ExampleSource& dataset, const R
 std::unique_ptr<TrainData> open_train_data(const Recipe& recipe, int64_t vocab_size,
                                            WorkerContext& ctx);
 
+// data.eval, tokenized with data.train's settings (format, tokenizer, seq_len, overlong,
+// train_on_prompt); no cache files are written (evaluation sets are small).
+TokenizedDataset load_eval_data(const Recipe& recipe, int64_t vocab_size, bool verbose);
+
+// One rank's evaluation batches: consecutive examples in file order, micro_batch_size per batch
+// (one example per row, rows as long as the batch's longest example), global batch k on rank
+// k % world_size, at most max_batches (> 0) per rank. Every rank runs rounds() batches, the same
+// number (each forward is collective under FSDP); a rank without a batch in a round gets an
+// empty one (one row, no targets).
+class EvalBatches {
+ public:
+  EvalBatches(const ExampleSource& data, int micro_batch_size, int rank, int world_size,
+              int64_t max_batches);
+  int64_t rounds() const { return rounds_; }
+  void fill(int64_t round, Batch& out) const;
+
+ private:
+  const ExampleSource* data_;
+  int micro_batch_size_ = 1, rank_ = 0, world_size_ = 1;
+  int64_t rounds_ = 0;
+};
+
 }  // namespace kiln

@@ -108,6 +108,13 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
   Communicator& world = *ctx.comm;
   const bool lead = ctx.rank == 0;
   const fs::path run_dir = r.output.dir;
+  const bool has_eval = !r.data.eval.empty();
+  if (r.checkpoint.keep_best > 0 && r.checkpoint.best_metric == "eval_loss" && !has_eval) {
+    fail(
+        "checkpoint.keep_best: {} keeps checkpoints by eval_loss, but data.eval is not set (set "
+        "data.eval or checkpoint.best_metric=loss)",
+        r.checkpoint.keep_best);
+  }
   if (lead) {
     fs::create_directories(run_dir);
     write_file_atomic(run_dir / "recipe.yaml", recipe_to_yaml(r));
@@ -146,6 +153,19 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
   // mapped, by the first worker of each node first; the loader logs the counts).
   const std::unique_ptr<TrainData> data = open_train_data(r, config.vocab_size, ctx);
   BatchSampler& sampler = *data->sampler;
+  // Held-out data: every rank loads it (no cache files) and evaluates its share.
+  std::optional<TokenizedDataset> eval_data;
+  std::optional<EvalBatches> eval_batches;
+  if (has_eval) {
+    eval_data.emplace(load_eval_data(r, config.vocab_size, lead));
+    eval_batches.emplace(*eval_data, r.train.micro_batch_size, ctx.rank, ctx.world_size,
+                         r.eval.max_batches);
+    if (lead) {
+      KILN_LOG_INFO("data.eval {}: {} examples, {} batch(es) of {} per rank per evaluation",
+                    r.data.eval, eval_data->size(), eval_batches->rounds(),
+                    r.train.micro_batch_size);
+    }
+  }
 
   OptimizerSettings os;
   os.name = r.optimizer.name;
@@ -165,15 +185,42 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
                            : strategy == ShardStrategy::kHybridShard ? ctx.node_rank == 0
                                                                      : true;
   const std::string recipe_yaml = recipe_to_yaml(r);
-  auto checkpoint_state = [&](int64_t step, double loss) {
+  auto checkpoint_state = [&](int64_t step, double loss, std::optional<double> eval_loss) {
     CheckpointState st;
     st.step = step;
     st.sampler = sampler.state();
     st.strategy = strategy_name(strategy);
     st.recipe_yaml = recipe_yaml;
     st.metrics = {{"loss", loss}};
+    if (eval_loss) st.metrics["eval_loss"] = *eval_loss;
     st.model_config = config_to_json(config);
     return st;
+  };
+  RetentionPolicy retention;
+  retention.keep_last = static_cast<int>(r.checkpoint.keep_last);
+  retention.keep_best = static_cast<int>(r.checkpoint.keep_best);
+  retention.best_metric = r.checkpoint.best_metric;
+  retention.maximize = r.checkpoint.best_mode == "max";
+  CheckpointSaver saver(ckpt_root, layout, fsdp, opt, world, write_shard, r.checkpoint.background,
+                        retention);
+
+  // Forward only, through FSDP's gathered units: the mean loss over every eval target of every
+  // rank.
+  auto evaluate = [&](int64_t step) {
+    double sums[2] = {0, 0};  // loss, targets
+    Batch b;
+    for (int64_t i = 0; i < eval_batches->rounds(); ++i) {
+      eval_batches->fill(i, b);
+      sums[0] += model.forward(b, fsdp);
+      sums[1] += static_cast<double>(b.num_targets());
+      fsdp.finish_backward();  // the next batch prefetches from the start again
+    }
+    world.all_reduce(sums, size_t{2}, ReduceOp::kSum);
+    if (sums[1] == 0) {
+      fail("step {}: data.eval {} has no predicted tokens (every label masked?)", step,
+           r.data.eval);
+    }
+    return sums[0] / sums[1];
   };
   int64_t start_step = 0;
   if (r.train.resume != "none") {
@@ -200,20 +247,24 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
   std::vector<Batch> batches(accum);
   TrainResult result;
   const auto t_start = Clock::now();
+  std::optional<double> final_eval_loss;
   const Backend& be = cpu_backend_for(r.train.dtype);
 
   for (int64_t step = start_step; step < r.train.max_steps; ++step) {
-    fault_begin_step(ctx.rank, step + 1);
+    ctx.begin_step(step + 1);  // hang reports and KILN_FAULT name the step
     const auto t0 = Clock::now();
     // The loss is the mean over every predicted token of the step (all micro-batches, all
     // ranks), so accumulation and data parallelism give the same gradient as one large batch.
-    double counts[2] = {0, 0};  // targets, tokens
+    // A background checkpoint write rides on the same all-reduce: {still running, failed}.
+    const auto ckpt = saver.status();
+    double counts[4] = {0, 0, ckpt[0], ckpt[1]};  // targets, tokens, writes running, failed
     for (auto& b : batches) {
       sampler.next(b);
       counts[0] += static_cast<double>(b.num_targets());
       counts[1] += static_cast<double>(b.B) * b.T;
     }
-    world.all_reduce(counts, size_t{2}, ReduceOp::kSum);
+    world.all_reduce(counts, size_t{4}, ReduceOp::kSum);
+    saver.on_status(counts[2], counts[3]);  // commits (or fails) once every rank is done
     const double targets = counts[0];
     fsdp.zero_grads();
     double loss_sum = 0;
@@ -250,15 +301,18 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
     m.tokens = static_cast<int64_t>(counts[1]);
     m.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     m.tokens_per_s = m.tokens / std::max(m.step_seconds, 1e-9);
-    if (step == 0) result.first_loss = m.loss;
+    if (step == start_step) result.first_loss = m.loss;
     result.last_loss = m.loss;
     result.steps = m.step;
     if (on_step) on_step(m);
-    if (r.checkpoint.every_steps > 0 && m.step % r.checkpoint.every_steps == 0 &&
-        m.step < r.train.max_steps) {
-      save_checkpoint(ckpt_root, checkpoint_state(m.step, m.loss), layout, fsdp, opt, world,
-                      write_shard);
-      if (lead) prune_checkpoints(ckpt_root, static_cast<int>(r.checkpoint.keep_last));
+    const bool last = m.step == r.train.max_steps;
+    std::optional<double> eval_loss;
+    if (has_eval && (last || (r.eval.every_steps > 0 && m.step % r.eval.every_steps == 0))) {
+      eval_loss = evaluate(m.step);
+    }
+    if (last) final_eval_loss = eval_loss;
+    if (r.checkpoint.every_steps > 0 && m.step % r.checkpoint.every_steps == 0 && !last) {
+      saver.save(checkpoint_state(m.step, m.loss, eval_loss));
     }
     if (!lead) continue;
     const Json row{{"step", m.step},
@@ -270,17 +324,21 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
                    {"targets", m.targets},
                    {"step_s", m.step_seconds},
                    {"epoch", sampler.epoch()}};
-    metrics->write(row);
-    ctx.report(row);
-    const bool last = m.step == r.train.max_steps;
-    if (m.step % r.train.log_every == 0 || last) {
+    Json full_row = row;
+    if (eval_loss) full_row["eval_loss"] = *eval_loss;
+    metrics->write(full_row);
+    ctx.report(full_row);
+    if (m.step % r.train.log_every == 0 || last || eval_loss) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
       const double eta = elapsed / m.step * (r.train.max_steps - m.step);
       const std::string line = fmt::format(
-          "step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}", m.step,
-          r.train.max_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, format_duration(eta));
+          "step {}/{} | loss {:.4f}{} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}",
+          m.step, r.train.max_steps, m.loss,
+          eval_loss ? fmt::format(" | eval_loss {:.4f}", *eval_loss) : std::string(), m.lr,
+          m.grad_norm, m.tokens_per_s, format_duration(eta));
       if (tty) {
-        std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), last ? "\n" : "");
+        // Lines with an evaluation stay on screen.
+        std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), last || eval_loss ? "\n" : "");
       } else {
         std::fprintf(stderr, "%s\n", line.c_str());
       }
@@ -303,12 +361,15 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
 
   // The final state as a sharded checkpoint (no rank gathers the model), then rank 0 streams it
   // unit by unit into final/ in Hugging Face layout.
-  const fs::path last_ckpt =
-      save_checkpoint(ckpt_root, checkpoint_state(r.train.max_steps, result.last_loss), layout,
-                      fsdp, opt, world, write_shard);
+  // A background save still in flight is committed first; the last one is written at once.
+  saver.flush();
+  if (has_eval && !final_eval_loss)
+    final_eval_loss = evaluate(r.train.max_steps);  // resumed at the end
+  saver.save(checkpoint_state(r.train.max_steps, result.last_loss, final_eval_loss),
+             /*sync=*/true);
+  const fs::path last_ckpt = saver.last_committed();
   result.model_dir = final_model_dir(run_dir);
   if (lead) {
-    prune_checkpoints(ckpt_root, static_cast<int>(r.checkpoint.keep_last));
     CheckpointUnitReader reader(last_ckpt, layout);
     const DType out_dtype = *dtype_from_cli(r.output.dtype);
     save_hf_checkpoint_streaming(

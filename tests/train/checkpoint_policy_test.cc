@@ -1,0 +1,129 @@
+// Retention by metric (keep_last + keep_best over the manifests' metrics) and the split of an
+// evaluation set into per-rank batches, without training.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <set>
+
+#include "kiln/base/file.h"
+#include "kiln/data/batch.h"
+#include "kiln/train/checkpoint.h"
+#include "kiln/train/train_data.h"
+
+namespace kiln {
+namespace {
+
+class CheckpointPolicy : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("kiln_ckpt_policy_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  // A committed checkpoint directory with only a manifest (enough for listing and retention).
+  void make(int64_t step, const Json& metrics) {
+    const fs::path d = root_ / checkpoint_dir_name(step);
+    fs::create_directories(d);
+    write_file_atomic(d / "manifest.json", Json{{"step", step}, {"metrics", metrics}}.dump());
+  }
+  std::set<std::string> kept() const {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(root_)) out.insert(e.path().filename().string());
+    return out;
+  }
+  fs::path root_;
+};
+
+TEST_F(CheckpointPolicy, KeepBestKeepsTheBestByTheMetricBesidesTheNewest) {
+  make(5, {{"loss", 3.0}, {"eval_loss", 2.5}});
+  make(10, {{"loss", 2.0}, {"eval_loss", 2.1}});
+  make(15, {{"loss", 1.5}});  // no evaluation at this step: does not compete on eval_loss
+  make(20, {{"loss", 1.0}, {"eval_loss", 2.3}});
+  make(25, {{"loss", 1.2}, {"eval_loss", 2.4}});
+  fs::create_directories(root_ / "step-00000030.tmp");  // torn save: never a checkpoint
+  EXPECT_EQ(best_checkpoints(root_, 2, "eval_loss", false),
+            (std::vector<fs::path>{root_ / "step-00000010", root_ / "step-00000020"}));
+  EXPECT_EQ(best_checkpoints(root_, 1, "eval_loss", true),
+            (std::vector<fs::path>{root_ / "step-00000005"}));
+  EXPECT_EQ(best_checkpoints(root_, 9, "loss", false).size(), 5u);
+  EXPECT_TRUE(best_checkpoints(root_, 3, "accuracy", true).empty());
+
+  RetentionPolicy p;
+  p.keep_last = 1;
+  p.keep_best = 2;
+  p.best_metric = "eval_loss";
+  apply_retention(root_, p);
+  EXPECT_EQ(kept(), (std::set<std::string>{"step-00000010", "step-00000020", "step-00000025"}));
+  // By loss, highest first: step 10 (2.0) of those left, besides the newest.
+  make(30, {{"loss", 0.5}});
+  p.keep_best = 1;
+  p.best_metric = "loss";
+  p.maximize = true;
+  apply_retention(root_, p);
+  EXPECT_EQ(kept(), (std::set<std::string>{"step-00000010", "step-00000030"}));
+}
+
+TEST_F(CheckpointPolicy, KeepLastZeroKeepsEverything) {
+  for (int s = 1; s <= 4; ++s) make(s, {{"loss", 1.0 * s}});
+  RetentionPolicy p;
+  p.keep_last = 0;
+  p.keep_best = 1;
+  p.best_metric = "loss";
+  apply_retention(root_, p);
+  EXPECT_EQ(kept().size(), 4u);
+}
+
+// Example i has i + 2 tokens, all predicted.
+class Examples : public ExampleSource {
+ public:
+  explicit Examples(size_t n) {
+    for (size_t i = 0; i < n; ++i) ids_.emplace_back(i + 2, static_cast<int32_t>(i));
+  }
+  size_t size() const override { return ids_.size(); }
+  ExampleView example(size_t i) const override { return {ids_[i], ids_[i]}; }
+  const std::string& what() const override { return name_; }
+
+ private:
+  std::vector<std::vector<int32_t>> ids_;
+  std::string name_ = "examples";
+};
+
+TEST(EvalBatches, SplitsInFileOrderAcrossRanksWithEqualRounds) {
+  const Examples data(7);  // batches of 2: {0,1} {2,3} {4,5} {6}
+  const EvalBatches r0(data, 2, 0, 3, 0), r1(data, 2, 1, 3, 0), r2(data, 2, 2, 3, 0);
+  ASSERT_EQ(r0.rounds(), 2);
+  ASSERT_EQ(r1.rounds(), 2);
+  ASSERT_EQ(r2.rounds(), 2);
+  Batch b;
+  r0.fill(0, b);  // examples 0, 1: rows as long as the longest (3 tokens)
+  EXPECT_EQ(b.B, 2);
+  EXPECT_EQ(b.T, 3);
+  EXPECT_EQ(b.input_ids[0], 0);
+  EXPECT_EQ(b.input_ids[3], 1);
+  EXPECT_EQ(b.num_targets(), 1 + 2);
+  r1.fill(0, b);  // examples 2, 3
+  EXPECT_EQ(b.input_ids[0], 2);
+  EXPECT_EQ(b.num_targets(), 3 + 4);
+  r0.fill(1, b);  // example 6 alone
+  EXPECT_EQ(b.B, 1);
+  EXPECT_EQ(b.input_ids[0], 6);
+  EXPECT_EQ(b.num_targets(), 7);
+  r1.fill(1, b);  // nothing left: an empty batch, still a forward
+  EXPECT_EQ(b.num_targets(), 0);
+  // Every target is counted exactly once over all ranks and rounds.
+  int64_t total = 0;
+  for (const EvalBatches* e : {&r0, &r1, &r2}) {
+    for (int64_t i = 0; i < e->rounds(); ++i) {
+      e->fill(i, b);
+      total += b.num_targets();
+    }
+  }
+  EXPECT_EQ(total, 1 + 2 + 3 + 4 + 5 + 6 + 7);
+  // max_batches caps the rounds.
+  EXPECT_EQ(EvalBatches(data, 2, 0, 3, 1).rounds(), 1);
+  EXPECT_EQ(EvalBatches(data, 1, 0, 1, 0).rounds(), 7);
+}
+
+}  // namespace
+}  // namespace kiln
