@@ -35,8 +35,7 @@ class Communicator {
   // data (n) reduced in place over the group.
   virtual std::unique_ptr<Work> all_reduce_async(void* data, size_t n, DType t, ReduceOp op) = 0;
   // out (world * n) = concat over ranks of in (n). `in` may alias out + rank * n.
-  virtual std::unique_ptr<Work> all_gather_async(void* out, const void* in, size_t n,
-                                                 DType t) = 0;
+  virtual std::unique_ptr<Work> all_gather_async(void* out, const void* in, size_t n, DType t) = 0;
   // out (n) = reduce over ranks of in[rank * n, (rank + 1) * n); in: (world * n).
   virtual std::unique_ptr<Work> reduce_scatter_async(void* out, const void* in, size_t n, DType t,
                                                      ReduceOp op) = 0;

@@ -50,11 +50,15 @@ class PrefixStore final : public Store {
  public:
   PrefixStore(std::string prefix, std::shared_ptr<Store> base)
       : prefix_(std::move(prefix) + "/"), base_(std::move(base)) {}
-  void set(const std::string& key, const Bytes& value) override { base_->set(prefix_ + key, value); }
+  void set(const std::string& key, const Bytes& value) override {
+    base_->set(prefix_ + key, value);
+  }
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override {
     return base_->get(prefix_ + key, timeout);
   }
-  int64_t add(const std::string& key, int64_t delta) override { return base_->add(prefix_ + key, delta); }
+  int64_t add(const std::string& key, int64_t delta) override {
+    return base_->add(prefix_ + key, delta);
+  }
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool check(const std::vector<std::string>& keys) override;
 

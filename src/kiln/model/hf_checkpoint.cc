@@ -56,8 +56,9 @@ void save_hf_checkpoint_streaming(const fs::path& dir, const Qwen2Config& config
                                   const std::function<void(int unit, float* out)>& read_unit,
                                   DType dtype, uint64_t max_shard_bytes) {
   fs::create_directories(dir);
-  const char* torch_dtype =
-      dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
+  const char* torch_dtype = dtype == DType::BF16  ? "bfloat16"
+                            : dtype == DType::F16 ? "float16"
+                                                  : "float32";
   write_file_atomic(dir / "config.json", config_to_json(config, torch_dtype).dump(2) + "\n");
   size_t max_unit = 0;
   for (const auto& u : layout.units()) max_unit = std::max(max_unit, u.numel);
