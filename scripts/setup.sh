@@ -5,6 +5,8 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libopenblas-openmp-dev      # BLAS, linked by name (never the generic libblas.so.3)
+  libdnnl-dev                 # oneDNN: the matmul primitive (bf16 GEMMs)
+  libblis-dev                 # BLIS: only measured by bench/gemm_bench (loaded at run time)
   nlohmann-json3-dev          # JSON
   libyaml-cpp-dev             # YAML recipes
   libcli11-dev                # command line

@@ -1,6 +1,7 @@
 // Fused LM head + cross-entropy: logits exist only for one chunk of rows at a time, and only for
-// rows that have a target, so (tokens x vocab) is never materialised.
-#include <cblas.h>
+// rows that have a target, so (tokens x vocab) is never materialised. The three LM-head GEMMs
+// go through gemm(); in bf16 the weight is rounded to bf16 once per call, each chunk's rows and
+// logit gradients once per chunk.
 #include <omp.h>
 
 #include <algorithm>
@@ -9,41 +10,77 @@
 #include <vector>
 
 #include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/gemm.h"
 #include "kiln/tensor/buffer.h"
 
 namespace kiln {
 
 namespace {
 constexpr size_t kChunkLogits = size_t{8} << 20;  // floats of logits per chunk (32 MiB)
+
+// Per-thread scratch kept across calls, grown as needed, so a steady-state step allocates
+// nothing here: the rows with a target, one chunk's rows, logits and dx, and in bf16 the copies
+// of the weight, the chunk's rows and its logit gradients.
+struct Scratch {
+  std::vector<int> rows;
+  std::vector<double> row_loss;
+  Buffer<float> xc, logits, dxc;
+  std::vector<uint16_t> w16, xc16, dlogits16;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
 }
+template <typename V>
+void grow(V& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+}  // namespace
 
 double CpuBackend::cross_entropy(float* dx, float* dw, const float* x, const float* w,
                                  const int32_t* targets, int N, int C, int V, float scale) const {
-  std::vector<int> rows;
-  rows.reserve(N);
+  Scratch& sc = scratch();
+  grow(sc.rows, static_cast<size_t>(N));
+  int R = 0;
   for (int n = 0; n < N; ++n) {
-    if (targets[n] != kIgnoreIndex) rows.push_back(n);
+    if (targets[n] != kIgnoreIndex) sc.rows[R++] = n;
   }
   if (dx != nullptr) std::memset(dx, 0, sizeof(float) * N * C);
-  if (rows.empty()) return 0.0;
-  const int R = static_cast<int>(rows.size());
+  if (R == 0) return 0.0;
+  const int* rows = sc.rows.data();
   const int chunk = static_cast<int>(std::clamp<size_t>(kChunkLogits / V, 1, R));
-  Buffer<float> xc(static_cast<size_t>(chunk) * C), logits(static_cast<size_t>(chunk) * V);
-  Buffer<float> dxc(dx ? static_cast<size_t>(chunk) * C : 0);
-  std::vector<double> row_loss(chunk);
+  grow(sc.xc, static_cast<size_t>(chunk) * C);
+  grow(sc.logits, static_cast<size_t>(chunk) * V);
+  if (dx != nullptr) grow(sc.dxc, static_cast<size_t>(chunk) * C);
+  grow(sc.row_loss, static_cast<size_t>(chunk));
+  float* xc = sc.xc.data();
+  float* logits = sc.logits.data();
+  float* dxc = sc.dxc.data();
+  double* row_loss = sc.row_loss.data();
+  const bool bf16 = bf16_ && gemm_bf16_native();
+  if (bf16) {
+    grow(sc.w16, static_cast<size_t>(V) * C);
+    grow(sc.xc16, static_cast<size_t>(chunk) * C);
+    if (dx != nullptr) grow(sc.dlogits16, static_cast<size_t>(chunk) * V);
+    to_bf16(sc.w16.data(), w, static_cast<size_t>(V) * C);
+  }
   double total = 0;
   for (int r0 = 0; r0 < R; r0 += chunk) {
     const int r = std::min(chunk, R - r0);
     for (int i = 0; i < r; ++i) {
-      std::memcpy(xc.data() + static_cast<size_t>(i) * C, x + static_cast<size_t>(rows[r0 + i]) * C,
+      std::memcpy(xc + static_cast<size_t>(i) * C, x + static_cast<size_t>(rows[r0 + i]) * C,
                   sizeof(float) * C);
     }
     // logits (r, V) = xc (r, C) @ w^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r, V, C, 1.0f, xc.data(), C, w, C, 0.0f,
-                logits.data(), V);
+    if (bf16) {
+      to_bf16(sc.xc16.data(), xc, static_cast<size_t>(r) * C);
+      gemm_bf16(false, true, r, V, C, sc.xc16.data(), sc.w16.data(), 0.0f, logits, V);
+    } else {
+      gemm(false, true, r, V, C, xc, C, w, C, 0.0f, logits, V, GemmPrecision::kFp32);
+    }
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < r; ++i) {
-      float* lg = logits.data() + static_cast<size_t>(i) * V;
+      float* lg = logits + static_cast<size_t>(i) * V;
       const int t = targets[rows[r0 + i]];
       float m = lg[0];
       for (int j = 1; j < V; ++j) m = std::max(m, lg[j]);
@@ -60,13 +97,17 @@ double CpuBackend::cross_entropy(float* dx, float* dw, const float* x, const flo
     for (int i = 0; i < r; ++i) total += row_loss[i];
     if (dx != nullptr) {
       // dxc (r, C) = dlogits (r, V) @ w (V, C);  dw (V, C) += dlogits^T @ xc
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, C, V, 1.0f, logits.data(), V, w, C,
-                  0.0f, dxc.data(), C);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, r, 1.0f, logits.data(), V,
-                  xc.data(), C, 1.0f, dw, C);
+      if (bf16) {
+        to_bf16(sc.dlogits16.data(), logits, static_cast<size_t>(r) * V);
+        gemm_bf16(false, false, r, C, V, sc.dlogits16.data(), sc.w16.data(), 0.0f, dxc, C);
+        gemm_bf16(true, false, V, C, r, sc.dlogits16.data(), sc.xc16.data(), 1.0f, dw, C);
+      } else {
+        gemm(false, false, r, C, V, logits, V, w, C, 0.0f, dxc, C, GemmPrecision::kFp32);
+        gemm(true, false, V, C, r, logits, V, xc, C, 1.0f, dw, C, GemmPrecision::kFp32);
+      }
       for (int i = 0; i < r; ++i) {
-        std::memcpy(dx + static_cast<size_t>(rows[r0 + i]) * C,
-                    dxc.data() + static_cast<size_t>(i) * C, sizeof(float) * C);
+        std::memcpy(dx + static_cast<size_t>(rows[r0 + i]) * C, dxc + static_cast<size_t>(i) * C,
+                    sizeof(float) * C);
       }
     }
   }

@@ -1,18 +1,21 @@
-// Matrix products through OpenBLAS (sgemm); never a hand-rolled GEMM.
+// Linear layers through gemm() (fp32, or bf16 inputs with fp32 accumulation, see gemm.h); never a
+// hand-rolled GEMM. Also the backend chosen by train.dtype.
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 
+#include "kiln/base/error.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/gemm.h"
 
 namespace kiln {
 
 void CpuBackend::matmul_forward(float* out, const float* x, const float* w, const float* b, int N,
                                 int IC, int OC) const {
-  if (N == 1) {
-    // One row (a decoding step): sgemv streams w once, where OpenBLAS 0.3.21's sgemm packs all
-    // of w first (the LM head of a decoded token, 32000 x 384: 4 ms instead of 15).
+  if (N == 1 && !bf16_) {
+    // One row (a decoding step): sgemv streams w once, where a GEMM packs all of w first (the LM
+    // head of a decoded token, 32000 x 384: 4 ms instead of 15).
     if (b != nullptr) std::copy(b, b + OC, out);
     cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, IC, 1.0f, w, IC, x, 1, b != nullptr ? 1.0f : 0.0f,
                 out, 1);
@@ -24,21 +27,20 @@ void CpuBackend::matmul_forward(float* out, const float* x, const float* w, cons
     for (int n = 0; n < N; ++n) std::copy(b, b + OC, out + static_cast<size_t>(n) * OC);
     beta = 1.0f;
   }
+  const GemmPrecision p = bf16_ ? GemmPrecision::kBf16 : GemmPrecision::kFp32;
   // out (N, OC) = x (N, IC) @ w^T
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, x, IC, w, IC, beta, out,
-              OC);
+  gemm(false, true, N, OC, IC, x, IC, w, IC, beta, out, OC, p);
 }
 
 void CpuBackend::matmul_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
                                  const float* w, int N, int IC, int OC, bool accumulate) const {
+  const GemmPrecision p = bf16_ ? GemmPrecision::kBf16 : GemmPrecision::kFp32;
   if (dx != nullptr) {
     // dx (N, IC) = dout (N, OC) @ w (OC, IC)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC,
-                accumulate ? 1.0f : 0.0f, dx, IC);
+    gemm(false, false, N, IC, OC, dout, OC, w, IC, accumulate ? 1.0f : 0.0f, dx, IC, p);
   }
   // dw (OC, IC) += dout^T (OC, N) @ x (N, IC)
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, x, IC, 1.0f, dw,
-              IC);
+  gemm(true, false, OC, IC, N, dout, OC, x, IC, 1.0f, dw, IC, p);
   if (db != nullptr) {
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < OC; ++o) {
@@ -47,6 +49,21 @@ void CpuBackend::matmul_backward(float* dx, float* dw, float* db, const float* d
       db[o] += s;
     }
   }
+}
+
+const Backend& cpu_backend() {
+  static const CpuBackend backend;  // stateless (gemm() keeps its per-thread primitive caches)
+  return backend;
+}
+
+const Backend& cpu_backend_for(std::string_view dtype) {
+  if (dtype == "fp32") return cpu_backend();
+  if (dtype == "bf16") {
+    static const CpuBackend backend(/*bf16=*/true);
+    gemm_bf16_native();  // decides once, and warns once where bf16 GEMMs fall back to fp32
+    return backend;
+  }
+  fail("compute dtype '{}' is not supported by the CPU backend (supported: fp32, bf16)", dtype);
 }
 
 }  // namespace kiln
