@@ -52,6 +52,62 @@ TEST(OpsGrad, RmsNorm) {
   for (int i = 0; i < N * C; ++i) EXPECT_NEAR(dx2[i], dx[i] + 1.0f, 1e-5f);
 }
 
+// The fused residual add + RMSNorm: forward equals add then rmsnorm_forward (also when sum aliases
+// a), and its gradient (the residual's d(sum) plus RMSNorm's backward at x = sum) matches finite
+// differences for a, b and w.
+TEST(OpsGrad, AddRmsNorm) {
+  const int N = 6, C = 40;
+  auto a = random_vec(N * C, 11, 1.0f, 0.3f);
+  auto b = random_vec(N * C, 12, 0.5f);
+  auto w = random_vec(C, 13, 0.1f, 1.0f);
+  auto r = random_vec(N * C, 14);
+  auto r2 = random_vec(N * C, 15);
+  std::vector<float> sum(N * C), out(N * C), rstd(N);
+  auto loss = [&] {
+    be().add_rmsnorm_forward(sum.data(), out.data(), rstd.data(), a.data(), b.data(), w.data(), N,
+                             C, 1e-5f);
+    return dot(out.data(), r) + dot(sum.data(), r2);
+  };
+  loss();
+  std::vector<float> ref_sum(N * C), ref_out(N * C), ref_rstd(N);
+  be().add(ref_sum.data(), a.data(), b.data(), ref_sum.size());
+  be().rmsnorm_forward(ref_out.data(), ref_rstd.data(), ref_sum.data(), w.data(), N, C, 1e-5f);
+  for (int i = 0; i < N * C; ++i) {
+    EXPECT_EQ(sum[i], ref_sum[i]);
+    EXPECT_EQ(out[i], ref_out[i]);
+  }
+  for (int n = 0; n < N; ++n) EXPECT_EQ(rstd[n], ref_rstd[n]);
+  std::vector<float> in_place = a, out2(N * C), rstd2(N);
+  be().add_rmsnorm_forward(in_place.data(), out2.data(), rstd2.data(), in_place.data(), b.data(),
+                           w.data(), N, C, 1e-5f);
+  for (int i = 0; i < N * C; ++i) EXPECT_EQ(in_place[i], ref_sum[i]);
+  // d(sum) = r2 + rmsnorm backward of r; d(a) = d(b) = d(sum)
+  std::vector<float> dsum = r2, dw(C, 0.0f);
+  be().rmsnorm_backward(dsum.data(), dw.data(), r.data(), sum.data(), w.data(), rstd.data(), N, C,
+                        true);
+  EXPECT_LT(fd_rel_error(loss, a.data(), dsum.data(), a.size()), kTol);
+  EXPECT_LT(fd_rel_error(loss, b.data(), dsum.data(), b.size()), kTol);
+  EXPECT_LT(fd_rel_error(loss, w.data(), dw.data(), w.size()), kTol);
+}
+
+// The vectorised sigmoid inside SwiGLU against the libm formula, over the whole useful range.
+TEST(OpsGrad, SwiGluMatchesLibm) {
+  std::vector<float> g, u;
+  for (float x = -100.0f; x <= 100.0f; x += 0.37f) {
+    g.push_back(x);
+    u.push_back(0.5f + 0.01f * x);
+  }
+  std::vector<float> h(g.size()), dg(g.size()), du(g.size()), dh(g.size(), 1.0f);
+  be().swiglu_forward(h.data(), g.data(), u.data(), g.size());
+  be().swiglu_backward(dg.data(), du.data(), dh.data(), g.data(), u.data(), g.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double s = 1.0 / (1.0 + std::exp(-static_cast<double>(g[i])));
+    EXPECT_NEAR(h[i], g[i] * s * u[i], 1e-6 * (1.0 + std::fabs(g[i] * u[i]))) << g[i];
+    EXPECT_NEAR(du[i], g[i] * s, 1e-6 * (1.0 + std::fabs(g[i]))) << g[i];
+    EXPECT_NEAR(dg[i], u[i] * s * (1.0 + g[i] * (1.0 - s)), 1e-5 * (1.0 + std::fabs(g[i]))) << g[i];
+  }
+}
+
 TEST(OpsGrad, MatmulWithBias) {
   const int N = 5, IC = 7, OC = 3;
   auto x = random_vec(N * IC, 1);
@@ -106,15 +162,16 @@ TEST(OpsGrad, Rope) {
   for (int i = 0; i < H * D; ++i) EXPECT_FLOAT_EQ(y[i], x[i]);
 }
 
-void attention_case(int B, int T, int H, int KV, int D, bool docs) {
+// docs: row 0 holds documents [0, split) and [split, T); other rows one document.
+void attention_case(int B, int T, int H, int KV, int D, bool docs, int split = 3) {
   const AttnShape s{B, T, H, KV, D};
   auto q = random_vec(B * T * H * D, 1);
   auto k = random_vec(B * T * KV * D, 2);
   auto v = random_vec(B * T * KV * D, 3);
   auto r = random_vec(B * T * H * D, 4);
   std::vector<int32_t> ds(B * T, 0);
-  if (docs) {  // row 0: documents [0,3) [3,T); other rows one document
-    for (int t = 3; t < T; ++t) ds[t] = 3;
+  if (docs) {
+    for (int t = split; t < T; ++t) ds[t] = split;
   }
   std::vector<float> y(B * T * H * D), lse(B * H * T);
   auto loss = [&] {
@@ -162,6 +219,9 @@ void attention_case(int B, int T, int H, int KV, int D, bool docs) {
 TEST(OpsGrad, AttentionMultiHead) { attention_case(2, 5, 2, 2, 4, false); }
 TEST(OpsGrad, AttentionGroupedQuery) { attention_case(2, 6, 4, 2, 4, false); }
 TEST(OpsGrad, AttentionMultiQueryWithDocuments) { attention_case(1, 7, 3, 1, 6, true); }
+// Sequences longer than the kernel's key block (64), with a document boundary inside a block.
+TEST(OpsGrad, AttentionAcrossKeyBlocksWithDocuments) { attention_case(2, 150, 4, 2, 16, true, 70); }
+TEST(OpsGrad, AttentionAcrossKeyBlocksHeadDim64) { attention_case(1, 130, 2, 1, 64, false); }
 
 TEST(OpsGrad, SwiGlu) {
   const size_t n = 40;

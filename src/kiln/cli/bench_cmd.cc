@@ -1,17 +1,25 @@
-// kiln bench train: tokens/s and achieved GFLOP/s of full training steps (forward, backward,
-// AdamW) on randomly initialised presets. Prints figures; never judges them.
+// kiln bench train: tokens/s, step time, achieved GFLOP/s and fraction of the machine's measured
+// peak of full training steps (forward, backward, AdamW) on randomly initialised shapes, with
+// peak memory (RSS high-water) beside an analytic estimate, activation checkpointing off and on.
+// Prints figures; never judges them. bench/pytorch_train_bench.py prints the same columns for
+// PyTorch on the same shapes (bench/compare_train.sh runs both and prints the ratios).
+//
+// Each (shape, recompute) row runs in a fresh child process (this binary re-executed with
+// --row), so its peak RSS is its own and not the high-water mark of an earlier, larger shape.
 #include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "kiln/base/cpu_time.h"
 #include "kiln/base/error.h"
 #include "kiln/cli/commands.h"
+#include "kiln/kernels/cpu/peak_flops.h"
 #include "kiln/model/init.h"
 #include "kiln/model/qwen2.h"
 #include "kiln/train/optimizer.h"
@@ -21,36 +29,110 @@ namespace kiln::cli {
 namespace {
 
 struct BenchOpts {
-  std::vector<std::string> presets = {"tiny", "25m"};
-  int batch = 1, seq = 256, steps = 5, warmup = 2;
-  bool recompute = false;
+  std::vector<std::string> presets;  // empty: the fixed shape set
+  int batch = 1, seq = 256, steps = 0, warmup = -1;
+  std::string recompute = "both";  // off | on | both
+  std::string dtype = "fp32";
+  bool quick = false;
+  bool row = false;  // internal: run one row in this process and print it
+  double peak_fp32 = 0, peak_bf16 = 0;
 };
 
-void bench_one(const std::string& preset, const BenchOpts& o) {
+// One benchmark row: a shape, a batch, and its default step counts.
+struct Shape {
+  std::string preset;
+  int batch, seq, steps, warmup;
+};
+
+// The shapes (docs/performance.md): hidden-64, ~25M, hidden-512, qwen2.5-0.5b.
+// bench/pytorch_train_bench.py lists the same.
+const std::vector<Shape>& fixed_shapes() {
+  static const std::vector<Shape> s = {
+      {"bench-h64", 1, 256, 20, 3},   {"bench-h64", 4, 256, 10, 2}, {"25m", 1, 256, 5, 2},
+      {"bench-h512", 1, 256, 4, 1},   {"bench-h512", 4, 512, 3, 1}, {"qwen2.5-0.5b", 1, 256, 3, 1},
+      {"qwen2.5-0.5b", 1, 512, 3, 1},
+  };
+  return s;
+}
+
+// A field of /proc/self/status in KiB ("VmHWM", "VmRSS"); 0 when unreadable.
+double proc_status_kib(const std::string& field) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(field + ":", 0) == 0) {
+      std::istringstream is(line.substr(field.size() + 1));
+      double kib = 0;
+      is >> kib;
+      return kib;
+    }
+  }
+  return 0;
+}
+
+// Analytic memory of one training step in bytes: parameters, gradients and AdamW's two moments
+// (16 bytes per parameter) plus what Qwen2Model holds (see qwen2.cc prepare()): the residual
+// stream at every layer boundary, each layer's saved activations (one layer's when recomputing),
+// the backward scratch, and the fused cross-entropy's logits chunk.
+double estimate_bytes(const Qwen2Config& c, int B, int T, bool recompute) {
+  const double N = static_cast<double>(B) * T, C = c.hidden_size, I = c.intermediate_size;
+  const double Q = c.q_dim(), KV = c.kv_dim(), H = c.num_attention_heads, V = c.vocab_size;
+  const double L = c.num_hidden_layers;
+  const double P = static_cast<double>(parameter_count(c));
+  const double state = 16.0 * P;
+  // per layer: xn1, q, k, v, y, xmid, xn2, gate, up, h, rstd1/2, lse
+  const double per_layer = 2 * N * C + 2 * N * Q + 2 * N * KV + N * C + 3 * N * I + 2 * N + N * H;
+  const double stored = recompute ? 1 : L;
+  const double resid = (L + 1) * N * C;
+  const double final_norm = 2 * N * C + N;
+  const double scratch = 2 * N * C + 2 * N * Q + 2 * N * KV + 3 * N * I;
+  const double ce_rows = std::min(N, std::max(1.0, static_cast<double>(size_t{8} << 20) / V));
+  const double ce = ce_rows * (V + 2 * C);
+  return state + 4.0 * (stored * per_layer + resid + final_norm + scratch + ce);
+}
+
+void fill_batch(Batch& b, const Qwen2Config& c, int B, int T) {
+  b.resize(B, T);
+  SplitMix64 rng{7};
+  for (size_t i = 0; i < b.input_ids.size(); ++i) {
+    b.input_ids[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(c.vocab_size));
+    b.positions[i] = static_cast<int32_t>(i % T);
+  }
+  for (size_t i = 0; i + 1 < b.input_ids.size(); ++i) {
+    if ((i + 1) % T != 0) b.targets[i] = b.input_ids[i + 1];
+  }
+}
+
+const Backend& backend_for(const std::string& dtype) {
+  try {
+    return cpu_backend_for(dtype);
+  } catch (const Error& e) {
+    fail("bench train --dtype {}: this build has no such backend ({})", dtype, e.what());
+  }
+}
+
+// Runs one row in this process and prints it.
+void run_row(const BenchOpts& o) {
+  const std::string& preset = o.presets.at(0);
+  const double base_kib = proc_status_kib("VmRSS");
   const Qwen2Config c = preset_config(preset);
-  Qwen2Model model(c, cpu_backend());
+  const bool recompute = o.recompute == "on";
+  Qwen2Model model(c, backend_for(o.dtype));
   ParamStore store(model.layout());
   init_params(store, model.layout(), 1);
   std::vector<ShardRange> shards;
   for (const auto& u : model.layout().units()) shards.push_back({0, u.numel});
   Optimizer opt(OptimizerSettings{}, model.layout(), shards);
   Batch b;
-  b.resize(o.batch, o.seq);
-  SplitMix64 rng{7};
-  for (size_t i = 0; i < b.input_ids.size(); ++i) {
-    b.input_ids[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(c.vocab_size));
-    b.positions[i] = static_cast<int32_t>(i % o.seq);
-  }
-  for (size_t i = 0; i + 1 < b.input_ids.size(); ++i) {
-    if ((i + 1) % o.seq != 0) b.targets[i] = b.input_ids[i + 1];
-  }
+  fill_batch(b, c, o.batch, o.seq);
   const float scale = 1.0f / static_cast<float>(b.num_targets());
   std::vector<double> times;
-  const double busy0 = machine_busy_seconds(), own0 = own_cpu_seconds();
+  double busy0 = 0, own0 = 0;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
+    if (s == o.warmup) busy0 = machine_busy_seconds(), own0 = own_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
     store.zero_grads();
-    model.forward_backward(b, store, scale, o.recompute);
+    model.forward_backward(b, store, scale, recompute);
     opt.begin_step();
     for (int u = 0; u < store.num_units(); ++u) {
       opt.step(u, store.params(u).data(), store.grads(u).data(), 1e-4);
@@ -58,16 +140,102 @@ void bench_one(const std::string& preset, const BenchOpts& o) {
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= o.warmup) times.push_back(dt);
   }
+  const double others = (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0);
 
   std::sort(times.begin(), times.end());
   const double med = times[times.size() / 2];
   const int64_t tokens = static_cast<int64_t>(o.batch) * o.seq;
   const double gflops = train_flops(c, tokens, o.seq) / med / 1e9;
-  const double others = (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0);
-  std::printf("%-14s %7.1fM  %2dx%-5d %9.4f %10.0f %9.1f %8.0f %9.1f %s\n", preset.c_str(),
-              parameter_count(c) / 1e6, o.batch, o.seq, med, tokens / med, gflops,
-              model.activation_bytes() / 1048576.0, others, o.recompute ? "on" : "off");
+  const double peak = o.dtype == "bf16" ? o.peak_bf16 : o.peak_fp32;
+  const double hwm_mib = proc_status_kib("VmHWM") / 1024.0;
+  std::printf("%-13s %7.1fM %3dx%-4d %-4s %-4s %9.4f %9.0f %8.1f %6.1f%% %8.0f %8.0f %7.0f %9.1f\n",
+              preset.c_str(), parameter_count(c) / 1e6, o.batch, o.seq, o.dtype.c_str(),
+              recompute ? "on" : "off", med, tokens / med, gflops,
+              peak > 0 ? 100.0 * gflops / peak : 0.0, hwm_mib,
+              estimate_bytes(c, o.batch, o.seq, recompute) / 1048576.0, base_kib / 1024.0, others);
   std::fflush(stdout);
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+// Runs one row in a fresh child process (this executable with --row) and forwards its output.
+void run_child(const Shape& sh, bool recompute, const BenchOpts& o) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) fail("bench train: cannot read /proc/self/exe");
+  exe[n] = '\0';
+  std::string cmd = shell_quote(exe) + " bench train --row --preset " + shell_quote(sh.preset) +
+                    " --batch " + std::to_string(sh.batch) + " --seq " + std::to_string(sh.seq) +
+                    " --steps " + std::to_string(sh.steps) + " --warmup " +
+                    std::to_string(sh.warmup) + " --recompute " + (recompute ? "on" : "off") +
+                    " --dtype " + shell_quote(o.dtype) + " --peak-fp32 " +
+                    std::to_string(o.peak_fp32) + " --peak-bf16 " + std::to_string(o.peak_bf16);
+  std::fflush(stdout);
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    fail("bench train: the run for {} {}x{} recompute {} failed (exit status {})", sh.preset,
+         sh.batch, sh.seq, recompute ? "on" : "off", rc);
+  }
+}
+
+int run_bench(BenchOpts o) {
+  if (o.recompute != "off" && o.recompute != "on" && o.recompute != "both") {
+    fail("bench train: --recompute must be off, on or both, got '{}'", o.recompute);
+  }
+  if (o.dtype != "fp32" && o.dtype != "bf16") {
+    fail("bench train: --dtype must be fp32 or bf16, got '{}'", o.dtype);
+  }
+  if (o.batch < 1 || o.seq < 2 || o.steps < 0)
+    fail("bench train: batch >= 1, seq >= 2, steps >= 1");
+  if (o.row) {
+    if (o.presets.size() != 1 || o.recompute == "both")
+      fail("bench train --row: one preset, one mode");
+    if (o.steps == 0) o.steps = 5;
+    if (o.warmup < 0) o.warmup = 2;
+    run_row(o);
+    return 0;
+  }
+  for (const auto& p : o.presets) preset_config(p);  // unknown names fail before any run
+  (void)backend_for(o.dtype);                        // so does an unavailable dtype
+
+  std::vector<Shape> shapes;
+  if (!o.presets.empty()) {
+    for (const auto& p : o.presets) shapes.push_back({p, o.batch, o.seq, 5, 2});
+  } else if (o.quick) {
+    shapes = {{"bench-h64", 1, 256, 10, 2}, {"25m", 1, 256, 3, 1}};
+  } else {
+    shapes = fixed_shapes();
+  }
+  for (auto& s : shapes) {
+    if (o.steps > 0) s.steps = o.steps;
+    if (o.warmup >= 0) s.warmup = o.warmup;
+  }
+  o.peak_fp32 = measure_fp32_peak_gflops();
+  o.peak_bf16 = measure_bf16_peak_gflops();
+  std::printf(
+      "kiln bench train: %d threads, dtype %s; measured peak fp32 %.1f GFLOP/s (FMA loop), "
+      "bf16 %s\n",
+      omp_get_max_threads(), o.dtype.c_str(), o.peak_fp32,
+      o.peak_bf16 > 0
+          ? (std::to_string(static_cast<int>(o.peak_bf16 + 0.5)) + " GFLOP/s (vdpbf16ps loop)")
+                .c_str()
+          : "n/a (no AVX512_BF16)");
+  std::printf(
+      "median step after warm-up; GFLOP/s = (6 x matmul params x tokens + attention) / "
+      "step time (recompute's extra forward not counted); rss = peak RSS of the row's own "
+      "process, est = 16 B/param + activations, base = RSS before the model\n");
+  std::printf("%-13s %8s %-8s %-4s %-4s %9s %9s %8s %7s %8s %8s %7s %9s\n", "shape", "params",
+              "BxT", "type", "rcmp", "step_s", "tokens/s", "GFLOP/s", "peak", "rss_MiB", "est_MiB",
+              "base", "other_cpu");
+  for (const auto& s : shapes) {
+    if (o.recompute != "on") run_child(s, false, o);
+    if (o.recompute != "off") run_child(s, true, o);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -75,25 +243,25 @@ void bench_one(const std::string& preset, const BenchOpts& o) {
 Command add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOpts>();
   CLI::App* sub = app.add_subcommand("bench", "Benchmarks that print figures");
-  CLI::App* tr = sub->add_subcommand("train", "Training-step throughput on random presets");
+  CLI::App* tr = sub->add_subcommand(
+      "train", "Training-step throughput and peak memory on the fixed shape set, or --preset");
   sub->require_subcommand(1);
-  tr->add_option("--preset", o->presets, "Presets to run")->capture_default_str();
-  tr->add_option("--batch", o->batch, "Micro-batch rows")->capture_default_str();
-  tr->add_option("--seq", o->seq, "Sequence length")->capture_default_str();
-  tr->add_option("--steps", o->steps, "Timed steps (median reported)")->capture_default_str();
-  tr->add_option("--warmup", o->warmup, "Untimed warm-up steps")->capture_default_str();
-  tr->add_flag("--recompute", o->recompute, "Activation recomputation");
+  tr->add_option("--preset", o->presets, "Presets to run instead of the fixed shape set");
+  tr->add_option("--batch", o->batch, "Micro-batch rows (with --preset)")->capture_default_str();
+  tr->add_option("--seq", o->seq, "Sequence length (with --preset)")->capture_default_str();
+  tr->add_option("--steps", o->steps, "Timed steps, median reported (default: per shape)");
+  tr->add_option("--warmup", o->warmup, "Untimed warm-up steps (default: per shape)");
+  tr->add_option("--recompute", o->recompute, "Activation checkpointing: off, on or both")
+      ->capture_default_str();
+  tr->add_option("--dtype", o->dtype, "Compute dtype: fp32 or bf16")->capture_default_str();
+  tr->add_flag("--quick", o->quick, "Only the small shapes (hidden-64 and 25m), few steps");
+  tr->add_flag("--row", o->row, "Internal: run one row in this process")->group("");
+  tr->add_option("--peak-fp32", o->peak_fp32, "Internal: measured fp32 peak")->group("");
+  tr->add_option("--peak-bf16", o->peak_bf16, "Internal: measured bf16 peak")->group("");
   const Command comm = add_bench_comm(*sub);
   return {sub, [o, comm] {
             if (comm.app->parsed()) return comm.run();
-            if (o->steps < 1 || o->batch < 1 || o->seq < 2)
-              fail("bench: steps, batch >= 1, seq >= 2");
-            std::printf("kiln bench train: %d threads, median of %d steps after %d warm-up\n",
-                        omp_get_max_threads(), o->steps, o->warmup);
-            std::printf("%-14s %8s  %-8s %9s %10s %9s %8s %9s %s\n", "preset", "params", "BxT",
-                        "step_s", "tokens/s", "GFLOP/s", "act_MiB", "other_cpu", "recompute");
-            for (const auto& p : o->presets) bench_one(p, *o);
-            return 0;
+            return run_bench(*o);
           }};
 }
 

@@ -36,6 +36,11 @@ class Backend {
   // out: (N, C) = x * rstd * w, rstd: (N) = 1/sqrt(mean(x^2) + eps); x: (N, C), w: (C)
   virtual void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N,
                                int C, float eps) const = 0;
+  // Residual add fused with RMSNorm, one pass over memory: sum (N, C) = a + b, then out and rstd
+  // from sum exactly as rmsnorm_forward. sum may alias a or b.
+  virtual void add_rmsnorm_forward(float* sum, float* out, float* rstd, const float* a,
+                                   const float* b, const float* w, int N, int C,
+                                   float eps) const = 0;
   // dx (N, C) written, or added to when accumulate is true; dw (C) +=
   virtual void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
                                 const float* w, const float* rstd, int N, int C,

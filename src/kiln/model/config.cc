@@ -147,6 +147,9 @@ const std::map<std::string, Qwen2Config>& presets() {
   static const std::map<std::string, Qwen2Config> p = {
       {"tiny", make(64, 176, 2, 4, 2, 1024, true, 10000.0, 1e-6)},
       {"25m", make(384, 1024, 8, 6, 2, 32000, true, 10000.0, 1e-6)},
+      // The shapes of `kiln bench train` (and bench/pytorch_train_bench.py).
+      {"bench-h64", make(64, 176, 2, 4, 2, 4096, true, 10000.0, 1e-6)},
+      {"bench-h512", make(512, 1408, 8, 8, 2, 151936, true, 1000000.0, 1e-6)},
       {"qwen2.5-0.5b", make(896, 4864, 24, 14, 2, 151936, true, 1000000.0, 1e-6)},
       {"qwen2.5-1.5b", make(1536, 8960, 28, 12, 2, 151936, true, 1000000.0, 1e-6)},
       {"qwen2.5-3b", make(2048, 11008, 36, 16, 2, 151936, true, 1000000.0, 1e-6)},

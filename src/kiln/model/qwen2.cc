@@ -130,8 +130,7 @@ void Qwen2Model::layer_forward(const float* w, const float* x_in, float* x_out, 
   const AttnShape s{batch.B, batch.T, H, KVH, D};
   be_.attention_forward(a.y, a.lse, a.q, a.k, a.v, batch.doc_start.data(), s);
   be_.matmul_forward(a.xmid, a.y, w + o.wo, nullptr, N, Q, C);
-  be_.add(a.xmid, a.xmid, x_in, NC);
-  be_.rmsnorm_forward(a.xn2, a.rstd2, a.xmid, w + o.ln2, N, C, eps);
+  be_.add_rmsnorm_forward(a.xmid, a.xn2, a.rstd2, a.xmid, x_in, w + o.ln2, N, C, eps);
   be_.matmul_forward(a.gate, a.xn2, w + o.wg, nullptr, N, C, I);
   be_.matmul_forward(a.up, a.xn2, w + o.wu, nullptr, N, C, I);
   be_.swiglu_forward(a.h, a.gate, a.up, static_cast<size_t>(N) * I);

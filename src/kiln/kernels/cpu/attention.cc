@@ -1,35 +1,78 @@
-// Causal grouped-query attention on CPU, one (batch, head) pair per task. The (T, T) score
-// matrix of a pair lives only in a per-thread scratch; backward recomputes the probabilities from
-// the saved log-sum-exp instead of storing them (B*H*T floats kept, not B*H*T*T).
-#include <cblas.h>
+// Causal grouped-query attention on CPU, tiled over keys (flash-attention style): one
+// (batch, head) pair per task; keys are taken in blocks of kBk, and each query row keeps an online
+// softmax (running max m and sum l) while its output accumulates in place, so no (T, T) score
+// matrix exists anywhere: a task holds one head's K^T (D, T), a row of kBk scores and T floats of
+// m and l. Backward recomputes each block's probabilities from q, k and the saved log-sum-exp
+// (B*H*T floats kept, not B*H*T*T). Per-thread scratch grows on the first call and is reused, so
+// a steady-state step allocates nothing here.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/vec_math.h"
 #include "kiln/tensor/buffer.h"
 
 namespace kiln {
 
 namespace {
 
-// P (T, T): P[i][j] = exp(S[i][j] - lse[i]) for doc_start[i] <= j <= i, else 0. S is overwritten.
-void probs_from_scores(float* S, const float* lse, const int32_t* ds, int T) {
-  for (int i = 0; i < T; ++i) {
-    float* row = S + static_cast<size_t>(i) * T;
-    const int j0 = ds ? ds[i] : 0;
-    for (int j = 0; j < j0; ++j) row[j] = 0.0f;
-    for (int j = j0; j <= i; ++j) row[j] = std::exp(row[j] - lse[i]);
-    for (int j = i + 1; j < T; ++j) row[j] = 0.0f;
+constexpr int kBk = 64;  // keys per block: a block of K^T (D x 64) stays in L1
+
+struct Scratch {
+  std::vector<float> kt, vt;  // (D, ld): the task's K and V heads transposed, zero-padded
+  std::vector<float> m, l;    // (T) running max / sum (forward); di (T) in l (backward)
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+void grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+// Columns of K^T, padded to whole key blocks so the score loops run a fixed kBk.
+int padded(int T) { return (T + kBk - 1) / kBk * kBk; }
+
+// kt (D, ld) = K^T for rows [0, T) of one head (row stride ldk); columns [T, ld) zero.
+void transpose_head(float* kt, int ld, const float* K, int ldk, int T, int D) {
+  for (int j = 0; j < T; ++j) {
+    const float* kr = K + static_cast<size_t>(j) * ldk;
+    for (int d = 0; d < D; ++d) kt[static_cast<size_t>(d) * ld + j] = kr[d];
+  }
+  for (int d = 0; d < D; ++d) {
+    std::fill(kt + static_cast<size_t>(d) * ld + T, kt + static_cast<size_t>(d) * ld + ld, 0.0f);
   }
 }
 
-std::vector<float>& scratch(int slot, size_t n) {
-  thread_local std::vector<float> buf[2];
-  if (buf[slot].size() < n) buf[slot].resize(n);
-  return buf[slot];
+// s[c] = a * dot(q, K[j0 + c]) for the kBk keys of a block; ktb = kt + j0 (stride ld).
+inline void block_scores(float* __restrict s, const float* __restrict q,
+                         const float* __restrict ktb, int ld, int D, float a) {
+  float acc[kBk] = {};
+  for (int d = 0; d < D; ++d) {
+    const float qd = q[d] * a;
+    const float* kr = ktb + static_cast<size_t>(d) * ld;
+#pragma omp simd
+    for (int c = 0; c < kBk; ++c) acc[c] += qd * kr[c];
+  }
+  for (int c = 0; c < kBk; ++c) s[c] = acc[c];
+}
+
+// y (D) += p * x (D)
+inline void axpy(float* __restrict y, float p, const float* __restrict x, int D) {
+#pragma omp simd
+  for (int d = 0; d < D; ++d) y[d] += p * x[d];
+}
+
+// Valid keys of row i within block [j0, j0 + nk): [lo, hi) relative to j0 (empty when hi <= lo).
+inline void row_range(const int32_t* ds, int i, int j0, int nk, int* lo, int* hi) {
+  *lo = std::max((ds ? ds[i] : 0) - j0, 0);
+  *hi = std::min(i - j0 + 1, nk);
 }
 
 }  // namespace
@@ -40,7 +83,8 @@ void CpuBackend::attention_forward(float* y, float* lse, const float* q, const f
   const int B = s.B, T = s.T, H = s.H, KV = s.KV, D = s.D;
   const int group = H / KV;
   const float sc = 1.0f / std::sqrt(static_cast<float>(D));
-  const int ldq = H * D, ldk = KV * D;
+  const int ldq = H * D, ldk = KV * D, ld = padded(T);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
@@ -51,22 +95,53 @@ void CpuBackend::attention_forward(float* y, float* lse, const float* q, const f
       float* Y = y + static_cast<size_t>(b) * T * ldq + h * D;
       float* L = lse + (static_cast<size_t>(b) * H + h) * T;
       const int32_t* ds = doc_start ? doc_start + static_cast<size_t>(b) * T : nullptr;
-      float* S = scratch(0, static_cast<size_t>(T) * T).data();
-      // S (T, T) = sc * Q K^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, sc, Q, ldq, K, ldk, 0.0f, S, T);
+      Scratch& st = scratch();
+      grow(st.kt, static_cast<size_t>(D) * ld);
+      grow(st.m, T);
+      grow(st.l, T);
+      float *kt = st.kt.data(), *m = st.m.data(), *l = st.l.data();
+      transpose_head(kt, ld, K, ldk, T, D);
       for (int i = 0; i < T; ++i) {
-        const float* row = S + static_cast<size_t>(i) * T;
-        const int j0 = ds ? ds[i] : 0;
-        float m = -std::numeric_limits<float>::infinity();
-        for (int j = j0; j <= i; ++j) m = std::max(m, row[j]);
-        double sum = 0;
-        for (int j = j0; j <= i; ++j) sum += std::exp(static_cast<double>(row[j] - m));
-        L[i] = m + static_cast<float>(std::log(sum));
+        m[i] = kNegInf;
+        l[i] = 0.0f;
+        std::fill(Y + static_cast<size_t>(i) * ldq, Y + static_cast<size_t>(i) * ldq + D, 0.0f);
       }
-      probs_from_scores(S, L, ds, T);
-      // Y (T, D) = P V
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, S, T, V, ldk, 0.0f, Y,
-                  ldq);
+      alignas(64) float sb[kBk];
+      for (int j0 = 0; j0 < T; j0 += kBk) {
+        const int nk = std::min(kBk, T - j0);
+        for (int i = j0; i < T; ++i) {
+          int lo, hi;
+          row_range(ds, i, j0, nk, &lo, &hi);
+          if (hi <= lo) continue;
+          block_scores(sb, Q + static_cast<size_t>(i) * ldq, kt + j0, ld, D, sc);
+          float mx = kNegInf;
+          for (int c = lo; c < hi; ++c) mx = std::max(mx, sb[c]);
+          const float mnew = std::max(m[i], mx);
+          float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+          for (int c = lo; c < hi; ++c) {
+            sb[c] = vec::exp(sb[c] - mnew);
+            sum += sb[c];
+          }
+          float* yr = Y + static_cast<size_t>(i) * ldq;
+          if (mnew != m[i]) {
+            const float alpha = vec::exp(m[i] - mnew);  // 0 on the row's first block
+            l[i] *= alpha;
+#pragma omp simd
+            for (int d = 0; d < D; ++d) yr[d] *= alpha;
+            m[i] = mnew;
+          }
+          l[i] += sum;
+          for (int c = lo; c < hi; ++c) axpy(yr, sb[c], V + static_cast<size_t>(j0 + c) * ldk, D);
+        }
+      }
+      for (int i = 0; i < T; ++i) {
+        float* yr = Y + static_cast<size_t>(i) * ldq;
+        const float inv = 1.0f / l[i];
+#pragma omp simd
+        for (int d = 0; d < D; ++d) yr[d] *= inv;
+        L[i] = m[i] + std::log(l[i]);
+      }
     }
   }
 }
@@ -78,10 +153,14 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
   const int B = s.B, T = s.T, H = s.H, KV = s.KV, D = s.D;
   const int group = H / KV;
   const float sc = 1.0f / std::sqrt(static_cast<float>(D));
-  const int ldq = H * D, ldk = KV * D;
+  const int ldq = H * D, ldk = KV * D, ld = padded(T);
   // Per-query-head dK and dV: (B, H, T, D), summed over each kv group afterwards so that tasks
-  // never write the same memory.
-  Buffer<float> dkh(static_cast<size_t>(B) * H * T * D), dvh(static_cast<size_t>(B) * H * T * D);
+  // never write the same memory. Held by the calling thread and reused across calls.
+  thread_local Buffer<float> dkh, dvh;
+  const size_t nh = static_cast<size_t>(B) * H * T * D;
+  if (dkh.size() < nh) dkh.resize(nh);
+  if (dvh.size() < nh) dvh.resize(nh);
+  float *dkh_p = dkh.data(), *dvh_p = dvh.data();
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
@@ -94,33 +173,55 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
       const float* Y = y + qoff;
       const float* dY = dy + qoff;
       float* dQ = dq + qoff;
-      float* dK = dkh.data() + (static_cast<size_t>(b) * H + h) * T * D;
-      float* dV = dvh.data() + (static_cast<size_t>(b) * H + h) * T * D;
+      float* dK = dkh_p + (static_cast<size_t>(b) * H + h) * T * D;
+      float* dV = dvh_p + (static_cast<size_t>(b) * H + h) * T * D;
       const float* L = lse + (static_cast<size_t>(b) * H + h) * T;
       const int32_t* ds = doc_start ? doc_start + static_cast<size_t>(b) * T : nullptr;
-      float* P = scratch(0, static_cast<size_t>(T) * T).data();
-      float* dP = scratch(1, static_cast<size_t>(T) * T).data();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, sc, Q, ldq, K, ldk, 0.0f, P, T);
-      probs_from_scores(P, L, ds, T);
-      // dP (T, T) = dY V^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, 1.0f, dY, ldq, V, ldk, 0.0f, dP,
-                  T);
-      // dS = P * (dP - rowsum(dY * Y)), kept in dP
+      Scratch& st = scratch();
+      grow(st.kt, static_cast<size_t>(D) * ld);
+      grow(st.vt, static_cast<size_t>(D) * ld);
+      grow(st.l, T);
+      float *kt = st.kt.data(), *vt = st.vt.data(), *di = st.l.data();
+      transpose_head(kt, ld, K, ldk, T, D);
+      transpose_head(vt, ld, V, ldk, T, D);
+      std::fill(dK, dK + static_cast<size_t>(T) * D, 0.0f);
+      std::fill(dV, dV + static_cast<size_t>(T) * D, 0.0f);
       for (int i = 0; i < T; ++i) {
-        float di = 0;
-        for (int d = 0; d < D; ++d) {
-          di += dY[static_cast<size_t>(i) * ldq + d] * Y[static_cast<size_t>(i) * ldq + d];
-        }
-        float* prow = P + static_cast<size_t>(i) * T;
-        float* drow = dP + static_cast<size_t>(i) * T;
-        for (int j = 0; j < T; ++j) drow[j] = prow[j] * (drow[j] - di);
+        // di = rowsum(dY * Y): the softmax backward's correction term
+        const float* a = dY + static_cast<size_t>(i) * ldq;
+        const float* c = Y + static_cast<size_t>(i) * ldq;
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int d = 0; d < D; ++d) acc += a[d] * c[d];
+        di[i] = acc;
+        std::fill(dQ + static_cast<size_t>(i) * ldq, dQ + static_cast<size_t>(i) * ldq + D, 0.0f);
       }
-      // dQ (T, D) = sc * dS K;  dK = sc * dS^T Q;  dV = P^T dY
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, sc, dP, T, K, ldk, 0.0f, dQ,
-                  ldq);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, sc, dP, T, Q, ldq, 0.0f, dK, D);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, 1.0f, P, T, dY, ldq, 0.0f, dV,
-                  D);
+      alignas(64) float p[kBk], dp[kBk];
+      for (int j0 = 0; j0 < T; j0 += kBk) {
+        const int nk = std::min(kBk, T - j0);
+        for (int i = j0; i < T; ++i) {
+          int lo, hi;
+          row_range(ds, i, j0, nk, &lo, &hi);
+          if (hi <= lo) continue;
+          const float* qi = Q + static_cast<size_t>(i) * ldq;
+          const float* dyi = dY + static_cast<size_t>(i) * ldq;
+          float* dqi = dQ + static_cast<size_t>(i) * ldq;
+          block_scores(p, qi, kt + j0, ld, D, sc);
+          block_scores(dp, dyi, vt + j0, ld, D, 1.0f);
+          const float li = L[i], dii = di[i];
+#pragma omp simd
+          for (int c = lo; c < hi; ++c) {
+            p[c] = vec::exp(p[c] - li);
+            dp[c] = sc * p[c] * (dp[c] - dii);  // d(score) before the 1/sqrt(D) scale
+          }
+          for (int c = lo; c < hi; ++c) {
+            const size_t j = static_cast<size_t>(j0 + c);
+            axpy(dV + j * D, p[c], dyi, D);
+            axpy(dK + j * D, dp[c], qi, D);
+            axpy(dqi, dp[c], K + j * ldk, D);
+          }
+        }
+      }
     }
   }
 #pragma omp parallel for collapse(2) schedule(static)
@@ -135,9 +236,10 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
         }
         for (int h = g * group; h < (g + 1) * group; ++h) {
           const size_t off = ((static_cast<size_t>(b) * H + h) * T + t) * D;
+#pragma omp simd
           for (int d = 0; d < D; ++d) {
-            ok[d] += dkh[off + d];
-            ov[d] += dvh[off + d];
+            ok[d] += dkh_p[off + d];
+            ov[d] += dvh_p[off + d];
           }
         }
       }

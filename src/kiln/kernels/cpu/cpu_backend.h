@@ -1,5 +1,5 @@
-// The CPU backend: OpenMP loops for elementwise work, OpenBLAS (OpenMP build, sharing one
-// thread pool with kiln's loops) for every matrix product.
+// The CPU backend: OpenMP loops for elementwise work, gemm() (OpenBLAS sgemm in fp32, oneDNN matmul
+// in bf16; both OpenMP builds sharing one thread pool with kiln's loops) for every matrix product.
 #pragma once
 
 #include "kiln/kernels/ops.h"
@@ -8,7 +8,11 @@ namespace kiln {
 
 class CpuBackend final : public Backend {
  public:
-  std::string_view name() const override { return "cpu"; }
+  // bf16: mixed precision (train.dtype bf16): matrix products take bf16-rounded inputs with fp32
+  // accumulation and fp32 outputs; everything else is identical to the fp32 backend.
+  explicit CpuBackend(bool bf16 = false) : bf16_(bf16) {}
+  std::string_view name() const override { return bf16_ ? "cpu-bf16" : "cpu"; }
+  bool bf16() const { return bf16_; }
 
   void embedding_forward(float* out, const int32_t* ids, const float* wte, int N,
                          int C) const override;
@@ -16,6 +20,8 @@ class CpuBackend final : public Backend {
                           int C) const override;
   void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
                        float eps) const override;
+  void add_rmsnorm_forward(float* sum, float* out, float* rstd, const float* a, const float* b,
+                           const float* w, int N, int C, float eps) const override;
   void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
                         const float* rstd, int N, int C, bool accumulate) const override;
   void matmul_forward(float* out, const float* x, const float* w, const float* b, int N, int IC,
@@ -41,6 +47,9 @@ class CpuBackend final : public Backend {
                        int N, int C, int V, float scale) const override;
   double sum_squares(const float* x, size_t n) const override;
   void scale(float* x, float a, size_t n) const override;
+
+ private:
+  bool bf16_ = false;
 };
 
 }  // namespace kiln

@@ -1,4 +1,5 @@
-// Elementwise and row-wise CPU ops: embedding, RMSNorm, RoPE, SwiGLU, add, reductions.
+// Elementwise and row-wise CPU ops: embedding, RMSNorm (alone and fused with the residual add),
+// RoPE, SwiGLU, add, reductions.
 #include <omp.h>
 
 #include <algorithm>
@@ -7,10 +8,15 @@
 
 #include "kiln/base/error.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/vec_math.h"
 
 namespace kiln {
 
 namespace {
+// Elements below which a pass runs on the calling thread: a parallel region's fork and join cost
+// more than the work (a hidden-64 model's (tokens, hidden) pass is 16K floats, a few µs).
+constexpr size_t kMinParallel = size_t{1} << 15;
+
 // Splits [0, n) into omp_get_num_threads() contiguous ranges; returns this thread's.
 inline void thread_range(size_t n, size_t* begin, size_t* end) {
   size_t nt = static_cast<size_t>(omp_get_num_threads());
@@ -19,44 +25,83 @@ inline void thread_range(size_t n, size_t* begin, size_t* end) {
   *begin = std::min(n, t * chunk);
   *end = std::min(n, *begin + chunk);
 }
+
+// Runs body(begin, end) over [0, n) split into one contiguous range per OpenMP thread, or over
+// all of it on the calling thread when `work` (elements touched) is below kMinParallel. The small
+// case enters no parallel region at all: an `if(false)` region still makes a one-thread team,
+// which libgomp mallocs and frees every time (its cached team only serves the same thread count).
+template <typename F>
+inline void for_ranges(size_t n, size_t work, F&& body) {
+  if (work < kMinParallel) {
+    body(size_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    size_t b, e;
+    thread_range(n, &b, &e);
+    body(b, e);
+  }
+}
 }  // namespace
 
 void CpuBackend::embedding_forward(float* out, const int32_t* ids, const float* wte, int N,
                                    int C) const {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    std::memcpy(out + static_cast<size_t>(n) * C, wte + static_cast<size_t>(ids[n]) * C,
-                sizeof(float) * C);
-  }
+  for_ranges(N, static_cast<size_t>(N) * C, [&](size_t n0, size_t n1) {
+    for (size_t n = n0; n < n1; ++n) {
+      std::memcpy(out + n * C, wte + static_cast<size_t>(ids[n]) * C, sizeof(float) * C);
+    }
+  });
 }
 
 void CpuBackend::embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
                                     int C) const {
   // Threads own disjoint column ranges, so repeated ids never race and the sum order is fixed.
-#pragma omp parallel
-  {
-    size_t c0, c1;
-    thread_range(static_cast<size_t>(C), &c0, &c1);
+  for_ranges(C, static_cast<size_t>(N) * C, [&](size_t c0, size_t c1) {
     for (int n = 0; n < N; ++n) {
       float* dst = dwte + static_cast<size_t>(ids[n]) * C;
       const float* src = dout + static_cast<size_t>(n) * C;
       for (size_t c = c0; c < c1; ++c) dst[c] += src[c];
     }
-  }
+  });
 }
+
+namespace {
+// One row of RMSNorm: o = x * r * w, returns r. The sum of squares is in double, so the result
+// does not depend on the vector width.
+inline float rmsnorm_row(float* __restrict o, const float* __restrict xr, const float* __restrict w,
+                         int C, float eps) {
+  double ss = 0;
+#pragma omp simd reduction(+ : ss)
+  for (int c = 0; c < C; ++c) ss += static_cast<double>(xr[c]) * xr[c];
+  const float r = static_cast<float>(1.0 / std::sqrt(ss / C + eps));
+#pragma omp simd
+  for (int c = 0; c < C; ++c) o[c] = xr[c] * r * w[c];
+  return r;
+}
+}  // namespace
 
 void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N,
                                  int C, float eps) const {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const float* xr = x + static_cast<size_t>(n) * C;
-    float* o = out + static_cast<size_t>(n) * C;
-    double ss = 0;
-    for (int c = 0; c < C; ++c) ss += static_cast<double>(xr[c]) * xr[c];
-    float r = static_cast<float>(1.0 / std::sqrt(ss / C + eps));
-    rstd[n] = r;
-    for (int c = 0; c < C; ++c) o[c] = xr[c] * r * w[c];
-  }
+  for_ranges(N, static_cast<size_t>(N) * C, [&](size_t n0, size_t n1) {
+    for (size_t n = n0; n < n1; ++n) rstd[n] = rmsnorm_row(out + n * C, x + n * C, w, C, eps);
+  });
+}
+
+void CpuBackend::add_rmsnorm_forward(float* sum, float* out, float* rstd, const float* a,
+                                     const float* b, const float* w, int N, int C,
+                                     float eps) const {
+  for_ranges(N, static_cast<size_t>(N) * C, [&](size_t n0, size_t n1) {
+    for (size_t n = n0; n < n1; ++n) {
+      const size_t off = n * C;
+      float* s = sum + off;
+      const float* ar = a + off;
+      const float* br = b + off;
+#pragma omp simd
+      for (int c = 0; c < C; ++c) s[c] = ar[c] + br[c];
+      rstd[n] = rmsnorm_row(out + off, s, w, C, eps);  // the row is still in L1
+    }
+  });
 }
 
 void CpuBackend::rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
@@ -64,92 +109,100 @@ void CpuBackend::rmsnorm_backward(float* dx, float* dw, const float* dout, const
                                   bool accumulate) const {
   // y = x * r * w with r = (mean(x^2) + eps)^-1/2:
   // dx = r * (dy * w) - x * r^3 * mean(dy * w * x);  dw += sum_n dy * x * r
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const float* xr = x + static_cast<size_t>(n) * C;
-    const float* g = dout + static_cast<size_t>(n) * C;
-    float* d = dx + static_cast<size_t>(n) * C;
-    float r = rstd[n];
-    double dot = 0;
-    for (int c = 0; c < C; ++c) dot += static_cast<double>(g[c]) * w[c] * xr[c];
-    float k = static_cast<float>(dot / C) * r * r * r;
-    if (accumulate) {
-      for (int c = 0; c < C; ++c) d[c] += r * g[c] * w[c] - xr[c] * k;
-    } else {
-      for (int c = 0; c < C; ++c) d[c] = r * g[c] * w[c] - xr[c] * k;
+  const size_t work = static_cast<size_t>(N) * C;
+  for_ranges(N, work, [&](size_t n0, size_t n1) {
+    for (size_t n = n0; n < n1; ++n) {
+      const float* xr = x + n * C;
+      const float* g = dout + n * C;
+      float* d = dx + n * C;
+      float r = rstd[n];
+      double dot = 0;
+      for (int c = 0; c < C; ++c) dot += static_cast<double>(g[c]) * w[c] * xr[c];
+      float k = static_cast<float>(dot / C) * r * r * r;
+      if (accumulate) {
+        for (int c = 0; c < C; ++c) d[c] += r * g[c] * w[c] - xr[c] * k;
+      } else {
+        for (int c = 0; c < C; ++c) d[c] = r * g[c] * w[c] - xr[c] * k;
+      }
     }
-  }
-#pragma omp parallel
-  {
-    size_t c0, c1;
-    thread_range(static_cast<size_t>(C), &c0, &c1);
+  });
+  for_ranges(C, work, [&](size_t c0, size_t c1) {
     for (int n = 0; n < N; ++n) {
       const float* xr = x + static_cast<size_t>(n) * C;
       const float* g = dout + static_cast<size_t>(n) * C;
       float r = rstd[n];
       for (size_t c = c0; c < c1; ++c) dw[c] += g[c] * xr[c] * r;
     }
-  }
+  });
 }
 
 void CpuBackend::rope_forward(float* x, const int32_t* pos, const float* cos_table,
                               const float* sin_table, int N, int heads, int D) const {
   const int half = D / 2;
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const float* cs = cos_table + static_cast<size_t>(pos[n]) * half;
-    const float* sn = sin_table + static_cast<size_t>(pos[n]) * half;
-    for (int h = 0; h < heads; ++h) {
-      float* v = x + (static_cast<size_t>(n) * heads + h) * D;
-      for (int d = 0; d < half; ++d) {
-        float a = v[d], b = v[d + half];
-        v[d] = a * cs[d] - b * sn[d];
-        v[d + half] = b * cs[d] + a * sn[d];
+  for_ranges(N, static_cast<size_t>(N) * heads * D, [&](size_t n0, size_t n1) {
+    for (size_t n = n0; n < n1; ++n) {
+      const float* cs = cos_table + static_cast<size_t>(pos[n]) * half;
+      const float* sn = sin_table + static_cast<size_t>(pos[n]) * half;
+      for (int h = 0; h < heads; ++h) {
+        float* v = x + (n * heads + h) * D;
+        for (int d = 0; d < half; ++d) {
+          float a = v[d], b = v[d + half];
+          v[d] = a * cs[d] - b * sn[d];
+          v[d + half] = b * cs[d] + a * sn[d];
+        }
       }
     }
-  }
+  });
 }
 
 void CpuBackend::rope_backward(float* dx, const int32_t* pos, const float* cos_table,
                                const float* sin_table, int N, int heads, int D) const {
   const int half = D / 2;
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const float* cs = cos_table + static_cast<size_t>(pos[n]) * half;
-    const float* sn = sin_table + static_cast<size_t>(pos[n]) * half;
-    for (int h = 0; h < heads; ++h) {
-      float* v = dx + (static_cast<size_t>(n) * heads + h) * D;
-      for (int d = 0; d < half; ++d) {
-        float a = v[d], b = v[d + half];
-        v[d] = a * cs[d] + b * sn[d];
-        v[d + half] = b * cs[d] - a * sn[d];
+  for_ranges(N, static_cast<size_t>(N) * heads * D, [&](size_t n0, size_t n1) {
+    for (size_t n = n0; n < n1; ++n) {
+      const float* cs = cos_table + static_cast<size_t>(pos[n]) * half;
+      const float* sn = sin_table + static_cast<size_t>(pos[n]) * half;
+      for (int h = 0; h < heads; ++h) {
+        float* v = dx + (n * heads + h) * D;
+        for (int d = 0; d < half; ++d) {
+          float a = v[d], b = v[d + half];
+          v[d] = a * cs[d] + b * sn[d];
+          v[d + half] = b * cs[d] - a * sn[d];
+        }
       }
     }
-  }
+  });
 }
 
+// SwiGLU with a vectorised sigmoid (vec_math.h): std::exp is a libm call per element.
 void CpuBackend::swiglu_forward(float* h, const float* gate, const float* up, size_t n) const {
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    float g = gate[i];
-    h[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  for_ranges(n, n, [&](size_t i0, size_t i1) {
+#pragma omp simd
+    for (size_t i = i0; i < i1; ++i) {
+      const float g = gate[i];
+      h[i] = g * vec::sigmoid(g) * up[i];
+    }
+  });
 }
 
 void CpuBackend::swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
                                  const float* up, size_t n) const {
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    float g = gate[i];
-    float s = 1.0f / (1.0f + std::exp(-g));
-    dup[i] = dh[i] * g * s;
-    dgate[i] = dh[i] * up[i] * s * (1.0f + g * (1.0f - s));
-  }
+  for_ranges(n, n, [&](size_t i0, size_t i1) {
+#pragma omp simd
+    for (size_t i = i0; i < i1; ++i) {
+      const float g = gate[i];
+      const float s = vec::sigmoid(g);
+      dup[i] = dh[i] * g * s;
+      dgate[i] = dh[i] * up[i] * s * (1.0f + g * (1.0f - s));
+    }
+  });
 }
 
 void CpuBackend::add(float* out, const float* a, const float* b, size_t n) const {
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  for_ranges(n, n, [&](size_t i0, size_t i1) {
+#pragma omp simd
+    for (size_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
+  });
 }
 
 double CpuBackend::sum_squares(const float* x, size_t n) const {
@@ -174,18 +227,10 @@ double CpuBackend::sum_squares(const float* x, size_t n) const {
 }
 
 void CpuBackend::scale(float* x, float a, size_t n) const {
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) x[i] *= a;
-}
-
-const Backend& cpu_backend() {
-  static const CpuBackend backend;  // stateless
-  return backend;
-}
-
-const Backend& cpu_backend_for(std::string_view dtype) {
-  if (dtype == "fp32") return cpu_backend();
-  fail("compute dtype '{}' is not supported by the CPU backend (supported: fp32)", dtype);
+  for_ranges(n, n, [&](size_t i0, size_t i1) {
+#pragma omp simd
+    for (size_t i = i0; i < i1; ++i) x[i] *= a;
+  });
 }
 
 }  // namespace kiln

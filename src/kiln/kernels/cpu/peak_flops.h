@@ -1,0 +1,16 @@
+// The machine's measured arithmetic peak: an FMA loop of kiln's own on every OpenMP thread, the
+// denominator of the "fraction of peak" that `kiln bench train` prints.
+#pragma once
+
+namespace kiln {
+
+// fp32 FMA throughput of all threads (AVX-512 vfmadd231ps when the CPU has AVX-512F, else AVX2
+// FMA), GFLOP/s counting a multiply-add as 2. Runs for about `seconds`.
+double measure_fp32_peak_gflops(double seconds = 0.25);
+// bf16 dot-product throughput (vdpbf16ps: 32 bf16 multiply-adds into fp32 per instruction) of all
+// threads, GFLOP/s; 0 when the CPU has no AVX512_BF16.
+double measure_bf16_peak_gflops(double seconds = 0.25);
+// Whether the CPU has AVX512_BF16 (vdpbf16ps).
+bool cpu_has_avx512_bf16();
+
+}  // namespace kiln
