@@ -86,7 +86,8 @@ double estimate_bytes(const Qwen2Config& c, int B, int T, bool recompute) {
   const double resid = (L + 1) * N * C;
   const double final_norm = 2 * N * C + N;
   const double scratch = 2 * N * C + 2 * N * Q + 2 * N * KV + 3 * N * I;
-  const double ce_rows = std::min(N, std::max(1.0, static_cast<double>(size_t{8} << 20) / V));
+  const double ce_rows =
+      static_cast<double>(ce_chunk_rows(static_cast<size_t>(N), static_cast<size_t>(V)));
   const double ce = ce_rows * (V + 2 * C);
   return state + 4.0 * (stored * per_layer + resid + final_norm + scratch + ce);
 }

@@ -107,6 +107,9 @@ class Backend {
 };
 
 const Backend& cpu_backend();
+// Rows of logits the CPU cross_entropy holds at once for `rows` targets over `vocab` (for memory
+// estimates).
+size_t ce_chunk_rows(size_t rows, size_t vocab);
 // The CPU backend for a compute dtype (train.dtype): "fp32", or "bf16" (mixed precision: bf16
 // GEMM inputs, fp32 accumulation and everything else in fp32). Throws kiln::Error naming the
 // dtype when it is unknown or unsupported.

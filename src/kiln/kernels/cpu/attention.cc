@@ -36,6 +36,20 @@ void grow(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
+// Sizes every team thread's scratch before the tasks are handed out: with dynamic scheduling
+// which thread runs which (batch, head) varies from call to call (a thread busy elsewhere may
+// get none during warm-up), and that must never decide whether a later step allocates.
+void reserve_scratch(int D, int ld, int T) {
+#pragma omp parallel
+  {
+    Scratch& st = scratch();
+    grow(st.kt, static_cast<size_t>(D) * ld);
+    grow(st.vt, static_cast<size_t>(D) * ld);
+    grow(st.m, T);
+    grow(st.l, T);
+  }
+}
+
 // Columns of K^T, padded to whole key blocks so the score loops run a fixed kBk.
 int padded(int T) { return (T + kBk - 1) / kBk * kBk; }
 
@@ -85,6 +99,7 @@ void CpuBackend::attention_forward(float* y, float* lse, const float* q, const f
   const float sc = 1.0f / std::sqrt(static_cast<float>(D));
   const int ldq = H * D, ldk = KV * D, ld = padded(T);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  reserve_scratch(D, ld, T);
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
@@ -161,6 +176,7 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
   if (dkh.size() < nh) dkh.resize(nh);
   if (dvh.size() < nh) dvh.resize(nh);
   float *dkh_p = dkh.data(), *dvh_p = dvh.data();
+  reserve_scratch(D, ld, T);
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
