@@ -22,6 +22,19 @@ inline std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f
   return v;
 }
 
+// Relative L2 error of a against b (n elements).
+inline double rel_err(const float* a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  return rel_err(a.data(), b.data(), b.size());
+}
+
 inline double dot(const float* a, const std::vector<float>& b) {
   double s = 0;
   for (size_t i = 0; i < b.size(); ++i) s += static_cast<double>(a[i]) * b[i];

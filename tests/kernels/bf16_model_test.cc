@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "common/grad_check.h"
 #include "common/small_model.h"
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/ops.h"
@@ -22,14 +23,7 @@ namespace {
 using testing::randomize;
 using testing::small_config;
 
-double rel_err(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
+using testing::rel_err;
 
 // Token streams from a fixed random "grammar": each token's successor is one of three chosen
 // per token, so there is structure to learn and the loss falls well below log(V).

@@ -51,18 +51,7 @@ std::vector<float> rounded(const std::vector<float>& v) {
   return r;
 }
 
-// Relative L2 error of a against b.
-double rel_err(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  return rel_err(a.data(), b.data(), b.size());
-}
+using testing::rel_err;
 
 const Backend& bf16() { return cpu_backend_for("bf16"); }
 const Backend& fp32() { return cpu_backend_for("fp32"); }

@@ -43,6 +43,30 @@ void grow(V& v, size_t n) {
 }
 }  // namespace
 
+namespace {
+// One row's loss, -log softmax(lg)[t]; with `grad`, lg becomes scale * (softmax - onehot(t)).
+// A function of its own (not the body of the parallel loop) so that GCC vectorises the loops:
+// inside the outlined OpenMP body it reloads the shared `scale` and gives up.
+double softmax_row(float* lg, int V, int t, float scale, bool grad) {
+  float m = lg[0];
+#pragma omp simd reduction(max : m)
+  for (int j = 1; j < V; ++j) m = std::max(m, lg[j]);
+  // Each exp in float (vectorised), the sum in double.
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < V; ++j) sum += static_cast<double>(vec::exp(lg[j] - m));
+  const double lse = m + std::log(sum);
+  const double loss = lse - lg[t];
+  if (grad) {
+    const float lse_f = static_cast<float>(lse);
+#pragma omp simd
+    for (int j = 0; j < V; ++j) lg[j] = scale * vec::exp(lg[j] - lse_f);
+    lg[t] -= scale;
+  }
+  return loss;
+}
+}  // namespace
+
 size_t ce_chunk_rows(size_t rows, size_t vocab) {
   return std::clamp<size_t>(std::max(kChunkLogits / vocab, kMinChunkRows), 1,
                             std::max<size_t>(rows, 1));
@@ -91,24 +115,8 @@ double CpuBackend::cross_entropy(float* dx, float* dw, const float* x, const flo
     }
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < r; ++i) {
-      float* lg = logits + static_cast<size_t>(i) * V;
-      const int t = targets[rows[r0 + i]];
-      float m = lg[0];
-#pragma omp simd reduction(max : m)
-      for (int j = 1; j < V; ++j) m = std::max(m, lg[j]);
-      // Each exp in float (vectorised), the sum in double.
-      double sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; ++j) sum += static_cast<double>(vec::exp(lg[j] - m));
-      const double lse = m + std::log(sum);
-      row_loss[i] = lse - lg[t];
-      if (dx != nullptr) {
-        // dlogits = scale * (softmax - onehot(target))
-        const float lse_f = static_cast<float>(lse);
-#pragma omp simd
-        for (int j = 0; j < V; ++j) lg[j] = scale * vec::exp(lg[j] - lse_f);
-        lg[t] -= scale;
-      }
+      row_loss[i] = softmax_row(logits + static_cast<size_t>(i) * V, V, targets[rows[r0 + i]],
+                                scale, dx != nullptr);
     }
     for (int i = 0; i < r; ++i) total += row_loss[i];
     if (dx != nullptr) {

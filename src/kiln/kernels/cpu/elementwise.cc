@@ -174,28 +174,37 @@ void CpuBackend::rope_backward(float* dx, const int32_t* pos, const float* cos_t
   });
 }
 
+namespace {
+// The SwiGLU loops as functions of their own: inside for_ranges' lambda GCC reloads the
+// captured pointers after every store (they might alias the closure) and does not vectorise.
+void swiglu_forward_range(float* h, const float* gate, const float* up, size_t i0, size_t i1) {
+#pragma omp simd
+  for (size_t i = i0; i < i1; ++i) {
+    const float g = gate[i];
+    h[i] = g * vec::sigmoid(g) * up[i];
+  }
+}
+void swiglu_backward_range(float* dgate, float* dup, const float* dh, const float* gate,
+                           const float* up, size_t i0, size_t i1) {
+#pragma omp simd
+  for (size_t i = i0; i < i1; ++i) {
+    const float g = gate[i];
+    const float s = vec::sigmoid(g);
+    dup[i] = dh[i] * g * s;
+    dgate[i] = dh[i] * up[i] * s * (1.0f + g * (1.0f - s));
+  }
+}
+}  // namespace
+
 // SwiGLU with a vectorised sigmoid (vec_math.h): std::exp is a libm call per element.
 void CpuBackend::swiglu_forward(float* h, const float* gate, const float* up, size_t n) const {
-  for_ranges(n, n, [&](size_t i0, size_t i1) {
-#pragma omp simd
-    for (size_t i = i0; i < i1; ++i) {
-      const float g = gate[i];
-      h[i] = g * vec::sigmoid(g) * up[i];
-    }
-  });
+  for_ranges(n, n, [&](size_t i0, size_t i1) { swiglu_forward_range(h, gate, up, i0, i1); });
 }
 
 void CpuBackend::swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
                                  const float* up, size_t n) const {
-  for_ranges(n, n, [&](size_t i0, size_t i1) {
-#pragma omp simd
-    for (size_t i = i0; i < i1; ++i) {
-      const float g = gate[i];
-      const float s = vec::sigmoid(g);
-      dup[i] = dh[i] * g * s;
-      dgate[i] = dh[i] * up[i] * s * (1.0f + g * (1.0f - s));
-    }
-  });
+  for_ranges(
+      n, n, [&](size_t i0, size_t i1) { swiglu_backward_range(dgate, dup, dh, gate, up, i0, i1); });
 }
 
 void CpuBackend::add(float* out, const float* a, const float* b, size_t n) const {

@@ -14,7 +14,10 @@ namespace kiln::vec {
 #pragma omp declare simd notinbranch
 inline float exp(float x) {
   const float xc = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
-  const float n = __builtin_roundevenf(xc * 1.44269504088896341f);
+  // rint (round to nearest even in the default rounding mode), not roundeven: GCC 12 has a
+  // vector pattern (vrndscaleps) for the first only, and without one no loop calling exp that
+  // also stores is vectorised.
+  const float n = __builtin_rintf(xc * 1.44269504088896341f);
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
