@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/run_kiln.h"
+#include "common/tiny_run.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 
@@ -22,21 +23,7 @@ namespace {
 using testing::run_kiln;
 
 fs::path setup_run(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("kiln_launcher_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  auto r = run_kiln("init --config tiny --seed 1 --out " + (d / "init").string());
-  EXPECT_EQ(r.code, 0) << r.out;
-  write_file_atomic(d / "recipe.yaml",
-                    "model:\n  path: " + (d / "init").string() +
-                        "\ndata:\n  train: " + KILN_SOURCE_DIR +
-                        "/assets/demo/tokens.jsonl\n  seq_len: 64\n"
-                        "train:\n  max_steps: 6\n  micro_batch_size: 2\n"
-                        "dist:\n  nproc_per_node: 2\n  timeout_s: 5\n  threads_per_worker: 1\n"
-                        "output:\n  dir: " +
-                        (d / "run").string() + "\n");
-  return d;
+  return testing::setup_tiny_run("kiln_launcher", name, {});
 }
 
 TEST(Launcher, TwoWorkersPrefixOutputAndTrain) {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/run_kiln.h"
+#include "common/tiny_run.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 
@@ -97,20 +98,8 @@ TEST(BenchComm, Bf16AndTheBusbwFloor) {
 }
 
 fs::path setup_run(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("kiln_stack_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  auto r = run_kiln("init --config tiny --seed 1 --out " + (d / "init").string());
-  EXPECT_EQ(r.code, 0) << r.out;
-  write_file_atomic(d / "recipe.yaml",
-                    "model:\n  path: " + (d / "init").string() +
-                        "\ndata:\n  train: " + KILN_SOURCE_DIR +
-                        "/assets/demo/tokens.jsonl\n  seq_len: 32\n"
-                        "train:\n  max_steps: 2\n  micro_batch_size: 1\n"
-                        "dist:\n  nproc_per_node: 2\n  timeout_s: 30\n  threads_per_worker: 1\n"
-                        "output:\n  dir: " +
-                        (d / "run").string() + "\n");
-  return d;
+  return testing::setup_tiny_run(
+      "kiln_stack", name, {.seq_len = 32, .max_steps = 2, .micro_batch_size = 1, .timeout_s = 30});
 }
 
 TEST(RequireTransport, EfaFailsBeforeStepOneNamingTheTransport) {
