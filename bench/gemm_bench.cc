@@ -30,6 +30,7 @@
 #include "kiln/kernels/cpu/blas_setup.h"
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/peak_flops.h"
+#include "kiln/kernels/ops.h"
 
 namespace {
 
@@ -137,8 +138,9 @@ std::vector<Gemm> step_gemms(const Shape& s, int tokens) {
     g.push_back({l.name, false, false, tokens, l.IC, l.OC, 0.0f, n});  // dx = dout @ W
     g.push_back({l.name, true, false, l.OC, l.IC, tokens, 1.0f, n});   // dw += dout^T @ x
   }
-  // LM head, chunked as in cross_entropy.cc: rows per chunk = 8M logits / V.
-  const int r = std::clamp((8 << 20) / s.V, 1, tokens);
+  // LM head, chunked as the fused cross-entropy chunks it.
+  const int r =
+      static_cast<int>(kiln::ce_chunk_rows(static_cast<size_t>(tokens), static_cast<size_t>(s.V)));
   const int chunks = (tokens + r - 1) / r;
   g.push_back({"lm_head", false, true, r, s.V, s.C, 0.0f, chunks});
   g.push_back({"lm_head", false, false, r, s.C, s.V, 0.0f, chunks});
@@ -157,15 +159,19 @@ const char* op_name(const Gemm& g) {
 int main(int argc, char** argv) {
   double min_s = 0.2;
   bool quick = false;
+  std::string only;  // --run NAME:TOKENS
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--cpu-time") == 0) {
       g_cpu_time = true;
+    } else if (std::strcmp(argv[i], "--run") == 0 && i + 1 < argc) {
+      only = argv[++i];
     } else if (std::strcmp(argv[i], "--min-ms") == 0 && i + 1 < argc) {
       min_s = std::atof(argv[++i]) / 1000.0;
     } else {
-      std::fprintf(stderr, "usage: gemm_bench [--quick] [--min-ms MS] [--cpu-time]\n");
+      std::fprintf(stderr,
+                   "usage: gemm_bench [--quick] [--run SHAPE:TOKENS] [--min-ms MS] [--cpu-time]\n");
       return 2;
     }
   }
@@ -199,6 +205,19 @@ int main(int argc, char** argv) {
   };
   std::vector<Run> runs = {{0, 256}, {0, 2048}, {1, 256}, {1, 512}, {2, 256}, {2, 1024}};
   if (quick) runs = {{0, 256}, {2, 256}};
+  if (!only.empty()) {
+    std::vector<Run> picked;
+    for (const Run& r : runs) {
+      if (only == std::string(shapes[r.shape].name) + ":" + std::to_string(r.tokens)) {
+        picked.push_back(r);
+      }
+    }
+    if (picked.empty()) {
+      std::fprintf(stderr, "gemm_bench: --run %s matches no shape (NAME:TOKENS)\n", only.c_str());
+      return 2;
+    }
+    runs = picked;
+  }
 
   constexpr int kLibs = 4;
   std::mt19937 rng(1);

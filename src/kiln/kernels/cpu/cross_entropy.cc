@@ -51,16 +51,31 @@ double softmax_row(float* lg, int V, int t, float scale, bool grad) {
   float m = lg[0];
 #pragma omp simd reduction(max : m)
   for (int j = 1; j < V; ++j) m = std::max(m, lg[j]);
-  // Each exp in float (vectorised), the sum in double.
+  const double lt = lg[t];
+  // One exp per element: e^(x - m) is summed and, with `grad`, kept in lg and scaled once the
+  // sum is known. Sums of 1024 floats (vectorised, each term <= 1) accumulate in double.
   double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < V; ++j) sum += static_cast<double>(vec::exp(lg[j] - m));
-  const double lse = m + std::log(sum);
-  const double loss = lse - lg[t];
+  for (int j0 = 0; j0 < V; j0 += 1024) {
+    const int j1 = std::min(V, j0 + 1024);
+    float part = 0;
+    if (grad) {
+#pragma omp simd reduction(+ : part)
+      for (int j = j0; j < j1; ++j) {
+        const float e = vec::exp(lg[j] - m);
+        lg[j] = e;
+        part += e;
+      }
+    } else {
+#pragma omp simd reduction(+ : part)
+      for (int j = j0; j < j1; ++j) part += vec::exp(lg[j] - m);
+    }
+    sum += part;
+  }
+  const double loss = m + std::log(sum) - lt;
   if (grad) {
-    const float lse_f = static_cast<float>(lse);
+    const float k = static_cast<float>(scale / sum);
 #pragma omp simd
-    for (int j = 0; j < V; ++j) lg[j] = scale * vec::exp(lg[j] - lse_f);
+    for (int j = 0; j < V; ++j) lg[j] *= k;
     lg[t] -= scale;
   }
   return loss;
