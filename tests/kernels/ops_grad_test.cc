@@ -222,6 +222,11 @@ TEST(OpsGrad, AttentionMultiQueryWithDocuments) { attention_case(1, 7, 3, 1, 6, 
 // Sequences longer than the kernel's key block (64), with a document boundary inside a block.
 TEST(OpsGrad, AttentionAcrossKeyBlocksWithDocuments) { attention_case(2, 150, 4, 2, 16, true, 70); }
 TEST(OpsGrad, AttentionAcrossKeyBlocksHeadDim64) { attention_case(1, 130, 2, 1, 64, false); }
+// Every tiled head size (16, 32, 64, 128 take 8, 4, 4, 2 query rows a tile), with sequence
+// lengths that leave a partial tile and a document boundary inside a tile.
+TEST(OpsGrad, AttentionHeadDim32WithDocuments) { attention_case(1, 75, 2, 2, 32, true, 66); }
+TEST(OpsGrad, AttentionHeadDim128WithDocuments) { attention_case(1, 69, 2, 1, 128, true, 65); }
+TEST(OpsGrad, AttentionHeadDim16PartialTile) { attention_case(1, 13, 2, 1, 16, true, 5); }
 
 TEST(OpsGrad, SwiGlu) {
   const size_t n = 40;
