@@ -1,10 +1,10 @@
 // Causal grouped-query attention on CPU, tiled over keys (flash-attention style): one
-// (batch, head) pair per task; keys are taken in blocks of kBk, and each query row keeps an online
-// softmax (running max m and sum l) while its output accumulates in place, so no (T, T) score
-// matrix exists anywhere: a task holds one head's K^T (D, T), a row of kBk scores and T floats of
-// m and l. Backward recomputes each block's probabilities from q, k and the saved log-sum-exp
-// (B*H*T floats kept, not B*H*T*T). Per-thread scratch grows on the first call and is reused, so
-// a steady-state step allocates nothing here.
+// (batch, head) pair per task; query rows are taken a tile of R at a time and keys in blocks of
+// kBk, and each row keeps an online softmax (running max m and sum l) while the tile's outputs
+// accumulate in registers, so no (T, T) score matrix exists anywhere: a task holds one head's K^T
+// (D, T) and a tile's (R, kBk) scores. Backward recomputes each block's probabilities from q, k
+// and the saved log-sum-exp (B*H*T floats kept, not B*H*T*T). Per-thread scratch grows on the
+// first call and is reused, so a steady-state step allocates nothing here.
 #include <omp.h>
 
 #include <algorithm>
