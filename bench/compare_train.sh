@@ -1,78 +1,129 @@
 #!/usr/bin/env bash
-# kiln vs PyTorch training throughput on the same machine, in one run: runs `kiln bench train`
-# (fixed shape set, or --quick) and bench/pytorch_train_bench.py on the same shapes, batch,
-# sequence length, optimizer and thread count, then prints kiln/PyTorch tokens/s ratios.
+# kiln vs PyTorch training throughput on the same machine, in one run: for every shape of
+# `kiln bench train`'s fixed set (or --quick), runs kiln and bench/pytorch_train_bench.py on the
+# same shape, batch, sequence length, optimizer and thread count, alternating kiln and PyTorch
+# for --rounds rounds, and prints the median tokens/s of each and the median per-round ratio.
+# Alternating matters on a shared machine whose speed drifts over minutes: each ratio is taken
+# from two runs seconds apart.
 #
 #   bench/compare_train.sh [--kiln PATH] [--threads N] [--quick] [--bf16] [--recompute MODE]
+#                          [--rounds N]
 #
 # --kiln     the kiln binary (default: build/bin/kiln)
 # --threads  OMP_NUM_THREADS for kiln and torch.set_num_threads for PyTorch (default: nproc)
 # --quick    only the small shapes (hidden-64 and 25m)
-# --bf16     also run kiln --dtype bf16 and PyTorch --bf16 (autocast) and print those ratios
-# --recompute off|on|both: activation checkpointing for both sides (default off: the throughput
-#            comparison; `both` also compares peak memory)
-# --torch-recompute off|on|both: PyTorch's, when it should differ from kiln's
+# --bf16     also run kiln --dtype bf16 and PyTorch --bf16 (autocast); kiln bf16 rows are
+#            compared with PyTorch fp32 (the issue's target) and PyTorch bf16
+# --recompute off|on: activation checkpointing for both sides (default off: the throughput
+#            comparison; `kiln bench train --recompute both` shows what it saves)
+# --rounds   kiln/PyTorch pairs per shape (default 3)
 #
 # PyTorch comes from Debian (apt-get install python3-torch libopenblas0-openmp) and is run with
-# /usr/bin/python3; it is never needed by the build. The raw tables are kept in $OUT_DIR
-# (default: a fresh directory under /tmp).
+# /usr/bin/python3; it is never needed by the build. Every row is kept in $OUT_DIR (default: a
+# fresh directory under /tmp).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 kiln="$here/../build/bin/kiln"
 threads="$(nproc)"
-quick=()
+quick=0
 bf16=0
 recompute=off
-torch_recompute=""
+rounds=3
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --kiln) kiln="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
-    --quick) quick=(--quick); shift ;;
+    --quick) quick=1; shift ;;
     --bf16) bf16=1; shift ;;
     --recompute) recompute="$2"; shift 2 ;;
-    --torch-recompute) torch_recompute="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "compare_train.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [[ -x "$kiln" ]] || { echo "compare_train.sh: kiln binary '$kiln' not found (--kiln PATH)" >&2; exit 2; }
+[[ "$recompute" == off || "$recompute" == on ]] ||
+  { echo "compare_train.sh: --recompute off or on" >&2; exit 2; }
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "compare_train.sh: --rounds N (N >= 1)" >&2; exit 2; }
 /usr/bin/python3 -c "import torch" 2>/dev/null ||
   { echo "compare_train.sh: /usr/bin/python3 cannot import torch (apt-get install python3-torch libopenblas0-openmp)" >&2; exit 2; }
 
+# (preset batch seq timed-steps warm-up): kiln bench train's fixed set (src/kiln/cli/bench_cmd.cc).
+if [[ $quick == 1 ]]; then
+  shapes=("bench-h64 1 256 10 2" "25m 1 256 3 1")
+else
+  shapes=("bench-h64 1 256 20 3" "bench-h64 4 256 10 2" "25m 1 256 5 2" "bench-h512 1 256 4 1"
+          "bench-h512 4 512 3 1" "qwen2.5-0.5b 1 256 3 1" "qwen2.5-0.5b 1 512 3 1")
+fi
+
 out="${OUT_DIR:-$(mktemp -d /tmp/kiln-compare-train.XXXXXX)}"
 mkdir -p "$out"
-echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs, threads $threads; tables in $out"
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs, threads $threads, $rounds rounds; rows in $out"
 
-run_pair() {  # dtype
-  local dtype="$1" pyflag=()
-  [[ "$dtype" == bf16 ]] && pyflag=(--bf16)
-  OMP_NUM_THREADS="$threads" "$kiln" bench train "${quick[@]}" --dtype "$dtype" \
-    --recompute "$recompute" | tee "$out/kiln-$dtype.txt"
-  local peak32 peak16
-  peak32="$(sed -n 's/.*measured peak fp32 \([0-9.]*\) GFLOP.*/\1/p' "$out/kiln-$dtype.txt")"
-  peak16="$(sed -n 's/.*bf16 \([0-9.]*\) GFLOP.*/\1/p' "$out/kiln-$dtype.txt")"
-  /usr/bin/python3 "$here/pytorch_train_bench.py" "${quick[@]}" "${pyflag[@]}" \
-    --threads "$threads" --recompute "${torch_recompute:-$recompute}" --peak-fp32 "${peak32:-0}" \
-    --peak-bf16 "${peak16:-0}" | tee "$out/torch-$dtype.txt"
+# The machine's measured peaks, for PyTorch's peak column.
+peaks="$(OMP_NUM_THREADS="$threads" "$kiln" bench train --preset bench-h64 --steps 1 --warmup 0 \
+  --recompute off | sed -n 1p)"
+echo "$peaks"
+peak32="$(sed -n 's/.*measured peak fp32 \([0-9.]*\) GFLOP.*/\1/p' <<<"$peaks")"
+peak16="$(sed -n 's/.*bf16 \([0-9.]*\) GFLOP.*/\1/p' <<<"$peaks")"
+
+kiln_row() {  # preset batch seq steps warmup dtype
+  OMP_NUM_THREADS="$threads" "$kiln" bench train --preset "$1" --batch "$2" --seq "$3" \
+    --steps "$4" --warmup "$5" --dtype "$6" --recompute "$recompute" | tail -1
+}
+torch_row() {  # preset batch seq steps warmup dtype
+  local flag=()
+  [[ "$6" == bf16 ]] && flag=(--bf16)
+  /usr/bin/python3 "$here/pytorch_train_bench.py" --preset "$1" --batch "$2" --seq "$3" \
+    --steps "$4" --warmup "$5" "${flag[@]}" --threads "$threads" --recompute "$recompute" \
+    --peak-fp32 "${peak32:-0}" --peak-bf16 "${peak16:-0}" | tail -1
 }
 
-run_pair fp32
-[[ $bf16 == 1 ]] && run_pair bf16
-
-# Rows are keyed by shape, BxT, dtype and recompute (columns 1, 3, 4, 5); tokens/s is column 7.
-echo
-echo "kiln / PyTorch tokens/s (same machine, same run)"
-printf "%-13s %-8s %-4s %-4s %10s %10s %7s %9s %9s\n" shape BxT type rcmp kiln torch ratio \
-  kiln_MiB torch_MiB
-for dtype in fp32 $([[ $bf16 == 1 ]] && echo bf16); do
-  awk -v T="$out/torch-fp32.txt" '
-    BEGIN { while ((getline l < T) > 0) { split(l, f); if (f[3] ~ /^[0-9]+x[0-9]+$/) { k = f[1] " " f[3] " " f[5]; tp[k] = f[7]; tm[k] = f[10] } } }
-    $3 ~ /^[0-9]+x[0-9]+$/ { k = $1 " " $3 " " $5
-      if (k in tp) printf "%-13s %-8s %-4s %-4s %10.0f %10.0f %6.2fx %9.0f %9.0f\n", $1, $3, $4, $5, $7, tp[k], $7 / tp[k], $10, tm[k] }
-  ' "$out/kiln-$dtype.txt"
+# Rows: shape params BxT type rcmp step_s tokens/s ...; tokens/s is column 7, rss_MiB column 10.
+dtypes=(fp32)
+[[ $bf16 == 1 ]] && dtypes+=(bf16)
+for s in "${shapes[@]}"; do
+  read -r preset b t steps warmup <<<"$s"
+  for ((r = 1; r <= rounds; ++r)); do
+    for dt in "${dtypes[@]}"; do
+      kiln_row "$preset" "$b" "$t" "$steps" "$warmup" "$dt" | tee -a "$out/kiln-$dt.txt" |
+        sed "s/^/round $r kiln    /"
+      torch_row "$preset" "$b" "$t" "$steps" "$warmup" "$dt" | tee -a "$out/torch-$dt.txt" |
+        sed "s/^/round $r pytorch /"
+    done
+  done
 done
+
+# Per shape: the median over rounds of kiln and PyTorch tokens/s, and of the round's ratio
+# (a kiln row divided by the PyTorch row that ran right after it), with its range.
+summary() {  # kiln-dtype torch-dtype
+  awk -v K="$out/kiln-$1.txt" -v T="$out/torch-$2.txt" -v KD="$1" -v TD="$2" '
+    function median(a, n,   i, j, x) {
+      for (i = 2; i <= n; ++i) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; --j) a[j + 1] = a[j]; a[j + 1] = x }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    BEGIN {
+      n = 0
+      while ((getline l < K) > 0) { split(l, f); k = f[1] " " f[3]; if (!(k in cnt)) order[++n] = k; c = ++cnt[k]; kt[k, c] = f[7]; km[k, c] = f[10] }
+      while ((getline l < T) > 0) { split(l, f); k = f[1] " " f[3]; tc[k]++; tt[k, tc[k]] = f[7]; tm[k, tc[k]] = f[10] }
+      for (i = 1; i <= n; ++i) {
+        k = order[i]; m = cnt[k] < tc[k] ? cnt[k] : tc[k]
+        if (m == 0) continue
+        lo = 1e30; hi = 0
+        for (j = 1; j <= m; ++j) { a[j] = kt[k, j]; b[j] = tt[k, j]; q[j] = kt[k, j] / tt[k, j]; x[j] = km[k, j]; y[j] = tm[k, j]
+                                   if (q[j] < lo) lo = q[j]; if (q[j] > hi) hi = q[j] }
+        split(k, f, " ")
+        printf "%-13s %-8s %-4s %-4s %10.0f %10.0f %6.2fx %5.2f-%-5.2f %9.0f %9.0f\n", f[1], f[2], KD, TD, median(a, m), median(b, m), median(q, m), lo, hi, median(x, m), median(y, m)
+      }
+    }'
+}
+echo
+echo "kiln / PyTorch tokens/s (same machine, same run; medians of $rounds alternating rounds)"
+printf "%-13s %-8s %-4s %-4s %10s %10s %7s %11s %9s %9s\n" shape BxT kiln torch kiln_tok/s \
+  torch_tok/s ratio range kiln_MiB torch_MiB
+summary fp32 fp32
 if [[ $bf16 == 1 ]]; then
-  echo "(kiln bf16 rows are against PyTorch fp32, as the issue's target; PyTorch bf16 is in $out/torch-bf16.txt)"
+  summary bf16 fp32
+  summary bf16 bf16
 fi

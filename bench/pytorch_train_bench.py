@@ -203,8 +203,9 @@ def main():
                     help="machine peak in GFLOP/s for the peak column (kiln bench train prints it)")
     ap.add_argument("--peak-bf16", type=float, default=0.0)
     ap.add_argument("--row", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
-    ap.add_argument("--seq", type=int, default=256, help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, default=None,
+                    help="with one --preset: only this batch (and --seq), not the fixed set's rows")
+    ap.add_argument("--seq", type=int, default=None, help="sequence length (with --batch)")
     args = ap.parse_args()
     if args.row:
         args.preset = args.preset[0]
@@ -231,6 +232,10 @@ def main():
             sys.exit("pytorch_train_bench: unknown preset %s (known: %s)" %
                      (", ".join(unknown), ", ".join(PRESETS)))
         shapes = [s for s in SHAPES if s[0] in args.preset]
+        if args.batch is not None or args.seq is not None:
+            if len(args.preset) != 1:
+                sys.exit("pytorch_train_bench: --batch/--seq need exactly one --preset")
+            shapes = [(args.preset[0], args.batch or 1, args.seq or 256, 5, 2)]
     with open("/proc/self/maps") as f:
         blas = "OpenBLAS" if "openblas" in f.read() else "not OpenBLAS (see torch.__config__)"
     print("pytorch %s train bench: %d threads, dtype %s, %s, OPENBLAS_CORETYPE=%s" %
