@@ -17,6 +17,7 @@
 # --recompute off|on: activation checkpointing for both sides (default off: the throughput
 #            comparison; `kiln bench train --recompute both` shows what it saves)
 # --rounds   kiln/PyTorch pairs per shape (default 3)
+# --only PRESET:BxT  only this row of the set, e.g. --only bench-h512:4x512 (repeatable)
 #
 # PyTorch comes from Debian (apt-get install python3-torch libopenblas0-openmp) and is run with
 # /usr/bin/python3; it is never needed by the build. Every row is kept in $OUT_DIR (default: a
@@ -30,6 +31,7 @@ quick=0
 bf16=0
 recompute=off
 rounds=3
+only=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --kiln) kiln="$2"; shift 2 ;;
@@ -38,7 +40,8 @@ while [[ $# -gt 0 ]]; do
     --bf16) bf16=1; shift ;;
     --recompute) recompute="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --only) only+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "compare_train.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -55,6 +58,16 @@ if [[ $quick == 1 ]]; then
 else
   shapes=("bench-h64 1 256 20 3" "bench-h64 4 256 10 2" "25m 1 256 5 2" "bench-h512 1 256 4 1"
           "bench-h512 4 512 3 1" "qwen2.5-0.5b 1 256 3 1" "qwen2.5-0.5b 1 512 3 1")
+fi
+
+if [[ ${#only[@]} -gt 0 ]]; then
+  picked=()
+  for s in "${shapes[@]}"; do
+    read -r preset b t _ <<<"$s"
+    for o in "${only[@]}"; do [[ "$o" == "$preset:${b}x$t" ]] && picked+=("$s"); done
+  done
+  [[ ${#picked[@]} -gt 0 ]] || { echo "compare_train.sh: --only ${only[*]} matches no row of the set" >&2; exit 2; }
+  shapes=("${picked[@]}")
 fi
 
 out="${OUT_DIR:-$(mktemp -d /tmp/kiln-compare-train.XXXXXX)}"
