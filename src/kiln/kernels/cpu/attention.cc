@@ -142,12 +142,17 @@ inline int first_block(const int32_t* ds, int i0, int R) {
   return lo / kBk * kBk;
 }
 
-struct HeadFwd {
-  const float *Q, *V, *kt;
-  float *Y, *L;
+// One (batch, head) task's geometry: its row of document starts, sequence length, row strides
+// of Q and K/V, K^T's padded stride, head_dim and the 1/sqrt(D) scale.
+struct HeadDims {
   const int32_t* ds;
   int T, ldq, ldk, ld, D;
   float sc;
+};
+
+struct HeadFwd : HeadDims {
+  const float *Q, *V, *kt;
+  float *Y, *L;
 };
 
 // Rows [i0, i0 + R) of one head: online softmax over the key blocks, output in registers.
@@ -218,12 +223,9 @@ void forward_head(const HeadFwd& h) {
   for (; i0 < h.T; ++i0) forward_tile<1, D>(h, i0);
 }
 
-struct HeadBwd {
+struct HeadBwd : HeadDims {
   const float *Q, *K, *dY, *L, *di, *kt, *vt;
   float *dQ, *dK, *dV;
-  const int32_t* ds;
-  int T, ldq, ldk, ld, D;
-  float sc;
 };
 
 // Rows [i0, i0 + R) of one head: p and dS per key block from q, k, v and the saved log-sum-exp;
@@ -322,13 +324,8 @@ void CpuBackend::attention_forward(float* y, float* lse, const float* q, const f
       hd.kt = st.kt.data();
       hd.Y = y + static_cast<size_t>(b) * T * ldq + h * D;
       hd.L = lse + (static_cast<size_t>(b) * H + h) * T;
-      hd.ds = doc_start ? doc_start + static_cast<size_t>(b) * T : nullptr;
-      hd.T = T;
-      hd.ldq = ldq;
-      hd.ldk = ldk;
-      hd.ld = ld;
-      hd.D = D;
-      hd.sc = sc;
+      static_cast<HeadDims&>(hd) = {
+          doc_start ? doc_start + static_cast<size_t>(b) * T : nullptr, T, ldq, ldk, ld, D, sc};
       dispatch<HeadFwd>(hd, forward_head<16>, forward_head<32>, forward_head<64>, forward_head<128>,
                         forward_head<0>);
     }
@@ -374,13 +371,8 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
       hd.dQ = dq + qoff;
       hd.dK = dkh_p + (static_cast<size_t>(b) * H + h) * T * D;
       hd.dV = dvh_p + (static_cast<size_t>(b) * H + h) * T * D;
-      hd.ds = doc_start ? doc_start + static_cast<size_t>(b) * T : nullptr;
-      hd.T = T;
-      hd.ldq = ldq;
-      hd.ldk = ldk;
-      hd.ld = ld;
-      hd.D = D;
-      hd.sc = sc;
+      static_cast<HeadDims&>(hd) = {
+          doc_start ? doc_start + static_cast<size_t>(b) * T : nullptr, T, ldq, ldk, ld, D, sc};
       std::fill(hd.dK, hd.dK + static_cast<size_t>(T) * D, 0.0f);
       std::fill(hd.dV, hd.dV + static_cast<size_t>(T) * D, 0.0f);
       // di = rowsum(dY * Y): the softmax backward's correction term
