@@ -25,7 +25,7 @@ constexpr int kBk = 64;  // keys per block: a block of K^T (D x 64) stays in L1
 
 struct Scratch {
   std::vector<float> kt, vt;  // (D, ld): the task's K and V heads transposed, zero-padded
-  std::vector<float> m, l;    // (T) running max / sum (forward); di (T) in l (backward)
+  std::vector<float> di;      // (T) backward's rowsum(dY * Y)
 };
 
 Scratch& scratch() {
@@ -46,8 +46,7 @@ void reserve_scratch(int D, int ld, int T) {
     Scratch& st = scratch();
     grow(st.kt, static_cast<size_t>(D) * ld);
     grow(st.vt, static_cast<size_t>(D) * ld);
-    grow(st.m, T);
-    grow(st.l, T);
+    grow(st.di, T);
   }
 }
 
@@ -358,7 +357,7 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
       Scratch& st = scratch();
       grow(st.kt, static_cast<size_t>(D) * ld);
       grow(st.vt, static_cast<size_t>(D) * ld);
-      grow(st.l, T);
+      grow(st.di, T);
       transpose_head(st.kt.data(), ld, k + koff, ldk, T, D);
       transpose_head(st.vt.data(), ld, v + koff, ldk, T, D);
       HeadBwd hd;
@@ -376,7 +375,7 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
       std::fill(hd.dK, hd.dK + static_cast<size_t>(T) * D, 0.0f);
       std::fill(hd.dV, hd.dV + static_cast<size_t>(T) * D, 0.0f);
       // di = rowsum(dY * Y): the softmax backward's correction term
-      float* di = st.l.data();
+      float* di = st.di.data();
       const float* Y = y + qoff;
       for (int i = 0; i < T; ++i) {
         const float* a = hd.dY + static_cast<size_t>(i) * ldq;
