@@ -22,19 +22,13 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
+#include "kiln/kernels/cpu/peak_flops.h"
 
 namespace kiln {
 
 namespace {
 
 using dnnl::memory;
-
-// AVX512_BF16 (vcvtne2ps2bf16, vdpbf16ps) with the AVX-512 subsets the conversion uses.
-bool has_avx512_bf16() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl");
-}
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -74,7 +68,7 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
 // fp32 (more accurate, never an emulated slow path); a warning says so once.
 bool bf16_native_impl() {
   static const bool native = [] {
-    const bool has = has_avx512_bf16();
+    const bool has = cpu_has_avx512_bf16();
     if (!has) {
       KILN_LOG_WARN("bf16: this CPU lacks AVX512_BF16; matrix products run in fp32 instead");
     }
@@ -227,7 +221,7 @@ void to_bf16_portable(uint16_t* dst, const float* src, size_t n) {
 }
 
 void to_bf16_serial(uint16_t* dst, const float* src, size_t n) {
-  static const bool avx = has_avx512_bf16();
+  static const bool avx = cpu_has_avx512_bf16();
   if (avx) {
     to_bf16_avx512(dst, src, n);
   } else {
@@ -321,7 +315,7 @@ std::string gemm_info() {
   return fmt::format("fp32 GEMMs {}; oneDNN {}.{}.{} (OpenMP, {} threads), ISA {}, bf16 GEMMs {}",
                      fp32_openblas() ? "OpenBLAS" : "oneDNN", v->major, v->minor, v->patch,
                      omp_get_max_threads(), isa_name(dnnl_get_effective_cpu_isa()),
-                     has_avx512_bf16() ? "native (AVX512_BF16)" : "in fp32 (no AVX512_BF16)");
+                     cpu_has_avx512_bf16() ? "native (AVX512_BF16)" : "in fp32 (no AVX512_BF16)");
 }
 
 }  // namespace kiln

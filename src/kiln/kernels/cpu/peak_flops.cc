@@ -98,7 +98,8 @@ double all_threads(Loop loop, double seconds) {
 
 bool cpu_has_avx512_bf16() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16");
+  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
 }
 
 double measure_fp32_peak_gflops(double seconds) {

@@ -10,7 +10,8 @@ double measure_fp32_peak_gflops(double seconds = 0.25);
 // bf16 dot-product throughput (vdpbf16ps: 32 bf16 multiply-adds into fp32 per instruction) of all
 // threads, GFLOP/s; 0 when the CPU has no AVX512_BF16.
 double measure_bf16_peak_gflops(double seconds = 0.25);
-// Whether the CPU has AVX512_BF16 (vdpbf16ps).
+// Whether the CPU has AVX512_BF16 (vcvtne2ps2bf16, vdpbf16ps) with the AVX-512 subsets (BW, VL)
+// that kiln's bf16 conversions use; the bf16 GEMMs and the bf16 peak loop both ask this.
 bool cpu_has_avx512_bf16();
 
 }  // namespace kiln
