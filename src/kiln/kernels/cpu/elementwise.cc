@@ -136,8 +136,11 @@ void CpuBackend::rmsnorm_backward(float* dx, float* dw, const float* dout, const
   });
 }
 
-void CpuBackend::rope_forward(float* x, const int32_t* pos, const float* cos_table,
-                              const float* sin_table, int N, int heads, int D) const {
+namespace {
+// Rotates each (d, d + half) pair of every head by +angle (sign 1: forward) or -angle (sign -1:
+// backward, the transpose of the rotation).
+void rope_rotate(float* x, const int32_t* pos, const float* cos_table, const float* sin_table,
+                 int N, int heads, int D, float sign) {
   const int half = D / 2;
   for_ranges(N, static_cast<size_t>(N) * heads * D, [&](size_t n0, size_t n1) {
     for (size_t n = n0; n < n1; ++n) {
@@ -146,32 +149,24 @@ void CpuBackend::rope_forward(float* x, const int32_t* pos, const float* cos_tab
       for (int h = 0; h < heads; ++h) {
         float* v = x + (n * heads + h) * D;
         for (int d = 0; d < half; ++d) {
-          float a = v[d], b = v[d + half];
-          v[d] = a * cs[d] - b * sn[d];
-          v[d + half] = b * cs[d] + a * sn[d];
+          const float a = v[d], b = v[d + half], s = sign * sn[d];
+          v[d] = a * cs[d] - b * s;
+          v[d + half] = b * cs[d] + a * s;
         }
       }
     }
   });
 }
+}  // namespace
+
+void CpuBackend::rope_forward(float* x, const int32_t* pos, const float* cos_table,
+                              const float* sin_table, int N, int heads, int D) const {
+  rope_rotate(x, pos, cos_table, sin_table, N, heads, D, 1.0f);
+}
 
 void CpuBackend::rope_backward(float* dx, const int32_t* pos, const float* cos_table,
                                const float* sin_table, int N, int heads, int D) const {
-  const int half = D / 2;
-  for_ranges(N, static_cast<size_t>(N) * heads * D, [&](size_t n0, size_t n1) {
-    for (size_t n = n0; n < n1; ++n) {
-      const float* cs = cos_table + static_cast<size_t>(pos[n]) * half;
-      const float* sn = sin_table + static_cast<size_t>(pos[n]) * half;
-      for (int h = 0; h < heads; ++h) {
-        float* v = dx + (n * heads + h) * D;
-        for (int d = 0; d < half; ++d) {
-          float a = v[d], b = v[d + half];
-          v[d] = a * cs[d] + b * sn[d];
-          v[d + half] = b * cs[d] - a * sn[d];
-        }
-      }
-    }
-  });
+  rope_rotate(dx, pos, cos_table, sin_table, N, heads, D, -1.0f);
 }
 
 namespace {
