@@ -64,26 +64,21 @@ bool in_blas_library(void* ret) {
          std::strstr(info.dli_fname, "libdnnl") != nullptr;
 }
 
-inline void count_malloc(void* caller) {
-  if (g_counting.load(std::memory_order_relaxed)) {
-    if (in_blas_library(caller)) {
-      g_blas.fetch_add(1);
-    } else {
-      g_mallocs.fetch_add(1);
-      trace();
-    }
+// One allocation while counting: the BLAS libraries' own apart, any other into `kiln_count`.
+inline void count(std::atomic<long>& kiln_count, void* caller) {
+  if (!g_counting.load(std::memory_order_relaxed)) return;
+  if (in_blas_library(caller)) {
+    g_blas.fetch_add(1);
+  } else {
+    kiln_count.fetch_add(1);
+    trace();
   }
 }
 
+inline void count_malloc(void* caller) { count(g_mallocs, caller); }
+
 void* counted_new(size_t n, size_t align, void* caller) {
-  if (g_counting.load(std::memory_order_relaxed)) {
-    if (in_blas_library(caller)) {
-      g_blas.fetch_add(1);
-    } else {
-      g_news.fetch_add(1);
-      trace();
-    }
-  }
+  count(g_news, caller);
   if (n == 0) n = 1;
   void* p = align > alignof(std::max_align_t) ? __libc_memalign(align, n) : __libc_malloc(n);
   if (p == nullptr) throw std::bad_alloc();
