@@ -52,13 +52,11 @@ done
 /usr/bin/python3 -c "import torch" 2>/dev/null ||
   { echo "compare_train.sh: /usr/bin/python3 cannot import torch (apt-get install python3-torch libopenblas0-openmp)" >&2; exit 2; }
 
-# (preset batch seq timed-steps warm-up): kiln bench train's fixed set (src/kiln/cli/bench_cmd.cc).
-if [[ $quick == 1 ]]; then
-  shapes=("bench-h64 1 256 10 2" "25m 1 256 3 1")
-else
-  shapes=("bench-h64 1 256 20 3" "bench-h64 4 256 10 2" "25m 1 256 5 2" "bench-h512 1 256 4 1"
-          "bench-h512 4 512 3 1" "qwen2.5-0.5b 1 256 3 1" "qwen2.5-0.5b 1 512 3 1")
-fi
+# (preset batch seq timed-steps warm-up): kiln bench train's own set, so the two never differ.
+quick_flag=()
+[[ $quick == 1 ]] && quick_flag=(--quick)
+mapfile -t shapes < <("$kiln" bench train --list "${quick_flag[@]}")
+[[ ${#shapes[@]} -gt 0 ]] || { echo "compare_train.sh: '$kiln bench train --list' printed no rows" >&2; exit 2; }
 
 if [[ ${#only[@]} -gt 0 ]]; then
   picked=()

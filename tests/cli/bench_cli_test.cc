@@ -48,6 +48,22 @@ TEST(BenchCli, TrainPrintsOneRowPerRecomputeMode) {
   }
 }
 
+// --list prints the rows a run would take (bench/compare_train.sh reads them) and measures nothing.
+TEST(BenchCli, TrainListPrintsTheRowsWithoutRunningThem) {
+  auto r = run_kiln("bench train --list");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("measured peak"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out,
+            "bench-h64 1 256 20 3\nbench-h64 4 256 10 2\n25m 1 256 5 2\nbench-h512 1 256 4 1\n"
+            "bench-h512 4 512 3 1\nqwen2.5-0.5b 1 256 3 1\nqwen2.5-0.5b 1 512 3 1\n");
+  r = run_kiln("bench train --list --quick --steps 7");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, "bench-h64 1 256 7 2\n25m 1 256 7 1\n");
+  r = run_kiln("bench train --list --preset tiny --batch 2 --seq 64");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, "tiny 2 64 5 2\n");
+}
+
 TEST(BenchCli, TrainRejectsBadOptions) {
   auto r = run_kiln("bench train --preset no-such-shape --steps 1");
   EXPECT_NE(r.code, 0);

@@ -34,7 +34,8 @@ struct BenchOpts {
   std::string recompute = "both";  // off | on | both
   std::string dtype = "fp32";
   bool quick = false;
-  bool row = false;  // internal: run one row in this process and print it
+  bool list = false;  // print the rows (preset batch seq steps warmup) and exit
+  bool row = false;   // internal: run one row in this process and print it
   double peak_fp32 = 0, peak_bf16 = 0;
 };
 
@@ -215,6 +216,12 @@ int run_bench(BenchOpts o) {
     if (o.steps > 0) s.steps = o.steps;
     if (o.warmup >= 0) s.warmup = o.warmup;
   }
+  if (o.list) {
+    for (const auto& s : shapes) {
+      std::printf("%s %d %d %d %d\n", s.preset.c_str(), s.batch, s.seq, s.steps, s.warmup);
+    }
+    return 0;
+  }
   o.peak_fp32 = measure_fp32_peak_gflops();
   o.peak_bf16 = measure_bf16_peak_gflops();
   std::printf(
@@ -256,6 +263,8 @@ Command add_bench(CLI::App& app) {
       ->capture_default_str();
   tr->add_option("--dtype", o->dtype, "Compute dtype: fp32 or bf16")->capture_default_str();
   tr->add_flag("--quick", o->quick, "Only the small shapes (hidden-64 and 25m), few steps");
+  tr->add_flag("--list", o->list,
+               "Print the rows it would run (preset batch seq steps warmup) and exit");
   tr->add_flag("--row", o->row, "Internal: run one row in this process")->group("");
   tr->add_option("--peak-fp32", o->peak_fp32, "Internal: measured fp32 peak")->group("");
   tr->add_option("--peak-bf16", o->peak_bf16, "Internal: measured bf16 peak")->group("");
