@@ -23,8 +23,8 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
-#include "kiln/dist/communicator.h"
-#include "kiln/dist/fsdp.h"
+#include "kiln/distributed/communicator.h"
+#include "kiln/distributed/fsdp.h"
 #include "kiln/model/config.h"
 #include "kiln/model/layout.h"
 #include "kiln/train/checkpoint.h"

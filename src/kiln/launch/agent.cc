@@ -18,8 +18,8 @@
 #include "kiln/base/error.h"
 #include "kiln/base/json.h"
 #include "kiln/base/log.h"
-#include "kiln/dist/tcp_store.h"
-#include "kiln/dist/watchdog.h"
+#include "kiln/distributed/tcp_store.h"
+#include "kiln/distributed/watchdog.h"
 
 extern char** environ;
 

@@ -16,7 +16,7 @@
 
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
-#include "kiln/dist/net_iface.h"
+#include "kiln/distributed/net_iface.h"
 
 namespace kiln {
 

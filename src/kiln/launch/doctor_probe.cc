@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "kiln/base/error.h"
-#include "kiln/dist/gloo_communicator.h"
+#include "kiln/distributed/gloo_communicator.h"
 #include "kiln/kernels/cpu/blas_setup.h"
 #include "kiln/launch/doctor.h"
 #include "kiln/launch/doctor_facts.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/dist/topology.h"
+#include "kiln/distributed/topology.h"
 #include "kiln/train/runtime.h"
 
 namespace kiln {

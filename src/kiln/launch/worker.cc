@@ -8,9 +8,9 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
-#include "kiln/dist/gloo_communicator.h"
-#include "kiln/dist/tcp_store.h"
-#include "kiln/dist/watchdog.h"
+#include "kiln/distributed/gloo_communicator.h"
+#include "kiln/distributed/tcp_store.h"
+#include "kiln/distributed/watchdog.h"
 
 namespace kiln {
 

@@ -12,7 +12,7 @@
 #include "kiln/base/fault.h"
 #include "kiln/base/file.h"
 #include "kiln/base/log.h"
-#include "kiln/dist/fsdp.h"
+#include "kiln/distributed/fsdp.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/train/optimizer.h"
 

@@ -26,7 +26,7 @@
 
 #include "kiln/base/json.h"
 #include "kiln/data/sampler.h"
-#include "kiln/dist/communicator.h"
+#include "kiln/distributed/communicator.h"
 #include "kiln/model/layout.h"
 #include "kiln/model/unit_access.h"
 

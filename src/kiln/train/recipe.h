@@ -77,14 +77,14 @@ struct Recipe {
   };
 
   struct Dist {
-    // "full_shard" | "shard_grad_op" | "no_shard" | "hybrid_shard" (see src/kiln/dist/fsdp.h)
+    // "full_shard" | "shard_grad_op" | "no_shard" | "hybrid_shard" (see src/kiln/distributed/fsdp.h)
     std::string strategy = "full_shard";
     int nproc_per_node = 1;      // > 0 workers the launcher spawns on this node
     double timeout_s = 300;      // > 0: every collective and rendezvous wait
     bool prefetch = true;        // all-gather the next unit while the current one computes
     int threads_per_worker = 0;  // >= 0; 0 = this machine's cores / local workers
     // "" (no requirement) | "gloo-tcp" | "socket" | "efa" | "loopback": the group's transport
-    // must deliver it or training stops before step 1 (src/kiln/dist/transport.h).
+    // must deliver it or training stops before step 1 (src/kiln/distributed/transport.h).
     std::string require_transport;
     bool operator==(const Dist&) const = default;
   };

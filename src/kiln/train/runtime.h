@@ -16,7 +16,7 @@
 
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
-#include "kiln/dist/communicator.h"
+#include "kiln/distributed/communicator.h"
 
 namespace kiln {
 

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "kiln/base/error.h"
-#include "kiln/dist/store.h"
+#include "kiln/distributed/store.h"
 
 namespace kiln {
 

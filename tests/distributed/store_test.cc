@@ -4,7 +4,7 @@
 // rejection, and thousands of deterministic mutations through the fuzz entry point
 // (fuzz/store_protocol_fuzz.cc, linked in). Every test name starts with "store/" so that
 // `ctest -R store` selects them.
-#include "kiln/dist/store.h"
+#include "kiln/distributed/store.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "kiln/base/error.h"
-#include "kiln/dist/tcp_store.h"
+#include "kiln/distributed/tcp_store.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 

@@ -1,4 +1,4 @@
-#include "kiln/dist/tcp_store.h"
+#include "kiln/distributed/tcp_store.h"
 
 #include <netdb.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-#include "kiln/dist/gloo_communicator.h"
+#include "kiln/distributed/gloo_communicator.h"
 
 #include <arpa/inet.h>
 #include <gloo/allgather.h>
@@ -24,8 +24,8 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/fault.h"
-#include "kiln/dist/gloo_collectives.h"
-#include "kiln/dist/net_iface.h"
+#include "kiln/distributed/gloo_collectives.h"
+#include "kiln/distributed/net_iface.h"
 
 namespace kiln {
 

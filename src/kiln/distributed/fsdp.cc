@@ -1,4 +1,4 @@
-#include "kiln/dist/fsdp.h"
+#include "kiln/distributed/fsdp.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "kiln/dist/transport.h"
+#include "kiln/distributed/transport.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "kiln/dist/gloo_collectives.h"
+#include "kiln/distributed/gloo_collectives.h"
 
 #include <gloo/transport/unbound_buffer.h>
 

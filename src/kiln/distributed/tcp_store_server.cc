@@ -18,7 +18,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
-#include "kiln/dist/tcp_store.h"
+#include "kiln/distributed/tcp_store.h"
 
 namespace kiln {
 namespace {

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "kiln/dist/store.h"
-#include "kiln/dist/store_protocol.h"
+#include "kiln/distributed/store.h"
+#include "kiln/distributed/store_protocol.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "kiln/dist/watchdog.h"
+#include "kiln/distributed/watchdog.h"
 
 #include <unistd.h>
 

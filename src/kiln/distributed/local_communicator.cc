@@ -1,7 +1,7 @@
 #include <cstring>
 
 #include "kiln/base/error.h"
-#include "kiln/dist/communicator.h"
+#include "kiln/distributed/communicator.h"
 
 namespace kiln {
 

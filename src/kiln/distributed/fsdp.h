@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/dist/communicator.h"
+#include "kiln/distributed/communicator.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/unit_access.h"
 #include "kiln/tensor/buffer.h"

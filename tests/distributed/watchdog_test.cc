@@ -1,6 +1,6 @@
 // The hang watchdog: reports of a rank waiting in a collective and of a rank stuck outside any,
 // and the agent's one-line summary, over a MemoryStore with every rank a thread.
-#include "kiln/dist/watchdog.h"
+#include "kiln/distributed/watchdog.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <atomic>
 #include <thread>
 
-#include "kiln/dist/gloo_communicator.h"
+#include "kiln/distributed/gloo_communicator.h"
 
 namespace kiln {
 namespace {

@@ -1,4 +1,4 @@
-#include "kiln/dist/store_protocol.h"
+#include "kiln/distributed/store_protocol.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>

@@ -1,4 +1,4 @@
-#include "kiln/dist/topology.h"
+#include "kiln/distributed/topology.h"
 
 #include <fmt/format.h>
 

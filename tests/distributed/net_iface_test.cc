@@ -1,4 +1,4 @@
-#include "kiln/dist/net_iface.h"
+#include "kiln/distributed/net_iface.h"
 
 #include <gtest/gtest.h>
 

@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
-#include "kiln/dist/communicator.h"
-#include "kiln/dist/store.h"
-#include "kiln/dist/watchdog.h"
+#include "kiln/distributed/communicator.h"
+#include "kiln/distributed/store.h"
+#include "kiln/distributed/watchdog.h"
 
 namespace kiln {
 

@@ -1,7 +1,7 @@
 // What the Gloo communicator's thread runs beyond Gloo's own algorithms: element-wise reductions
 // for kiln's dtypes (Gloo has no bfloat16) and a ring reduce-scatter over Gloo's unbound buffers
 // (Gloo's ReduceScatterHalvingDoubling is the old buffer API, int-sized and without timeouts).
-// Internal to kiln_dist.
+// Internal to kiln_distributed.
 #pragma once
 
 #include <gloo/context.h>
@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "kiln/dist/communicator.h"
+#include "kiln/distributed/communicator.h"
 #include "kiln/tensor/dtype.h"
 
 namespace kiln::gloo_detail {

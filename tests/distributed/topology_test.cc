@@ -1,7 +1,7 @@
 // Topology discovery from a fake environment: every launcher convention, the order between them,
 // flags over and against them, and every error. Table-driven; every test name starts with
 // "topology/" so that `ctest -R topology` selects them.
-#include "kiln/dist/topology.h"
+#include "kiln/distributed/topology.h"
 
 #include <gtest/gtest.h>
 

@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "kiln/base/error.h"
-#include "kiln/dist/store.h"
+#include "kiln/distributed/store.h"
 
 namespace kiln {
 

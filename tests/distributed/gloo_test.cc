@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "kiln/base/error.h"
-#include "kiln/dist/gloo_communicator.h"
+#include "kiln/distributed/gloo_communicator.h"
 
 namespace kiln {
 namespace {

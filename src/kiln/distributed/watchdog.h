@@ -27,7 +27,7 @@
 
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
-#include "kiln/dist/store.h"
+#include "kiln/distributed/store.h"
 
 namespace kiln {
 
