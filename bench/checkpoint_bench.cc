@@ -25,6 +25,7 @@
 #include "kiln/base/file.h"
 #include "kiln/distributed/communicator.h"
 #include "kiln/distributed/fsdp.h"
+#include "kiln/kernels/backend.h"
 #include "kiln/model/config.h"
 #include "kiln/model/layout.h"
 #include "kiln/train/checkpoint.h"
@@ -105,10 +106,12 @@ int main(int argc, char** argv) {
     const kiln::Qwen2Config config = kiln::preset_config(preset);
     const kiln::ParamLayout layout(config);
     auto comm = kiln::make_local_communicator();
-    kiln::Fsdp fsdp(layout, kiln::ShardStrategy::kNoShard, *comm, nullptr, false);
+    // The synchronous CPU backend: its device memory is host memory, filled directly below.
+    const auto be = kiln::make_backend(kiln::DeviceRequest::kCpu, kiln::ComputeDType::kFp32);
+    kiln::Fsdp fsdp(layout, *be, kiln::ShardStrategy::kNoShard, *comm, nullptr, false);
     kiln::OptimizerSettings os;
     const auto ranges = fsdp.shard_ranges();
-    kiln::Optimizer opt(os, layout, ranges);
+    kiln::Optimizer opt(os, layout, ranges, *be);
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.0f, 0.02f);
     size_t bytes = 0;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kiln/base/cpu_time.h"
+#include "kiln/kernels/backend.h"
 #include "kiln/kernels/cpu/blas_setup.h"
 #include "kiln/model/config.h"
 #include "kiln/model/generate.h"
@@ -45,7 +46,9 @@ double median(std::vector<double> v) {
 void bench(const std::string& preset, int prompt_len, int new_tokens, int runs) {
   const kiln::Qwen2Config c = kiln::preset_config(preset);
   const kiln::ParamLayout layout(c);
-  kiln::ParamStore params(layout, /*with_grads=*/false);
+  const std::unique_ptr<kiln::Backend> be =
+      kiln::make_backend(kiln::DeviceRequest::kAuto, kiln::ComputeDType::kFp32);
+  kiln::ParamStore params(layout, *be, /*with_grads=*/false);
   kiln::init_params(params, layout, /*seed=*/1);
   std::vector<int32_t> prompt(prompt_len);
   for (int i = 0; i < prompt_len; ++i)
@@ -55,7 +58,7 @@ void bench(const std::string& preset, int prompt_len, int new_tokens, int runs) 
   size_t cache_bytes = 0;
   const double busy0 = machine_busy_seconds(), own0 = own_cpu_seconds();
   for (int r = 0; r < runs + 1; ++r) {  // run 0 warms up (allocations, page faults)
-    kiln::Generator gen(c, params, kiln::cpu_backend());
+    kiln::Generator gen(c, params, *be);
     kiln::Sampler greedy({0.0, 1.0}, 0);
     auto t0 = Clock::now();
     std::span<const float> logits = gen.prefill(prompt);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/test_backend.h"
 #include "kiln/base/file.h"
 #include "kiln/model/config.h"
 #include "kiln/model/generate.h"
@@ -84,10 +85,10 @@ TEST_F(GenerateCli, GreedyIsDeterministicAndMatchesTheLibrary) {
   // The same five tokens from the Generator directly.
   const Qwen2Config c = read_config(fs::path(model()) / "config.json");
   const ParamLayout layout(c);
-  ParamStore params(layout, /*with_grads=*/false);
+  ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
   load_hf_weights(model(), layout, params);
   const Tokenizer tok = Tokenizer::load(kTokenizer);
-  Generator gen(c, params, cpu_backend());
+  Generator gen(c, params, testing::cpu_fp32());
   Sampler greedy({0.0, 1.0}, 0);
   std::vector<int32_t> reply;
   std::span<const float> logits = gen.prefill(tok.encode("hi"));

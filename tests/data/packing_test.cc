@@ -9,6 +9,7 @@
 
 #include "common/grad_check.h"
 #include "common/small_model.h"
+#include "common/test_backend.h"
 #include "kiln/base/error.h"
 #include "kiln/data/packing_sampler.h"
 #include "kiln/model/qwen2.h"
@@ -222,9 +223,9 @@ double rel_l2(const float* a, const float* b, size_t n) {
 }
 
 TEST(Packing, SameLossesAndGradientsAsOneByOne) {
-  Qwen2Model model(small_config(), cpu_backend());
+  Qwen2Model model(small_config(), testing::cpu_fp32());
   const ParamLayout& layout = model.layout();
-  ParamStore packed(layout), single(layout);
+  ParamStore packed(layout, testing::cpu_fp32()), single(layout, testing::cpu_fp32());
   randomize(packed, layout, 11);
   randomize(single, layout, 11);
   const TokenDataset ds = random_examples({5, 3, 7, 2, 4, 6, 1}, 5);
@@ -253,8 +254,8 @@ TEST(Packing, SameLossesAndGradientsAsOneByOne) {
     const size_t n = packed.grads(u).size();
     EXPECT_LT(rel_l2(packed.grads(u).data(), single.grads(u).data(), n), 1e-5) << "unit " << u;
     for (size_t k = 0; k < n; ++k) {
-      ASSERT_NEAR(packed.grads(u)[k], single.grads(u)[k],
-                  1e-5 * std::max(1.0f, std::abs(single.grads(u)[k])))
+      ASSERT_NEAR(packed.grads(u).data()[k], single.grads(u).data()[k],
+                  1e-5 * std::max(1.0f, std::abs(single.grads(u).data()[k])))
           << "unit " << u << " element " << k;
     }
   }

@@ -181,18 +181,18 @@ void check_half(DType t, int world) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
       const float div = op == ReduceOp::kMean ? static_cast<float>(world) : 1.0f;
       auto x = to_half(t, std::vector<float>(mine.begin(), mine.begin() + n));
-      c.all_reduce_async(x.data(), n, t, op)->wait();
+      c.all_reduce_async(x.data(), n, t, op, nullptr)->wait_host();
       for (size_t i = 0; i < n; ++i) ASSERT_NEAR(back(x, i), sum[i] / div, tol(i) / div) << i;
       auto in = to_half(t, mine);
       std::vector<uint16_t> out(n);
-      c.reduce_scatter_async(out.data(), in.data(), n, t, op)->wait();
+      c.reduce_scatter_async(out.data(), in.data(), n, t, op, nullptr)->wait_host();
       for (size_t i = 0; i < n; ++i) {
         ASSERT_NEAR(back(out, i), sum[rank * n + i] / div, tol(rank * n + i) / div) << i;
       }
     }
     // Max and data movement are exact.
     auto x = to_half(t, std::vector<float>(mine.begin(), mine.begin() + n));
-    c.all_reduce_async(x.data(), n, t, ReduceOp::kMax)->wait();
+    c.all_reduce_async(x.data(), n, t, ReduceOp::kMax, nullptr)->wait_host();
     for (size_t i = 0; i < n; ++i) {
       float m = half_value(t, 0, i);
       for (int r = 1; r < world; ++r) m = std::max(m, half_value(t, r, i));
@@ -200,14 +200,14 @@ void check_half(DType t, int world) {
     }
     const auto in = to_half(t, std::vector<float>(mine.begin(), mine.begin() + n));
     std::vector<uint16_t> all(world * n);
-    c.all_gather_async(all.data(), in.data(), n, t)->wait();
+    c.all_gather_async(all.data(), in.data(), n, t, nullptr)->wait_host();
     for (int r = 0; r < world; ++r) {
       for (size_t i = 0; i < n; ++i)
         ASSERT_EQ(back(all, r * n + i), half_value(t, r, i))
             << "world " << world << " r " << r << " i " << i;
     }
     auto b = to_half(t, std::vector<float>(mine.begin(), mine.begin() + n));
-    c.broadcast_async(b.data(), n, t, world - 1)->wait();
+    c.broadcast_async(b.data(), n, t, world - 1, nullptr)->wait_host();
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(back(b, i), half_value(t, world - 1, i));
   });
 }
@@ -246,18 +246,19 @@ TEST(Gloo, AsyncOpsRunInIssueOrderAndWaitOutOfOrder) {
     const auto rs_in = input(rank, world * n);
     std::vector<float> rs(n);
     std::vector<float> b = input(rank, n);
-    auto w1 = c.all_reduce_async(a.data(), n, DType::F32, ReduceOp::kSum);
-    auto w2 = c.all_gather_async(g.data(), g_in.data(), n, DType::F32);
-    auto w3 = c.reduce_scatter_async(rs.data(), rs_in.data(), n, DType::F32, ReduceOp::kSum);
-    auto w4 = c.broadcast_async(b.data(), n, DType::F32, 1);
+    auto w1 = c.all_reduce_async(a.data(), n, DType::F32, ReduceOp::kSum, nullptr);
+    auto w2 = c.all_gather_async(g.data(), g_in.data(), n, DType::F32, nullptr);
+    auto w3 =
+        c.reduce_scatter_async(rs.data(), rs_in.data(), n, DType::F32, ReduceOp::kSum, nullptr);
+    auto w4 = c.broadcast_async(b.data(), n, DType::F32, 1, nullptr);
     // Same buffer twice: the second all-reduce must see the first's result (issue order).
-    auto w5 = c.all_reduce_async(a.data(), n, DType::F32, ReduceOp::kMax);
-    w4->wait();
-    w2->wait();
-    w5->wait();
-    w3->wait();
-    w1->wait();
-    w1->wait();  // waiting twice is harmless
+    auto w5 = c.all_reduce_async(a.data(), n, DType::F32, ReduceOp::kMax, nullptr);
+    w4->wait_host();
+    w2->wait_host();
+    w5->wait_host();
+    w3->wait_host();
+    w1->wait_host();
+    w1->wait_host();  // waiting twice is harmless
     for (size_t i = 0; i < n; ++i) {
       ASSERT_EQ(a[i], reduce_ref(world, i, ReduceOp::kSum));
       ASSERT_EQ(b[i], value(1, i));

@@ -10,6 +10,7 @@
 
 #include "common/grad_check.h"
 #include "common/small_model.h"
+#include "common/test_backend.h"
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/config.h"
@@ -56,8 +57,8 @@ TEST(Bf16Model, LossAndGradientsMatchFp32) {
   c.hidden_size = 64;
   c.intermediate_size = 96;
   c.vocab_size = 300;
-  Qwen2Model m32(c, cpu_backend_for("fp32")), m16(c, cpu_backend_for("bf16"));
-  ParamStore s32(m32.layout()), s16(m16.layout());
+  Qwen2Model m32(c, testing::cpu_fp32()), m16(c, testing::cpu_bf16());
+  ParamStore s32(m32.layout(), testing::cpu_fp32()), s16(m16.layout(), testing::cpu_fp32());
   randomize(s32, m32.layout(), 5);
   randomize(s16, m16.layout(), 5);
   // Scale the random weights down to a trained model's range so the loss is moderate.
@@ -100,7 +101,7 @@ std::vector<double> train_curve(const Backend& be, int steps) {
   Qwen2Config c = preset_config("tiny");
   c.vocab_size = 512;
   Qwen2Model model(c, be);
-  ParamStore store(model.layout());
+  ParamStore store(model.layout(), testing::cpu_fp32());
   init_params(store, model.layout(), 42);
   std::vector<ShardRange> whole;
   for (int u = 0; u < model.layout().num_units(); ++u) {
@@ -108,7 +109,7 @@ std::vector<double> train_curve(const Backend& be, int steps) {
   }
   OptimizerSettings os;
   os.weight_decay = 0.01;
-  Optimizer opt(os, model.layout(), whole);
+  Optimizer opt(os, model.layout(), whole, testing::cpu_fp32());
   const Grammar grammar(c.vocab_size, 7);
   std::mt19937 rng(11);
   std::vector<double> losses;
@@ -132,8 +133,8 @@ TEST(Bf16Model, TrainingFollowsFp32LossCurveWithin2Percent) {
   // depend on the thread count's effect on speed).
   omp_set_num_threads(1);
   constexpr int kSteps = 200;
-  const auto l32 = train_curve(cpu_backend_for("fp32"), kSteps);
-  const auto l16 = train_curve(cpu_backend_for("bf16"), kSteps);
+  const auto l32 = train_curve(testing::cpu_fp32(), kSteps);
+  const auto l16 = train_curve(testing::cpu_bf16(), kSteps);
   double worst = 0;
   int worst_step = 0;
   std::printf("step   fp32 loss   bf16 loss   rel diff\n");

@@ -25,8 +25,10 @@
 #include <vector>
 
 #include "common/small_model.h"
+#include "common/test_backend.h"
 #include "kiln/data/batch.h"
 #include "kiln/model/qwen2.h"
+#include "kiln/tensor/buffer.h"
 #include "kiln/train/optimizer.h"
 
 extern "C" {
@@ -212,12 +214,12 @@ void check_steady_state(bool recompute, bool tied) {
   c.hidden_size = 64;
   c.intermediate_size = 96;
   c.vocab_size = 300;
-  Qwen2Model model(c, cpu_backend());
-  ParamStore store(model.layout());
+  Qwen2Model model(c, testing::cpu_fp32());
+  ParamStore store(model.layout(), testing::cpu_fp32());
   testing::randomize(store, model.layout(), 3);
   std::vector<ShardRange> shards;
   for (const auto& u : model.layout().units()) shards.push_back({0, u.numel});
-  Optimizer opt(OptimizerSettings{}, model.layout(), shards);
+  Optimizer opt(OptimizerSettings{}, model.layout(), shards, testing::cpu_fp32());
   const Batch batch = make_batch(2, 80, static_cast<int>(c.vocab_size));
   const float scale = 1.0f / static_cast<float>(batch.num_targets());
   double loss = 0;

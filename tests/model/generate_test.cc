@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/grad_check.h"
+#include "common/test_backend.h"
 #include "kiln/base/error.h"
 #include "kiln/model/qwen2.h"
 #include "kiln/model/sampling.h"
@@ -36,12 +37,12 @@ TEST_P(AttentionDecode, MatchesAttentionForwardRows) {
   const auto k = random_vec(static_cast<size_t>(c.T) * KV, 2, 1.5f);
   const auto v = random_vec(static_cast<size_t>(c.T) * KV, 3);
   std::vector<float> y_full(q.size()), lse(static_cast<size_t>(c.H) * c.T);
-  cpu_backend().attention_forward(y_full.data(), lse.data(), q.data(), k.data(), v.data(), nullptr,
-                                  AttnShape{1, c.T, c.H, c.KV, D});
+  testing::cpu_fp32().attention_forward(y_full.data(), lse.data(), q.data(), k.data(), v.data(),
+                                        nullptr, AttnShape{1, c.T, c.H, c.KV, D});
   // The cache holds all T rows (the new tokens' after the past); y gets only the new rows.
   std::vector<float> y(static_cast<size_t>(n_q) * Q, -1.0f);
-  cpu_backend().attention_decode(y.data(), q.data() + static_cast<size_t>(c.past) * Q, k.data(),
-                                 v.data(), n_q, c.past, c.H, c.KV, D);
+  testing::cpu_fp32().attention_decode(y.data(), q.data() + static_cast<size_t>(c.past) * Q,
+                                       k.data(), v.data(), n_q, c.past, c.H, c.KV, D);
   for (size_t i = 0; i < y.size(); ++i) {
     ASSERT_NEAR(y[i], y_full[static_cast<size_t>(c.past) * Q + i], 1e-5f) << "at " << i;
   }
@@ -83,7 +84,7 @@ void randomize(ParamStore& store, const ParamLayout& layout, uint32_t seed) {
 // times the head, in double.
 std::vector<float> full_logits(const Qwen2Config& c, ParamStore& store,
                                const std::vector<int32_t>& ids) {
-  Qwen2Model model(c, cpu_backend());
+  Qwen2Model model(c, testing::cpu_fp32());
   Batch b;
   const int T = static_cast<int>(ids.size());
   b.resize(1, T);
@@ -124,7 +125,7 @@ class GeneratorLogits : public ::testing::TestWithParam<bool> {};
 TEST_P(GeneratorLogits, EqualFullForward) {
   const Qwen2Config c = small_config(/*tied=*/GetParam());
   const ParamLayout layout(c);
-  ParamStore store(layout, /*with_grads=*/false);
+  ParamStore store(layout, testing::cpu_fp32(), /*with_grads=*/false);
   randomize(store, layout, 5);
   // Longer than one prefill chunk, so chunked prefill is covered too.
   const int T = Generator::kChunk + 44, V = static_cast<int>(c.vocab_size);
@@ -133,7 +134,7 @@ TEST_P(GeneratorLogits, EqualFullForward) {
   const std::vector<float> ref = full_logits(c, store, ids);
 
   for (const int prompt : {1, 9, Generator::kChunk + 20}) {
-    Generator gen(c, store, cpu_backend());
+    Generator gen(c, store, testing::cpu_fp32());
     expect_row(gen.prefill(std::span(ids).first(prompt)), ref, prompt - 1, V);
     for (int t = prompt; t < T; ++t) {
       expect_row(gen.step(ids[t]), ref, t, V);
@@ -142,7 +143,7 @@ TEST_P(GeneratorLogits, EqualFullForward) {
     EXPECT_EQ(gen.length(), T);
   }
   // Truncating keeps the prefix: the rest re-run gives the same logits.
-  Generator gen(c, store, cpu_backend());
+  Generator gen(c, store, testing::cpu_fp32());
   gen.prefill(std::span(ids).first(40));
   gen.truncate(12);
   expect_row(gen.prefill(std::span(ids).subspan(12, 20)), ref, 31, V);
@@ -155,11 +156,11 @@ INSTANTIATE_TEST_SUITE_P(Heads, GeneratorLogits, ::testing::Bool(),
 TEST(Generator, GreedyContinuationMatchesFullRecompute) {
   const Qwen2Config c = small_config(/*tied=*/true);
   const ParamLayout layout(c);
-  ParamStore store(layout, /*with_grads=*/false);
+  ParamStore store(layout, testing::cpu_fp32(), /*with_grads=*/false);
   randomize(store, layout, 9);
   const int V = static_cast<int>(c.vocab_size);
   std::vector<int32_t> seq = {3, 14, 15, 92, 65};
-  Generator gen(c, store, cpu_backend());
+  Generator gen(c, store, testing::cpu_fp32());
   Sampler greedy({0.0, 1.0}, 0);
   std::span<const float> logits = gen.prefill(seq);
   for (int n = 0; n < 12; ++n) {
@@ -176,8 +177,8 @@ TEST(Generator, RejectsBadInput) {
   Qwen2Config c = small_config(true);
   c.max_position_embeddings = 8;
   const ParamLayout layout(c);
-  ParamStore store(layout, /*with_grads=*/false);
-  Generator gen(c, store, cpu_backend());
+  ParamStore store(layout, testing::cpu_fp32(), /*with_grads=*/false);
+  Generator gen(c, store, testing::cpu_fp32());
   EXPECT_THROW(gen.prefill(std::vector<int32_t>{1, 97}), Error);
   EXPECT_THROW(gen.prefill(std::vector<int32_t>(9, 1)), Error);
   gen.prefill(std::vector<int32_t>(8, 1));

@@ -4,6 +4,7 @@
 
 #include "common/grad_check.h"
 #include "common/small_model.h"
+#include "common/test_backend.h"
 #include "kiln/base/error.h"
 #include "kiln/model/init.h"
 #include "kiln/model/qwen2.h"
@@ -46,8 +47,8 @@ class ModelGrad : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ModelGrad, MatchesFiniteDifferences) {
   const Case k = GetParam();
-  Qwen2Model model(small_config(k.tied, k.heads, k.kv), cpu_backend());
-  ParamStore store(model.layout());
+  Qwen2Model model(small_config(k.tied, k.heads, k.kv), testing::cpu_fp32());
+  ParamStore store(model.layout(), testing::cpu_fp32());
   randomize(store, model.layout(), 11);
   Batch batch = make_batch(2, 9, 23, k.packed);
   const float scale = 1.0f / static_cast<float>(batch.num_targets());
@@ -71,8 +72,8 @@ INSTANTIATE_TEST_SUITE_P(Qwen2, ModelGrad,
                                            Case{true, 4, 2, true, true}));
 
 TEST(Model, RecomputationGivesIdenticalGradients) {
-  Qwen2Model model(small_config(true, 4, 2), cpu_backend());
-  ParamStore a(model.layout()), b(model.layout());
+  Qwen2Model model(small_config(true, 4, 2), testing::cpu_fp32());
+  ParamStore a(model.layout(), testing::cpu_fp32()), b(model.layout(), testing::cpu_fp32());
   randomize(a, model.layout(), 3);
   randomize(b, model.layout(), 3);
   Batch batch = make_batch(2, 9, 23, true);
@@ -80,24 +81,25 @@ TEST(Model, RecomputationGivesIdenticalGradients) {
   const double lb = model.forward_backward(batch, b, 0.1f, true);
   EXPECT_EQ(la, lb);
   for (int u = 0; u < model.layout().num_units(); ++u) {
-    for (size_t i = 0; i < a.grads(u).size(); ++i) ASSERT_EQ(a.grads(u)[i], b.grads(u)[i]);
+    for (size_t i = 0; i < a.grads(u).size(); ++i)
+      ASSERT_EQ(a.grads(u).data()[i], b.grads(u).data()[i]);
   }
 }
 
 TEST(Model, GradientsAccumulateAcrossCalls) {
-  Qwen2Model model(small_config(false, 4, 2), cpu_backend());
-  ParamStore s(model.layout());
+  Qwen2Model model(small_config(false, 4, 2), testing::cpu_fp32());
+  ParamStore s(model.layout(), testing::cpu_fp32());
   randomize(s, model.layout(), 5);
   Batch batch = make_batch(1, 6, 23, false);
   model.forward_backward(batch, s, 1.0f, false);
   std::vector<float> once(s.grads(1).data(), s.grads(1).data() + s.grads(1).size());
   model.forward_backward(batch, s, 1.0f, false);
-  for (size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(s.grads(1)[i], 2 * once[i], 1e-5);
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(s.grads(1).data()[i], 2 * once[i], 1e-5);
 }
 
 TEST(Model, RejectsOutOfVocabularyTokens) {
-  Qwen2Model model(small_config(true, 4, 2), cpu_backend());
-  ParamStore s(model.layout());
+  Qwen2Model model(small_config(true, 4, 2), testing::cpu_fp32());
+  ParamStore s(model.layout(), testing::cpu_fp32());
   Batch batch = make_batch(1, 6, 23, false);
   batch.input_ids[2] = 23;
   EXPECT_THROW(model.forward(batch, s), Error);
@@ -106,11 +108,12 @@ TEST(Model, RejectsOutOfVocabularyTokens) {
 TEST(Model, InitIsReproducibleAndShaped) {
   Qwen2Config c = small_config(true, 4, 2);
   ParamLayout layout(c);
-  ParamStore a(layout, false), b(layout, false);
+  ParamStore a(layout, testing::cpu_fp32(), false), b(layout, testing::cpu_fp32(), false);
   init_params(a, layout, 42);
   init_params(b, layout, 42);
   for (int u = 0; u < layout.num_units(); ++u) {
-    for (size_t i = 0; i < a.params(u).size(); ++i) ASSERT_EQ(a.params(u)[i], b.params(u)[i]);
+    for (size_t i = 0; i < a.params(u).size(); ++i)
+      ASSERT_EQ(a.params(u).data()[i], b.params(u).data()[i]);
   }
   EXPECT_EQ(a.tensor("model.norm.weight")[0], 1.0f);
   EXPECT_EQ(a.tensor("model.layers.0.self_attn.q_proj.bias")[0], 0.0f);

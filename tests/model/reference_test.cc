@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "common/test_backend.h"
 #include "kiln/base/json.h"
 #include "kiln/io/checkpoint_reader.h"
 #include "kiln/model/hf_checkpoint.h"
@@ -40,8 +41,8 @@ TEST_P(Reference, LossAndEveryGradientMatch) {
   const auto& [name, recompute] = GetParam();
   const fs::path dir = fixture(name);
   Qwen2Config config = read_config(dir / "config.json");
-  Qwen2Model model(config, cpu_backend());
-  ParamStore store(model.layout());
+  Qwen2Model model(config, testing::cpu_fp32());
+  ParamStore store(model.layout(), testing::cpu_fp32());
   load_hf_weights(dir, model.layout(), store);
   Batch batch = read_batch(dir / "batch.json");
   Json expected = read_json_file(dir / "expected.json");

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "common/test_backend.h"
 #include "kiln/model/layout.h"
 
 namespace kiln {
@@ -46,7 +47,7 @@ TEST(AdamW, MatchesReferenceAndSkipsDecayOnNormsAndBiases) {
   s.beta1 = 0.8;
   s.beta2 = 0.95;
   s.eps = 1e-6;
-  Optimizer opt(s, layout, whole(layout));
+  Optimizer opt(s, layout, whole(layout), testing::cpu_fp32());
   const int u = layout.layer_unit(0);
   const size_t n = layout.units()[u].numel;
   std::vector<float> p(n), g(n);
@@ -79,12 +80,12 @@ TEST(AdamW, ShardStepsEqualWholeStep) {
   s.weight_decay = 0.05;
   const int u = layout.layer_unit(0);
   const size_t n = layout.units()[u].numel;
-  Optimizer whole_opt(s, layout, whole(layout));
+  Optimizer whole_opt(s, layout, whole(layout), testing::cpu_fp32());
   auto halves = whole(layout);
   std::vector<ShardRange> lo = halves, hi = halves;
   lo[u] = {0, n / 3};
   hi[u] = {n / 3, n};
-  Optimizer a(s, layout, lo), b(s, layout, hi);
+  Optimizer a(s, layout, lo, testing::cpu_fp32()), b(s, layout, hi, testing::cpu_fp32());
   std::vector<float> p1(n, 1.0f), p2(n, 1.0f), g(n);
   for (size_t i = 0; i < n; ++i) g[i] = std::cos(0.7f * i);
   whole_opt.begin_step();
@@ -102,7 +103,7 @@ TEST(Sgd, MomentumAndWeightDecay) {
   s.name = "sgd";
   s.momentum = 0.9;
   s.weight_decay = 0.0;
-  Optimizer opt(s, layout, whole(layout));
+  Optimizer opt(s, layout, whole(layout), testing::cpu_fp32());
   const int u = layout.embed_unit();
   std::vector<float> p(layout.units()[u].numel, 1.0f), g(p.size(), 0.5f);
   opt.begin_step();

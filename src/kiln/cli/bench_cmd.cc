@@ -19,6 +19,7 @@
 #include "kiln/base/cpu_time.h"
 #include "kiln/base/error.h"
 #include "kiln/cli/commands.h"
+#include "kiln/kernels/backend.h"
 #include "kiln/kernels/cpu/peak_flops.h"
 #include "kiln/model/init.h"
 #include "kiln/model/qwen2.h"
@@ -105,9 +106,9 @@ void fill_batch(Batch& b, const Qwen2Config& c, int B, int T) {
   }
 }
 
-const Backend& backend_for(const std::string& dtype) {
+std::unique_ptr<Backend> backend_for(const std::string& dtype) {
   try {
-    return cpu_backend_for(dtype);
+    return make_backend(DeviceRequest::kAuto, parse_compute_dtype(dtype));
   } catch (const Error& e) {
     fail("bench train --dtype {}: this build has no such backend ({})", dtype, e.what());
   }
@@ -119,12 +120,13 @@ void run_row(const BenchOpts& o) {
   const double base_kib = proc_status_kib("VmRSS");
   const Qwen2Config c = preset_config(preset);
   const bool recompute = o.recompute == "on";
-  Qwen2Model model(c, backend_for(o.dtype));
-  ParamStore store(model.layout());
+  const std::unique_ptr<Backend> be = backend_for(o.dtype);
+  Qwen2Model model(c, *be);
+  ParamStore store(model.layout(), *be);
   init_params(store, model.layout(), 1);
   std::vector<ShardRange> shards;
   for (const auto& u : model.layout().units()) shards.push_back({0, u.numel});
-  Optimizer opt(OptimizerSettings{}, model.layout(), shards);
+  Optimizer opt(OptimizerSettings{}, model.layout(), shards, *be);
   Batch b;
   fill_batch(b, c, o.batch, o.seq);
   const float scale = 1.0f / static_cast<float>(b.num_targets());
@@ -139,6 +141,7 @@ void run_row(const BenchOpts& o) {
     for (int u = 0; u < store.num_units(); ++u) {
       opt.step(u, store.params(u).data(), store.grads(u).data(), 1e-4);
     }
+    be->synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= o.warmup) times.push_back(dt);
   }

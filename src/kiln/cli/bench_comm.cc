@@ -121,9 +121,10 @@ Row run_size(Communicator& comm, const std::string& op, DType t, size_t count,
   const Pattern pat(n);
   Elems a(t, count), b(t, op == "all_reduce" ? 0 : per_rank);
   auto issue = [&]() -> std::unique_ptr<Work> {
-    if (op == "all_reduce") return comm.all_reduce_async(a.data(), count, t, ReduceOp::kSum);
-    if (op == "all_gather") return comm.all_gather_async(a.data(), b.data(), per_rank, t);
-    return comm.reduce_scatter_async(b.data(), a.data(), per_rank, t, ReduceOp::kSum);
+    if (op == "all_reduce")
+      return comm.all_reduce_async(a.data(), count, t, ReduceOp::kSum, nullptr);
+    if (op == "all_gather") return comm.all_gather_async(a.data(), b.data(), per_rank, t, nullptr);
+    return comm.reduce_scatter_async(b.data(), a.data(), per_rank, t, ReduceOp::kSum, nullptr);
   };
   // The data check, once, before timing.
   if (op == "all_gather") {
@@ -131,7 +132,7 @@ Row run_size(Communicator& comm, const std::string& op, DType t, size_t count,
   } else {
     for (size_t i = 0; i < count; ++i) a.set(i, pat.at(rank, i));
   }
-  issue()->wait();
+  issue()->wait_host();
   double wrong = 0;
   if (op == "all_reduce") {
     for (size_t i = 0; i < count; ++i) wrong += a.get(i) != pat.sum(i);
@@ -149,7 +150,7 @@ Row run_size(Communicator& comm, const std::string& op, DType t, size_t count,
   for (int it = 0; it < o.warmup + o.iters; ++it) {
     comm.barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    issue()->wait();
+    issue()->wait_host();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (it >= o.warmup) times.push_back(dt);
   }

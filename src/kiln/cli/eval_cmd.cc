@@ -8,6 +8,7 @@
 #include "kiln/cli/commands.h"
 #include "kiln/data/sampler.h"
 #include "kiln/data/text_dataset.h"
+#include "kiln/kernels/backend.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/qwen2.h"
 #include "kiln/train/checkpoint.h"
@@ -43,12 +44,16 @@ Command add_eval(CLI::App& app) {
             if (!format) fail("--format: unknown data format '{}' ({})", o->format, formats);
             const fs::path dir = o->model;
             Qwen2Config c = read_config(dir / "config.json");
-            Qwen2Model model(c, cpu_backend());
-            ParamStore store(model.layout(), /*with_grads=*/false);
+            const std::unique_ptr<Backend> be =
+                make_backend(DeviceRequest::kAuto, ComputeDType::kFp32);
+            Qwen2Model model(c, *be);
+            ParamStore store(model.layout(), *be, /*with_grads=*/false);
             if (fs::exists(dir / "manifest.json")) {
               const CheckpointUnitReader reader(dir, model.layout());
               for (int u = 0; u < model.layout().num_units(); ++u) {
-                reader.read_unit(u, store.params(u).data());
+                std::vector<float> host(model.layout().units()[u].numel);
+                reader.read_unit(u, host.data());
+                store.load_unit(u, host.data());
               }
             } else {
               load_hf_weights(dir, model.layout(), store);

@@ -15,6 +15,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/cli/commands.h"
+#include "kiln/kernels/backend.h"
 #include "kiln/model/generate.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/sampling.h"
@@ -44,10 +45,10 @@ void write_out(const std::string& s) {
 class Session {
  public:
   Session(const GenerateOpts& o, const Tokenizer& tok, const Qwen2Config& config,
-          ParamStore& params)
+          ParamStore& params, const Backend& backend)
       : o_(o),
         tok_(tok),
-        gen_(config, params, cpu_backend()),
+        gen_(config, params, backend),
         sampler_({o.temperature, o.top_p}, o.seed),
         // Ids the model has but the tokenizer lacks (Qwen pads its embedding to a multiple of
         // 128) cannot be decoded, so they are never sampled.
@@ -127,9 +128,10 @@ int run_generate(const GenerateOpts& o) {
   const Qwen2Config config = read_config(dir / "config.json");
   const Tokenizer tok = load_tokenizer(o);
   const ParamLayout layout(config);
-  ParamStore params(layout, /*with_grads=*/false);
+  const std::unique_ptr<Backend> backend = make_backend(DeviceRequest::kAuto, ComputeDType::kFp32);
+  ParamStore params(layout, *backend, /*with_grads=*/false);
   load_hf_weights(dir, layout, params);
-  Session session(o, tok, config, params);
+  Session session(o, tok, config, params, *backend);
 
   std::vector<ChatMessage> history;
   if (o.chat && !o.system.empty()) history.push_back({"system", o.system});

@@ -2,6 +2,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/cli/commands.h"
+#include "kiln/kernels/backend.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/init.h"
 
@@ -31,7 +32,9 @@ Command add_init(CLI::App& app) {
             Qwen2Config c =
                 is_preset(o->config) ? preset_config(o->config) : read_config(fs::path(o->config));
             ParamLayout layout(c);
-            ParamStore store(layout, /*with_grads=*/false);
+            const std::unique_ptr<Backend> be =
+                make_backend(DeviceRequest::kCpu, ComputeDType::kFp32);
+            ParamStore store(layout, *be, /*with_grads=*/false);
             init_params(store, layout, o->seed, o->std);
             save_hf_checkpoint(o->out, c, layout, store, *dtype);
             KILN_LOG_INFO("wrote {} ({:.1f}M parameters, seed {})", o->out,

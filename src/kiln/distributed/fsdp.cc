@@ -1,7 +1,6 @@
 #include "kiln/distributed/fsdp.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "kiln/base/error.h"
 
@@ -30,9 +29,15 @@ const char* strategy_name(ShardStrategy s) {
   return "?";
 }
 
-Fsdp::Fsdp(const ParamLayout& layout, ShardStrategy strategy, Communicator& shard,
-           Communicator* replica, bool prefetch)
-    : layout_(layout), strategy_(strategy), shard_(shard), replica_(replica), prefetch_(prefetch) {
+Fsdp::Fsdp(const ParamLayout& layout, const Backend& backend, ShardStrategy strategy,
+           Communicator& shard, Communicator* replica, bool prefetch)
+    : layout_(layout),
+      be_(backend),
+      pool_(backend),
+      strategy_(strategy),
+      shard_(shard),
+      replica_(replica),
+      prefetch_(prefetch) {
   KILN_CHECK((strategy == ShardStrategy::kHybridShard) == (replica != nullptr),
              "a replica group is needed for (and only for) hybrid_shard");
   const size_t S =
@@ -43,8 +48,8 @@ Fsdp::Fsdp(const ParamLayout& layout, ShardStrategy strategy, Communicator& shar
     x.numel = layout.units()[u].numel;
     x.padded = (x.numel + S - 1) / S * S;
     x.shard_size = x.padded / S;
-    x.shard.resize(x.shard_size);
-    x.shard_grad.resize(x.shard_size);
+    x.shard = DeviceBuffer<float>(be_, x.shard_size);
+    x.shard_grad = DeviceBuffer<float>(be_, x.shard_size);
   }
 }
 
@@ -52,17 +57,21 @@ Fsdp::~Fsdp() {
   // Outstanding work must finish before the buffers it writes go away.
   for (auto& p : pending_) {
     try {
-      p.work->wait();
+      p.work->wait_host();
     } catch (...) {
     }
   }
   for (auto& x : units_) {
     if (x.gathering) {
       try {
-        x.gathering->wait();
+        x.gathering->wait_host();
       } catch (...) {
       }
     }
+  }
+  try {
+    be_.synchronize();
+  } catch (...) {
   }
 }
 
@@ -77,43 +86,33 @@ std::vector<ShardRange> Fsdp::shard_ranges() const {
   return out;
 }
 
-Buffer<float> Fsdp::take_buffer(size_t n) {
-  auto it = free_buffers_.find(n);
-  if (it != free_buffers_.end()) {
-    Buffer<float> b = std::move(it->second);
-    free_buffers_.erase(it);
-    return b;
-  }
-  return Buffer<float>(n);
-}
-
-void Fsdp::give_buffer(Buffer<float> b) {
-  if (b.size() > 0) free_buffers_.emplace(b.size(), std::move(b));
-}
-
 void Fsdp::track_gathered(long delta) {
   gathered_ = static_cast<size_t>(static_cast<long>(gathered_) + delta);
   peak_gathered_ = std::max(peak_gathered_, gathered_);
 }
 
+// A pooled buffer is reused only in stream order: a compute-stream user comes after the waits
+// already enqueued there, and a collective starts only after the compute stream's work at its
+// issue, so no buffer is written while an earlier reader may still run.
 void Fsdp::start_gather(int unit) {
   Unit& x = units_[unit];
   if (x.full.size() > 0 || strategy_ == ShardStrategy::kNoShard) return;
-  x.full = take_buffer(x.padded);
+  x.full = pool_.take(x.padded);
   track_gathered(static_cast<long>(x.padded * sizeof(float)));
-  x.gathering = shard_.all_gather_async(x.full.data(), x.shard.data(), x.shard_size, DType::F32);
+  x.gathering = shard_.all_gather_async(x.full.data(), x.shard.data(), x.shard_size, DType::F32,
+                                        &be_.compute_stream());
 }
 
 void Fsdp::free_full(int unit) {
   Unit& x = units_[unit];
   if (x.full.size() == 0) return;
   if (x.gathering) {
-    x.gathering->wait();
+    x.gathering->wait(be_.compute_stream());
     x.gathering.reset();
   }
   track_gathered(-static_cast<long>(x.padded * sizeof(float)));
-  give_buffer(std::move(x.full));
-  x.full = Buffer<float>();
+  pool_.give(std::move(x.full));
+  x.full = DeviceBuffer<float>();
 }
 
 const float* Fsdp::acquire(int unit) {
@@ -131,7 +130,7 @@ const float* Fsdp::acquire(int unit) {
   start_gather(unit);
   if (prefetch_ && order_known_ && order_pos_ < order_.size()) start_gather(order_[order_pos_]);
   if (x.gathering) {
-    x.gathering->wait();
+    x.gathering->wait(be_.compute_stream());
     x.gathering.reset();
   }
   if (strategy_ == ShardStrategy::kShardGradOp) x.keep = true;
@@ -149,7 +148,7 @@ float* Fsdp::grad(int unit) {
   Unit& x = units_[unit];
   if (strategy_ == ShardStrategy::kNoShard) return x.shard_grad.data();
   if (x.full_grad.size() == 0) {
-    x.full_grad = take_buffer(x.padded);
+    x.full_grad = pool_.take(x.padded);
     x.full_grad.zero();
   }
   return x.full_grad.data();
@@ -160,36 +159,37 @@ void Fsdp::grad_done(int unit) {
   const bool can_defer =
       strategy_ == ShardStrategy::kNoShard || strategy_ == ShardStrategy::kShardGradOp;
   if (!sync_ && can_defer) return;  // accumulate locally until the last micro-step
+  Stream* after = &be_.compute_stream();
   Pending p;
   p.unit = unit;
-  p.replica_stage = false;
   if (strategy_ == ShardStrategy::kNoShard) {
-    p.work = shard_.all_reduce_async(x.shard_grad.data(), x.shard_size, DType::F32, ReduceOp::kSum);
+    p.work = shard_.all_reduce_async(x.shard_grad.data(), x.shard_size, DType::F32, ReduceOp::kSum,
+                                     after);
   } else {
     KILN_CHECK(x.full_grad.size() > 0, "grad_done of unit {} without a gradient", unit);
     p.full_grad = std::move(x.full_grad);
-    x.full_grad = Buffer<float>();
-    p.out = take_buffer(x.shard_size);
+    x.full_grad = DeviceBuffer<float>();
+    p.out = pool_.take(x.shard_size);
     p.work = shard_.reduce_scatter_async(p.out.data(), p.full_grad.data(), x.shard_size, DType::F32,
-                                         ReduceOp::kSum);
+                                         ReduceOp::kSum, after);
   }
   pending_.push_back(std::move(p));
   drain(2);  // bound the whole-unit gradients in flight
 }
 
 void Fsdp::complete(Pending& p) {
-  p.work->wait();
+  Stream& compute = be_.compute_stream();
+  p.work->wait(compute);
   if (p.out.size() == 0) return;  // no_shard: reduced in place
   if (replica_ != nullptr) {
-    replica_->all_reduce_async(p.out.data(), p.out.size(), DType::F32, ReduceOp::kSum)->wait();
+    // hybrid_shard: the shard's sum across nodes
+    replica_->all_reduce_async(p.out.data(), p.out.size(), DType::F32, ReduceOp::kSum, &compute)
+        ->wait(compute);
   }
   float* g = units_[p.unit].shard_grad.data();
-  const float* o = p.out.data();
-  const size_t n = p.out.size();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (size_t i = 0; i < n; ++i) g[i] += o[i];
-  give_buffer(std::move(p.full_grad));
-  give_buffer(std::move(p.out));
+  be_.add(g, g, p.out.data(), p.out.size());
+  pool_.give(std::move(p.full_grad));
+  pool_.give(std::move(p.out));
 }
 
 void Fsdp::drain(size_t keep_at_most) {
@@ -215,37 +215,28 @@ void Fsdp::zero_grads() {
   for (auto& x : units_) x.shard_grad.zero();
 }
 
-double Fsdp::grad_sq_norm(const Backend& be) {
+void Fsdp::grad_sq_norm(double* sq_norm) {
   const auto ranges = shard_ranges();
-  double s = 0;
+  be_.fill_zero(sq_norm, sizeof(double));
   for (int u = 0; u < num_units(); ++u) {
-    s += be.sum_squares(units_[u].shard_grad.data(), ranges[u].size());
+    be_.sum_squares(sq_norm, units_[u].shard_grad.data(), ranges[u].size());
   }
-  if (strategy_ != ShardStrategy::kNoShard) shard_.all_reduce(&s, 1, ReduceOp::kSum);
-  return s;
+  if (strategy_ != ShardStrategy::kNoShard) {
+    Stream& compute = be_.compute_stream();
+    shard_.all_reduce_f64_async(sq_norm, 1, ReduceOp::kSum, &compute)->wait(compute);
+  }
 }
 
-void Fsdp::scale_grads(const Backend& be, float s) {
-  for (auto& x : units_) be.scale(x.shard_grad.data(), s, x.shard_size);
+void Fsdp::clip_grads(const double* sq_norm, double max_norm) {
+  for (auto& x : units_) be_.clip_by_norm(x.shard_grad.data(), x.shard_size, sq_norm, max_norm);
 }
 
 void Fsdp::load_unit(int unit, const float* full) {
   Unit& x = units_[unit];
   const ShardRange r = shard_ranges()[unit];
   x.shard.zero();
-  std::memcpy(x.shard.data(), full + r.begin, r.size() * sizeof(float));
-}
-
-void Fsdp::gather_unit(int unit, float* full) {
-  Unit& x = units_[unit];
-  if (strategy_ == ShardStrategy::kNoShard) {
-    std::memcpy(full, x.shard.data(), x.numel * sizeof(float));
-    return;
-  }
-  Buffer<float> tmp = take_buffer(x.padded);
-  shard_.all_gather(tmp.data(), x.shard.data(), x.shard_size);
-  std::memcpy(full, tmp.data(), x.numel * sizeof(float));
-  give_buffer(std::move(tmp));
+  be_.copy_to_device(x.shard.data(), full + r.begin, r.size() * sizeof(float));
+  be_.synchronize();  // `full` is the caller's again
 }
 
 size_t Fsdp::shard_bytes() const {

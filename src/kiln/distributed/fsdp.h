@@ -12,10 +12,17 @@
 // Geometry: a unit of n floats is padded to P = ceil(n / S) * S; rank r of the shard group owns
 // [r * P / S, (r + 1) * P / S) of the padded unit (the optimizer sees the part below n).
 //
-// Overlap: acquire(u) waits for u's all-gather and immediately issues the next unit's (the
-// order is learnt from the first micro-batch, so every rank prefetches identically);
-// grad_done(u) issues u's reduce-scatter without waiting. At most the units in use plus one
-// prefetched unit are gathered at any time (plus, for shard_grad_op, those kept for backward).
+// Overlap: acquire(u) orders the compute stream after u's all-gather and immediately issues the
+// next unit's (the order is learnt from the first micro-batch, so every rank prefetches
+// identically); grad_done(u) issues u's reduce-scatter, ordered after the backward ops that
+// wrote the gradient, without waiting. At most the units in use plus one prefetched unit are
+// gathered at any time (plus, for shard_grad_op, those kept for backward).
+//
+// Memory and order: shards, gradients and gathered units are device memory of the backend
+// (gathered units and gradient buffers from a DevicePool); every collective is ordered after
+// the compute stream's producer through the communicator's `after` stream, and the compute
+// stream waits for it (Work::wait) before it reads the result. The host never blocks on
+// communication except where a pooled buffer is handed back and in finish_backward().
 #pragma once
 
 #include <deque>
@@ -25,9 +32,9 @@
 #include <vector>
 
 #include "kiln/distributed/communicator.h"
+#include "kiln/kernels/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/unit_access.h"
-#include "kiln/tensor/buffer.h"
 
 namespace kiln {
 
@@ -39,8 +46,8 @@ class Fsdp final : public UnitAccess {
  public:
   // shard: the group parameters are sharded over (the world, or the node for hybrid);
   // replica: the group shards are replicated over (nullptr unless hybrid_shard).
-  Fsdp(const ParamLayout& layout, ShardStrategy strategy, Communicator& shard,
-       Communicator* replica, bool prefetch = true);
+  Fsdp(const ParamLayout& layout, const Backend& backend, ShardStrategy strategy,
+       Communicator& shard, Communicator* replica, bool prefetch = true);
   ~Fsdp() override;
 
   // UnitAccess
@@ -54,24 +61,28 @@ class Fsdp final : public UnitAccess {
   // locally; the others reduce-scatter every micro-step.
   void set_sync_grads(bool sync) { sync_ = sync; }
   // Call after the last backward of a step: finishes outstanding communication so that
-  // shard_grads() hold the step's summed gradients; drops parameters kept for backward.
+  // shard_grads() hold the step's summed gradients (in stream order); drops parameters kept for
+  // backward.
   void finish_backward();
 
   ShardStrategy strategy() const { return strategy_; }
+  const Backend& backend() const { return be_; }
   int num_units() const { return static_cast<int>(units_.size()); }
   // This rank's part of each unit, for the optimizer (empty range if it owns only padding).
   std::vector<ShardRange> shard_ranges() const;
+  // This rank's shard of a unit's parameters and gradients: device memory, (shard size).
   float* shard_params(int unit) { return units_[unit].shard.data(); }
   float* shard_grads(int unit) { return units_[unit].shard_grad.data(); }
   void zero_grads();
-  // Sum of squares of the whole model's gradient (every rank gets the same value).
-  double grad_sq_norm(const Backend& be);
-  void scale_grads(const Backend& be, float s);
+  // *sq_norm (one device double) = sum of squares of the whole model's gradient, the same on
+  // every rank once the compute stream reaches it; the host does not wait.
+  void grad_sq_norm(double* sq_norm);
+  // Clips every gradient shard to max_norm given the device norm from grad_sq_norm().
+  void clip_grads(const double* sq_norm, double max_norm);
 
-  // Sets this rank's shard from a whole unit (every rank passes the same values).
+  // Sets this rank's shard from a whole unit in host memory (every rank passes the same values);
+  // returns once `full` may be reused.
   void load_unit(int unit, const float* full);
-  // Gathers a whole unit into `full` (collective over the shard group).
-  void gather_unit(int unit, float* full);
   // Bytes held in shards (params + grads) and the peak of gathered whole-unit buffers.
   size_t shard_bytes() const;
   size_t peak_gathered_bytes() const { return peak_gathered_; }
@@ -79,31 +90,31 @@ class Fsdp final : public UnitAccess {
  private:
   struct Unit {
     size_t numel = 0, padded = 0, shard_size = 0;
-    Buffer<float> shard, shard_grad;  // (shard_size)
-    Buffer<float> full;               // gathered parameters, empty when not gathered
-    std::unique_ptr<Work> gathering;  // in-flight all-gather into `full`
+    DeviceBuffer<float> shard, shard_grad;  // (shard_size)
+    DeviceBuffer<float> full;               // gathered parameters, empty when not gathered
+    std::unique_ptr<Work> gathering;        // in-flight all-gather into `full`
     int in_use = 0;
-    bool keep = false;        // shard_grad_op: keep until finish_backward()
-    Buffer<float> full_grad;  // whole-unit gradient during backward (and across micro-steps)
-    bool grad_pending = false;
+    bool keep = false;              // shard_grad_op: keep until finish_backward()
+    DeviceBuffer<float> full_grad;  // whole-unit gradient during backward (and across micro-steps)
   };
+  // A unit's gradient on its way from the whole-unit buffer into the shard: the reduce-scatter
+  // (and, for hybrid_shard, the all-reduce across replicas) in flight.
   struct Pending {
     int unit;
     std::unique_ptr<Work> work;
-    Buffer<float> full_grad;  // owned until the reduce-scatter is done
-    Buffer<float> out;        // the reduce-scattered shard, added into shard_grad when done
-    bool replica_stage;       // hybrid: the cross-node all-reduce of `out` is in flight
+    DeviceBuffer<float> full_grad;  // owned until the reduce-scatter is done
+    DeviceBuffer<float> out;        // the reduce-scattered shard, added into shard_grad when done
   };
 
   void start_gather(int unit);
   void free_full(int unit);
   void complete(Pending& p);
   void drain(size_t keep_at_most);
-  Buffer<float> take_buffer(size_t n);
-  void give_buffer(Buffer<float> b);
   void track_gathered(long delta);
 
   const ParamLayout& layout_;
+  const Backend& be_;
+  DevicePool pool_;
   ShardStrategy strategy_;
   Communicator& shard_;
   Communicator* replica_;
@@ -114,7 +125,6 @@ class Fsdp final : public UnitAccess {
   bool order_known_ = false;
   size_t order_pos_ = 0;
   std::deque<Pending> pending_;
-  std::multimap<size_t, Buffer<float>> free_buffers_;
   size_t gathered_ = 0, peak_gathered_ = 0;
 };
 

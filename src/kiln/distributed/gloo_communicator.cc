@@ -75,16 +75,22 @@ struct OpState {
     }
     cv.notify_all();
   }
+
+  // Blocks until the operation is done; rethrows its failure.
+  void wait() {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return done; });
+    if (!error.empty()) throw Error(error);
+  }
 };
 
 class GlooWork final : public Work {
  public:
   explicit GlooWork(std::shared_ptr<OpState> state) : state_(std::move(state)) {}
-  void wait() override {
-    std::unique_lock<std::mutex> l(state_->mu);
-    state_->cv.wait(l, [&] { return state_->done; });
-    if (!state_->error.empty()) throw Error(state_->error);
+  void wait(Stream& stream) override {
+    stream.wait_for([state = state_] { state->wait(); });
   }
+  void wait_host() override { state_->wait(); }
 
  private:
   std::shared_ptr<OpState> state_;
@@ -237,8 +243,9 @@ class GlooCommunicator final : public Communicator {
     return fmt::format("gloo-tcp {} {}", g_.iface, g_.address);
   }
 
-  std::unique_ptr<Work> all_reduce_async(void* data, size_t n, DType t, ReduceOp op) override {
-    return submit("all_reduce", [=, this] {
+  std::unique_ptr<Work> all_reduce_async(void* data, size_t n, DType t, ReduceOp op,
+                                         Stream* after) override {
+    return submit("all_reduce", after, [=, this] {
       if (n == 0 || g_.size == 1) return;
       gloo::AllreduceOptions o(context_);
       o.setTimeout(g_.timeout);
@@ -253,8 +260,9 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  std::unique_ptr<Work> all_gather_async(void* out, const void* in, size_t n, DType t) override {
-    return submit("all_gather", [=, this] {
+  std::unique_ptr<Work> all_gather_async(void* out, const void* in, size_t n, DType t,
+                                         Stream* after) override {
+    return submit("all_gather", after, [=, this] {
       const size_t bytes = n * dtype_size(t);
       auto* out8 = static_cast<uint8_t*>(out);
       auto* in8 = static_cast<uint8_t*>(const_cast<void*>(in));
@@ -272,17 +280,18 @@ class GlooCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Work> reduce_scatter_async(void* out, const void* in, size_t n, DType t,
-                                             ReduceOp op) override {
-    return submit("reduce_scatter", [=, this] {
+                                             ReduceOp op, Stream* after) override {
+    return submit("reduce_scatter", after, [=, this] {
       gloo_detail::ring_reduce_scatter(context_, out, in, n, t, gloo_detail::reduce_fn(t, op),
                                        g_.timeout, scratch_);
       if (op == ReduceOp::kMean && g_.size > 1) gloo_detail::divide_by(out, n, t, g_.size);
     });
   }
 
-  std::unique_ptr<Work> broadcast_async(void* data, size_t n, DType t, int root) override {
+  std::unique_ptr<Work> broadcast_async(void* data, size_t n, DType t, int root,
+                                        Stream* after) override {
     KILN_CHECK(root >= 0 && root < g_.size, "broadcast root {} outside group of {}", root, g_.size);
-    return submit("broadcast", [=, this] {
+    return submit("broadcast", after, [=, this] {
       const size_t bytes = n * dtype_size(t);
       if (g_.size == 1 || bytes == 0) return;
       gloo::BroadcastOptions o(context_);
@@ -294,16 +303,17 @@ class GlooCommunicator final : public Communicator {
   }
 
   void barrier() override {
-    submit("barrier", [this] {
+    submit("barrier", nullptr, [this] {
       if (g_.size == 1) return;
       gloo::BarrierOptions o(context_);
       o.setTimeout(g_.timeout);
       gloo::barrier(o);
-    })->wait();
+    })->wait_host();
   }
 
-  void all_reduce(double* data, size_t n, ReduceOp op) override {
-    submit("all_reduce_f64", [=, this] {
+  std::unique_ptr<Work> all_reduce_f64_async(double* data, size_t n, ReduceOp op,
+                                             Stream* after) override {
+    return submit("all_reduce_f64", after, [=, this] {
       if (n == 0 || g_.size == 1) return;
       gloo::AllreduceOptions o(context_);
       o.setTimeout(g_.timeout);
@@ -313,7 +323,11 @@ class GlooCommunicator final : public Communicator {
       if (op == ReduceOp::kMean) {
         for (size_t i = 0; i < n; ++i) data[i] /= g_.size;
       }
-    })->wait();
+    });
+  }
+
+  void all_reduce(double* data, size_t n, ReduceOp op) override {
+    all_reduce_f64_async(data, n, op, nullptr)->wait_host();
   }
 
   std::unique_ptr<Communicator> split(const std::vector<int>& ranks,
@@ -350,7 +364,14 @@ class GlooCommunicator final : public Communicator {
     return fmt::format("group {}, rank {} of {}", g_.name, g_.rank, g_.size);
   }
 
-  std::unique_ptr<Work> submit(const char* name, std::function<void()> fn) {
+  // Queues fn; with `after`, it runs once everything enqueued on `after` so far has run.
+  std::unique_ptr<Work> submit(const char* name, Stream* after, std::function<void()> fn) {
+    if (after != nullptr) {
+      fn = [ready = after->record(), body = std::move(fn)] {
+        ready->synchronize();
+        body();
+      };
+    }
     auto state = std::make_shared<OpState>();
     {
       std::lock_guard<std::mutex> l(mu_);

@@ -9,27 +9,43 @@ namespace {
 
 class DoneWork final : public Work {
  public:
-  void wait() override {}
+  void wait(Stream&) override {}
+  void wait_host() override {}
 };
+
+// World size 1: a gather or a reduce-scatter is a copy. Memory may be a device's: the copy
+// runs on the producer's stream (after the op that wrote `in`), or at once for host buffers.
+void copy(void* out, const void* in, size_t bytes, Stream* after) {
+  if (out == in || bytes == 0) return;
+  if (after == nullptr) {
+    std::memmove(out, in, bytes);
+    return;
+  }
+  after->wait_for([out, in, bytes] { std::memmove(out, in, bytes); });
+}
 
 class LocalCommunicator final : public Communicator {
  public:
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   std::string transport() const override { return "local"; }
-  std::unique_ptr<Work> all_reduce_async(void*, size_t, DType, ReduceOp) override {
+  std::unique_ptr<Work> all_reduce_async(void*, size_t, DType, ReduceOp, Stream*) override {
     return std::make_unique<DoneWork>();
   }
-  std::unique_ptr<Work> all_gather_async(void* out, const void* in, size_t n, DType t) override {
-    if (out != in) std::memmove(out, in, n * dtype_size(t));
+  std::unique_ptr<Work> all_gather_async(void* out, const void* in, size_t n, DType t,
+                                         Stream* after) override {
+    copy(out, in, n * dtype_size(t), after);
     return std::make_unique<DoneWork>();
   }
-  std::unique_ptr<Work> reduce_scatter_async(void* out, const void* in, size_t n, DType t,
-                                             ReduceOp) override {
-    if (out != in) std::memmove(out, in, n * dtype_size(t));
+  std::unique_ptr<Work> reduce_scatter_async(void* out, const void* in, size_t n, DType t, ReduceOp,
+                                             Stream* after) override {
+    copy(out, in, n * dtype_size(t), after);
     return std::make_unique<DoneWork>();
   }
-  std::unique_ptr<Work> broadcast_async(void*, size_t, DType, int) override {
+  std::unique_ptr<Work> broadcast_async(void*, size_t, DType, int, Stream*) override {
+    return std::make_unique<DoneWork>();
+  }
+  std::unique_ptr<Work> all_reduce_f64_async(double*, size_t, ReduceOp, Stream*) override {
     return std::make_unique<DoneWork>();
   }
   void barrier() override {}

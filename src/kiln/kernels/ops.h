@@ -1,14 +1,24 @@
-// The op interface: every op the model needs, forward and backward, declared once. Backends
-// (cpu/ now, cuda/ next) implement it; the model and trainer never branch on the device.
+// The backend seam: device memory, copies and order (streams, events), and every op the model,
+// FSDP and the optimizer need, forward and backward, declared once. Backends (cpu/ now, cuda/
+// next) implement it; the model, FSDP and trainer never branch on the device, and only
+// make_backend() (backend.h) names one.
 //
-// Conventions: pointers are device pointers of the backend; shapes are given per op, row-major.
-// Activation gradients are written (overwritten) unless the argument is named `*_acc`; parameter
-// gradients (dw, db) are always accumulated (+=), so micro-batches and tied weights just add up.
+// Conventions: pointers are device pointers of the backend (memory from alloc(), DeviceBuffer,
+// DeviceArena or DevicePool), except where a parameter says "host". Ops run on the compute stream
+// in issue order; the host sees their results only through copy_to_host() followed by a wait.
+// Shapes are given per op, row-major. Activation gradients are written (overwritten) unless the op
+// takes `accumulate` (then they are added to); parameter gradients (dw, db) are always
+// accumulated (+=), so micro-batches and tied weights just add up. Scalar results (loss sums,
+// sums of squares) are added (+=) into device doubles, so a step's sums stay on the device and
+// the host reads them once.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
+
+#include "kiln/kernels/stream.h"
 
 namespace kiln {
 
@@ -21,10 +31,51 @@ struct AttnShape {
   int B, T, H, KV, D;
 };
 
+// Where a backend computes.
+enum class Device { kCpu, kCuda };
+// The dtype of matrix-product inputs (train.dtype): fp32, or bf16 mixed precision (bf16 GEMM
+// inputs, fp32 accumulation; master weights, optimizer state and reductions stay fp32).
+enum class ComputeDType { kFp32, kBf16 };
+
+// One AdamW update's constants, computed once per step on the host (PyTorch's AdamW):
+// p = p * decay - step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps), after the moment updates.
+struct AdamWStep {
+  float beta1, beta2, step_size, inv_sqrt_bc2, eps, decay;
+};
+// One SGD update (PyTorch's SGD): d = g + weight_decay * p; with momentum, m = first ? d :
+// momentum * m + d and d = m; p -= lr * d.
+struct SgdStep {
+  float lr, weight_decay, momentum;
+  bool first;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  virtual Device device() const = 0;
+  virtual ComputeDType compute_dtype() const = 0;
+
+  // ---- Memory. Device memory is 64-byte aligned; pinned host memory stages copies. ----
+  virtual void* alloc(size_t bytes) const = 0;
+  virtual void free(void* p) const = 0;
+  virtual void* alloc_pinned(size_t bytes) const = 0;
+  virtual void free_pinned(void* p) const = 0;
+
+  // ---- Copies and fill, on the compute stream. The host must not reuse `host_src` nor read
+  // `host_dst` until an event recorded after the copy (or synchronize()) says it ran; host
+  // buffers should be pinned (alloc_pinned) for the copy to be asynchronous. ----
+  virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) const = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) const = 0;
+  virtual void copy_on_device(void* dst, const void* src, size_t bytes) const = 0;
+  virtual void fill_zero(void* dst, size_t bytes) const = 0;
+
+  // ---- Order. Ops and copies run on compute_stream(); communicators take a stream of their
+  // own from create_stream(). ----
+  virtual Stream& compute_stream() const = 0;
+  virtual std::unique_ptr<Stream> create_stream() const = 0;
+  // The host waits for everything enqueued on the compute stream.
+  void synchronize() const { compute_stream().synchronize(); }
 
   // out: (N, C) = wte[ids[n]]; wte: (V, C)
   virtual void embedding_forward(float* out, const int32_t* ids, const float* wte, int N,
@@ -94,25 +145,30 @@ class Backend {
 
   // Fused LM head and cross-entropy over rows whose target is not kIgnoreIndex, never holding
   // more than a chunk of logits: x: (N, C), w: (V, C), targets: (N).
-  // Returns the sum over valid rows of -log softmax(x w^T)[target]. When dx is non-null it also
-  // writes dx (N, C) (zero on ignored rows) and adds dw (V, C) += for loss scaled by `scale`
-  // (the caller passes 1 / number of targets in the whole optimizer step).
-  virtual double cross_entropy(float* dx, float* dw, const float* x, const float* w,
-                               const int32_t* targets, int N, int C, int V, float scale) const = 0;
+  // *loss_sum (one device double) += the sum over valid rows of -log softmax(x w^T)[target].
+  // When dx is non-null it also writes dx (N, C) (zero on ignored rows) and adds dw (V, C) +=
+  // for loss scaled by `scale` (the caller passes 1 / number of targets in the optimizer step).
+  virtual void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, const float* w,
+                             const int32_t* targets, int N, int C, int V, float scale) const = 0;
 
-  // sum of squares of x (n), in double
-  virtual double sum_squares(const float* x, size_t n) const = 0;
+  // *sum (one device double) += sum of squares of x (n), accumulated in double in fixed blocks
+  // (the result does not depend on the thread count).
+  virtual void sum_squares(double* sum, const float* x, size_t n) const = 0;
   // x *= a
   virtual void scale(float* x, float a, size_t n) const = 0;
+  // Gradient clipping with the norm on the device: norm = sqrt(*sq_norm); when norm > max_norm,
+  // x (n) *= (float)(max_norm / (norm + 1e-6)).
+  virtual void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm) const = 0;
+
+  // Optimizer updates over n elements of a shard: p (params), m, v (state), g (gradient).
+  virtual void adamw_step(float* p, float* m, float* v, const float* g, size_t n,
+                          const AdamWStep& s) const = 0;
+  // m may be null without momentum.
+  virtual void sgd_step(float* p, float* m, const float* g, size_t n, const SgdStep& s) const = 0;
 };
 
-const Backend& cpu_backend();
 // Rows of logits the CPU cross_entropy holds at once for `rows` targets over `vocab` (for memory
 // estimates).
 size_t ce_chunk_rows(size_t rows, size_t vocab);
-// The CPU backend for a compute dtype (train.dtype): "fp32", or "bf16" (mixed precision: bf16
-// GEMM inputs, fp32 accumulation and everything else in fp32). Throws kiln::Error naming the
-// dtype when it is unknown or unsupported.
-const Backend& cpu_backend_for(std::string_view dtype);
 
 }  // namespace kiln

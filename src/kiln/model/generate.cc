@@ -9,12 +9,31 @@
 namespace kiln {
 
 Generator::Generator(const Qwen2Config& config, UnitAccess& params, const Backend& backend)
-    : config_(config), layout_(config), params_(params), be_(backend) {
+    : config_(config),
+      layout_(config),
+      params_(params),
+      be_(backend),
+      rope_(config_, backend),
+      x_(backend, 0),
+      xn_(backend, 0),
+      rstd_(backend, 0),
+      q_(backend, 0),
+      y_(backend, 0),
+      tmp_(backend, 0),
+      gate_(backend, 0),
+      up_(backend, 0),
+      h_(backend, 0),
+      ids_pos_(backend, 2 * kChunk),
+      ids_pos_host_(2 * kChunk),
+      xf_(backend, config_.hidden_size),
+      rstd_last_(backend, 1),
+      logits_(backend, config_.vocab_size),
+      logits_host_(config_.vocab_size) {
   config_.validate("model config");
-  k_cache_.resize(config_.num_hidden_layers);
-  v_cache_.resize(config_.num_hidden_layers);
-  xf_.resize(config_.hidden_size);
-  logits_.resize(config_.vocab_size);
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    k_cache_.emplace_back(backend, 0);
+    v_cache_.emplace_back(backend, 0);
+  }
 }
 
 size_t Generator::cache_bytes() const {
@@ -37,24 +56,14 @@ void Generator::reserve(int tokens) {
   const size_t row = static_cast<size_t>(config_.kv_dim());
   for (size_t l = 0; l < k_cache_.size(); ++l) {
     for (auto* cache : {&k_cache_[l], &v_cache_[l]}) {
-      Buffer<float> grown(static_cast<size_t>(cap) * row);
-      if (length_ > 0) std::memcpy(grown.data(), cache->data(), sizeof(float) * length_ * row);
+      DeviceBuffer<float> grown(be_, static_cast<size_t>(cap) * row);
+      if (length_ > 0)
+        be_.copy_on_device(grown.data(), cache->data(), sizeof(float) * length_ * row);
       *cache = std::move(grown);
     }
   }
-  // cos/sin (cap, D/2) of pos * theta^(-2d/D), in double as Qwen2Model computes them, so the
-  // rotations are bit-identical to training's.
-  const int D = static_cast<int>(config_.head_dim()), half = D / 2;
-  rope_cos_.resize(static_cast<size_t>(cap) * half);
-  rope_sin_.resize(static_cast<size_t>(cap) * half);
-  for (int p = 0; p < cap; ++p) {
-    for (int d = 0; d < half; ++d) {
-      const double inv_freq = std::pow(config_.rope_theta, -2.0 * d / D);
-      const double ang = p * inv_freq;
-      rope_cos_[static_cast<size_t>(p) * half + d] = static_cast<float>(std::cos(ang));
-      rope_sin_[static_cast<size_t>(p) * half + d] = static_cast<float>(std::sin(ang));
-    }
-  }
+  // The tables training uses (RopeTables), so the rotations are bit-identical to training's.
+  rope_.reserve(cap, cap);
   capacity_ = cap;
 }
 
@@ -83,15 +92,16 @@ std::span<const float> Generator::prefill(std::span<const int32_t> ids) {
   const int C = static_cast<int>(config_.hidden_size);
   const bool tied = config_.tie_word_embeddings;
   const float* hw = params_.acquire(layout_.head_unit());
-  float rstd;
-  be_.rmsnorm_forward(xf_.data(), &rstd, x_.data() + static_cast<size_t>(n_last - 1) * C,
-                      hw + layout_.final_norm_offset(), 1, C,
-                      static_cast<float>(config_.rms_norm_eps));
+  be_.rmsnorm_forward(
+      xf_.data(), rstd_last_.data(), x_.data() + static_cast<size_t>(n_last - 1) * C,
+      hw + layout_.final_norm_offset(), 1, C, static_cast<float>(config_.rms_norm_eps));
   const float* wh = tied ? params_.acquire(layout_.embed_unit()) : hw + layout_.lm_head_offset();
   be_.matmul_forward(logits_.data(), xf_.data(), wh, nullptr, 1, C, static_cast<int>(V));
   if (tied) params_.release(layout_.embed_unit());
   params_.release(layout_.head_unit());
-  return logits_.span();
+  be_.copy_to_host(logits_host_.data(), logits_.data(), logits_.bytes());
+  be_.synchronize();
+  return logits_host_.span();
 }
 
 void Generator::run_chunk(const int32_t* ids, int n) {
@@ -107,11 +117,15 @@ void Generator::run_chunk(const int32_t* ids, int n) {
     up_.resize(n * I);
     h_.resize(n * I);
   }
-  pos_.resize(n);
-  for (int i = 0; i < n; ++i) pos_[i] = length_ + i;
+  // ids and positions (2, n) through the host copy: the previous chunk's upload has run (every
+  // chunk's layers read them before the next chunk starts, and prefill ends with a synchronize).
+  be_.synchronize();
+  std::copy(ids, ids + n, ids_pos_host_.begin());
+  for (int i = 0; i < n; ++i) ids_pos_host_[kChunk + i] = length_ + i;
+  be_.copy_to_device(ids_pos_.data(), ids_pos_host_.data(), ids_pos_.bytes());
 
   const float* we = params_.acquire(layout_.embed_unit());
-  be_.embedding_forward(x_.data(), ids, we, n, static_cast<int>(C));
+  be_.embedding_forward(x_.data(), ids_pos_.data(), we, n, static_cast<int>(C));
   params_.release(layout_.embed_unit());
   for (int l = 0; l < static_cast<int>(config_.num_hidden_layers); ++l) {
     const float* w = params_.acquire(layout_.layer_unit(l));
@@ -139,8 +153,8 @@ void Generator::layer(int l, const float* w, int n) {
   be_.matmul_forward(q_.data(), xn_.data(), w + o.wq, w + o.bq, n, C, Q);
   be_.matmul_forward(k, xn_.data(), w + o.wk, w + o.bk, n, C, KV);
   be_.matmul_forward(v, xn_.data(), w + o.wv, w + o.bv, n, C, KV);
-  be_.rope_forward(q_.data(), pos_.data(), rope_cos_.data(), rope_sin_.data(), n, H, D);
-  be_.rope_forward(k, pos_.data(), rope_cos_.data(), rope_sin_.data(), n, KVH, D);
+  be_.rope_forward(q_.data(), ids_pos_.data() + kChunk, rope_.cos(), rope_.sin(), n, H, D);
+  be_.rope_forward(k, ids_pos_.data() + kChunk, rope_.cos(), rope_.sin(), n, KVH, D);
   be_.attention_decode(y_.data(), q_.data(), k_cache_[l].data(), v_cache_[l].data(), n, length_, H,
                        KVH, D);
   // x = y Wo^T + x, in that order, as the training forward adds

@@ -15,9 +15,11 @@
 #include <span>
 #include <vector>
 
+#include "kiln/kernels/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/config.h"
 #include "kiln/model/layout.h"
+#include "kiln/model/rope_table.h"
 #include "kiln/model/unit_access.h"
 #include "kiln/tensor/buffer.h"
 
@@ -31,8 +33,8 @@ class Generator {
 
   // Appends `ids` (n >= 1) at positions [length(), length() + n), running them through every
   // layer in chunks and filling the cache. Returns the logits (vocab_size) of the last one, valid
-  // until the next call. Errors (kiln::Error) for an id outside the vocabulary or a sequence
-  // longer than max_position_embeddings.
+  // until the next call (host memory: the one device read per call). Errors (kiln::Error) for an id
+  // outside the vocabulary or a sequence longer than max_position_embeddings.
   std::span<const float> prefill(std::span<const int32_t> ids);
   // One new token; the same as prefill({token}).
   std::span<const float> step(int32_t token);
@@ -63,12 +65,15 @@ class Generator {
   int length_ = 0;
   int capacity_ = 0;  // cached positions the buffers hold
 
-  std::vector<Buffer<float>> k_cache_, v_cache_;  // per layer (capacity, KV, D)
-  Buffer<float> rope_cos_, rope_sin_;             // (capacity, D/2)
-  // Per-chunk scratch, sized for the largest chunk run so far (at most kChunk tokens).
-  Buffer<float> x_, xn_, rstd_, q_, y_, tmp_, gate_, up_, h_;  // (n, C|Q|I), rstd (n)
-  std::vector<int32_t> pos_;
-  Buffer<float> xf_, logits_;  // (C), (V)
+  // Device memory: the cache, RoPE tables and per-chunk scratch (sized for the largest chunk run
+  // so far, at most kChunk tokens), and the chunk's ids and positions, uploaded per chunk.
+  std::vector<DeviceBuffer<float>> k_cache_, v_cache_;               // per layer (capacity, KV, D)
+  RopeTables rope_;                                                  // (capacity, D/2)
+  DeviceBuffer<float> x_, xn_, rstd_, q_, y_, tmp_, gate_, up_, h_;  // (n, C|Q|I), rstd (n)
+  DeviceBuffer<int32_t> ids_pos_;                                    // (2, kChunk)
+  std::vector<int32_t> ids_pos_host_;
+  DeviceBuffer<float> xf_, rstd_last_, logits_;  // (C), (1), (V)
+  Buffer<float> logits_host_;                    // (V)
 };
 
 }  // namespace kiln

@@ -6,6 +6,7 @@
 #include "kiln/base/error.h"
 #include "kiln/io/checkpoint_reader.h"
 #include "kiln/io/checkpoint_writer.h"
+#include "kiln/tensor/buffer.h"
 
 namespace kiln {
 
@@ -48,7 +49,11 @@ void HfWeightsReader::read_unit(int unit, float* out) const {
 
 void load_hf_weights(const fs::path& path, const ParamLayout& layout, ParamStore& store) {
   HfWeightsReader reader(path, layout);
-  for (int u = 0; u < layout.num_units(); ++u) reader.read_unit(u, store.params(u).data());
+  for (int u = 0; u < layout.num_units(); ++u) {
+    std::vector<float> host(layout.units()[u].numel);
+    reader.read_unit(u, host.data());
+    store.load_unit(u, host.data());
+  }
 }
 
 void save_hf_checkpoint_streaming(const fs::path& dir, const Qwen2Config& config,
@@ -82,11 +87,8 @@ void save_hf_checkpoint_streaming(const fs::path& dir, const Qwen2Config& config
 void save_hf_checkpoint(const fs::path& dir, const Qwen2Config& config, const ParamLayout& layout,
                         const ParamStore& store, DType dtype, uint64_t max_shard_bytes) {
   save_hf_checkpoint_streaming(
-      dir, config, layout,
-      [&](int u, float* out) {
-        std::copy(store.params(u).data(), store.params(u).data() + store.params(u).size(), out);
-      },
-      dtype, max_shard_bytes);
+      dir, config, layout, [&](int u, float* out) { store.read_unit(u, out); }, dtype,
+      max_shard_bytes);
 }
 
 }  // namespace kiln

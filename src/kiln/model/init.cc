@@ -1,6 +1,7 @@
 #include "kiln/model/init.h"
 
 #include <cmath>
+#include <vector>
 
 namespace kiln {
 
@@ -14,7 +15,8 @@ uint64_t hash_name(const std::string& s) {
 
 void init_params(ParamStore& store, const ParamLayout& layout, uint64_t seed, float std) {
   for (int u = 0; u < layout.num_units(); ++u) {
-    float* base = store.params(u).data();
+    std::vector<float> host(layout.units()[u].numel);  // built on the host, then uploaded
+    float* base = host.data();
     for (const auto& e : layout.units()[u].entries) {
       float* p = base + e.offset;
       if (e.shape.size() == 1) {
@@ -36,6 +38,7 @@ void init_params(ParamStore& store, const ParamLayout& layout, uint64_t seed, fl
         }
       }
     }
+    store.load_unit(u, host.data());
   }
 }
 

@@ -8,25 +8,25 @@
 namespace kiln {
 
 Qwen2Model::Qwen2Model(const Qwen2Config& config, const Backend& backend)
-    : config_(config), layout_(config), be_(backend) {
+    : config_(config),
+      layout_(config),
+      be_(backend),
+      arena_(backend),
+      loss_(backend, 1),
+      rope_(config_, backend) {
   config_.validate("model config");
 }
 
-size_t Qwen2Model::activation_bytes() const {
-  return sizeof(float) * (res_.size() + acts_.size() + xf_.size() + rstdf_.size() + dxf_.size() +
-                          dres_.size() + dxn_.size() + dq_.size() + dk_.size() + dv_.size() +
-                          dy_.size() + dgate_.size() + dup_.size() + dh_.size());
-}
+namespace {
 
-void Qwen2Model::prepare(const Batch& batch, bool recompute, bool training) {
+// Checks the batch on the host (ids inside the vocabulary, positions, document starts).
+void validate_batch(const Batch& batch, int64_t V) {
   const int B = batch.B, T = batch.T;
   const size_t N = static_cast<size_t>(B) * T;
   if (B <= 0 || T <= 0 || batch.input_ids.size() != N || batch.targets.size() != N ||
       batch.positions.size() != N || batch.doc_start.size() != N) {
     fail("batch arrays do not match B={} T={}", B, T);
   }
-  const int64_t V = config_.vocab_size;
-  int max_pos = 0;
   for (size_t i = 0; i < N; ++i) {
     if (batch.input_ids[i] < 0 || batch.input_ids[i] >= V) {
       fail("token id {} at position {} is outside the vocabulary (size {})", batch.input_ids[i], i,
@@ -39,73 +39,87 @@ void Qwen2Model::prepare(const Batch& batch, bool recompute, bool training) {
     if (batch.positions[i] < 0) fail("negative position at {}", i);
     const int32_t ds = batch.doc_start[i];
     if (ds < 0 || ds > static_cast<int32_t>(i % T)) fail("doc_start {} at {} out of range", ds, i);
-    max_pos = std::max(max_pos, batch.positions[i]);
   }
+}
 
+}  // namespace
+
+void Qwen2Model::plan_buffers(size_t N, bool recompute, bool training) {
   const int L = static_cast<int>(config_.num_hidden_layers);
   const size_t C = config_.hidden_size, I = config_.intermediate_size;
   const size_t Q = config_.q_dim(), KV = config_.kv_dim(), H = config_.num_attention_heads;
-  const size_t per_layer = 2 * N * C + 2 * N + 2 * N * Q + 2 * N * KV + N * H + N * C + 3 * N * I;
-  const int stored = recompute ? 1 : L;
-  if (B != B_ || T != T_ || recompute != recompute_ || training != training_) {
-    B_ = B;
-    T_ = T;
+  layer_acts_.assign(L, LayerActs{});
+  arena_.add(&res_, (L + 1) * N * C);
+  for (int l = 0; l < (recompute ? 1 : L); ++l) {
+    LayerActs& a = layer_acts_[l];
+    arena_.add(&a.xn1, N * C);
+    arena_.add(&a.rstd1, N);
+    arena_.add(&a.q, N * Q);
+    arena_.add(&a.k, N * KV);
+    arena_.add(&a.v, N * KV);
+    arena_.add(&a.y, N * Q);
+    arena_.add(&a.lse, N * H);
+    arena_.add(&a.xmid, N * C);
+    arena_.add(&a.xn2, N * C);
+    arena_.add(&a.rstd2, N);
+    arena_.add(&a.gate, N * I);
+    arena_.add(&a.up, N * I);
+    arena_.add(&a.h, N * I);
+  }
+  arena_.add(&xf_, N * C);
+  arena_.add(&rstdf_, N);
+  const size_t g = training ? 1 : 0;
+  arena_.add(&dxf_, g * N * C);
+  arena_.add(&dres_, g * N * C);
+  arena_.add(&dxn_, g * N * C);
+  arena_.add(&dq_, g * N * Q);
+  arena_.add(&dk_, g * N * KV);
+  arena_.add(&dv_, g * N * KV);
+  arena_.add(&dy_, g * N * Q);
+  arena_.add(&dgate_, g * N * I);
+  arena_.add(&dup_, g * N * I);
+  arena_.add(&dh_, g * N * I);
+  arena_.add(&ids_, 4 * N);  // ids, targets, positions, doc_start: one upload
+  arena_.allocate();
+  if (recompute) std::fill(layer_acts_.begin() + 1, layer_acts_.end(), layer_acts_[0]);
+  targets_ = ids_ + N;
+  pos_ = ids_ + 2 * N;
+  doc_ = ids_ + 3 * N;
+  staging_ = PinnedBuffer<int32_t>(be_, 4 * N);
+  staging_free_.reset();
+}
+
+void Qwen2Model::upload(const Batch& batch) {
+  const size_t N = batch.input_ids.size();
+  if (staging_free_) staging_free_->synchronize();  // the previous upload has left staging
+  int32_t* st = staging_.data();
+  std::copy(batch.input_ids.begin(), batch.input_ids.end(), st);
+  std::copy(batch.targets.begin(), batch.targets.end(), st + N);
+  std::copy(batch.positions.begin(), batch.positions.end(), st + 2 * N);
+  std::copy(batch.doc_start.begin(), batch.doc_start.end(), st + 3 * N);
+  be_.copy_to_device(ids_, st, 4 * N * sizeof(int32_t));
+  staging_free_ = be_.compute_stream().record();
+}
+
+void Qwen2Model::prepare(const Batch& batch, bool recompute, bool training) {
+  validate_batch(batch, config_.vocab_size);
+  if (batch.B != B_ || batch.T != T_ || recompute != recompute_ || training != training_) {
+    B_ = batch.B;
+    T_ = batch.T;
     recompute_ = recompute;
     training_ = training;
-    res_.resize((L + 1) * N * C);
-    acts_.resize(stored * per_layer);
-    layer_acts_.assign(L, LayerActs{});
-    for (int l = 0; l < L; ++l) {
-      float* p = acts_.data() + (recompute ? 0 : l) * per_layer;
-      LayerActs& a = layer_acts_[l];
-      auto take = [&p](size_t n) {
-        float* r = p;
-        p += n;
-        return r;
-      };
-      a.xn1 = take(N * C);
-      a.rstd1 = take(N);
-      a.q = take(N * Q);
-      a.k = take(N * KV);
-      a.v = take(N * KV);
-      a.y = take(N * Q);
-      a.lse = take(N * H);
-      a.xmid = take(N * C);
-      a.xn2 = take(N * C);
-      a.rstd2 = take(N);
-      a.gate = take(N * I);
-      a.up = take(N * I);
-      a.h = take(N * I);
-    }
-    xf_.resize(N * C);
-    rstdf_.resize(N);
-    const size_t g = training ? 1 : 0;
-    dxf_.resize(g * N * C);
-    dres_.resize(g * N * C);
-    dxn_.resize(g * N * C);
-    dq_.resize(g * N * Q);
-    dk_.resize(g * N * KV);
-    dv_.resize(g * N * KV);
-    dy_.resize(g * N * Q);
-    dgate_.resize(g * N * I);
-    dup_.resize(g * N * I);
-    dh_.resize(g * N * I);
+    plan_buffers(static_cast<size_t>(B_) * T_, recompute, training);
   }
-  if (max_pos + 1 > rope_positions_) {
-    // cos/sin (P, D/2) of pos * theta^(-2d/D), computed in double as a reference would
-    const int D = static_cast<int>(config_.head_dim()), half = D / 2;
-    rope_positions_ = std::max(max_pos + 1, 2 * rope_positions_);
-    rope_cos_.resize(static_cast<size_t>(rope_positions_) * half);
-    rope_sin_.resize(static_cast<size_t>(rope_positions_) * half);
-    for (int p = 0; p < rope_positions_; ++p) {
-      for (int d = 0; d < half; ++d) {
-        const double inv_freq = std::pow(config_.rope_theta, -2.0 * d / D);
-        const double ang = p * inv_freq;
-        rope_cos_[static_cast<size_t>(p) * half + d] = static_cast<float>(std::cos(ang));
-        rope_sin_[static_cast<size_t>(p) * half + d] = static_cast<float>(std::sin(ang));
-      }
-    }
-  }
+  const int max_pos = *std::max_element(batch.positions.begin(), batch.positions.end());
+  rope_.reserve(max_pos + 1);
+  upload(batch);
+}
+
+double Qwen2Model::read_loss() {
+  double host = 0;
+  be_.copy_to_host(&host, loss_.data(), sizeof host);
+  be_.synchronize();
+  return host;
 }
 
 void Qwen2Model::layer_forward(const float* w, const float* x_in, float* x_out, const LayerActs& a,
@@ -125,10 +139,10 @@ void Qwen2Model::layer_forward(const float* w, const float* x_in, float* x_out, 
   be_.matmul_forward(a.q, a.xn1, w + o.wq, w + o.bq, N, C, Q);
   be_.matmul_forward(a.k, a.xn1, w + o.wk, w + o.bk, N, C, KV);
   be_.matmul_forward(a.v, a.xn1, w + o.wv, w + o.bv, N, C, KV);
-  be_.rope_forward(a.q, batch.positions.data(), rope_cos_.data(), rope_sin_.data(), N, H, D);
-  be_.rope_forward(a.k, batch.positions.data(), rope_cos_.data(), rope_sin_.data(), N, KVH, D);
+  be_.rope_forward(a.q, pos_, rope_.cos(), rope_.sin(), N, H, D);
+  be_.rope_forward(a.k, pos_, rope_.cos(), rope_.sin(), N, KVH, D);
   const AttnShape s{batch.B, batch.T, H, KVH, D};
-  be_.attention_forward(a.y, a.lse, a.q, a.k, a.v, batch.doc_start.data(), s);
+  be_.attention_forward(a.y, a.lse, a.q, a.k, a.v, doc_, s);
   be_.matmul_forward(a.xmid, a.y, w + o.wo, nullptr, N, Q, C);
   be_.add_rmsnorm_forward(a.xmid, a.xn2, a.rstd2, a.xmid, x_in, w + o.ln2, N, C, eps);
   be_.matmul_forward(a.gate, a.xn2, w + o.wg, nullptr, N, C, I);
@@ -152,31 +166,24 @@ void Qwen2Model::layer_backward(const float* w, float* dw, const float* x_in, co
             D = static_cast<int>(config_.head_dim());
   const int Q = H * D, KV = KVH * D;
   const size_t NI = static_cast<size_t>(N) * I;
-  float* dres = dres_.data();
+  float* dres = dres_;
 
   // MLP: x_out = xmid + h Wd^T
-  be_.matmul_backward(dh_.data(), dw + o.wd, nullptr, dres, a.h, w + o.wd, N, I, C, false);
-  be_.swiglu_backward(dgate_.data(), dup_.data(), dh_.data(), a.gate, a.up, NI);
-  be_.matmul_backward(dxn_.data(), dw + o.wg, nullptr, dgate_.data(), a.xn2, w + o.wg, N, C, I,
-                      false);
-  be_.matmul_backward(dxn_.data(), dw + o.wu, nullptr, dup_.data(), a.xn2, w + o.wu, N, C, I, true);
-  be_.rmsnorm_backward(dres, dw + o.ln2, dxn_.data(), a.xmid, w + o.ln2, a.rstd2, N, C, true);
+  be_.matmul_backward(dh_, dw + o.wd, nullptr, dres, a.h, w + o.wd, N, I, C, false);
+  be_.swiglu_backward(dgate_, dup_, dh_, a.gate, a.up, NI);
+  be_.matmul_backward(dxn_, dw + o.wg, nullptr, dgate_, a.xn2, w + o.wg, N, C, I, false);
+  be_.matmul_backward(dxn_, dw + o.wu, nullptr, dup_, a.xn2, w + o.wu, N, C, I, true);
+  be_.rmsnorm_backward(dres, dw + o.ln2, dxn_, a.xmid, w + o.ln2, a.rstd2, N, C, true);
   // Attention: xmid = x_in + y Wo^T
-  be_.matmul_backward(dy_.data(), dw + o.wo, nullptr, dres, a.y, w + o.wo, N, Q, C, false);
+  be_.matmul_backward(dy_, dw + o.wo, nullptr, dres, a.y, w + o.wo, N, Q, C, false);
   const AttnShape s{batch.B, batch.T, H, KVH, D};
-  be_.attention_backward(dq_.data(), dk_.data(), dv_.data(), dy_.data(), a.q, a.k, a.v, a.y, a.lse,
-                         batch.doc_start.data(), s);
-  be_.rope_backward(dq_.data(), batch.positions.data(), rope_cos_.data(), rope_sin_.data(), N, H,
-                    D);
-  be_.rope_backward(dk_.data(), batch.positions.data(), rope_cos_.data(), rope_sin_.data(), N, KVH,
-                    D);
-  be_.matmul_backward(dxn_.data(), dw + o.wq, dw + o.bq, dq_.data(), a.xn1, w + o.wq, N, C, Q,
-                      false);
-  be_.matmul_backward(dxn_.data(), dw + o.wk, dw + o.bk, dk_.data(), a.xn1, w + o.wk, N, C, KV,
-                      true);
-  be_.matmul_backward(dxn_.data(), dw + o.wv, dw + o.bv, dv_.data(), a.xn1, w + o.wv, N, C, KV,
-                      true);
-  be_.rmsnorm_backward(dres, dw + o.ln1, dxn_.data(), x_in, w + o.ln1, a.rstd1, N, C, true);
+  be_.attention_backward(dq_, dk_, dv_, dy_, a.q, a.k, a.v, a.y, a.lse, doc_, s);
+  be_.rope_backward(dq_, pos_, rope_.cos(), rope_.sin(), N, H, D);
+  be_.rope_backward(dk_, pos_, rope_.cos(), rope_.sin(), N, KVH, D);
+  be_.matmul_backward(dxn_, dw + o.wq, dw + o.bq, dq_, a.xn1, w + o.wq, N, C, Q, false);
+  be_.matmul_backward(dxn_, dw + o.wk, dw + o.bk, dk_, a.xn1, w + o.wk, N, C, KV, true);
+  be_.matmul_backward(dxn_, dw + o.wv, dw + o.bv, dv_, a.xn1, w + o.wv, N, C, KV, true);
+  be_.rmsnorm_backward(dres, dw + o.ln1, dxn_, x_in, w + o.ln1, a.rstd1, N, C, true);
 }
 
 void Qwen2Model::forward_trunk(const Batch& batch, UnitAccess& params) {
@@ -186,37 +193,48 @@ void Qwen2Model::forward_trunk(const Batch& batch, UnitAccess& params) {
   const int L = static_cast<int>(config_.num_hidden_layers);
   {
     const float* w = params.acquire(layout_.embed_unit());
-    be_.embedding_forward(res_.data(), batch.input_ids.data(), w, N, C);
+    be_.embedding_forward(res_, ids_, w, N, C);
     params.release(layout_.embed_unit());
   }
   for (int l = 0; l < L; ++l) {
     const float* w = params.acquire(layout_.layer_unit(l));
-    layer_forward(w, res_.data() + l * NC, res_.data() + (l + 1) * NC, layer_acts_[l], batch, true);
+    layer_forward(w, res_ + l * NC, res_ + (l + 1) * NC, layer_acts_[l], batch, true);
     params.release(layout_.layer_unit(l));
   }
 }
 
-double Qwen2Model::forward(const Batch& batch, UnitAccess& params) {
+void Qwen2Model::forward(const Batch& batch, UnitAccess& params, double* loss_sum) {
   prepare(batch, /*recompute=*/true, /*training=*/false);
   forward_trunk(batch, params);
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
   const int L = static_cast<int>(config_.num_hidden_layers);
   const float* hw = params.acquire(layout_.head_unit());
-  be_.rmsnorm_forward(xf_.data(), rstdf_.data(), res_.data() + L * static_cast<size_t>(N) * C,
+  be_.rmsnorm_forward(xf_, rstdf_, res_ + L * static_cast<size_t>(N) * C,
                       hw + layout_.final_norm_offset(), N, C,
                       static_cast<float>(config_.rms_norm_eps));
   const float* wh = config_.tie_word_embeddings ? params.acquire(layout_.embed_unit())
                                                 : hw + layout_.lm_head_offset();
-  const double loss =
-      be_.cross_entropy(nullptr, nullptr, xf_.data(), wh, batch.targets.data(), N, C, V, 0.0f);
+  be_.cross_entropy(loss_sum, nullptr, nullptr, xf_, wh, targets_, N, C, V, 0.0f);
   if (config_.tie_word_embeddings) params.release(layout_.embed_unit());
   params.release(layout_.head_unit());
-  return loss;
+}
+
+double Qwen2Model::forward(const Batch& batch, UnitAccess& params) {
+  loss_.zero();
+  forward(batch, params, loss_.data());
+  return read_loss();
 }
 
 double Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, float scale,
                                     bool recompute) {
+  loss_.zero();
+  forward_backward(batch, params, scale, recompute, loss_.data());
+  return read_loss();
+}
+
+void Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, float scale,
+                                  bool recompute, double* loss_sum) {
   prepare(batch, recompute, /*training=*/true);
   forward_trunk(batch, params);
   const int N = batch.B * batch.T;
@@ -226,38 +244,34 @@ double Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, floa
   const bool tied = config_.tie_word_embeddings;
 
   // Head: final norm, fused LM head + loss + its backward.
-  double loss;
   {
     const int hu = layout_.head_unit();
     const float* hw = params.acquire(hu);
     float* hg = params.grad(hu);
-    be_.rmsnorm_forward(xf_.data(), rstdf_.data(), res_.data() + L * NC,
-                        hw + layout_.final_norm_offset(), N, C,
+    be_.rmsnorm_forward(xf_, rstdf_, res_ + L * NC, hw + layout_.final_norm_offset(), N, C,
                         static_cast<float>(config_.rms_norm_eps));
     const float* wh = tied ? params.acquire(layout_.embed_unit()) : hw + layout_.lm_head_offset();
     float* gh = tied ? params.grad(layout_.embed_unit()) : hg + layout_.lm_head_offset();
-    loss = be_.cross_entropy(dxf_.data(), gh, xf_.data(), wh, batch.targets.data(), N, C, V, scale);
+    be_.cross_entropy(loss_sum, dxf_, gh, xf_, wh, targets_, N, C, V, scale);
     if (tied) params.release(layout_.embed_unit());
-    be_.rmsnorm_backward(dres_.data(), hg + layout_.final_norm_offset(), dxf_.data(),
-                         res_.data() + L * NC, hw + layout_.final_norm_offset(), rstdf_.data(), N,
-                         C, false);
+    be_.rmsnorm_backward(dres_, hg + layout_.final_norm_offset(), dxf_, res_ + L * NC,
+                         hw + layout_.final_norm_offset(), rstdf_, N, C, false);
     params.release(hu);
     params.grad_done(hu);
   }
   for (int l = L - 1; l >= 0; --l) {
     const int u = layout_.layer_unit(l);
     const float* w = params.acquire(u);
-    if (recompute) layer_forward(w, res_.data() + l * NC, nullptr, layer_acts_[l], batch, false);
-    layer_backward(w, params.grad(u), res_.data() + l * NC, layer_acts_[l], batch);
+    if (recompute) layer_forward(w, res_ + l * NC, nullptr, layer_acts_[l], batch, false);
+    layer_backward(w, params.grad(u), res_ + l * NC, layer_acts_[l], batch);
     params.release(u);
     params.grad_done(u);
   }
   {
     const int eu = layout_.embed_unit();
-    be_.embedding_backward(params.grad(eu), dres_.data(), batch.input_ids.data(), N, C);
+    be_.embedding_backward(params.grad(eu), dres_, ids_, N, C);
     params.grad_done(eu);
   }
-  return loss;
 }
 
 }  // namespace kiln

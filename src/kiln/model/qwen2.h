@@ -7,14 +7,16 @@
 //   head:   xf = rmsnorm(x); loss = CE(xf W_head^T, targets), chunked (kernels' cross_entropy)
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "kiln/data/batch.h"
+#include "kiln/kernels/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/config.h"
 #include "kiln/model/layout.h"
+#include "kiln/model/rope_table.h"
 #include "kiln/model/unit_access.h"
-#include "kiln/tensor/buffer.h"
 
 namespace kiln {
 
@@ -25,20 +27,28 @@ class Qwen2Model {
   const Qwen2Config& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
 
-  // Forward and backward over one micro-batch. Returns the sum of per-token losses over the
-  // batch's targets; adds d(scale * loss_sum)/d(param) into the units' gradients. With
-  // `recompute`, each layer keeps only its input and recomputes its activations in backward.
-  double forward_backward(const Batch& batch, UnitAccess& params, float scale, bool recompute);
+  // Forward and backward over one micro-batch, enqueued on the backend's compute stream: adds
+  // the sum of per-token losses over the batch's targets into *loss_sum (one device double) and
+  // d(scale * loss_sum)/d(param) into the units' gradients. With `recompute`, each layer keeps
+  // only its input and recomputes its activations in backward. The batch is uploaded through
+  // pinned staging; the host may refill `batch` as soon as this returns.
+  void forward_backward(const Batch& batch, UnitAccess& params, float scale, bool recompute,
+                        double* loss_sum);
+  // Forward only: adds the batch's loss sum into *loss_sum (device).
+  void forward(const Batch& batch, UnitAccess& params, double* loss_sum);
 
-  // Forward only; returns the sum of per-token losses over the batch's targets.
+  // The same, returning the loss sum to the host (waits for the device): for tests and one-off
+  // evaluations, not for a training step.
+  double forward_backward(const Batch& batch, UnitAccess& params, float scale, bool recompute);
   double forward(const Batch& batch, UnitAccess& params);
 
   // Bytes of activation memory held for the last batch shape.
-  size_t activation_bytes() const;
+  size_t activation_bytes() const { return arena_.bytes(); }
 
-  // The final norm's output xf (B*T, C) of the last forward: the LM head's input, from which
-  // tests compute full-sequence logits (incremental decoding is checked against them).
-  const float* final_hidden() const { return xf_.data(); }
+  // The final norm's output xf (B*T, C) of the last forward, device memory: the LM head's
+  // input, from which tests compute full-sequence logits (incremental decoding is checked
+  // against them).
+  const float* final_hidden() const { return xf_; }
 
  private:
   // One layer's saved activations (pointers into acts_).
@@ -47,6 +57,9 @@ class Qwen2Model {
   };
 
   void prepare(const Batch& batch, bool recompute, bool training);
+  void plan_buffers(size_t N, bool recompute, bool training);
+  void upload(const Batch& batch);
+  double read_loss();
   void layer_forward(const float* w, const float* x_in, float* x_out, const LayerActs& a,
                      const Batch& batch, bool need_output);
   void layer_backward(const float* w, float* dw, const float* x_in, const LayerActs& a,
@@ -58,16 +71,22 @@ class Qwen2Model {
   ParamLayout layout_;
   const Backend& be_;
 
-  // Buffers, sized for the largest batch seen; no allocation once warm.
+  // Device buffers, carved from one arena sized per batch shape; no allocation once warm.
+  DeviceArena arena_;
   int B_ = 0, T_ = 0;
   bool recompute_ = false, training_ = false;
-  Buffer<float> res_;   // (L+1, N, C) residual stream at each layer boundary
-  Buffer<float> acts_;  // saved activations for every layer (or one, when recomputing)
-  std::vector<LayerActs> layer_acts_;
-  Buffer<float> xf_, rstdf_, dxf_;                                   // final norm
-  Buffer<float> dres_, dxn_, dq_, dk_, dv_, dy_, dgate_, dup_, dh_;  // backward scratch
-  Buffer<float> rope_cos_, rope_sin_;                                // (positions, head_dim/2)
-  int rope_positions_ = 0;
+  float* res_ = nullptr;  // (L+1, N, C) residual stream at each layer boundary
+  std::vector<LayerActs>
+      layer_acts_;  // saved activations per layer (all alias one when recomputing)
+  float *xf_ = nullptr, *rstdf_ = nullptr, *dxf_ = nullptr;  // final norm
+  float *dres_ = nullptr, *dxn_ = nullptr, *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr,
+        *dy_ = nullptr, *dgate_ = nullptr, *dup_ = nullptr, *dh_ = nullptr;  // backward scratch
+  // The batch on the device: ids, targets, positions, doc_start, each (N), and its staging.
+  int32_t *ids_ = nullptr, *targets_ = nullptr, *pos_ = nullptr, *doc_ = nullptr;
+  PinnedBuffer<int32_t> staging_;        // (4, N)
+  std::shared_ptr<Event> staging_free_;  // the last upload out of staging_ has run
+  DeviceBuffer<double> loss_;            // the convenience forms' loss sum
+  RopeTables rope_;
 };
 
 }  // namespace kiln

@@ -7,11 +7,12 @@
 
 #include <vector>
 
+#include "kiln/kernels/device_buffer.h"
 #include "kiln/model/layout.h"
-#include "kiln/tensor/buffer.h"
 
 namespace kiln {
 
+// Pointers are device memory of the model's backend, valid in stream order until release.
 class UnitAccess {
  public:
   virtual ~UnitAccess() = default;
@@ -21,10 +22,11 @@ class UnitAccess {
   virtual void grad_done(int unit) = 0;
 };
 
-// Every unit's parameters and gradients held whole in this process (world size 1).
+// Every unit's parameters and gradients held whole in this process (world size 1), in device
+// memory of `backend`.
 class ParamStore final : public UnitAccess {
  public:
-  explicit ParamStore(const ParamLayout& layout, bool with_grads = true);
+  ParamStore(const ParamLayout& layout, const Backend& backend, bool with_grads = true);
 
   const float* acquire(int unit) override { return params_[unit].data(); }
   void release(int) override {}
@@ -32,17 +34,24 @@ class ParamStore final : public UnitAccess {
   void grad_done(int) override {}
 
   int num_units() const { return static_cast<int>(params_.size()); }
-  Buffer<float>& params(int unit) { return params_[unit]; }
-  const Buffer<float>& params(int unit) const { return params_[unit]; }
-  Buffer<float>& grads(int unit) { return grads_[unit]; }
+  // Device buffers. On the CPU backend they are host memory, which tests read and write
+  // directly; everything else goes through load_unit / read_unit.
+  DeviceBuffer<float>& params(int unit) { return params_[unit]; }
+  const DeviceBuffer<float>& params(int unit) const { return params_[unit]; }
+  DeviceBuffer<float>& grads(int unit) { return grads_[unit]; }
   void zero_grads();
-  // Pointer to a named tensor's parameters.
+  // Pointer to a named tensor's parameters (device memory).
   float* tensor(const std::string& hf_name);
+  // Copies a whole unit from host memory (numel floats); returns once `host` may be reused.
+  void load_unit(int unit, const float* host);
+  // Copies a whole unit's parameters to host memory (numel floats), waiting for the device.
+  void read_unit(int unit, float* host) const;
 
  private:
   const ParamLayout& layout_;
-  std::vector<Buffer<float>> params_;
-  std::vector<Buffer<float>> grads_;
+  const Backend& be_;
+  std::vector<DeviceBuffer<float>> params_;
+  std::vector<DeviceBuffer<float>> grads_;
 };
 
 }  // namespace kiln

@@ -110,6 +110,15 @@ Json read_manifest(const fs::path& dir, const ParamLayout& layout) {
 
 std::string checkpoint_dir_name(int64_t step) { return fmt::format("step-{:08}", step); }
 
+void commit_checkpoint_dir(const fs::path& tmp, const fs::path& final_dir, const fs::path& root,
+                           const std::vector<std::pair<std::string, std::string>>& files) {
+  for (const auto& [name, contents] : files) write_file_atomic(tmp / name, contents);
+  fsync_dir(tmp);
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  fsync_dir(root);
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -225,12 +234,9 @@ void CheckpointSaver::finalize() {
       std::sort(files.begin(), files.end());
       Json manifest = p.manifest;
       manifest["files"] = files;
-      write_file_atomic(p.tmp / "config.json", p.model_config.dump(2) + "\n");
-      write_file_atomic(p.tmp / "manifest.json", manifest.dump(2) + "\n");
-      fsync_dir(p.tmp);
-      if (fs::exists(p.final_dir)) fs::remove_all(p.final_dir);
-      fs::rename(p.tmp, p.final_dir);
-      fsync_dir(root_);
+      commit_checkpoint_dir(p.tmp, p.final_dir, root_,
+                            {{"config.json", p.model_config.dump(2) + "\n"},
+                             {"manifest.json", manifest.dump(2) + "\n"}});
     } catch (const std::exception& e) {
       err = e.what();
       bad = 1;
@@ -328,8 +334,9 @@ void CheckpointSaver::save(const CheckpointState& st, bool sync) {
       if (opt_.v(u).size() > 0) src.v[u] = opt_.v(u).data();
     }
     const fs::path file = p->tmp / rank_file_name(rank, W);
-    if (p->background) {
-      // Snapshot: one host copy into buffers reused by every save.
+    {
+      // Snapshot: one device read into host buffers reused by every save.
+      const Backend& be = fsdp_.backend();
       size_t total = 0;
       for (int u = 0; u < U; ++u) {
         total += ranges[u].size() * (1 + (src.m[u] != nullptr) + (src.v[u] != nullptr));
@@ -341,7 +348,7 @@ void CheckpointSaver::save(const CheckpointState& st, bool sync) {
       float* dst = arena_.get();
       auto copy = [&](const float*& ptr, size_t n) {
         if (ptr == nullptr) return;
-        std::memcpy(dst, ptr, n * sizeof(float));
+        be.copy_to_host(dst, ptr, n * sizeof(float));
         ptr = dst;
         dst += n;
       };
@@ -350,6 +357,9 @@ void CheckpointSaver::save(const CheckpointState& st, bool sync) {
         copy(src.m[u], ranges[u].size());
         copy(src.v[u], ranges[u].size());
       }
+      be.synchronize();
+    }
+    if (p->background) {
       Pending* pp = p.get();
       p->thread = std::thread([pp, file, rank, W, ranges, src = std::move(src)] {
         const auto tw = Clock::now();
@@ -393,10 +403,19 @@ CheckpointState load_checkpoint(const fs::path& dir, const ParamLayout& layout, 
   const Json m = read_manifest(dir, layout);
   const auto shards = open_shards(dir, m, layout.num_units());
   const auto ranges = fsdp.shard_ranges();
+  const Backend& be = fsdp.backend();
+  std::vector<float> host;
+  // Each piece through host memory: assembled from the old shards, then copied to the device.
+  auto load = [&](int u, const char* kind, float* device) {
+    host.resize(ranges[u].size());
+    assemble(shards, dir, u, kind, ranges[u], host.data());
+    be.copy_to_device(device, host.data(), host.size() * sizeof(float));
+    be.synchronize();
+  };
   for (int u = 0; u < layout.num_units(); ++u) {
-    assemble(shards, dir, u, "params", ranges[u], fsdp.shard_params(u));
-    if (opt.m(u).size() > 0) assemble(shards, dir, u, "m", ranges[u], opt.m(u).data());
-    if (opt.v(u).size() > 0) assemble(shards, dir, u, "v", ranges[u], opt.v(u).data());
+    load(u, "params", fsdp.shard_params(u));
+    if (opt.m(u).size() > 0) load(u, "m", opt.m(u).data());
+    if (opt.v(u).size() > 0) load(u, "v", opt.v(u).data());
   }
   opt.set_step_count(m.at("optimizer_steps").get<int64_t>());
   CheckpointState st;

@@ -72,10 +72,10 @@ struct RetentionPolicy {
 
 // Saves checkpoints for the training loop, synchronously or in the background.
 //
-// Background saving: at a save point every rank copies its shard (parameters, optimizer m and v)
-// into reusable host buffers and a background thread writes and fsyncs the rank file while
-// training continues. The background thread never touches the communicator: each step the
-// trainer folds status() into the all-reduce it already does and passes the sums to
+// At a save point every rank copies its shard (parameters, optimizer m and v) from the device
+// into reusable host buffers (one device read); with background saving a thread writes and fsyncs
+// the rank file while training continues. The background thread never touches the communicator:
+// each step the trainer folds status() into the all-reduce it already does and passes the sums to
 // on_status(), which commits (rank 0 writes manifest.json, renames step-N.tmp to step-N and
 // applies the retention policy) once every rank's write is durable, or throws on every rank if
 // any write failed. The next save point and flush() wait for a pending save first.
@@ -169,5 +169,12 @@ class CheckpointUnitReader {
 };
 
 std::string checkpoint_dir_name(int64_t step);
+
+// Commits a checkpoint directory: writes `files` (name, contents) into `tmp` atomically, fsyncs
+// it, replaces `final_dir` by renaming `tmp` to it and fsyncs `root`, the parent. Until the
+// rename the checkpoint does not exist; after it, it is complete. The trainer's saver and the
+// runtime API's report() both commit through it.
+void commit_checkpoint_dir(const fs::path& tmp, const fs::path& final_dir, const fs::path& root,
+                           const std::vector<std::pair<std::string, std::string>>& files);
 
 }  // namespace kiln

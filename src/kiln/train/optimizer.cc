@@ -9,8 +9,8 @@
 namespace kiln {
 
 Optimizer::Optimizer(const OptimizerSettings& s, const ParamLayout& layout,
-                     std::vector<ShardRange> shards)
-    : s_(s), shards_(std::move(shards)) {
+                     std::vector<ShardRange> shards, const Backend& backend)
+    : s_(s), be_(backend), shards_(std::move(shards)) {
   if (s_.name != "adamw" && s_.name != "sgd") fail("unknown optimizer '{}'", s_.name);
   KILN_CHECK(static_cast<int>(shards_.size()) == layout.num_units());
   runs_.resize(shards_.size());
@@ -21,8 +21,8 @@ Optimizer::Optimizer(const OptimizerSettings& s, const ParamLayout& layout,
       if (b < en) runs_[u].push_back({b - r.begin, en - b, e.decay});
     }
     const bool adam = s_.name == "adamw";
-    m_.emplace_back(adam || s_.momentum > 0 ? r.size() : 0);
-    v_.emplace_back(adam ? r.size() : 0);
+    m_.emplace_back(be_, adam || s_.momentum > 0 ? r.size() : 0);
+    v_.emplace_back(be_, adam ? r.size() : 0);
   }
 }
 
@@ -34,36 +34,26 @@ void Optimizer::step(int unit, float* p, const float* g, double lr) {
     // PyTorch AdamW: p *= 1 - lr*wd; m, v moments; p -= lr * mhat / (sqrt(vhat) + eps)
     const double bc1 = 1.0 - std::pow(s_.beta1, static_cast<double>(t_));
     const double bc2 = 1.0 - std::pow(s_.beta2, static_cast<double>(t_));
-    const float b1 = static_cast<float>(s_.beta1), b2 = static_cast<float>(s_.beta2);
-    const float step_size = static_cast<float>(lr / bc1);
-    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-    const float eps = static_cast<float>(s_.eps);
+    AdamWStep a;
+    a.beta1 = static_cast<float>(s_.beta1);
+    a.beta2 = static_cast<float>(s_.beta2);
+    a.step_size = static_cast<float>(lr / bc1);
+    a.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+    a.eps = static_cast<float>(s_.eps);
     for (const Run& r : runs_[unit]) {
-      const float decay = r.decay ? static_cast<float>(1.0 - lr * s_.weight_decay) : 1.0f;
-#pragma omp parallel for schedule(static)
-      for (size_t i = r.off; i < r.off + r.len; ++i) {
-        const float gi = g[i];
-        m[i] = b1 * m[i] + (1.0f - b1) * gi;
-        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
-      }
+      a.decay = r.decay ? static_cast<float>(1.0 - lr * s_.weight_decay) : 1.0f;
+      be_.adamw_step(p + r.off, m + r.off, v + r.off, g + r.off, r.len, a);
     }
     return;
   }
   // SGD as PyTorch's: L2 weight decay added to the gradient; momentum buffer starts at g.
-  const float mu = static_cast<float>(s_.momentum), flr = static_cast<float>(lr);
+  SgdStep sg;
+  sg.lr = static_cast<float>(lr);
+  sg.momentum = static_cast<float>(s_.momentum);
+  sg.first = t_ == 1;
   for (const Run& r : runs_[unit]) {
-    const float wd = r.decay ? static_cast<float>(s_.weight_decay) : 0.0f;
-    const bool first = t_ == 1;
-#pragma omp parallel for schedule(static)
-    for (size_t i = r.off; i < r.off + r.len; ++i) {
-      float d = g[i] + wd * p[i];
-      if (mu > 0) {
-        m[i] = first ? d : mu * m[i] + d;
-        d = m[i];
-      }
-      p[i] -= flr * d;
-    }
+    sg.weight_decay = r.decay ? static_cast<float>(s_.weight_decay) : 0.0f;
+    be_.sgd_step(p + r.off, m == nullptr ? nullptr : m + r.off, g + r.off, r.len, sg);
   }
 }
 

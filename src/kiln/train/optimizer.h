@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/kernels/device_buffer.h"
+#include "kiln/kernels/ops.h"
 #include "kiln/model/layout.h"
-#include "kiln/tensor/buffer.h"
 
 namespace kiln {
 
@@ -19,23 +20,27 @@ struct OptimizerSettings {
   double momentum = 0.0;                          // SGD
 };
 
+// The update runs as backend ops (adamw_step, sgd_step) on device shards; the state lives in
+// device memory of the same backend.
 class Optimizer {
  public:
-  Optimizer(const OptimizerSettings& s, const ParamLayout& layout, std::vector<ShardRange> shards);
+  Optimizer(const OptimizerSettings& s, const ParamLayout& layout, std::vector<ShardRange> shards,
+            const Backend& backend);
 
   // Call once per optimizer step, before the units' step() calls.
   void begin_step() { ++t_; }
-  // params/grads: this rank's shard of `unit` (shards[unit].size() floats).
+  // params/grads: this rank's shard of `unit` (shards[unit].size() floats), device memory.
   void step(int unit, float* params, const float* grads, double lr);
 
   int64_t step_count() const { return t_; }
   void set_step_count(int64_t t) { t_ = t; }
   // State buffers per unit (AdamW: m and v; SGD with momentum: m), for checkpoints.
-  Buffer<float>& m(int unit) { return m_[unit]; }
-  Buffer<float>& v(int unit) { return v_[unit]; }
+  DeviceBuffer<float>& m(int unit) { return m_[unit]; }
+  DeviceBuffer<float>& v(int unit) { return v_[unit]; }
 
  private:
   OptimizerSettings s_;
+  const Backend& be_;
   std::vector<ShardRange> shards_;
   // Per unit: runs of (offset within shard, length, decays) covering the shard.
   struct Run {
@@ -43,7 +48,7 @@ class Optimizer {
     bool decay;
   };
   std::vector<std::vector<Run>> runs_;
-  std::vector<Buffer<float>> m_, v_;
+  std::vector<DeviceBuffer<float>> m_, v_;
   int64_t t_ = 0;
 };
 

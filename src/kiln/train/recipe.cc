@@ -49,6 +49,7 @@ const std::vector<std::string> kKeys = {
     "train.log_every",
     "train.resume",
     "train.dtype",
+    "train.device",
     "output.dir",
     "output.dtype",
     "dist.strategy",
@@ -403,6 +404,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.integer("train.log_every", r.train.log_every, "> 0", positive);
   if (const Entry* e = in.find("train.resume")) r.train.resume = Reader::text(*e, "train.resume");
   in.choice("train.dtype", r.train.dtype, {"fp32", "bf16"});
+  in.choice("train.device", r.train.device, {"auto", "cpu", "cuda"});
 
   r.output.dir = Reader::text(in.require("output.dir"), "output.dir");
   in.choice("output.dtype", r.output.dtype, {"f32", "bf16"});
@@ -491,6 +493,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "log_every" << YAML::Value << r.train.log_every;
   out << YAML::Key << "resume" << YAML::Value << YAML::DoubleQuoted << r.train.resume;
   out << YAML::Key << "dtype" << YAML::Value << r.train.dtype;
+  out << YAML::Key << "device" << YAML::Value << r.train.device;
   end();
   section("output");
   out << YAML::Key << "dir" << YAML::Value << YAML::DoubleQuoted << r.output.dir;

@@ -68,6 +68,9 @@ struct Recipe {
     // "fp32" | "bf16": compute dtype. bf16 is mixed precision: bf16 GEMM inputs, fp32 master
     // weights, optimizer state and accumulation.
     std::string dtype = "fp32";
+    // "auto" (CUDA when a GPU is visible and this build has CUDA, else the CPU, with a notice) |
+    // "cpu" | "cuda": where the step runs (kernels/backend.h).
+    std::string device = "auto";
     bool operator==(const Train&) const = default;
   };
   struct Output {
@@ -77,7 +80,8 @@ struct Recipe {
   };
 
   struct Dist {
-    // "full_shard" | "shard_grad_op" | "no_shard" | "hybrid_shard" (see src/kiln/distributed/fsdp.h)
+    // "full_shard" | "shard_grad_op" | "no_shard" | "hybrid_shard" (see
+    // src/kiln/distributed/fsdp.h)
     std::string strategy = "full_shard";
     int nproc_per_node = 1;      // > 0 workers the launcher spawns on this node
     double timeout_s = 300;      // > 0: every collective and rendezvous wait

@@ -41,7 +41,7 @@ std::vector<std::string> gather_transports(Communicator& comm) {
   std::vector<uint16_t> mine(kSlotBytes / 2, 0), all(n * kSlotBytes / 2, 0);
   const std::string t = comm.transport().substr(0, kSlotBytes - 1);
   std::memcpy(mine.data(), t.data(), t.size());
-  comm.all_gather_async(all.data(), mine.data(), mine.size(), DType::BF16)->wait();
+  comm.all_gather_async(all.data(), mine.data(), mine.size(), DType::BF16, nullptr)->wait_host();
   std::vector<std::string> out;
   for (int r = 0; r < n; ++r) {
     const char* p = reinterpret_cast<const char*>(all.data()) + r * kSlotBytes;

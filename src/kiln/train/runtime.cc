@@ -13,6 +13,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/fault.h"
 #include "kiln/train/checkpoint.h"
+#include "kiln/train/metrics_log.h"
 
 namespace kiln {
 
@@ -81,32 +82,12 @@ void WorkerContext::begin_step(int64_t step) {
 }
 
 void WorkerContext::append_metrics(const Json& row) {
-  const fs::path path = run_dir / "metrics.jsonl";
-  fs::create_directories(run_dir);
-  if (!metrics_trimmed_) {
+  if (!metrics_) {
     // After a restart, rows of steps past the newest checkpoint will be reported again.
-    metrics_trimmed_ = true;
     const auto latest = ::kiln::latest_checkpoint(run_dir / "checkpoints");
-    const int64_t keep = latest ? latest->step : 0;
-    std::string kept;
-    if (fs::exists(path)) {
-      std::istringstream in(read_file(path));
-      for (std::string line; std::getline(in, line);) {
-        try {
-          const Json j = parse_json(line, path.string());
-          if (!j.contains("step") || j.at("step").get<int64_t>() <= keep) kept += line + "\n";
-        } catch (const std::exception&) {
-          // a torn last line from a crash
-        }
-      }
-    }
-    write_file_atomic(path, kept);
+    metrics_ = std::make_shared<MetricsLog>(run_dir / "metrics.jsonl", latest ? latest->step : 0);
   }
-  const std::string line = row.dump() + "\n";
-  FILE* f = std::fopen(path.c_str(), "a");
-  if (f == nullptr) fail("{}: cannot open for appending: {}", path.string(), std::strerror(errno));
-  const bool ok = std::fwrite(line.data(), 1, line.size(), f) == line.size();
-  if (std::fclose(f) != 0 || !ok) fail("{}: write failed", path.string());
+  metrics_->write(row);
 }
 
 void WorkerContext::report(const Json& metrics) {
@@ -212,10 +193,7 @@ fs::path WorkerContext::report(const Json& metrics, const std::optional<fs::path
                           {"world_size", world_size},
                           {"ranks_with_parts", ranks},
                           {"metrics", metrics}};
-      write_file_atomic(tmp / "manifest.json", manifest.dump(2) + "\n");
-      fsync_dir(tmp);
-      fs::rename(tmp, final_dir);
-      fsync_dir(root);
+      commit_checkpoint_dir(tmp, final_dir, root, {{"manifest.json", manifest.dump(2) + "\n"}});
     } catch (const std::exception& e) {
       err = e.what();
     }

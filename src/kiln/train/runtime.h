@@ -20,6 +20,8 @@
 
 namespace kiln {
 
+class MetricsLog;
+
 struct WorkerContext {
   int rank = 0, world_size = 1;              // in the whole group
   int local_rank = 0, local_world_size = 1;  // on this node
@@ -68,7 +70,7 @@ struct WorkerContext {
 
  private:
   std::unique_ptr<Communicator> intra_, inter_;
-  bool metrics_trimmed_ = false;
+  std::shared_ptr<MetricsLog> metrics_;  // opened (and trimmed) by the first report on rank 0
   void make_groups();
   void append_metrics(const Json& row);
 };

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
-#include <sstream>
 
 #include "kiln/base/error.h"
 #include "kiln/base/fault.h"
@@ -18,11 +17,16 @@
 #include "kiln/data/token_dataset.h"
 #include "kiln/distributed/communicator.h"
 #include "kiln/distributed/fsdp.h"
+#include "kiln/kernels/backend.h"
+#include "kiln/kernels/device_buffer.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/qwen2.h"
+#include "kiln/tensor/buffer.h"
 #include "kiln/train/checkpoint.h"
+#include "kiln/train/metrics_log.h"
 #include "kiln/train/optimizer.h"
 #include "kiln/train/run_meta.h"
+#include "kiln/train/step_counters.h"
 #include "kiln/train/train_data.h"
 
 namespace kiln {
@@ -52,46 +56,6 @@ size_t peak_rss_bytes() {
   return kb * 1024;
 }
 
-// Appends one JSON object per line and flushes it, so a crash loses at most the line in flight.
-class MetricsWriter {
- public:
-  // A resumed run keeps the rows of the steps it resumes after and drops later ones (steps
-  // that will be trained again).
-  MetricsWriter(const fs::path& path, int64_t keep_through_step) : path_(path) {
-    std::string kept;
-    if (keep_through_step > 0 && fs::exists(path)) {
-      std::istringstream in(read_file(path));
-      for (std::string line; std::getline(in, line);) {
-        try {
-          if (parse_json(line, path.string()).at("step").get<int64_t>() <= keep_through_step) {
-            kept += line + "\n";
-          }
-        } catch (const std::exception&) {
-          // a torn last line from a crash
-        }
-      }
-    }
-    f_ = std::fopen(path.c_str(), "w");
-    if (f_ == nullptr) fail("{}: cannot open for writing", path.string());
-    if (!kept.empty()) std::fwrite(kept.data(), 1, kept.size(), f_);
-  }
-  ~MetricsWriter() {
-    if (f_) std::fclose(f_);
-  }
-  MetricsWriter(const MetricsWriter&) = delete;
-  MetricsWriter& operator=(const MetricsWriter&) = delete;
-  void write(const Json& j) {
-    const std::string line = j.dump() + "\n";
-    if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0) {
-      fail("{}: write failed", path_.string());
-    }
-  }
-
- private:
-  fs::path path_;
-  std::FILE* f_ = nullptr;
-};
-
 }  // namespace
 
 fs::path final_model_dir(const fs::path& run_dir) { return run_dir / "final"; }
@@ -103,292 +67,403 @@ TrainResult train(const Recipe& r, const std::function<void(const StepMetrics&)>
   return train(r, ctx, on_step);
 }
 
-TrainResult train(const Recipe& r, WorkerContext& ctx,
-                  const std::function<void(const StepMetrics&)>& on_step) {
-  Communicator& world = *ctx.comm;
-  const bool lead = ctx.rank == 0;
-  const fs::path run_dir = r.output.dir;
-  const bool has_eval = !r.data.eval.empty();
-  if (r.checkpoint.keep_best > 0 && r.checkpoint.best_metric == "eval_loss" && !has_eval) {
+// One worker's training run: setup in the constructor (backend, model, FSDP, weights, data,
+// optimizer, checkpoints, resume), then run(): train_step per optimizer step, evaluation,
+// logging and checkpoints at their steps, and the final save. Every object the run builds has
+// this one owner.
+class Trainer {
+ public:
+  Trainer(const Recipe& r, WorkerContext& ctx);
+  TrainResult run(const std::function<void(const StepMetrics&)>& on_step);
+
+ private:
+  static const Recipe& checked(const Recipe& r);
+  static ShardStrategy strategy_for(const Recipe& r, const WorkerContext& ctx);
+  Communicator& shard_group();
+  Communicator* replica_group();
+  OptimizerSettings optimizer_settings() const;
+  RetentionPolicy retention() const;
+  bool writes_shard() const;
+
+  void load_weights();
+  void open_eval_data();
+  void resume();
+  StepMetrics train_step(int64_t step);
+  double evaluate(int64_t step);
+  void log_step(const StepMetrics& m, const std::optional<double>& eval_loss);
+  void log_memory() const;
+  CheckpointState checkpoint_state(int64_t step, double loss,
+                                   const std::optional<double>& eval_loss) const;
+  void save_final(TrainResult& result, const std::optional<double>& eval_loss);
+
+  const Recipe& r_;
+  WorkerContext& ctx_;
+  Communicator& world_;
+  const bool lead_;
+  const fs::path run_dir_;
+  const Qwen2Config config_;
+  const ShardStrategy strategy_;
+  std::unique_ptr<Backend> backend_;
+  Qwen2Model model_;
+  Fsdp fsdp_;
+  std::unique_ptr<TrainData> data_;
+  std::optional<TokenizedDataset> eval_data_;
+  std::optional<EvalBatches> eval_batches_;
+  Optimizer opt_;
+  CheckpointSaver saver_;
+  std::unique_ptr<MetricsLog> metrics_;
+  // The step's device scalars (loss sum, squared gradient norm) and their one host read.
+  DeviceBuffer<double> step_scalars_;
+  PinnedBuffer<double> step_scalars_host_;
+  std::vector<Batch> batches_;
+  int64_t start_step_ = 0;
+  Clock::time_point t_start_;
+  const bool tty_;
+};
+
+const Recipe& Trainer::checked(const Recipe& r) {
+  if (r.checkpoint.keep_best > 0 && r.checkpoint.best_metric == "eval_loss" &&
+      r.data.eval.empty()) {
     fail(
         "checkpoint.keep_best: {} keeps checkpoints by eval_loss, but data.eval is not set (set "
         "data.eval or checkpoint.best_metric=loss)",
         r.checkpoint.keep_best);
   }
-  if (lead) {
-    fs::create_directories(run_dir);
-    write_file_atomic(run_dir / "recipe.yaml", recipe_to_yaml(r));
+  return r;
+}
+
+// One process needs no sharding; otherwise the recipe's strategy over the right groups.
+ShardStrategy Trainer::strategy_for(const Recipe& r, const WorkerContext& ctx) {
+  return ctx.world_size == 1 ? ShardStrategy::kNoShard : parse_strategy(r.dist.strategy);
+}
+
+Communicator& Trainer::shard_group() {
+  return strategy_ == ShardStrategy::kHybridShard ? ctx_.intra_node() : world_;
+}
+
+Communicator* Trainer::replica_group() {
+  return strategy_ == ShardStrategy::kHybridShard ? &ctx_.inter_node() : nullptr;
+}
+
+OptimizerSettings Trainer::optimizer_settings() const {
+  OptimizerSettings os;
+  os.name = r_.optimizer.name;
+  os.weight_decay = r_.optimizer.weight_decay;
+  os.beta1 = r_.optimizer.betas[0];
+  os.beta2 = r_.optimizer.betas[1];
+  os.eps = r_.optimizer.eps;
+  os.momentum = r_.optimizer.momentum;
+  return os;
+}
+
+RetentionPolicy Trainer::retention() const {
+  RetentionPolicy p;
+  p.keep_last = static_cast<int>(r_.checkpoint.keep_last);
+  p.keep_best = static_cast<int>(r_.checkpoint.keep_best);
+  p.best_metric = r_.checkpoint.best_metric;
+  p.maximize = r_.checkpoint.best_mode == "max";
+  return p;
+}
+
+// Under no_shard every rank holds everything, under hybrid_shard every node does; only one copy
+// of each shard is written.
+bool Trainer::writes_shard() const {
+  if (strategy_ == ShardStrategy::kNoShard) return ctx_.rank == 0;
+  if (strategy_ == ShardStrategy::kHybridShard) return ctx_.node_rank == 0;
+  return true;
+}
+
+Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
+    : r_(checked(r)),
+      ctx_(ctx),
+      world_(*ctx.comm),
+      lead_(ctx.rank == 0),
+      run_dir_(r.output.dir),
+      config_(read_config(fs::path(r.model.path) / "config.json")),
+      strategy_(strategy_for(r, ctx)),
+      backend_(
+          make_backend(parse_device_request(r.train.device), parse_compute_dtype(r.train.dtype))),
+      model_(config_, *backend_),
+      fsdp_(model_.layout(), *backend_, strategy_, shard_group(), replica_group(), r.dist.prefetch),
+      opt_(optimizer_settings(), model_.layout(), fsdp_.shard_ranges(), *backend_),
+      saver_(run_dir_ / "checkpoints", model_.layout(), fsdp_, opt_, world_, writes_shard(),
+             r.checkpoint.background, retention()),
+      step_scalars_(*backend_, 2),
+      step_scalars_host_(*backend_, 2),
+      batches_(r.train.grad_accum_steps),
+      tty_(::isatty(STDERR_FILENO) != 0) {
+  if (lead_) {
+    fs::create_directories(run_dir_);
+    write_file_atomic(run_dir_ / "recipe.yaml", recipe_to_yaml(r_));
   }
-
-  const fs::path model_path = r.model.path;
-  const Qwen2Config config = read_config(model_path / "config.json");
-  Qwen2Model model(config, cpu_backend_for(r.train.dtype));
-  const ParamLayout& layout = model.layout();
-
-  // One process needs no sharding; otherwise the recipe's strategy over the right groups.
-  const ShardStrategy strategy =
-      ctx.world_size == 1 ? ShardStrategy::kNoShard : parse_strategy(r.dist.strategy);
-  Communicator& shard_group = strategy == ShardStrategy::kHybridShard ? ctx.intra_node() : world;
-  Communicator* replica_group =
-      strategy == ShardStrategy::kHybridShard ? &ctx.inter_node() : nullptr;
-  Fsdp fsdp(layout, strategy, shard_group, replica_group, r.dist.prefetch);
   // Transports into run_meta.json and the log; a dist.require_transport mismatch stops here.
-  record_run_start(r, ctx, strategy_name(strategy));
-  {
-    // Unit by unit: memory bounded by one whole unit, each rank keeps its shard.
-    HfWeightsReader reader(model_path, layout);
-    for (int u = 0; u < layout.num_units(); ++u) {
-      Buffer<float> full(layout.units()[u].numel);
-      reader.read_unit(u, full.data());
-      fsdp.load_unit(u, full.data());
-    }
-  }
-  if (lead) {
-    KILN_LOG_INFO("model {}: {:.1f}M parameters, {} layers, hidden {}; {} worker(s), {} ({})",
-                  model_path.string(), parameter_count(config) / 1e6, config.num_hidden_layers,
-                  config.hidden_size, ctx.world_size, strategy_name(strategy), world.transport());
-  }
-
+  record_run_start(r_, ctx_, strategy_name(strategy_));
+  load_weights();
   // Every rank reads its own disjoint share of each epoch (the data is tokenized, or its cache
   // mapped, by the first worker of each node first; the loader logs the counts).
-  const std::unique_ptr<TrainData> data = open_train_data(r, config.vocab_size, ctx);
-  BatchSampler& sampler = *data->sampler;
-  // Held-out data: every rank loads it (no cache files) and evaluates its share.
-  std::optional<TokenizedDataset> eval_data;
-  std::optional<EvalBatches> eval_batches;
-  if (has_eval) {
-    eval_data.emplace(load_eval_data(r, config.vocab_size, lead));
-    eval_batches.emplace(*eval_data, r.train.micro_batch_size, ctx.rank, ctx.world_size,
-                         r.eval.max_batches);
-    if (lead) {
-      KILN_LOG_INFO("data.eval {}: {} examples, {} batch(es) of {} per rank per evaluation",
-                    r.data.eval, eval_data->size(), eval_batches->rounds(),
-                    r.train.micro_batch_size);
-    }
+  data_ = open_train_data(r_, config_.vocab_size, ctx_);
+  if (!r_.data.eval.empty()) open_eval_data();
+  resume();
+  if (lead_) metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", start_step_);
+}
+
+void Trainer::load_weights() {
+  // Unit by unit: memory bounded by one whole unit, each rank keeps its shard.
+  const ParamLayout& layout = model_.layout();
+  HfWeightsReader reader(r_.model.path, layout);
+  for (int u = 0; u < layout.num_units(); ++u) {
+    Buffer<float> full(layout.units()[u].numel);
+    reader.read_unit(u, full.data());
+    fsdp_.load_unit(u, full.data());
   }
-
-  OptimizerSettings os;
-  os.name = r.optimizer.name;
-  os.weight_decay = r.optimizer.weight_decay;
-  os.beta1 = r.optimizer.betas[0];
-  os.beta2 = r.optimizer.betas[1];
-  os.eps = r.optimizer.eps;
-  os.momentum = r.optimizer.momentum;
-  const std::vector<ShardRange> shards = fsdp.shard_ranges();
-  Optimizer opt(os, layout, shards);
-  const ScheduleSettings ss{r.schedule.name, r.schedule.warmup_steps, r.schedule.min_lr_ratio};
-
-  // Checkpoints: under no_shard every rank holds everything, under hybrid_shard every node
-  // does; only one copy of each shard is written.
-  const fs::path ckpt_root = run_dir / "checkpoints";
-  const bool write_shard = strategy == ShardStrategy::kNoShard       ? ctx.rank == 0
-                           : strategy == ShardStrategy::kHybridShard ? ctx.node_rank == 0
-                                                                     : true;
-  const std::string recipe_yaml = recipe_to_yaml(r);
-  auto checkpoint_state = [&](int64_t step, double loss, std::optional<double> eval_loss) {
-    CheckpointState st;
-    st.step = step;
-    st.sampler = sampler.state();
-    st.strategy = strategy_name(strategy);
-    st.recipe_yaml = recipe_yaml;
-    st.metrics = {{"loss", loss}};
-    if (eval_loss) st.metrics["eval_loss"] = *eval_loss;
-    st.model_config = config_to_json(config);
-    return st;
-  };
-  RetentionPolicy retention;
-  retention.keep_last = static_cast<int>(r.checkpoint.keep_last);
-  retention.keep_best = static_cast<int>(r.checkpoint.keep_best);
-  retention.best_metric = r.checkpoint.best_metric;
-  retention.maximize = r.checkpoint.best_mode == "max";
-  CheckpointSaver saver(ckpt_root, layout, fsdp, opt, world, write_shard, r.checkpoint.background,
-                        retention);
-
-  // Forward only, through FSDP's gathered units: the mean loss over every eval target of every
-  // rank.
-  auto evaluate = [&](int64_t step) {
-    double sums[2] = {0, 0};  // loss, targets
-    Batch b;
-    for (int64_t i = 0; i < eval_batches->rounds(); ++i) {
-      eval_batches->fill(i, b);
-      sums[0] += model.forward(b, fsdp);
-      sums[1] += static_cast<double>(b.num_targets());
-      fsdp.finish_backward();  // the next batch prefetches from the start again
-    }
-    world.all_reduce(sums, size_t{2}, ReduceOp::kSum);
-    if (sums[1] == 0) {
-      fail("step {}: data.eval {} has no predicted tokens (every label masked?)", step,
-           r.data.eval);
-    }
-    return sums[0] / sums[1];
-  };
-  int64_t start_step = 0;
-  if (r.train.resume != "none") {
-    std::optional<fs::path> from;
-    if (r.train.resume == "auto") {
-      if (auto latest = latest_checkpoint(ckpt_root)) from = latest->dir;
-    } else {
-      from = fs::path(r.train.resume);
-    }
-    if (from) {
-      const CheckpointState st = load_checkpoint(*from, layout, fsdp, opt);
-      sampler.restore(st.sampler);
-      start_step = st.step;
-      if (lead) KILN_LOG_INFO("resumed from {} (step {})", from->string(), st.step);
-    } else if (lead) {
-      KILN_LOG_INFO("train.resume=auto: no checkpoint in {}, starting fresh", ckpt_root.string());
-    }
-  }
-
-  std::unique_ptr<MetricsWriter> metrics;
-  if (lead) metrics = std::make_unique<MetricsWriter>(run_dir / "metrics.jsonl", start_step);
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
-  const int accum = r.train.grad_accum_steps;
-  std::vector<Batch> batches(accum);
-  TrainResult result;
-  const auto t_start = Clock::now();
-  std::optional<double> final_eval_loss;
-  const Backend& be = cpu_backend_for(r.train.dtype);
-
-  for (int64_t step = start_step; step < r.train.max_steps; ++step) {
-    ctx.begin_step(step + 1);  // hang reports and KILN_FAULT name the step
-    const auto t0 = Clock::now();
-    // The loss is the mean over every predicted token of the step (all micro-batches, all
-    // ranks), so accumulation and data parallelism give the same gradient as one large batch.
-    // A background checkpoint write rides on the same all-reduce: {still running, failed}.
-    const auto ckpt = saver.status();
-    double counts[4] = {0, 0, ckpt[0], ckpt[1]};  // targets, tokens, writes running, failed
-    for (auto& b : batches) {
-      sampler.next(b);
-      counts[0] += static_cast<double>(b.num_targets());
-      counts[1] += static_cast<double>(b.B) * b.T;
-    }
-    world.all_reduce(counts, size_t{4}, ReduceOp::kSum);
-    saver.on_status(counts[2], counts[3]);  // commits (or fails) once every rank is done
-    const double targets = counts[0];
-    fsdp.zero_grads();
-    double loss_sum = 0;
-    if (targets > 0) {
-      const float scale = static_cast<float>(1.0 / targets);
-      for (int i = 0; i < accum; ++i) {
-        fsdp.set_sync_grads(i == accum - 1);
-        loss_sum +=
-            model.forward_backward(batches[i], fsdp, scale, r.train.activation_checkpointing);
-        fsdp.finish_backward();
-      }
-    }
-    world.all_reduce(&loss_sum, size_t{1}, ReduceOp::kSum);
-    const double grad_norm = std::sqrt(fsdp.grad_sq_norm(be));
-    if (!std::isfinite(grad_norm)) {
-      fail("step {}: gradient norm is {} (loss {}); stopping", step + 1, grad_norm,
-           loss_sum / targets);
-    }
-    if (r.train.grad_clip > 0 && grad_norm > r.train.grad_clip) {
-      fsdp.scale_grads(be, static_cast<float>(r.train.grad_clip / (grad_norm + 1e-6)));
-    }
-    const double lr = lr_at(ss, r.optimizer.lr, step, r.train.max_steps);
-    opt.begin_step();
-    for (int u = 0; u < fsdp.num_units(); ++u) {
-      opt.step(u, fsdp.shard_params(u), fsdp.shard_grads(u), lr);
-    }
-
-    StepMetrics m;
-    m.step = step + 1;
-    m.loss = targets > 0 ? loss_sum / targets : 0.0;
-    m.lr = lr;
-    m.grad_norm = grad_norm;
-    m.targets = static_cast<int64_t>(targets);
-    m.tokens = static_cast<int64_t>(counts[1]);
-    m.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    m.tokens_per_s = m.tokens / std::max(m.step_seconds, 1e-9);
-    if (step == start_step) result.first_loss = m.loss;
-    result.last_loss = m.loss;
-    result.steps = m.step;
-    if (on_step) on_step(m);
-    const bool last = m.step == r.train.max_steps;
-    std::optional<double> eval_loss;
-    if (has_eval && (last || (r.eval.every_steps > 0 && m.step % r.eval.every_steps == 0))) {
-      eval_loss = evaluate(m.step);
-    }
-    if (last) final_eval_loss = eval_loss;
-    if (r.checkpoint.every_steps > 0 && m.step % r.checkpoint.every_steps == 0 && !last) {
-      saver.save(checkpoint_state(m.step, m.loss, eval_loss));
-    }
-    if (!lead) continue;
-    const Json row{{"step", m.step},
-                   {"loss", m.loss},
-                   {"lr", m.lr},
-                   {"grad_norm", m.grad_norm},
-                   {"tokens_per_s", m.tokens_per_s},
-                   {"tokens", m.tokens},
-                   {"targets", m.targets},
-                   {"step_s", m.step_seconds},
-                   {"epoch", sampler.epoch()}};
-    Json full_row = row;
-    if (eval_loss) full_row["eval_loss"] = *eval_loss;
-    metrics->write(full_row);
-    ctx.report(full_row);
-    if (m.step % r.train.log_every == 0 || last || eval_loss) {
-      const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
-      const double eta = elapsed / m.step * (r.train.max_steps - m.step);
-      const std::string line = fmt::format(
-          "step {}/{} | loss {:.4f}{} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}",
-          m.step, r.train.max_steps, m.loss,
-          eval_loss ? fmt::format(" | eval_loss {:.4f}", *eval_loss) : std::string(), m.lr,
-          m.grad_norm, m.tokens_per_s, format_duration(eta));
-      if (tty) {
-        // Lines with an evaluation stay on screen.
-        std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), last || eval_loss ? "\n" : "");
-      } else {
-        std::fprintf(stderr, "%s\n", line.c_str());
-      }
-    }
-  }
-
-  {
-    // Memory figures per rank: what sharding saves is visible in every run's log.
-    size_t opt_bytes = 0;
-    for (int u = 0; u < fsdp.num_units(); ++u) {
-      opt_bytes += (opt.m(u).size() + opt.v(u).size()) * sizeof(float);
-    }
+  if (lead_) {
     KILN_LOG_INFO(
-        "rank {}: peak RSS {:.0f} MiB; sharded params+grads {:.0f} MiB, optimizer state {:.0f} "
-        "MiB, peak gathered units {:.0f} MiB, activations {:.0f} MiB",
-        ctx.rank, peak_rss_bytes() / 1048576.0, fsdp.shard_bytes() / 1048576.0,
-        opt_bytes / 1048576.0, fsdp.peak_gathered_bytes() / 1048576.0,
-        model.activation_bytes() / 1048576.0);
+        "model {}: {:.1f}M parameters, {} layers, hidden {}; {} worker(s), {} ({}); device {} "
+        "(train.device {}), {}",
+        r_.model.path, parameter_count(config_) / 1e6, config_.num_hidden_layers,
+        config_.hidden_size, ctx_.world_size, strategy_name(strategy_), world_.transport(),
+        backend_->device() == Device::kCuda ? "cuda" : "cpu", r_.train.device, backend_->name());
   }
+}
 
-  // The final state as a sharded checkpoint (no rank gathers the model), then rank 0 streams it
-  // unit by unit into final/ in Hugging Face layout.
-  // A background save still in flight is committed first; the last one is written at once.
-  saver.flush();
-  if (has_eval && !final_eval_loss)
-    final_eval_loss = evaluate(r.train.max_steps);  // resumed at the end
-  saver.save(checkpoint_state(r.train.max_steps, result.last_loss, final_eval_loss),
-             /*sync=*/true);
-  const fs::path last_ckpt = saver.last_committed();
-  result.model_dir = final_model_dir(run_dir);
-  if (lead) {
-    CheckpointUnitReader reader(last_ckpt, layout);
-    const DType out_dtype = *dtype_from_cli(r.output.dtype);
+// Held-out data: every rank loads it (no cache files) and evaluates its share.
+void Trainer::open_eval_data() {
+  eval_data_.emplace(load_eval_data(r_, config_.vocab_size, lead_));
+  eval_batches_.emplace(*eval_data_, r_.train.micro_batch_size, ctx_.rank, ctx_.world_size,
+                        r_.eval.max_batches);
+  if (lead_) {
+    KILN_LOG_INFO("data.eval {}: {} examples, {} batch(es) of {} per rank per evaluation",
+                  r_.data.eval, eval_data_->size(), eval_batches_->rounds(),
+                  r_.train.micro_batch_size);
+  }
+}
+
+void Trainer::resume() {
+  if (r_.train.resume == "none") return;
+  const fs::path ckpt_root = run_dir_ / "checkpoints";
+  std::optional<fs::path> from;
+  if (r_.train.resume == "auto") {
+    if (auto latest = latest_checkpoint(ckpt_root)) from = latest->dir;
+  } else {
+    from = fs::path(r_.train.resume);
+  }
+  if (from) {
+    const CheckpointState st = load_checkpoint(*from, model_.layout(), fsdp_, opt_);
+    data_->sampler->restore(st.sampler);
+    start_step_ = st.step;
+    if (lead_) KILN_LOG_INFO("resumed from {} (step {})", from->string(), st.step);
+  } else if (lead_) {
+    KILN_LOG_INFO("train.resume=auto: no checkpoint in {}, starting fresh", ckpt_root.string());
+  }
+}
+
+CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
+                                          const std::optional<double>& eval_loss) const {
+  CheckpointState st;
+  st.step = step;
+  st.sampler = data_->sampler->state();
+  st.strategy = strategy_name(strategy_);
+  st.recipe_yaml = recipe_to_yaml(r_);
+  st.metrics = {{"loss", loss}};
+  if (eval_loss) st.metrics["eval_loss"] = *eval_loss;
+  st.model_config = config_to_json(config_);
+  return st;
+}
+
+// Forward only, through FSDP's gathered units: the mean loss over every eval target of every
+// rank. The loss sums stay on the device until the end.
+double Trainer::evaluate(int64_t step) {
+  double* loss_dev = step_scalars_.data();
+  backend_->fill_zero(loss_dev, sizeof(double));
+  double sums[2] = {0, 0};  // loss, targets
+  Batch b;
+  for (int64_t i = 0; i < eval_batches_->rounds(); ++i) {
+    eval_batches_->fill(i, b);
+    model_.forward(b, fsdp_, loss_dev);
+    sums[1] += static_cast<double>(b.num_targets());
+    fsdp_.finish_backward();  // the next batch prefetches from the start again
+  }
+  backend_->copy_to_host(&sums[0], loss_dev, sizeof(double));
+  backend_->synchronize();
+  world_.all_reduce(sums, size_t{2}, ReduceOp::kSum);
+  if (sums[1] == 0) {
+    fail("step {}: data.eval {} has no predicted tokens (every label masked?)", step, r_.data.eval);
+  }
+  return sums[0] / sums[1];
+}
+
+// One optimizer step. The loss is the mean over every predicted token of the step (all
+// micro-batches, all ranks), so accumulation and data parallelism give the same gradient as one
+// large batch. Everything from the first forward to the optimizer update is enqueued on the
+// device; the host reads the loss sum and gradient norm once, at the end.
+StepMetrics Trainer::train_step(int64_t step) {
+  const auto t0 = Clock::now();
+  // A background checkpoint write rides on the counters' all-reduce: {still running, failed}.
+  const auto ckpt = saver_.status();
+  StepCounters counts;
+  counts.writes_running = ckpt[0];
+  counts.writes_failed = ckpt[1];
+  for (auto& b : batches_) {
+    data_->sampler->next(b);
+    counts.targets += static_cast<double>(b.num_targets());
+    counts.tokens += static_cast<double>(b.B) * b.T;
+  }
+  counts.all_reduce(world_);
+  saver_.on_status(counts.writes_running, counts.writes_failed);  // commits once all are done
+  const double targets = counts.targets;
+  double* loss_sum = step_scalars_.data();
+  double* grad_sq = step_scalars_.data() + 1;
+  fsdp_.zero_grads();
+  backend_->fill_zero(loss_sum, sizeof(double));
+  if (targets > 0) {
+    const float scale = static_cast<float>(1.0 / targets);
+    const int accum = r_.train.grad_accum_steps;
+    for (int i = 0; i < accum; ++i) {
+      fsdp_.set_sync_grads(i == accum - 1);
+      model_.forward_backward(batches_[i], fsdp_, scale, r_.train.activation_checkpointing,
+                              loss_sum);
+      fsdp_.finish_backward();
+    }
+  }
+  fsdp_.grad_sq_norm(grad_sq);
+  if (r_.train.grad_clip > 0) fsdp_.clip_grads(grad_sq, r_.train.grad_clip);
+  const ScheduleSettings ss{r_.schedule.name, r_.schedule.warmup_steps, r_.schedule.min_lr_ratio};
+  const double lr = lr_at(ss, r_.optimizer.lr, step, r_.train.max_steps);
+  opt_.begin_step();
+  for (int u = 0; u < fsdp_.num_units(); ++u) {
+    opt_.step(u, fsdp_.shard_params(u), fsdp_.shard_grads(u), lr);
+  }
+  // The step's one device read.
+  backend_->copy_to_host(step_scalars_host_.data(), step_scalars_.data(), 2 * sizeof(double));
+  backend_->synchronize();
+  double loss = step_scalars_host_.data()[0];
+  world_.all_reduce(&loss, size_t{1}, ReduceOp::kSum);
+  const double grad_norm = std::sqrt(step_scalars_host_.data()[1]);
+  if (!std::isfinite(grad_norm)) {
+    fail("step {}: gradient norm is {} (loss {}); stopping (the last checkpoint is intact)",
+         step + 1, grad_norm, loss / targets);
+  }
+  StepMetrics m;
+  m.step = step + 1;
+  m.loss = targets > 0 ? loss / targets : 0.0;
+  m.lr = lr;
+  m.grad_norm = grad_norm;
+  m.targets = static_cast<int64_t>(targets);
+  m.tokens = static_cast<int64_t>(counts.tokens);
+  m.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  m.tokens_per_s = m.tokens / std::max(m.step_seconds, 1e-9);
+  return m;
+}
+
+void Trainer::log_step(const StepMetrics& m, const std::optional<double>& eval_loss) {
+  Json row{{"step", m.step},
+           {"loss", m.loss},
+           {"lr", m.lr},
+           {"grad_norm", m.grad_norm},
+           {"tokens_per_s", m.tokens_per_s},
+           {"tokens", m.tokens},
+           {"targets", m.targets},
+           {"step_s", m.step_seconds},
+           {"epoch", data_->sampler->epoch()}};
+  if (eval_loss) row["eval_loss"] = *eval_loss;
+  metrics_->write(row);
+  ctx_.report(row);
+  const bool last = m.step == r_.train.max_steps;
+  if (m.step % r_.train.log_every != 0 && !last && !eval_loss) return;
+  const double elapsed = std::chrono::duration<double>(Clock::now() - t_start_).count();
+  const double eta = elapsed / (m.step - start_step_) * (r_.train.max_steps - m.step);
+  const std::string line = fmt::format(
+      "step {}/{} | loss {:.4f}{} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}", m.step,
+      r_.train.max_steps, m.loss,
+      eval_loss ? fmt::format(" | eval_loss {:.4f}", *eval_loss) : std::string(), m.lr, m.grad_norm,
+      m.tokens_per_s, format_duration(eta));
+  if (tty_) {
+    // Lines with an evaluation stay on screen.
+    std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), last || eval_loss ? "\n" : "");
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+// Memory figures per rank: what sharding saves is visible in every run's log.
+void Trainer::log_memory() const {
+  size_t opt_bytes = 0;
+  for (int u = 0; u < fsdp_.num_units(); ++u) {
+    opt_bytes +=
+        const_cast<Optimizer&>(opt_).m(u).bytes() + const_cast<Optimizer&>(opt_).v(u).bytes();
+  }
+  KILN_LOG_INFO(
+      "rank {}: peak RSS {:.0f} MiB; sharded params+grads {:.0f} MiB, optimizer state {:.0f} "
+      "MiB, peak gathered units {:.0f} MiB, activations {:.0f} MiB",
+      ctx_.rank, peak_rss_bytes() / 1048576.0, fsdp_.shard_bytes() / 1048576.0,
+      opt_bytes / 1048576.0, fsdp_.peak_gathered_bytes() / 1048576.0,
+      model_.activation_bytes() / 1048576.0);
+}
+
+// The final state as a sharded checkpoint (no rank gathers the model), then rank 0 streams it
+// unit by unit into final/ in Hugging Face layout. A background save still in flight is
+// committed first; the last one is written at once.
+void Trainer::save_final(TrainResult& result, const std::optional<double>& eval_loss) {
+  saver_.flush();
+  saver_.save(checkpoint_state(r_.train.max_steps, result.last_loss, eval_loss), /*sync=*/true);
+  const fs::path last_ckpt = saver_.last_committed();
+  result.model_dir = final_model_dir(run_dir_);
+  if (lead_) {
+    CheckpointUnitReader reader(last_ckpt, model_.layout());
+    const DType out_dtype = *dtype_from_cli(r_.output.dtype);
     save_hf_checkpoint_streaming(
-        result.model_dir, config, layout, [&](int u, float* out) { reader.read_unit(u, out); },
-        out_dtype);
+        result.model_dir, config_, model_.layout(),
+        [&](int u, float* out) { reader.read_unit(u, out); }, out_dtype);
     // The tokenizer travels with the model, as save_pretrained's output does.
+    const fs::path model_path = r_.model.path;
     const fs::path tok =
-        !r.data.tokenizer.empty() && !fs::is_directory(r.data.tokenizer)
-            ? fs::path(r.data.tokenizer)
-            : (r.data.tokenizer.empty() ? model_path : fs::path(r.data.tokenizer)) /
+        !r_.data.tokenizer.empty() && !fs::is_directory(r_.data.tokenizer)
+            ? fs::path(r_.data.tokenizer)
+            : (r_.data.tokenizer.empty() ? model_path : fs::path(r_.data.tokenizer)) /
                   "tokenizer.json";
     if (fs::is_regular_file(tok)) {
       fs::copy_file(tok, result.model_dir / "tokenizer.json", fs::copy_options::overwrite_existing);
     }
-    KILN_LOG_INFO("saved {} ({}) from {}", result.model_dir.string(), r.output.dtype,
+    KILN_LOG_INFO("saved {} ({}) from {}", result.model_dir.string(), r_.output.dtype,
                   last_ckpt.string());
   }
-  world.barrier();
+  world_.barrier();
+}
+
+TrainResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
+  TrainResult result;
+  t_start_ = Clock::now();
+  const bool has_eval = eval_batches_.has_value();
+  std::optional<double> final_eval_loss;
+  for (int64_t step = start_step_; step < r_.train.max_steps; ++step) {
+    ctx_.begin_step(step + 1);  // hang reports and KILN_FAULT name the step
+    const StepMetrics m = train_step(step);
+    if (step == start_step_) result.first_loss = m.loss;
+    result.last_loss = m.loss;
+    result.steps = m.step;
+    if (on_step) on_step(m);
+    const bool last = m.step == r_.train.max_steps;
+    std::optional<double> eval_loss;
+    if (has_eval && (last || (r_.eval.every_steps > 0 && m.step % r_.eval.every_steps == 0))) {
+      eval_loss = evaluate(m.step);
+    }
+    if (last) final_eval_loss = eval_loss;
+    if (r_.checkpoint.every_steps > 0 && m.step % r_.checkpoint.every_steps == 0 && !last) {
+      saver_.save(checkpoint_state(m.step, m.loss, eval_loss));
+    }
+    if (lead_) log_step(m, eval_loss);
+  }
+  log_memory();
+  if (has_eval && !final_eval_loss)
+    final_eval_loss = evaluate(r_.train.max_steps);  // resumed at the end
+  save_final(result, final_eval_loss);
   return result;
+}
+
+TrainResult train(const Recipe& r, WorkerContext& ctx,
+                  const std::function<void(const StepMetrics&)>& on_step) {
+  Trainer trainer(r, ctx);
+  return trainer.run(on_step);
 }
 
 }  // namespace kiln

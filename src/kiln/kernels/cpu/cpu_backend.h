@@ -6,13 +6,44 @@
 
 namespace kiln {
 
+// The CPU's stream: everything runs at once on the calling thread, so every event is complete
+// when recorded.
+class SyncStream final : public Stream {
+ public:
+  SyncStream();
+  std::shared_ptr<Event> record() override { return done_; }
+  void wait(std::shared_ptr<const Event>) override {}
+  void wait_for(std::function<void()> blocking_wait) override { blocking_wait(); }
+  void synchronize() override {}
+
+ private:
+  std::shared_ptr<Event> done_;  // one completed event, shared (record() never allocates)
+};
+
+// The synchronous CPU backend. Device memory is host memory (aligned_alloc), copies are memcpy,
+// and every op has finished when it returns.
 class CpuBackend final : public Backend {
  public:
   // bf16: mixed precision (train.dtype bf16): matrix products take bf16-rounded inputs with fp32
   // accumulation and fp32 outputs; everything else is identical to the fp32 backend.
   explicit CpuBackend(bool bf16 = false) : bf16_(bf16) {}
   std::string_view name() const override { return bf16_ ? "cpu-bf16" : "cpu"; }
+  Device device() const override { return Device::kCpu; }
+  ComputeDType compute_dtype() const override {
+    return bf16_ ? ComputeDType::kBf16 : ComputeDType::kFp32;
+  }
   bool bf16() const { return bf16_; }
+
+  void* alloc(size_t bytes) const override;
+  void free(void* p) const override;
+  void* alloc_pinned(size_t bytes) const override { return alloc(bytes); }
+  void free_pinned(void* p) const override { free(p); }
+  void copy_to_device(void* dst, const void* host_src, size_t bytes) const override;
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) const override;
+  void copy_on_device(void* dst, const void* src, size_t bytes) const override;
+  void fill_zero(void* dst, size_t bytes) const override;
+  Stream& compute_stream() const override { return stream_; }
+  std::unique_ptr<Stream> create_stream() const override { return std::make_unique<SyncStream>(); }
 
   void embedding_forward(float* out, const int32_t* ids, const float* wte, int N,
                          int C) const override;
@@ -43,13 +74,18 @@ class CpuBackend final : public Backend {
   void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
                        const float* up, size_t n) const override;
   void add(float* out, const float* a, const float* b, size_t n) const override;
-  double cross_entropy(float* dx, float* dw, const float* x, const float* w, const int32_t* targets,
-                       int N, int C, int V, float scale) const override;
-  double sum_squares(const float* x, size_t n) const override;
+  void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, const float* w,
+                     const int32_t* targets, int N, int C, int V, float scale) const override;
+  void sum_squares(double* sum, const float* x, size_t n) const override;
   void scale(float* x, float a, size_t n) const override;
+  void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm) const override;
+  void adamw_step(float* p, float* m, float* v, const float* g, size_t n,
+                  const AdamWStep& s) const override;
+  void sgd_step(float* p, float* m, const float* g, size_t n, const SgdStep& s) const override;
 
  private:
   bool bf16_ = false;
+  mutable SyncStream stream_;  // stateless: record() returns a completed event
 };
 
 }  // namespace kiln

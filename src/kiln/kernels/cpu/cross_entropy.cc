@@ -87,8 +87,9 @@ size_t ce_chunk_rows(size_t rows, size_t vocab) {
                             std::max<size_t>(rows, 1));
 }
 
-double CpuBackend::cross_entropy(float* dx, float* dw, const float* x, const float* w,
-                                 const int32_t* targets, int N, int C, int V, float scale) const {
+void CpuBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const float* x,
+                               const float* w, const int32_t* targets, int N, int C, int V,
+                               float scale) const {
   Scratch& sc = scratch();
   grow(sc.rows, static_cast<size_t>(N));
   int R = 0;
@@ -96,7 +97,7 @@ double CpuBackend::cross_entropy(float* dx, float* dw, const float* x, const flo
     if (targets[n] != kIgnoreIndex) sc.rows[R++] = n;
   }
   if (dx != nullptr) std::memset(dx, 0, sizeof(float) * N * C);
-  if (R == 0) return 0.0;
+  if (R == 0) return;
   const int* rows = sc.rows.data();
   const int chunk = static_cast<int>(ce_chunk_rows(R, V));
   grow(sc.xc, static_cast<size_t>(chunk) * C);
@@ -150,7 +151,7 @@ double CpuBackend::cross_entropy(float* dx, float* dw, const float* x, const flo
       }
     }
   }
-  return total;
+  *loss_sum += total;
 }
 
 }  // namespace kiln

@@ -209,7 +209,7 @@ void CpuBackend::add(float* out, const float* a, const float* b, size_t n) const
   });
 }
 
-double CpuBackend::sum_squares(const float* x, size_t n) const {
+void CpuBackend::sum_squares(double* sum, const float* x, size_t n) const {
   // Fixed blocks summed in a fixed order: the result does not depend on the thread count.
   constexpr size_t kBlock = 1 << 14;
   const size_t nb = (n + kBlock - 1) / kBlock;
@@ -227,7 +227,7 @@ double CpuBackend::sum_squares(const float* x, size_t n) const {
     }
     for (size_t b = b0; b < b1; ++b) total += partial[b - b0];
   }
-  return total;
+  *sum += total;
 }
 
 void CpuBackend::scale(float* x, float a, size_t n) const {

@@ -1,5 +1,5 @@
 // Linear layers through gemm() (fp32, or bf16 inputs with fp32 accumulation, see gemm.h); never a
-// hand-rolled GEMM. Also the backend chosen by train.dtype.
+// hand-rolled GEMM.
 #include <cblas.h>
 #include <omp.h>
 
@@ -49,21 +49,6 @@ void CpuBackend::matmul_backward(float* dx, float* dw, float* db, const float* d
       db[o] += s;
     }
   }
-}
-
-const Backend& cpu_backend() {
-  static const CpuBackend backend;  // stateless (gemm() keeps its per-thread primitive caches)
-  return backend;
-}
-
-const Backend& cpu_backend_for(std::string_view dtype) {
-  if (dtype == "fp32") return cpu_backend();
-  if (dtype == "bf16") {
-    static const CpuBackend backend(/*bf16=*/true);
-    gemm_bf16_native();  // decides once, and warns once where bf16 GEMMs fall back to fp32
-    return backend;
-  }
-  fail("compute dtype '{}' is not supported by the CPU backend (supported: fp32, bf16)", dtype);
 }
 
 }  // namespace kiln

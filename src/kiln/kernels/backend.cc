@@ -1,0 +1,63 @@
+#include "kiln/kernels/backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "kiln/base/error.h"
+#include "kiln/base/log.h"
+#include "kiln/kernels/cpu/async_cpu_backend.h"
+#include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/gemm.h"
+
+namespace kiln {
+
+DeviceRequest parse_device_request(std::string_view name) {
+  if (name == "auto") return DeviceRequest::kAuto;
+  if (name == "cpu") return DeviceRequest::kCpu;
+  if (name == "cuda") return DeviceRequest::kCuda;
+  fail("train.device: unknown device '{}' (cpu, cuda, auto)", name);
+}
+
+std::string_view device_request_name(DeviceRequest d) {
+  switch (d) {
+    case DeviceRequest::kAuto:
+      return "auto";
+    case DeviceRequest::kCpu:
+      return "cpu";
+    case DeviceRequest::kCuda:
+      return "cuda";
+  }
+  return "?";
+}
+
+ComputeDType parse_compute_dtype(std::string_view name) {
+  if (name == "fp32") return ComputeDType::kFp32;
+  if (name == "bf16") return ComputeDType::kBf16;
+  fail("train.dtype: unknown compute dtype '{}' (fp32, bf16)", name);
+}
+
+std::string_view compute_dtype_name(ComputeDType d) {
+  return d == ComputeDType::kBf16 ? "bf16" : "fp32";
+}
+
+bool async_cpu_requested() {
+  const char* v = std::getenv("KILN_ASYNC_CPU");
+  return v != nullptr && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
+}
+
+std::unique_ptr<Backend> make_backend(DeviceRequest device, ComputeDType dtype) {
+  if (device == DeviceRequest::kCuda) {
+    fail(
+        "train.device: cuda: this kiln was built without a CUDA backend (use train.device=cpu or "
+        "auto)");
+  }
+  if (device == DeviceRequest::kAuto) {
+    KILN_LOG_DEBUG("train.device=auto: no CUDA backend in this build; training on the CPU");
+  }
+  const bool bf16 = dtype == ComputeDType::kBf16;
+  if (bf16) gemm_bf16_native();  // decides once, and warns once where bf16 falls back to fp32
+  if (async_cpu_requested()) return make_async_cpu_backend(bf16);
+  return std::make_unique<CpuBackend>(bf16);
+}
+
+}  // namespace kiln

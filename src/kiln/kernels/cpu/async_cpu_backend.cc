@@ -1,0 +1,141 @@
+#include "kiln/kernels/cpu/async_cpu_backend.h"
+
+#include <atomic>
+
+#include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/emulated_stream.h"
+
+namespace kiln {
+
+namespace {
+
+class AsyncCpuBackend final : public Backend {
+ public:
+  explicit AsyncCpuBackend(bool bf16) : cpu_(bf16), stream_(1) {}
+  ~AsyncCpuBackend() override { stream_.synchronize(); }
+
+  std::string_view name() const override { return cpu_.bf16() ? "cpu-bf16-async" : "cpu-async"; }
+  Device device() const override { return Device::kCpu; }
+  ComputeDType compute_dtype() const override { return cpu_.compute_dtype(); }
+
+  void* alloc(size_t bytes) const override { return cpu_.alloc(bytes); }
+  void free(void* p) const override {
+    stream_.enqueue([this, p] { cpu_.free(p); });
+  }
+  void* alloc_pinned(size_t bytes) const override { return cpu_.alloc(bytes); }
+  void free_pinned(void* p) const override { free(p); }
+  void copy_to_device(void* dst, const void* src, size_t bytes) const override {
+    run([=, this] { cpu_.copy_to_device(dst, src, bytes); });
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) const override {
+    run([=, this] { cpu_.copy_to_host(dst, src, bytes); });
+  }
+  void copy_on_device(void* dst, const void* src, size_t bytes) const override {
+    run([=, this] { cpu_.copy_on_device(dst, src, bytes); });
+  }
+  void fill_zero(void* dst, size_t bytes) const override {
+    run([=, this] { cpu_.fill_zero(dst, bytes); });
+  }
+  Stream& compute_stream() const override { return stream_; }
+  std::unique_ptr<Stream> create_stream() const override {
+    return std::make_unique<EmulatedStream>(++streams_);
+  }
+
+  void embedding_forward(float* out, const int32_t* ids, const float* wte, int N,
+                         int C) const override {
+    run([=, this] { cpu_.embedding_forward(out, ids, wte, N, C); });
+  }
+  void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
+                          int C) const override {
+    run([=, this] { cpu_.embedding_backward(dwte, dout, ids, N, C); });
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
+                       float eps) const override {
+    run([=, this] { cpu_.rmsnorm_forward(out, rstd, x, w, N, C, eps); });
+  }
+  void add_rmsnorm_forward(float* sum, float* out, float* rstd, const float* a, const float* b,
+                           const float* w, int N, int C, float eps) const override {
+    run([=, this] { cpu_.add_rmsnorm_forward(sum, out, rstd, a, b, w, N, C, eps); });
+  }
+  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                        const float* rstd, int N, int C, bool accumulate) const override {
+    run([=, this] { cpu_.rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, accumulate); });
+  }
+  void matmul_forward(float* out, const float* x, const float* w, const float* b, int N, int IC,
+                      int OC) const override {
+    run([=, this] { cpu_.matmul_forward(out, x, w, b, N, IC, OC); });
+  }
+  void matmul_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+                       const float* w, int N, int IC, int OC, bool accumulate) const override {
+    run([=, this] { cpu_.matmul_backward(dx, dw, db, dout, x, w, N, IC, OC, accumulate); });
+  }
+  void rope_forward(float* x, const int32_t* pos, const float* cos_table, const float* sin_table,
+                    int N, int heads, int D) const override {
+    run([=, this] { cpu_.rope_forward(x, pos, cos_table, sin_table, N, heads, D); });
+  }
+  void rope_backward(float* dx, const int32_t* pos, const float* cos_table, const float* sin_table,
+                     int N, int heads, int D) const override {
+    run([=, this] { cpu_.rope_backward(dx, pos, cos_table, sin_table, N, heads, D); });
+  }
+  void attention_forward(float* y, float* lse, const float* q, const float* k, const float* v,
+                         const int32_t* doc_start, const AttnShape& s) const override {
+    run([=, this] { cpu_.attention_forward(y, lse, q, k, v, doc_start, s); });
+  }
+  void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
+                          const float* k, const float* v, const float* y, const float* lse,
+                          const int32_t* doc_start, const AttnShape& s) const override {
+    run([=, this] { cpu_.attention_backward(dq, dk, dv, dy, q, k, v, y, lse, doc_start, s); });
+  }
+  void attention_decode(float* y, const float* q, const float* k_cache, const float* v_cache,
+                        int n_q, int past, int H, int KV, int D) const override {
+    run([=, this] { cpu_.attention_decode(y, q, k_cache, v_cache, n_q, past, H, KV, D); });
+  }
+  void swiglu_forward(float* h, const float* gate, const float* up, size_t n) const override {
+    run([=, this] { cpu_.swiglu_forward(h, gate, up, n); });
+  }
+  void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
+                       const float* up, size_t n) const override {
+    run([=, this] { cpu_.swiglu_backward(dgate, dup, dh, gate, up, n); });
+  }
+  void add(float* out, const float* a, const float* b, size_t n) const override {
+    run([=, this] { cpu_.add(out, a, b, n); });
+  }
+  void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, const float* w,
+                     const int32_t* targets, int N, int C, int V, float scale) const override {
+    run([=, this] { cpu_.cross_entropy(loss_sum, dx, dw, x, w, targets, N, C, V, scale); });
+  }
+  void sum_squares(double* sum, const float* x, size_t n) const override {
+    run([=, this] { cpu_.sum_squares(sum, x, n); });
+  }
+  void scale(float* x, float a, size_t n) const override {
+    run([=, this] { cpu_.scale(x, a, n); });
+  }
+  void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm) const override {
+    run([=, this] { cpu_.clip_by_norm(x, n, sq_norm, max_norm); });
+  }
+  void adamw_step(float* p, float* m, float* v, const float* g, size_t n,
+                  const AdamWStep& s) const override {
+    run([=, this] { cpu_.adamw_step(p, m, v, g, n, s); });
+  }
+  void sgd_step(float* p, float* m, const float* g, size_t n, const SgdStep& s) const override {
+    run([=, this] { cpu_.sgd_step(p, m, g, n, s); });
+  }
+
+ private:
+  template <typename F>
+  void run(F&& f) const {
+    stream_.enqueue(std::forward<F>(f));
+  }
+
+  CpuBackend cpu_;
+  mutable EmulatedStream stream_;
+  mutable std::atomic<uint64_t> streams_{1};
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_async_cpu_backend(bool bf16) {
+  return std::make_unique<AsyncCpuBackend>(bf16);
+}
+
+}  // namespace kiln

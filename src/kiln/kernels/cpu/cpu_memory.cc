@@ -1,0 +1,43 @@
+// The synchronous CPU backend's memory and copies: device memory is host memory.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "kiln/kernels/cpu/cpu_backend.h"
+
+namespace kiln {
+
+namespace {
+class DoneEvent final : public Event {
+ public:
+  void synchronize() const override {}
+};
+}  // namespace
+
+SyncStream::SyncStream() : done_(std::make_shared<DoneEvent>()) {}
+
+void* CpuBackend::alloc(size_t bytes) const {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+void CpuBackend::free(void* p) const { std::free(p); }
+
+void CpuBackend::copy_to_device(void* dst, const void* host_src, size_t bytes) const {
+  if (bytes) std::memcpy(dst, host_src, bytes);
+}
+
+void CpuBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) const {
+  if (bytes) std::memcpy(host_dst, src, bytes);
+}
+
+void CpuBackend::copy_on_device(void* dst, const void* src, size_t bytes) const {
+  if (bytes) std::memmove(dst, src, bytes);
+}
+
+void CpuBackend::fill_zero(void* dst, size_t bytes) const {
+  if (bytes) std::memset(dst, 0, bytes);
+}
+
+}  // namespace kiln
