@@ -27,9 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "kiln/kernels/cpu/blas_setup.h"
+#include "kiln/kernels/host_cpu.h"
 #include "kiln/kernels/cpu/gemm.h"
-#include "kiln/kernels/cpu/peak_flops.h"
 #include "kiln/kernels/ops.h"
 
 namespace {

@@ -21,7 +21,7 @@
 
 #include "kiln/base/cpu_time.h"
 #include "kiln/kernels/backend.h"
-#include "kiln/kernels/cpu/blas_setup.h"
+#include "kiln/kernels/host_cpu.h"
 #include "kiln/model/config.h"
 #include "kiln/model/generate.h"
 #include "kiln/model/init.h"

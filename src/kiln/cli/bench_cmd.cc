@@ -20,7 +20,7 @@
 #include "kiln/base/error.h"
 #include "kiln/cli/commands.h"
 #include "kiln/kernels/backend.h"
-#include "kiln/kernels/cpu/peak_flops.h"
+#include "kiln/kernels/host_cpu.h"
 #include "kiln/model/init.h"
 #include "kiln/model/qwen2.h"
 #include "kiln/train/optimizer.h"

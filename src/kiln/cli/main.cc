@@ -9,11 +9,11 @@
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/cli/commands.h"
-#include "kiln/kernels/cpu/blas_setup.h"
+#include "kiln/kernels/host_cpu.h"
 
 int main(int argc, char** argv) {
   // Run with the BLAS kernels this CPU supports when OpenBLAS fell back to generic ones (see
-  // blas_setup.h); the variable is only read when the library loads, hence the re-exec.
+  // host_cpu.h); the variable is only read when the library loads, hence the re-exec.
   if (const std::string core = kiln::blas_coretype_override(); !core.empty()) {
     ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
     ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the slow kernels

@@ -1,4 +1,4 @@
-#include "kiln/kernels/cpu/blas_setup.h"
+#include "kiln/kernels/host_cpu.h"
 
 #include <cblas.h>
 #include <fmt/format.h>

@@ -1,0 +1,34 @@
+// Facts about the host CPU that sit beside the backends: which OpenBLAS core runs (and the
+// OPENBLAS_CORETYPE the CLI re-executes with when OpenBLAS misdetects the CPU), and the
+// machine's measured arithmetic peak. OpenBLAS picks its kernels from CPUID when it loads; 0.3.21
+// (Debian 12) does not know recent Intel server CPUs (Sapphire Rapids) and silently falls back
+// to its generic "Prescott" SSE3 kernels, about 4x slower. OPENBLAS_CORETYPE is read only at
+// load, hence the re-exec. The peak is an FMA loop of kiln's own on every OpenMP thread, the
+// denominator of the "fraction of peak" that `kiln bench train` prints.
+#pragma once
+
+#include <string>
+
+namespace kiln {
+
+// The OpenBLAS core in use ("SkylakeX", "Haswell", "Prescott", ...).
+std::string blas_core_name();
+
+// The OPENBLAS_CORETYPE to run with, or "" when OpenBLAS's own choice is fine (or the user set
+// OPENBLAS_CORETYPE). Chosen from the CPU's features, never beyond what the CPU supports.
+std::string blas_coretype_override();
+
+// One line for logs: library, core and thread count.
+std::string blas_info();
+
+// fp32 FMA throughput of all threads (AVX-512 vfmadd231ps when the CPU has AVX-512F, else AVX2
+// FMA), GFLOP/s counting a multiply-add as 2. Runs for about `seconds`.
+double measure_fp32_peak_gflops(double seconds = 0.25);
+// bf16 dot-product throughput (vdpbf16ps: 32 bf16 multiply-adds into fp32 per instruction) of all
+// threads, GFLOP/s; 0 when the CPU has no AVX512_BF16.
+double measure_bf16_peak_gflops(double seconds = 0.25);
+// Whether the CPU has AVX512_BF16 (vcvtne2ps2bf16, vdpbf16ps) with the AVX-512 subsets (BW, VL)
+// that kiln's bf16 conversions use; the bf16 GEMMs and the bf16 peak loop both ask this.
+bool cpu_has_avx512_bf16();
+
+}  // namespace kiln
