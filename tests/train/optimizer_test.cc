@@ -100,7 +100,7 @@ TEST(AdamW, ShardStepsEqualWholeStep) {
 TEST(Sgd, MomentumAndWeightDecay) {
   ParamLayout layout(cfg());
   OptimizerSettings s;
-  s.name = "sgd";
+  s.kind = OptimizerKind::kSgd;
   s.momentum = 0.9;
   s.weight_decay = 0.0;
   Optimizer opt(s, layout, whole(layout), testing::cpu_fp32());
@@ -120,12 +120,12 @@ TEST(Schedule, WarmupThenDecay) {
   EXPECT_DOUBLE_EQ(lr_at(s, 1.0, 0, 10), 0.25);
   EXPECT_DOUBLE_EQ(lr_at(s, 1.0, 3, 10), 1.0);
   EXPECT_DOUBLE_EQ(lr_at(s, 1.0, 9, 10), 1.0);  // constant
-  s.name = "linear";
+  s.kind = ScheduleKind::kLinear;
   s.min_lr_ratio = 0.1;
   EXPECT_DOUBLE_EQ(lr_at(s, 1.0, 4, 10), 1.0);
   EXPECT_NEAR(lr_at(s, 1.0, 9, 10), 0.1, 1e-12);
   EXPECT_NEAR(lr_at(s, 1.0, 6, 10), 0.1 + 0.9 * (1 - 2.0 / 5), 1e-12);
-  s.name = "cosine";
+  s.kind = ScheduleKind::kCosine;
   s.min_lr_ratio = 0.0;
   EXPECT_DOUBLE_EQ(lr_at(s, 2.0, 4, 10), 2.0);
   EXPECT_NEAR(lr_at(s, 2.0, 9, 10), 0.0, 1e-12);

@@ -42,13 +42,31 @@ bool transport_is_loopback(const std::string& transport) {
   return false;
 }
 
-bool transport_satisfies(const std::string& transport, const std::string& kind) {
-  const std::vector<std::string> w = words(transport);
-  if (kind == "gloo-tcp") return !w.empty() && w[0] == "gloo-tcp";
-  if (kind == "socket") return is_tcp(w) && !transport_is_loopback(transport);
-  if (kind == "loopback") return is_tcp(w) && transport_is_loopback(transport);
-  if (kind == "efa") return has_word(w, "efa");
+TransportKind parse_transport_kind(const std::string& kind) {
+  if (kind == "gloo-tcp") return TransportKind::kGlooTcp;
+  if (kind == "socket") return TransportKind::kSocket;
+  if (kind == "loopback") return TransportKind::kLoopback;
+  if (kind == "efa") return TransportKind::kEfa;
   fail("unknown transport '{}' (one of {})", kind, fmt::join(kKinds, ", "));
+}
+
+bool transport_satisfies(const std::string& transport, TransportKind kind) {
+  const std::vector<std::string> w = words(transport);
+  switch (kind) {
+    case TransportKind::kGlooTcp:
+      return !w.empty() && w[0] == "gloo-tcp";
+    case TransportKind::kSocket:
+      return is_tcp(w) && !transport_is_loopback(transport);
+    case TransportKind::kLoopback:
+      return is_tcp(w) && transport_is_loopback(transport);
+    case TransportKind::kEfa:
+      return has_word(w, "efa");
+  }
+  return false;
+}
+
+bool transport_satisfies(const std::string& transport, const std::string& kind) {
+  return transport_satisfies(transport, parse_transport_kind(kind));
 }
 
 }  // namespace kiln

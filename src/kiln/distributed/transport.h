@@ -17,7 +17,13 @@ namespace kiln {
 //             "efa" as a word)
 const std::vector<std::string>& transport_kinds();
 
-// True when `transport` delivers `kind`. Throws kiln::Error listing the kinds for an unknown one.
+enum class TransportKind { kGlooTcp, kSocket, kLoopback, kEfa };
+// One of transport_kinds(); throws kiln::Error listing the kinds for an unknown one.
+TransportKind parse_transport_kind(const std::string& kind);
+
+// True when `transport` delivers `kind`.
+bool transport_satisfies(const std::string& transport, TransportKind kind);
+// The same for a kind's name (parsed first).
 bool transport_satisfies(const std::string& transport, const std::string& kind);
 
 // True when the transport's address is a loopback one (lo, 127.0.0.0/8, ::1).

@@ -8,10 +8,22 @@
 
 namespace kiln {
 
+OptimizerKind parse_optimizer(const std::string& name) {
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  if (name == "sgd") return OptimizerKind::kSgd;
+  fail("optimizer.name: unknown optimizer '{}' (adamw, sgd)", name);
+}
+
+ScheduleKind parse_schedule(const std::string& name) {
+  if (name == "constant") return ScheduleKind::kConstant;
+  if (name == "linear") return ScheduleKind::kLinear;
+  if (name == "cosine") return ScheduleKind::kCosine;
+  fail("schedule.name: unknown schedule '{}' (constant, linear, cosine)", name);
+}
+
 Optimizer::Optimizer(const OptimizerSettings& s, const ParamLayout& layout,
                      std::vector<ShardRange> shards, const Backend& backend)
     : s_(s), be_(backend), shards_(std::move(shards)) {
-  if (s_.name != "adamw" && s_.name != "sgd") fail("unknown optimizer '{}'", s_.name);
   KILN_CHECK(static_cast<int>(shards_.size()) == layout.num_units());
   runs_.resize(shards_.size());
   for (size_t u = 0; u < shards_.size(); ++u) {
@@ -20,7 +32,7 @@ Optimizer::Optimizer(const OptimizerSettings& s, const ParamLayout& layout,
       const size_t b = std::max(r.begin, e.offset), en = std::min(r.end, e.offset + e.numel);
       if (b < en) runs_[u].push_back({b - r.begin, en - b, e.decay});
     }
-    const bool adam = s_.name == "adamw";
+    const bool adam = s_.kind == OptimizerKind::kAdamW;
     m_.emplace_back(be_, adam || s_.momentum > 0 ? r.size() : 0);
     v_.emplace_back(be_, adam ? r.size() : 0);
   }
@@ -30,7 +42,7 @@ void Optimizer::step(int unit, float* p, const float* g, double lr) {
   KILN_CHECK(t_ > 0, "begin_step() not called");
   float* m = m_[unit].data();
   float* v = v_[unit].data();
-  if (s_.name == "adamw") {
+  if (s_.kind == OptimizerKind::kAdamW) {
     // PyTorch AdamW: p *= 1 - lr*wd; m, v moments; p -= lr * mhat / (sqrt(vhat) + eps)
     const double bc1 = 1.0 - std::pow(s_.beta1, static_cast<double>(t_));
     const double bc2 = 1.0 - std::pow(s_.beta2, static_cast<double>(t_));
@@ -61,17 +73,12 @@ double lr_at(const ScheduleSettings& s, double peak_lr, int64_t step, int64_t to
   if (step < s.warmup_steps) {
     return peak_lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
   }
-  if (s.name == "constant") return peak_lr;
+  if (s.kind == ScheduleKind::kConstant) return peak_lr;
   const int64_t span = std::max<int64_t>(1, total - 1 - s.warmup_steps);
   const double progress = std::clamp(static_cast<double>(step - s.warmup_steps) / span, 0.0, 1.0);
-  double f;
-  if (s.name == "linear") {
-    f = 1.0 - progress;
-  } else if (s.name == "cosine") {
-    f = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
-  } else {
-    fail("unknown schedule '{}'", s.name);
-  }
+  const double f = s.kind == ScheduleKind::kLinear
+                       ? 1.0 - progress
+                       : 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
   return peak_lr * (s.min_lr_ratio + (1.0 - s.min_lr_ratio) * f);
 }
 

@@ -13,8 +13,16 @@
 
 namespace kiln {
 
+enum class OptimizerKind { kAdamW, kSgd };
+// optimizer.name: "adamw" (decoupled weight decay) | "sgd"; errors name the key.
+OptimizerKind parse_optimizer(const std::string& name);
+
+enum class ScheduleKind { kConstant, kLinear, kCosine };
+// schedule.name: "constant" | "linear" | "cosine"; errors name the key.
+ScheduleKind parse_schedule(const std::string& name);
+
 struct OptimizerSettings {
-  std::string name = "adamw";  // "adamw" (decoupled weight decay) | "sgd"
+  OptimizerKind kind = OptimizerKind::kAdamW;
   double weight_decay = 0.0;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // AdamW
   double momentum = 0.0;                          // SGD
@@ -53,7 +61,7 @@ class Optimizer {
 };
 
 struct ScheduleSettings {
-  std::string name = "constant";  // constant | linear | cosine
+  ScheduleKind kind = ScheduleKind::kConstant;
   int64_t warmup_steps = 0;
   double min_lr_ratio = 0.0;
 };

@@ -90,10 +90,11 @@ void record_run_start(const Recipe& r, WorkerContext& ctx, const std::string& st
   }
   const std::string& want = r.dist.require_transport;
   if (want.empty()) return;
+  const TransportKind kind = parse_transport_kind(want);
   // run_meta.json is on disk before any rank fails, so what was in use is on record.
   ctx.comm->barrier();
   for (size_t i = 0; i < transports.size(); ++i) {
-    if (!transport_satisfies(transports[i], want)) {
+    if (!transport_satisfies(transports[i], kind)) {
       fail("dist.require_transport={} but rank {} uses {}{}", want, i, transports[i],
            want == "efa" ? " (kiln doctor --require transport=efa says what is missing)" : "");
     }

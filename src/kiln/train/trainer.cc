@@ -82,6 +82,7 @@ class Trainer {
   Communicator& shard_group();
   Communicator* replica_group();
   OptimizerSettings optimizer_settings() const;
+  ScheduleSettings schedule_settings() const;
   RetentionPolicy retention() const;
   bool writes_shard() const;
 
@@ -110,6 +111,7 @@ class Trainer {
   std::optional<TokenizedDataset> eval_data_;
   std::optional<EvalBatches> eval_batches_;
   Optimizer opt_;
+  const ScheduleSettings schedule_;
   CheckpointSaver saver_;
   std::unique_ptr<MetricsLog> metrics_;
   // The step's device scalars (loss sum, squared gradient norm) and their one host read.
@@ -147,13 +149,17 @@ Communicator* Trainer::replica_group() {
 
 OptimizerSettings Trainer::optimizer_settings() const {
   OptimizerSettings os;
-  os.name = r_.optimizer.name;
+  os.kind = parse_optimizer(r_.optimizer.name);
   os.weight_decay = r_.optimizer.weight_decay;
   os.beta1 = r_.optimizer.betas[0];
   os.beta2 = r_.optimizer.betas[1];
   os.eps = r_.optimizer.eps;
   os.momentum = r_.optimizer.momentum;
   return os;
+}
+
+ScheduleSettings Trainer::schedule_settings() const {
+  return {parse_schedule(r_.schedule.name), r_.schedule.warmup_steps, r_.schedule.min_lr_ratio};
 }
 
 RetentionPolicy Trainer::retention() const {
@@ -186,6 +192,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       model_(config_, *backend_),
       fsdp_(model_.layout(), *backend_, strategy_, shard_group(), replica_group(), r.dist.prefetch),
       opt_(optimizer_settings(), model_.layout(), fsdp_.shard_ranges(), *backend_),
+      schedule_(schedule_settings()),
       saver_(run_dir_ / "checkpoints", model_.layout(), fsdp_, opt_, world_, writes_shard(),
              r.checkpoint.background, retention()),
       step_scalars_(*backend_, 2),
@@ -327,8 +334,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   }
   fsdp_.grad_sq_norm(grad_sq);
   if (r_.train.grad_clip > 0) fsdp_.clip_grads(grad_sq, r_.train.grad_clip);
-  const ScheduleSettings ss{r_.schedule.name, r_.schedule.warmup_steps, r_.schedule.min_lr_ratio};
-  const double lr = lr_at(ss, r_.optimizer.lr, step, r_.train.max_steps);
+  const double lr = lr_at(schedule_, r_.optimizer.lr, step, r_.train.max_steps);
   opt_.begin_step();
   for (int u = 0; u < fsdp_.num_units(); ++u) {
     opt_.step(u, fsdp_.shard_params(u), fsdp_.shard_grads(u), lr);
