@@ -75,15 +75,17 @@ double proc_status_kib(const std::string& field) {
 // Analytic memory of one training step in bytes: parameters, gradients and AdamW's two moments
 // (16 bytes per parameter) plus what Qwen2Model holds (see qwen2.cc prepare()): the residual
 // stream at every layer boundary, each layer's saved activations (one layer's when recomputing),
-// the backward scratch, and the fused cross-entropy's logits chunk.
-double estimate_bytes(const Qwen2Config& c, int B, int T, bool recompute) {
+// the backward scratch, and the fused cross-entropy's logits chunk. `act_bytes`: bytes per element
+// of the activations that only feed products (xn1, xn2, h: 2 when stored in bf16).
+double estimate_bytes(const Qwen2Config& c, int B, int T, bool recompute, double act_bytes) {
   const double N = static_cast<double>(B) * T, C = c.hidden_size, I = c.intermediate_size;
   const double Q = c.q_dim(), KV = c.kv_dim(), H = c.num_attention_heads, V = c.vocab_size;
   const double L = c.num_hidden_layers;
   const double P = static_cast<double>(parameter_count(c));
   const double state = 16.0 * P;
-  // per layer: xn1, q, k, v, y, xmid, xn2, gate, up, h, rstd1/2, lse
-  const double per_layer = 2 * N * C + 2 * N * Q + 2 * N * KV + N * C + 3 * N * I + 2 * N + N * H;
+  // per layer, in floats: q, k, v, y, xmid, gate, up, rstd1/2, lse; then xn1, xn2, h
+  const double per_layer = 2 * N * Q + 2 * N * KV + N * C + 2 * N * I + 2 * N + N * H +
+                           (act_bytes / 4.0) * (2 * N * C + N * I);
   const double stored = recompute ? 1 : L;
   const double resid = (L + 1) * N * C;
   const double final_norm = 2 * N * C + N;
@@ -157,7 +159,10 @@ void run_row(const BenchOpts& o) {
               preset.c_str(), parameter_count(c) / 1e6, o.batch, o.seq, o.dtype.c_str(),
               recompute ? "on" : "off", med, tokens / med, gflops,
               peak > 0 ? 100.0 * gflops / peak : 0.0, hwm_mib,
-              estimate_bytes(c, o.batch, o.seq, recompute) / 1048576.0, base_kib / 1024.0, others);
+              estimate_bytes(c, o.batch, o.seq, recompute,
+                             static_cast<double>(dtype_size(be->activation_dtype()))) /
+                  1048576.0,
+              base_kib / 1024.0, others);
   std::fflush(stdout);
 }
 

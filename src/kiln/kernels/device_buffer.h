@@ -107,6 +107,10 @@ class DeviceArena {
   void add(T** where, size_t n) {
     pieces_.push_back({reinterpret_cast<void**>(where), (n * sizeof(T) + 63) / 64 * 64});
   }
+  // A piece of n elements of `dtype` (its storage type is the caller's).
+  void add(void** where, size_t n, DType dtype) {
+    pieces_.push_back({where, (n * dtype_size(dtype) + 63) / 64 * 64});
+  }
   void allocate();
   size_t bytes() const { return memory_.size(); }
 

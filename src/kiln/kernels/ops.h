@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "kiln/kernels/stream.h"
+#include "kiln/tensor/dtype.h"
 
 namespace kiln {
 
@@ -36,6 +37,22 @@ enum class Device { kCpu, kCuda };
 // The dtype of matrix-product inputs (train.dtype): fp32, or bf16 mixed precision (bf16 GEMM
 // inputs, fp32 accumulation; master weights, optimizer state and reductions stay fp32).
 enum class ComputeDType { kFp32, kBf16 };
+
+// An activation in device memory with its storage dtype: F32, or BF16 for the activations that
+// only feed matrix products when the backend's activation_dtype() is BF16 (train.dtype bf16).
+// A float* converts implicitly (F32).
+struct Act {
+  void* data = nullptr;
+  DType dtype = DType::F32;
+  Act(float* p) : data(p) {}  // NOLINT(google-explicit-constructor): fp32 is the common case
+  Act(void* p, DType t) : data(p), dtype(t) {}
+};
+struct ConstAct {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  ConstAct(const float* p) : data(p) {}  // NOLINT(google-explicit-constructor)
+  ConstAct(const void* p, DType t) : data(p), dtype(t) {}
+};
 
 // One AdamW update's constants, computed once per step on the host (PyTorch's AdamW):
 // p = p * decay - step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps), after the moment updates.
@@ -55,6 +72,12 @@ class Backend {
   virtual std::string_view name() const = 0;
   virtual Device device() const = 0;
   virtual ComputeDType compute_dtype() const = 0;
+  // Whether this backend computes in `dtype` (fp32 always).
+  virtual bool supports(ComputeDType dtype) const = 0;
+  // The storage dtype of activations that only feed matrix products (the normalised inputs of
+  // the q/k/v and gate/up products, SwiGLU's output): BF16 when the products take bf16 inputs
+  // natively, so storing them rounded changes no result; F32 otherwise.
+  virtual DType activation_dtype() const = 0;
 
   // ---- Memory. Device memory is 64-byte aligned; pinned host memory stages copies. ----
   virtual void* alloc(size_t bytes) const = 0;
@@ -84,25 +107,25 @@ class Backend {
   virtual void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
                                   int C) const = 0;
 
-  // out: (N, C) = x * rstd * w, rstd: (N) = 1/sqrt(mean(x^2) + eps); x: (N, C), w: (C)
-  virtual void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N,
-                               int C, float eps) const = 0;
+  // out: (N, C) = x * rstd * w, rstd: (N) = 1/sqrt(mean(x^2) + eps); x: (N, C), w: (C). out
+  // may be stored in bf16 (rounded to nearest even).
+  virtual void rmsnorm_forward(Act out, float* rstd, const float* x, const float* w, int N, int C,
+                               float eps) const = 0;
   // Residual add fused with RMSNorm, one pass over memory: sum (N, C) = a + b, then out and rstd
   // from sum exactly as rmsnorm_forward. sum may alias a or b.
-  virtual void add_rmsnorm_forward(float* sum, float* out, float* rstd, const float* a,
-                                   const float* b, const float* w, int N, int C,
-                                   float eps) const = 0;
+  virtual void add_rmsnorm_forward(float* sum, Act out, float* rstd, const float* a, const float* b,
+                                   const float* w, int N, int C, float eps) const = 0;
   // dx (N, C) written, or added to when accumulate is true; dw (C) +=
   virtual void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
                                 const float* w, const float* rstd, int N, int C,
                                 bool accumulate) const = 0;
 
-  // out: (N, OC) = x (N, IC) @ w^T (OC, IC) + b (OC, may be null)
-  virtual void matmul_forward(float* out, const float* x, const float* w, const float* b, int N,
-                              int IC, int OC) const = 0;
+  // out: (N, OC) = x (N, IC) @ w^T (OC, IC) + b (OC, may be null); x may be bf16
+  virtual void matmul_forward(float* out, ConstAct x, const float* w, const float* b, int N, int IC,
+                              int OC) const = 0;
   // dx: (N, IC) = dout @ w (written, or added when accumulate); dw (OC, IC) += dout^T @ x;
   // db (OC) += column sums of dout (skipped when null). dx may be null (no input gradient).
-  virtual void matmul_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+  virtual void matmul_backward(float* dx, float* dw, float* db, const float* dout, ConstAct x,
                                const float* w, int N, int IC, int OC, bool accumulate) const = 0;
 
   // In-place rotary embedding (HF rotate-half): x: (N, heads, D); pairs (d, d + D/2) rotate by
@@ -134,8 +157,8 @@ class Backend {
                                 const float* v_cache, int n_q, int past, int H, int KV,
                                 int D) const = 0;
 
-  // h = silu(gate) * up, all (n)
-  virtual void swiglu_forward(float* h, const float* gate, const float* up, size_t n) const = 0;
+  // h = silu(gate) * up, all (n); h may be stored in bf16
+  virtual void swiglu_forward(Act h, const float* gate, const float* up, size_t n) const = 0;
   // dgate, dup written (n)
   virtual void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
                                const float* up, size_t n) const = 0;

@@ -12,6 +12,7 @@ Qwen2Model::Qwen2Model(const Qwen2Config& config, const Backend& backend)
       layout_(config),
       be_(backend),
       arena_(backend),
+      act_dtype_(backend.activation_dtype()),
       loss_(backend, 1),
       rope_(config_, backend) {
   config_.validate("model config");
@@ -52,7 +53,7 @@ void Qwen2Model::plan_buffers(size_t N, bool recompute, bool training) {
   arena_.add(&res_, (L + 1) * N * C);
   for (int l = 0; l < (recompute ? 1 : L); ++l) {
     LayerActs& a = layer_acts_[l];
-    arena_.add(&a.xn1, N * C);
+    arena_.add(&a.xn1, N * C, act_dtype_);
     arena_.add(&a.rstd1, N);
     arena_.add(&a.q, N * Q);
     arena_.add(&a.k, N * KV);
@@ -60,11 +61,11 @@ void Qwen2Model::plan_buffers(size_t N, bool recompute, bool training) {
     arena_.add(&a.y, N * Q);
     arena_.add(&a.lse, N * H);
     arena_.add(&a.xmid, N * C);
-    arena_.add(&a.xn2, N * C);
+    arena_.add(&a.xn2, N * C, act_dtype_);
     arena_.add(&a.rstd2, N);
     arena_.add(&a.gate, N * I);
     arena_.add(&a.up, N * I);
-    arena_.add(&a.h, N * I);
+    arena_.add(&a.h, N * I, act_dtype_);
   }
   arena_.add(&xf_, N * C);
   arena_.add(&rstdf_, N);
@@ -135,21 +136,22 @@ void Qwen2Model::layer_forward(const float* w, const float* x_in, float* x_out, 
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const size_t NC = static_cast<size_t>(N) * C;
 
-  be_.rmsnorm_forward(a.xn1, a.rstd1, x_in, w + o.ln1, N, C, eps);
-  be_.matmul_forward(a.q, a.xn1, w + o.wq, w + o.bq, N, C, Q);
-  be_.matmul_forward(a.k, a.xn1, w + o.wk, w + o.bk, N, C, KV);
-  be_.matmul_forward(a.v, a.xn1, w + o.wv, w + o.bv, N, C, KV);
+  be_.rmsnorm_forward(Act{a.xn1, act_dtype_}, a.rstd1, x_in, w + o.ln1, N, C, eps);
+  be_.matmul_forward(a.q, ConstAct{a.xn1, act_dtype_}, w + o.wq, w + o.bq, N, C, Q);
+  be_.matmul_forward(a.k, ConstAct{a.xn1, act_dtype_}, w + o.wk, w + o.bk, N, C, KV);
+  be_.matmul_forward(a.v, ConstAct{a.xn1, act_dtype_}, w + o.wv, w + o.bv, N, C, KV);
   be_.rope_forward(a.q, pos_, rope_.cos(), rope_.sin(), N, H, D);
   be_.rope_forward(a.k, pos_, rope_.cos(), rope_.sin(), N, KVH, D);
   const AttnShape s{batch.B, batch.T, H, KVH, D};
   be_.attention_forward(a.y, a.lse, a.q, a.k, a.v, doc_, s);
   be_.matmul_forward(a.xmid, a.y, w + o.wo, nullptr, N, Q, C);
-  be_.add_rmsnorm_forward(a.xmid, a.xn2, a.rstd2, a.xmid, x_in, w + o.ln2, N, C, eps);
-  be_.matmul_forward(a.gate, a.xn2, w + o.wg, nullptr, N, C, I);
-  be_.matmul_forward(a.up, a.xn2, w + o.wu, nullptr, N, C, I);
-  be_.swiglu_forward(a.h, a.gate, a.up, static_cast<size_t>(N) * I);
+  be_.add_rmsnorm_forward(a.xmid, Act{a.xn2, act_dtype_}, a.rstd2, a.xmid, x_in, w + o.ln2, N, C,
+                          eps);
+  be_.matmul_forward(a.gate, ConstAct{a.xn2, act_dtype_}, w + o.wg, nullptr, N, C, I);
+  be_.matmul_forward(a.up, ConstAct{a.xn2, act_dtype_}, w + o.wu, nullptr, N, C, I);
+  be_.swiglu_forward(Act{a.h, act_dtype_}, a.gate, a.up, static_cast<size_t>(N) * I);
   if (need_output) {
-    be_.matmul_forward(x_out, a.h, w + o.wd, nullptr, N, I, C);
+    be_.matmul_forward(x_out, ConstAct{a.h, act_dtype_}, w + o.wd, nullptr, N, I, C);
     be_.add(x_out, x_out, a.xmid, NC);
   }
 }
@@ -169,10 +171,13 @@ void Qwen2Model::layer_backward(const float* w, float* dw, const float* x_in, co
   float* dres = dres_;
 
   // MLP: x_out = xmid + h Wd^T
-  be_.matmul_backward(dh_, dw + o.wd, nullptr, dres, a.h, w + o.wd, N, I, C, false);
+  be_.matmul_backward(dh_, dw + o.wd, nullptr, dres, ConstAct{a.h, act_dtype_}, w + o.wd, N, I, C,
+                      false);
   be_.swiglu_backward(dgate_, dup_, dh_, a.gate, a.up, NI);
-  be_.matmul_backward(dxn_, dw + o.wg, nullptr, dgate_, a.xn2, w + o.wg, N, C, I, false);
-  be_.matmul_backward(dxn_, dw + o.wu, nullptr, dup_, a.xn2, w + o.wu, N, C, I, true);
+  be_.matmul_backward(dxn_, dw + o.wg, nullptr, dgate_, ConstAct{a.xn2, act_dtype_}, w + o.wg, N, C,
+                      I, false);
+  be_.matmul_backward(dxn_, dw + o.wu, nullptr, dup_, ConstAct{a.xn2, act_dtype_}, w + o.wu, N, C,
+                      I, true);
   be_.rmsnorm_backward(dres, dw + o.ln2, dxn_, a.xmid, w + o.ln2, a.rstd2, N, C, true);
   // Attention: xmid = x_in + y Wo^T
   be_.matmul_backward(dy_, dw + o.wo, nullptr, dres, a.y, w + o.wo, N, Q, C, false);
@@ -180,9 +185,12 @@ void Qwen2Model::layer_backward(const float* w, float* dw, const float* x_in, co
   be_.attention_backward(dq_, dk_, dv_, dy_, a.q, a.k, a.v, a.y, a.lse, doc_, s);
   be_.rope_backward(dq_, pos_, rope_.cos(), rope_.sin(), N, H, D);
   be_.rope_backward(dk_, pos_, rope_.cos(), rope_.sin(), N, KVH, D);
-  be_.matmul_backward(dxn_, dw + o.wq, dw + o.bq, dq_, a.xn1, w + o.wq, N, C, Q, false);
-  be_.matmul_backward(dxn_, dw + o.wk, dw + o.bk, dk_, a.xn1, w + o.wk, N, C, KV, true);
-  be_.matmul_backward(dxn_, dw + o.wv, dw + o.bv, dv_, a.xn1, w + o.wv, N, C, KV, true);
+  be_.matmul_backward(dxn_, dw + o.wq, dw + o.bq, dq_, ConstAct{a.xn1, act_dtype_}, w + o.wq, N, C,
+                      Q, false);
+  be_.matmul_backward(dxn_, dw + o.wk, dw + o.bk, dk_, ConstAct{a.xn1, act_dtype_}, w + o.wk, N, C,
+                      KV, true);
+  be_.matmul_backward(dxn_, dw + o.wv, dw + o.bv, dv_, ConstAct{a.xn1, act_dtype_}, w + o.wv, N, C,
+                      KV, true);
   be_.rmsnorm_backward(dres, dw + o.ln1, dxn_, x_in, w + o.ln1, a.rstd1, N, C, true);
 }
 

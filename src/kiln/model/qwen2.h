@@ -51,9 +51,11 @@ class Qwen2Model {
   const float* final_hidden() const { return xf_; }
 
  private:
-  // One layer's saved activations (pointers into acts_).
+  // One layer's saved activations (pieces of the arena). xn1, xn2 and h only feed matrix
+  // products and are stored in the backend's activation_dtype() (bf16 under train.dtype bf16).
   struct LayerActs {
-    float *xn1, *rstd1, *q, *k, *v, *y, *lse, *xmid, *xn2, *rstd2, *gate, *up, *h;
+    float *rstd1, *q, *k, *v, *y, *lse, *xmid, *rstd2, *gate, *up;
+    void *xn1, *xn2, *h;
   };
 
   void prepare(const Batch& batch, bool recompute, bool training);
@@ -73,6 +75,7 @@ class Qwen2Model {
 
   // Device buffers, carved from one arena sized per batch shape; no allocation once warm.
   DeviceArena arena_;
+  DType act_dtype_;  // storage of the GEMM-only activations
   int B_ = 0, T_ = 0;
   bool recompute_ = false, training_ = false;
   float* res_ = nullptr;  // (L+1, N, C) residual stream at each layer boundary

@@ -17,6 +17,8 @@ class AsyncCpuBackend final : public Backend {
   std::string_view name() const override { return cpu_.bf16() ? "cpu-bf16-async" : "cpu-async"; }
   Device device() const override { return Device::kCpu; }
   ComputeDType compute_dtype() const override { return cpu_.compute_dtype(); }
+  bool supports(ComputeDType d) const override { return cpu_.supports(d); }
+  DType activation_dtype() const override { return cpu_.activation_dtype(); }
 
   void* alloc(size_t bytes) const override { return cpu_.alloc(bytes); }
   void free(void* p) const override {
@@ -49,11 +51,11 @@ class AsyncCpuBackend final : public Backend {
                           int C) const override {
     run([=, this] { cpu_.embedding_backward(dwte, dout, ids, N, C); });
   }
-  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
+  void rmsnorm_forward(Act out, float* rstd, const float* x, const float* w, int N, int C,
                        float eps) const override {
     run([=, this] { cpu_.rmsnorm_forward(out, rstd, x, w, N, C, eps); });
   }
-  void add_rmsnorm_forward(float* sum, float* out, float* rstd, const float* a, const float* b,
+  void add_rmsnorm_forward(float* sum, Act out, float* rstd, const float* a, const float* b,
                            const float* w, int N, int C, float eps) const override {
     run([=, this] { cpu_.add_rmsnorm_forward(sum, out, rstd, a, b, w, N, C, eps); });
   }
@@ -61,11 +63,11 @@ class AsyncCpuBackend final : public Backend {
                         const float* rstd, int N, int C, bool accumulate) const override {
     run([=, this] { cpu_.rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, accumulate); });
   }
-  void matmul_forward(float* out, const float* x, const float* w, const float* b, int N, int IC,
+  void matmul_forward(float* out, ConstAct x, const float* w, const float* b, int N, int IC,
                       int OC) const override {
     run([=, this] { cpu_.matmul_forward(out, x, w, b, N, IC, OC); });
   }
-  void matmul_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+  void matmul_backward(float* dx, float* dw, float* db, const float* dout, ConstAct x,
                        const float* w, int N, int IC, int OC, bool accumulate) const override {
     run([=, this] { cpu_.matmul_backward(dx, dw, db, dout, x, w, N, IC, OC, accumulate); });
   }
@@ -90,7 +92,7 @@ class AsyncCpuBackend final : public Backend {
                         int n_q, int past, int H, int KV, int D) const override {
     run([=, this] { cpu_.attention_decode(y, q, k_cache, v_cache, n_q, past, H, KV, D); });
   }
-  void swiglu_forward(float* h, const float* gate, const float* up, size_t n) const override {
+  void swiglu_forward(Act h, const float* gate, const float* up, size_t n) const override {
     run([=, this] { cpu_.swiglu_forward(h, gate, up, n); });
   }
   void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,

@@ -32,6 +32,8 @@ class CpuBackend final : public Backend {
   ComputeDType compute_dtype() const override {
     return bf16_ ? ComputeDType::kBf16 : ComputeDType::kFp32;
   }
+  bool supports(ComputeDType d) const override;
+  DType activation_dtype() const override;
   bool bf16() const { return bf16_; }
 
   void* alloc(size_t bytes) const override;
@@ -49,15 +51,15 @@ class CpuBackend final : public Backend {
                          int C) const override;
   void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
                           int C) const override;
-  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
+  void rmsnorm_forward(Act out, float* rstd, const float* x, const float* w, int N, int C,
                        float eps) const override;
-  void add_rmsnorm_forward(float* sum, float* out, float* rstd, const float* a, const float* b,
+  void add_rmsnorm_forward(float* sum, Act out, float* rstd, const float* a, const float* b,
                            const float* w, int N, int C, float eps) const override;
   void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
                         const float* rstd, int N, int C, bool accumulate) const override;
-  void matmul_forward(float* out, const float* x, const float* w, const float* b, int N, int IC,
+  void matmul_forward(float* out, ConstAct x, const float* w, const float* b, int N, int IC,
                       int OC) const override;
-  void matmul_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+  void matmul_backward(float* dx, float* dw, float* db, const float* dout, ConstAct x,
                        const float* w, int N, int IC, int OC, bool accumulate) const override;
   void rope_forward(float* x, const int32_t* pos, const float* cos_table, const float* sin_table,
                     int N, int heads, int D) const override;
@@ -70,7 +72,7 @@ class CpuBackend final : public Backend {
                           const int32_t* doc_start, const AttnShape& s) const override;
   void attention_decode(float* y, const float* q, const float* k_cache, const float* v_cache,
                         int n_q, int past, int H, int KV, int D) const override;
-  void swiglu_forward(float* h, const float* gate, const float* up, size_t n) const override;
+  void swiglu_forward(Act h, const float* gate, const float* up, size_t n) const override;
   void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
                        const float* up, size_t n) const override;
   void add(float* out, const float* a, const float* b, size_t n) const override;

@@ -8,6 +8,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/vec_math.h"
 
 namespace kiln {
@@ -81,14 +82,44 @@ inline float rmsnorm_row(float* __restrict o, const float* __restrict xr, const 
 }
 }  // namespace
 
-void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N,
-                                 int C, float eps) const {
+// A row of o = x * r * w stored in bf16: the same products as rmsnorm_row, rounded in chunks.
+inline void rmsnorm_row_bf16(uint16_t* o, const float* xr, const float* w, int C, float r) {
+  constexpr int kChunk = 256;
+  float tmp[kChunk];
+  for (int c0 = 0; c0 < C; c0 += kChunk) {
+    const int n = std::min(kChunk, C - c0);
+#pragma omp simd
+    for (int c = 0; c < n; ++c) tmp[c] = xr[c0 + c] * r * w[c0 + c];
+    to_bf16(o + c0, tmp, static_cast<size_t>(n));
+  }
+}
+
+// The row's r = 1/sqrt(mean(x^2) + eps), exactly as rmsnorm_row computes it.
+inline float rms_scale(const float* xr, int C, float eps) {
+  double ss = 0;
+#pragma omp simd reduction(+ : ss)
+  for (int c = 0; c < C; ++c) ss += static_cast<double>(xr[c]) * xr[c];
+  return static_cast<float>(1.0 / std::sqrt(ss / C + eps));
+}
+
+// One row into `out` (f32 or bf16) at row n.
+inline float rmsnorm_row_to(Act out, size_t n, const float* xr, const float* w, int C, float eps) {
+  if (out.dtype == DType::BF16) {
+    const float r = rms_scale(xr, C, eps);
+    rmsnorm_row_bf16(static_cast<uint16_t*>(out.data) + n * C, xr, w, C, r);
+    return r;
+  }
+  return rmsnorm_row(static_cast<float*>(out.data) + n * C, xr, w, C, eps);
+}
+
+void CpuBackend::rmsnorm_forward(Act out, float* rstd, const float* x, const float* w, int N, int C,
+                                 float eps) const {
   for_ranges(N, static_cast<size_t>(N) * C, [&](size_t n0, size_t n1) {
-    for (size_t n = n0; n < n1; ++n) rstd[n] = rmsnorm_row(out + n * C, x + n * C, w, C, eps);
+    for (size_t n = n0; n < n1; ++n) rstd[n] = rmsnorm_row_to(out, n, x + n * C, w, C, eps);
   });
 }
 
-void CpuBackend::add_rmsnorm_forward(float* sum, float* out, float* rstd, const float* a,
+void CpuBackend::add_rmsnorm_forward(float* sum, Act out, float* rstd, const float* a,
                                      const float* b, const float* w, int N, int C,
                                      float eps) const {
   for_ranges(N, static_cast<size_t>(N) * C, [&](size_t n0, size_t n1) {
@@ -99,7 +130,7 @@ void CpuBackend::add_rmsnorm_forward(float* sum, float* out, float* rstd, const 
       const float* br = b + off;
 #pragma omp simd
       for (int c = 0; c < C; ++c) s[c] = ar[c] + br[c];
-      rstd[n] = rmsnorm_row(out + off, s, w, C, eps);  // the row is still in L1
+      rstd[n] = rmsnorm_row_to(out, n, s, w, C, eps);  // the row is still in L1
     }
   });
 }
@@ -192,8 +223,23 @@ void swiglu_backward_range(float* dgate, float* dup, const float* dh, const floa
 }  // namespace
 
 // SwiGLU with a vectorised sigmoid (vec_math.h): std::exp is a libm call per element.
-void CpuBackend::swiglu_forward(float* h, const float* gate, const float* up, size_t n) const {
-  for_ranges(n, n, [&](size_t i0, size_t i1) { swiglu_forward_range(h, gate, up, i0, i1); });
+void CpuBackend::swiglu_forward(Act h, const float* gate, const float* up, size_t n) const {
+  if (h.dtype == DType::BF16) {
+    // In chunks through a float buffer, rounded as gemm() would round the f32 result.
+    auto* h16 = static_cast<uint16_t*>(h.data);
+    for_ranges(n, n, [&](size_t i0, size_t i1) {
+      constexpr size_t kChunk = 1024;
+      float tmp[kChunk];
+      for (size_t c0 = i0; c0 < i1; c0 += kChunk) {
+        const size_t m = std::min(kChunk, i1 - c0);
+        swiglu_forward_range(tmp, gate + c0, up + c0, 0, m);
+        to_bf16(h16 + c0, tmp, m);
+      }
+    });
+    return;
+  }
+  float* h32 = static_cast<float*>(h.data);
+  for_ranges(n, n, [&](size_t i0, size_t i1) { swiglu_forward_range(h32, gate, up, i0, i1); });
 }
 
 void CpuBackend::swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,

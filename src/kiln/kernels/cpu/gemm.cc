@@ -126,6 +126,7 @@ struct ThreadCache {
   dnnl::stream stream{cpu_engine()};
   std::unordered_map<Key, std::unique_ptr<Entry>, KeyHash> entries;
   std::vector<uint16_t> a16, b16;  // bf16 copies of the inputs, grown as needed
+  std::vector<float> a32, b32;     // f32 copies of bf16 inputs where bf16 products run in fp32
 };
 
 ThreadCache& thread_cache() {
@@ -294,6 +295,44 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int l
   ThreadCache& tc = thread_cache();
   const Key k{trans_a, trans_b, beta != 0.0f, false, M, N, K, lda, ldb, ldc};
   execute(tc, entry_for(tc, k), A, B, C);
+}
+
+namespace {
+// op(X)'s storage (rows, cols) as bf16: as stored, or rounded into `buf`.
+const uint16_t* as_bf16(std::vector<uint16_t>& buf, const GemmOperand& x, int rows, int cols) {
+  if (x.bf16) return static_cast<const uint16_t*>(x.data);
+  return convert(buf, static_cast<const float*>(x.data), rows, cols, x.ld);
+}
+// The same as f32: as stored, or widened into `buf` (contiguous).
+const float* as_f32(std::vector<float>& buf, const GemmOperand& x, int rows, int cols, int* ld) {
+  if (!x.bf16) return static_cast<const float*>(x.data);
+  const size_t n = static_cast<size_t>(rows) * cols;
+  if (buf.size() < n) buf.resize(n);
+  const auto* h = static_cast<const uint16_t*>(x.data);
+  for (size_t i = 0; i < n; ++i) buf[i] = bf16_to_float(h[i]);
+  *ld = cols;
+  return buf.data();
+}
+}  // namespace
+
+void gemm_mixed(bool trans_a, bool trans_b, int M, int N, int K, GemmOperand A, GemmOperand B,
+                float beta, float* C, int ldc, GemmPrecision precision) {
+  KILN_CHECK(precision == GemmPrecision::kBf16 || (!A.bf16 && !B.bf16),
+             "gemm_mixed: a bf16 operand in an fp32 product");
+  const int ar = trans_a ? K : M, ac = trans_a ? M : K, br = trans_b ? N : K,
+            bc = trans_b ? K : N;  // stored shapes
+  if (M == 0 || N == 0 || K == 0 || !(precision == GemmPrecision::kBf16 && gemm_bf16_native())) {
+    ThreadCache& tc = thread_cache();
+    int lda = A.ld, ldb = B.ld;
+    const float* a = as_f32(tc.a32, A, ar, ac, &lda);
+    const float* b = as_f32(tc.b32, B, br, bc, &ldb);
+    gemm(trans_a, trans_b, M, N, K, a, lda, b, ldb, beta, C, ldc, precision);
+    return;
+  }
+  ThreadCache& tc = thread_cache();
+  const uint16_t* a = as_bf16(tc.a16, A, ar, ac);
+  const uint16_t* b = as_bf16(tc.b16, B, br, bc);
+  gemm_bf16(trans_a, trans_b, M, N, K, a, b, beta, C, ldc);
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A,

@@ -23,6 +23,19 @@ enum class GemmPrecision {
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc, GemmPrecision precision);
 
+// An operand of gemm_mixed: row-major storage with row stride ld, f32 or bf16 (uint16_t bit
+// patterns, rounded to nearest even).
+struct GemmOperand {
+  const void* data;
+  bool bf16;
+  int ld;
+};
+// gemm() over operands of either storage: a bf16 operand is used as it is (its values are those
+// gemm() would have rounded to), an f32 one is rounded when the product runs in bf16. A bf16
+// operand needs GemmPrecision::kBf16; where bf16 products fall back to fp32 it is widened.
+void gemm_mixed(bool trans_a, bool trans_b, int M, int N, int K, GemmOperand A, GemmOperand B,
+                float beta, float* C, int ldc, GemmPrecision precision);
+
 // Same as gemm() with inputs already in bf16 (uint16_t bit patterns), stored contiguously
 // (lda = K or M, ldb = N or K as for a dense matrix): lets a caller convert an operand used
 // several times (the LM head's weight) once.
