@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kiln/base/error.h"
+#include "kiln/model/decoder_layer.h"
 
 namespace kiln {
 
@@ -135,37 +136,45 @@ void Generator::run_chunk(const int32_t* ids, int n) {
   length_ += n;
 }
 
-void Generator::layer(int l, const float* w, int n) {
-  const LayerOffsets& o = layout_.layer_offsets();
-  const int C = static_cast<int>(config_.hidden_size),
-            I = static_cast<int>(config_.intermediate_size);
-  const int H = static_cast<int>(config_.num_attention_heads);
-  const int KVH = static_cast<int>(config_.num_key_value_heads),
-            D = static_cast<int>(config_.head_dim());
-  const int Q = H * D, KV = KVH * D;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  const size_t nC = static_cast<size_t>(n) * C;
-  // This chunk's rows of the cache: (n, KV) at row length_.
-  float* k = k_cache_[l].data() + static_cast<size_t>(length_) * KV;
-  float* v = v_cache_[l].data() + static_cast<size_t>(length_) * KV;
+namespace {
+// Decoding's attention: the chunk's queries over every cached key (the chunk's own rows
+// already written by the layer's k and v products).
+class CacheAttention final : public LayerAttention {
+ public:
+  CacheAttention(const Backend& be, const float* k_cache, const float* v_cache, int n, int past,
+                 const Qwen2Config& c)
+      : be_(be), k_(k_cache), v_(v_cache), n_(n), past_(past), c_(c) {}
+  void attend(const DecoderActs& a) const override {
+    be_.attention_decode(a.y, a.q, k_, v_, n_, past_, static_cast<int>(c_.num_attention_heads),
+                         static_cast<int>(c_.num_key_value_heads), static_cast<int>(c_.head_dim()));
+  }
 
-  be_.rmsnorm_forward(xn_.data(), rstd_.data(), x_.data(), w + o.ln1, n, C, eps);
-  be_.matmul_forward(q_.data(), xn_.data(), w + o.wq, w + o.bq, n, C, Q);
-  be_.matmul_forward(k, xn_.data(), w + o.wk, w + o.bk, n, C, KV);
-  be_.matmul_forward(v, xn_.data(), w + o.wv, w + o.bv, n, C, KV);
-  be_.rope_forward(q_.data(), ids_pos_.data() + kChunk, rope_.cos(), rope_.sin(), n, H, D);
-  be_.rope_forward(k, ids_pos_.data() + kChunk, rope_.cos(), rope_.sin(), n, KVH, D);
-  be_.attention_decode(y_.data(), q_.data(), k_cache_[l].data(), v_cache_[l].data(), n, length_, H,
-                       KVH, D);
-  // x = y Wo^T + x, in that order, as the training forward adds
-  be_.matmul_forward(tmp_.data(), y_.data(), w + o.wo, nullptr, n, Q, C);
-  be_.add(x_.data(), tmp_.data(), x_.data(), nC);
-  be_.rmsnorm_forward(xn_.data(), rstd_.data(), x_.data(), w + o.ln2, n, C, eps);
-  be_.matmul_forward(gate_.data(), xn_.data(), w + o.wg, nullptr, n, C, I);
-  be_.matmul_forward(up_.data(), xn_.data(), w + o.wu, nullptr, n, C, I);
-  be_.swiglu_forward(h_.data(), gate_.data(), up_.data(), static_cast<size_t>(n) * I);
-  be_.matmul_forward(tmp_.data(), h_.data(), w + o.wd, nullptr, n, I, C);
-  be_.add(x_.data(), tmp_.data(), x_.data(), nC);
+ private:
+  const Backend& be_;
+  const float *k_, *v_;
+  int n_, past_;
+  const Qwen2Config& c_;
+};
+}  // namespace
+
+// x_ (n, C) through layer l in place, by the training forward's decoder_layer_forward.
+void Generator::layer(int l, const float* w, int n) {
+  const size_t KV = static_cast<size_t>(config_.kv_dim());
+  DecoderActs a{};
+  a.xn1 = a.xn2 = xn_.data();  // xn1 is done with once q, k and v are computed
+  a.h = h_.data();
+  a.rstd1 = a.rstd2 = rstd_.data();
+  a.q = q_.data();
+  a.k = k_cache_[l].data() + static_cast<size_t>(length_) * KV;  // this chunk's cache rows
+  a.v = v_cache_[l].data() + static_cast<size_t>(length_) * KV;
+  a.y = y_.data();
+  a.lse = nullptr;
+  a.xmid = tmp_.data();
+  a.gate = gate_.data();
+  a.up = up_.data();
+  const CacheAttention attention(be_, k_cache_[l].data(), v_cache_[l].data(), n, length_, config_);
+  decoder_layer_forward(be_, config_, layout_.layer_offsets(), w, x_.data(), x_.data(), a,
+                        {n, ids_pos_.data() + kChunk, DType::F32}, rope_, attention);
 }
 
 }  // namespace kiln

@@ -7,8 +7,9 @@
 //              the cache rows [past, past + n); rope(q, k); y = attention_decode(q, cache) (n, Q);
 //              x += y Wo^T; xn = rmsnorm(x); x += (silu(xn Wg^T) * (xn Wu^T)) Wd^T
 //   logits (V) = rmsnorm(x[n - 1]) W_head^T: the LM head for the last position only.
-// The arithmetic is the training forward's (Qwen2Model), op for op, so the logits equal those of
-// a full forward over the whole sequence to float rounding (tested).
+// Each layer runs the training forward's decoder_layer_forward (model/decoder_layer.h) with
+// attention over the cache, so the logits equal those of a full forward over the whole sequence
+// to float rounding (tested).
 #pragma once
 
 #include <cstdint>

@@ -123,37 +123,32 @@ double Qwen2Model::read_loss() {
   return host;
 }
 
-void Qwen2Model::layer_forward(const float* w, const float* x_in, float* x_out, const LayerActs& a,
-                               const Batch& batch, bool need_output) {
-  const LayerOffsets& o = layout_.layer_offsets();
-  const int N = batch.B * batch.T;
-  const int C = static_cast<int>(config_.hidden_size),
-            I = static_cast<int>(config_.intermediate_size);
-  const int H = static_cast<int>(config_.num_attention_heads);
-  const int KVH = static_cast<int>(config_.num_key_value_heads),
-            D = static_cast<int>(config_.head_dim());
-  const int Q = H * D, KV = KVH * D;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  const size_t NC = static_cast<size_t>(N) * C;
-
-  be_.rmsnorm_forward(Act{a.xn1, act_dtype_}, a.rstd1, x_in, w + o.ln1, N, C, eps);
-  be_.matmul_forward(a.q, ConstAct{a.xn1, act_dtype_}, w + o.wq, w + o.bq, N, C, Q);
-  be_.matmul_forward(a.k, ConstAct{a.xn1, act_dtype_}, w + o.wk, w + o.bk, N, C, KV);
-  be_.matmul_forward(a.v, ConstAct{a.xn1, act_dtype_}, w + o.wv, w + o.bv, N, C, KV);
-  be_.rope_forward(a.q, pos_, rope_.cos(), rope_.sin(), N, H, D);
-  be_.rope_forward(a.k, pos_, rope_.cos(), rope_.sin(), N, KVH, D);
-  const AttnShape s{batch.B, batch.T, H, KVH, D};
-  be_.attention_forward(a.y, a.lse, a.q, a.k, a.v, doc_, s);
-  be_.matmul_forward(a.xmid, a.y, w + o.wo, nullptr, N, Q, C);
-  be_.add_rmsnorm_forward(a.xmid, Act{a.xn2, act_dtype_}, a.rstd2, a.xmid, x_in, w + o.ln2, N, C,
-                          eps);
-  be_.matmul_forward(a.gate, ConstAct{a.xn2, act_dtype_}, w + o.wg, nullptr, N, C, I);
-  be_.matmul_forward(a.up, ConstAct{a.xn2, act_dtype_}, w + o.wu, nullptr, N, C, I);
-  be_.swiglu_forward(Act{a.h, act_dtype_}, a.gate, a.up, static_cast<size_t>(N) * I);
-  if (need_output) {
-    be_.matmul_forward(x_out, ConstAct{a.h, act_dtype_}, w + o.wd, nullptr, N, I, C);
-    be_.add(x_out, x_out, a.xmid, NC);
+namespace {
+// Training's attention: causal within documents, keeping the log-sum-exp for backward.
+class TrainingAttention final : public LayerAttention {
+ public:
+  TrainingAttention(const Backend& be, const int32_t* doc_start, AttnShape s)
+      : be_(be), doc_start_(doc_start), s_(s) {}
+  void attend(const DecoderActs& a) const override {
+    be_.attention_forward(a.y, a.lse, a.q, a.k, a.v, doc_start_, s_);
   }
+
+ private:
+  const Backend& be_;
+  const int32_t* doc_start_;
+  AttnShape s_;
+};
+}  // namespace
+
+// x_out null: recomputation (the activations only).
+void Qwen2Model::layer_forward(const float* w, const float* x_in, float* x_out, const LayerActs& a,
+                               const Batch& batch) {
+  const AttnShape s{batch.B, batch.T, static_cast<int>(config_.num_attention_heads),
+                    static_cast<int>(config_.num_key_value_heads),
+                    static_cast<int>(config_.head_dim())};
+  const TrainingAttention attention(be_, doc_, s);
+  decoder_layer_forward(be_, config_, layout_.layer_offsets(), w, x_in, x_out, a,
+                        {batch.B * batch.T, pos_, act_dtype_}, rope_, attention);
 }
 
 // On entry dres_ holds d(x_out); on exit d(x_in).
@@ -206,7 +201,7 @@ void Qwen2Model::forward_trunk(const Batch& batch, UnitAccess& params) {
   }
   for (int l = 0; l < L; ++l) {
     const float* w = params.acquire(layout_.layer_unit(l));
-    layer_forward(w, res_ + l * NC, res_ + (l + 1) * NC, layer_acts_[l], batch, true);
+    layer_forward(w, res_ + l * NC, res_ + (l + 1) * NC, layer_acts_[l], batch);
     params.release(layout_.layer_unit(l));
   }
 }
@@ -270,7 +265,7 @@ void Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, float 
   for (int l = L - 1; l >= 0; --l) {
     const int u = layout_.layer_unit(l);
     const float* w = params.acquire(u);
-    if (recompute) layer_forward(w, res_ + l * NC, nullptr, layer_acts_[l], batch, false);
+    if (recompute) layer_forward(w, res_ + l * NC, nullptr, layer_acts_[l], batch);
     layer_backward(w, params.grad(u), res_ + l * NC, layer_acts_[l], batch);
     params.release(u);
     params.grad_done(u);

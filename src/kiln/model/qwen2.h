@@ -14,6 +14,7 @@
 #include "kiln/kernels/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/config.h"
+#include "kiln/model/decoder_layer.h"
 #include "kiln/model/layout.h"
 #include "kiln/model/rope_table.h"
 #include "kiln/model/unit_access.h"
@@ -51,19 +52,16 @@ class Qwen2Model {
   const float* final_hidden() const { return xf_; }
 
  private:
-  // One layer's saved activations (pieces of the arena). xn1, xn2 and h only feed matrix
-  // products and are stored in the backend's activation_dtype() (bf16 under train.dtype bf16).
-  struct LayerActs {
-    float *rstd1, *q, *k, *v, *y, *lse, *xmid, *rstd2, *gate, *up;
-    void *xn1, *xn2, *h;
-  };
+  // One layer's saved activations: pieces of the arena; xn1, xn2 and h in the backend's
+  // activation_dtype() (bf16 under train.dtype bf16).
+  using LayerActs = DecoderActs;
 
   void prepare(const Batch& batch, bool recompute, bool training);
   void plan_buffers(size_t N, bool recompute, bool training);
   void upload(const Batch& batch);
   double read_loss();
   void layer_forward(const float* w, const float* x_in, float* x_out, const LayerActs& a,
-                     const Batch& batch, bool need_output);
+                     const Batch& batch);
   void layer_backward(const float* w, float* dw, const float* x_in, const LayerActs& a,
                       const Batch& batch);
   // Embedding and every layer's forward: fills res_ (and the saved activations).
