@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/run_kiln.h"
+#include "common/weight_diff.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/io/checkpoint_reader.h"
@@ -108,20 +109,11 @@ void expect_same_run(const fs::path& ref, const fs::path& got) {
   // at zero and gets near-zero gradients (the k_proj bias: softmax is almost invariant to it)
   // moves by AdamW's lr-sized steps in the direction of rounding noise, so its own relative
   // difference is larger while remaining tiny in absolute terms.
-  CheckpointReader ra(ref / "final"), rb(got / "final");
   double all_d2 = 0, all_x2 = 0;
-  for (const auto& name : ra.names()) {
-    std::vector<float> x(ra.info(name).numel()), y(x.size());
-    ra.read_f32(name, ra.info(name).shape, x.data());
-    rb.read_f32(name, ra.info(name).shape, y.data());
-    double d2 = 0, x2 = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      d2 += (x[i] - static_cast<double>(y[i])) * (x[i] - static_cast<double>(y[i]));
-      x2 += static_cast<double>(x[i]) * x[i];
-    }
-    EXPECT_LT(std::sqrt(d2 / x2), 1e-3) << got << " " << name;
-    all_d2 += d2;
-    all_x2 += x2;
+  for (const auto& [name, s] : testing::squared_diffs(ref / "final", got / "final")) {
+    EXPECT_LT(std::sqrt(s.d2 / s.x2), 1e-3) << got << " " << name;
+    all_d2 += s.d2;
+    all_x2 += s.x2;
   }
   EXPECT_LT(std::sqrt(all_d2 / all_x2), 1e-4) << got;
 }

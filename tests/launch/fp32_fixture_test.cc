@@ -19,6 +19,7 @@
 #include <fstream>
 
 #include "common/run_kiln.h"
+#include "common/weight_diff.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/io/checkpoint_reader.h"
@@ -124,16 +125,11 @@ void expect_matches_fixture(const fs::path& run, const std::string& how) {
     EXPECT_NEAR(got_losses[i], want_losses[i], 1e-6 * std::fabs(want_losses[i]))
         << how << " step " << i + 1;
   }
-  CheckpointReader ra(kFixtureDir / "final.safetensors"), rb(run / "final");
   double d2 = 0, x2 = 0;
-  for (const auto& name : ra.names()) {
-    std::vector<float> x(ra.info(name).numel()), y(x.size());
-    ra.read_f32(name, ra.info(name).shape, x.data());
-    rb.read_f32(name, ra.info(name).shape, y.data());
-    for (size_t i = 0; i < x.size(); ++i) {
-      d2 += (x[i] - static_cast<double>(y[i])) * (x[i] - static_cast<double>(y[i]));
-      x2 += static_cast<double>(x[i]) * x[i];
-    }
+  for (const auto& [name, s] :
+       testing::squared_diffs(kFixtureDir / "final.safetensors", run / "final")) {
+    d2 += s.d2;
+    x2 += s.x2;
   }
   EXPECT_LT(std::sqrt(d2 / x2), 1e-5) << how;
 }
