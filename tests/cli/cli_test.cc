@@ -187,6 +187,20 @@ TEST_F(Cli, MalformedJson) {
                         "bad.jsonl:2");
 }
 
+// 70k levels in 140 KB: a depth limit, not a stack overflow, with the file and the position.
+TEST_F(Cli, DeeplyNestedJsonIsAnErrorNamingTheFile) {
+  const std::string deep = std::string(70000, '[') + std::string(70000, ']');
+  write_file_atomic(path("deep.json"), "{\"hidden_size\":\n" + deep + "}\n");
+  expect_one_line_error(kiln("init --config " + path("deep.json") + " --out " + path("m")),
+                        path("deep.json") +
+                            ": malformed JSON: nested deeper than 256 levels at "
+                            "line 2, column 256");
+  write_file_atomic(path("deep.jsonl"), "{\"input_ids\": [1, 2]}\n{\"input_ids\":" + deep + "}\n");
+  ASSERT_EQ(kiln("init --config tiny --out " + path("m2")).code, 0);
+  expect_one_line_error(kiln("eval --model " + path("m2") + " --data " + path("deep.jsonl")),
+                        path("deep.jsonl") + ":2: malformed JSON: nested deeper than 256 levels");
+}
+
 TEST_F(Cli, WrongShapes) {
   ASSERT_EQ(kiln("init --config tiny --out " + path("m")).code, 0);
   Json c = read_json_file(path("m/config.json"));

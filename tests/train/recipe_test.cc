@@ -385,6 +385,10 @@ TEST(Recipe, MalformedYaml) {
   msg = error_of("model:\n  path: m\n   bad: indentation\n");
   EXPECT_HAS(msg, "recipe.yaml:3:");
   EXPECT_HAS(msg, "malformed YAML");
+  // 70k levels: yaml-cpp's own depth guard, reported like any malformed YAML, never a crash.
+  msg = error_of("model: " + std::string(70000, '[') + std::string(70000, ']') + "\n");
+  EXPECT_HAS(msg, "recipe.yaml:1:");
+  EXPECT_HAS(msg, "malformed YAML");
 }
 
 // docs/recipe.md documents every key, and its example recipe loads.
