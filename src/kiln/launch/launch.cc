@@ -6,23 +6,12 @@
 
 #include "kiln/base/log.h"
 #include "kiln/launch/agent.h"
+#include "kiln/launch/store_token.h"
 #include "kiln/launch/worker.h"
 
 namespace kiln {
 
 namespace {
-
-// A job-wide secret all ranks of an externally launched job share.
-std::string external_token() {
-  for (const char* v : {"KILN_STORE_TOKEN", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID",
-                        "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE", "KILN_JOB_ID"}) {
-    if (const char* t = std::getenv(v)) return std::string(v) + ":" + t;
-  }
-  KILN_LOG_WARN(
-      "no job id in the environment (KILN_STORE_TOKEN, SLURM_JOB_ID, ...): the store uses a "
-      "fixed token");
-  return "kiln-default-token";
-}
 
 int single_process(const LaunchOptions& o, const TrainFn& fn, const std::string& topology_source) {
   auto comm = make_local_communicator();
@@ -73,7 +62,10 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
       w.store_port =
           sp ? std::atoi(sp) : t.master_port + (std::getenv("TORCHELASTIC_RUN_ID") ? 1 : 0);
       w.host_store = true;
-      w.token = external_token();
+      // Every rank on this host: the store need not be reachable from anywhere else.
+      const bool local = t.num_nodes == 1 && is_loopback_address(t.master_addr);
+      w.store_listen = local ? "127.0.0.1" : "0.0.0.0";
+      w.token = job_store_token(!local);
       w.topology_source = t.source;
       const int cores = static_cast<int>(std::thread::hardware_concurrency());
       w.threads =
@@ -98,12 +90,9 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
   a.topology_source = t.source;
   a.timeout_s = o.timeout_s;
   a.hang_dir = hang_dir(o);
-  if (t.num_nodes > 1) {
-    const char* token = std::getenv("KILN_STORE_TOKEN");
-    a.token = token ? token : external_token();
-  } else {
-    a.token = random_token();
-  }
+  // Several nodes: node 0's store listens on every interface, so only an operator's secret
+  // will do; one node: the store is on loopback and the agent hands its workers a random token.
+  a.token = t.num_nodes > 1 ? job_store_token(true) : random_token();
   return run_agent(a);
 }
 
