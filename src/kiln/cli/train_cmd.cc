@@ -43,6 +43,7 @@ Command add_train(CLI::App& app) {
             lo.max_restarts = static_cast<int>(r.failure.max_restarts);
             lo.restart_args = {"train.resume=auto"};
             lo.hang_dir = (fs::path(r.output.dir) / "hang").string();
+            lo.lock_dir = r.output.dir;
             return launch(lo, [&](WorkerContext& ctx) {
               TrainResult res = train(r, ctx);
               if (ctx.rank == 0) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -132,9 +133,16 @@ pid_t spawn(const AgentSpec& s, int local_rank, int port, int attempt, int* out_
   argv.push_back(nullptr);
   static const char kExecFailed[] = "kiln agent: cannot exec /proc/self/exe\n";
 
+  const pid_t agent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) fail("agent: fork failed: {}", std::strerror(errno));
   if (pid == 0) {
+    // A worker dies with its agent (kill -9 included) instead of training on as an orphan. The
+    // signal follows the thread that forked, the agent's main thread, which lives as long as the
+    // agent; it survives exec. The agent may have died before prctl: then the parent is no
+    // longer the agent.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != agent) ::_exit(128 + SIGKILL);
     ::dup2(fds[1], STDOUT_FILENO);
     ::dup2(fds[1], STDERR_FILENO);
     ::signal(SIGINT, SIG_DFL);

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
+#include "kiln/base/dir_lock.h"
 #include "kiln/base/log.h"
 #include "kiln/launch/agent.h"
 #include "kiln/launch/store_token.h"
@@ -33,6 +35,11 @@ std::string hang_dir(const LaunchOptions& o) {
 int launch(const LaunchOptions& o, const TrainFn& fn) {
   const char* spawned = std::getenv("KILN_WORKER");
   const Topology t = discover_topology(o.flags);
+  // Global rank 0's process holds the output directory; workers it spawns inherit the lock.
+  std::optional<DirLock> lock;
+  if (!o.lock_dir.empty() && spawned == nullptr && t.rank == 0) {
+    lock.emplace(o.lock_dir, "output.dir");
+  }
   if (spawned != nullptr || !t.agent_spawns_workers) {
     if (t.world_size == 1 && spawned == nullptr) return single_process(o, fn, t.source);
     WorkerSpec w;

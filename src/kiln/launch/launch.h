@@ -32,6 +32,10 @@ struct LaunchOptions {
   // Where every worker writes its hang report (rank-RRRRR.txt); "" : run_dir/hang when run_dir
   // is set, else reports go to the store and the log only. kiln train: <output.dir>/hang.
   std::string hang_dir;
+  // The run's output directory, locked (DirLock, <lock_dir>/.kiln.lock) by global rank 0's
+  // process (the single process, node 0's agent or an external launcher's rank 0) for the run's
+  // life: a second run into it fails at once naming it. "" : no lock. kiln train: output.dir.
+  std::string lock_dir;
 };
 
 int launch(const LaunchOptions& opts, const TrainFn& fn);
