@@ -21,6 +21,7 @@
 #include "kiln/base/log.h"
 #include "kiln/distributed/tcp_store.h"
 #include "kiln/distributed/watchdog.h"
+#include "kiln/launch/store_token.h"
 
 extern char** environ;
 
@@ -403,8 +404,11 @@ int run_agent(const AgentSpec& s) {
   std::unique_ptr<TcpStoreServer> server;
   int port = s.master_port;
   if (s.node_rank == 0) {
-    server = std::make_unique<TcpStoreServer>(s.nnodes > 1 ? "0.0.0.0" : "127.0.0.1", s.master_port,
-                                              s.token);
+    // Beyond loopback only when another host must reach it (launch() then required the
+    // operator's KILN_STORE_TOKEN).
+    const bool remote = s.nnodes > 1 && !is_loopback_address(s.master_addr);
+    server =
+        std::make_unique<TcpStoreServer>(remote ? "0.0.0.0" : "127.0.0.1", s.master_port, s.token);
     port = server->port();
   } else if (port <= 0) {
     fail("--master-port is required on node {} (the store runs on node 0)", s.node_rank);

@@ -97,9 +97,10 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
   a.topology_source = t.source;
   a.timeout_s = o.timeout_s;
   a.hang_dir = hang_dir(o);
-  // Several nodes: node 0's store listens on every interface, so only an operator's secret
-  // will do; one node: the store is on loopback and the agent hands its workers a random token.
-  a.token = t.num_nodes > 1 ? job_store_token(true) : random_token();
+  // Several hosts: node 0's store listens on every interface, so only an operator's secret
+  // will do. Several agents on this host (MASTER_ADDR on loopback): a job id or
+  // KILN_STORE_TOKEN. One node: the agent hands its workers a random token.
+  a.token = t.num_nodes > 1 ? job_store_token(!is_loopback_address(t.master_addr)) : random_token();
   return run_agent(a);
 }
 
