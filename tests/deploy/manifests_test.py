@@ -63,7 +63,8 @@ SHAPES = {
     "reference": {"NNODES": "2", "GPUS_PER_NODE": "4", "EFA_PER_NODE": "4",
                   "INSTANCE_TYPE": "p4d.24xlarge", "CPUS_PER_NODE": "44"},
     "p5": {"NNODES": "4", "GPUS_PER_NODE": "8", "EFA_PER_NODE": "32",
-           "INSTANCE_TYPE": "p5.48xlarge", "CPUS_PER_NODE": "184", "MEMORY_PER_NODE": "1800Gi"},
+           "INSTANCE_TYPE": "p5.48xlarge", "CPUS_PER_NODE": "184", "MEMORY_PER_NODE": "1800Gi",
+           "SIGTERM_GRACE_S": "100"},
 }
 
 
@@ -148,6 +149,11 @@ def check_pod(label, pod, values, container_name, expect_env, forbid_env=()):
     check_eq(f"{label}: KILN_STORE_TOKEN from the Secret", token,
              {"name": f"{values['JOB_NAME']}-store-token", "key": "token"})
     check(f"{label}: no job id as the store's token", "KILN_JOB_ID" not in envs, f"{sorted(envs)}")
+    # SIGTERM: kiln checkpoints within failure.sigterm_grace_s; Kubernetes must wait longer.
+    grace = spec.get("terminationGracePeriodSeconds")
+    check(f"{label}: terminationGracePeriodSeconds ({grace}) >= failure.sigterm_grace_s + 5 "
+          f"({values.get('SIGTERM_GRACE_S', 25)})",
+          isinstance(grace, int) and grace >= int(values.get("SIGTERM_GRACE_S", 25)) + 5, f"{grace}")
 
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
     mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
@@ -208,6 +214,8 @@ def check_common(docs, values, label):
     check_eq(f"{label}: recipe dist.nproc_per_node", flat.get("dist.nproc_per_node"), gpus)
     check_eq(f"{label}: recipe dist.threads_per_worker", flat.get("dist.threads_per_worker"),
              int(values["CPUS_PER_NODE"]) // gpus)
+    check_eq(f"{label}: recipe failure.sigterm_grace_s", flat.get("failure.sigterm_grace_s"),
+             int(values.get("SIGTERM_GRACE_S", 25)))
     check_eq(f"{label}: PVC name", pvc["metadata"]["name"], values["DATA_PVC"])
     check_eq(f"{label}: PVC ReadWriteMany", pvc["spec"].get("accessModes"), ["ReadWriteMany"])
     check_eq(f"{label}: PVC storage class", pvc["spec"].get("storageClassName"),

@@ -1,5 +1,6 @@
 // A run's life beyond its own code: workers die with their agent (kill -9 included), and an
 // output directory belongs to one run at a time.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -69,6 +70,52 @@ TEST(Lifecycle, WorkersDieWithTheirAgentAndTheOutputDirIsLockedMeanwhile) {
   EXPECT_EQ(next.code, 0) << next.out;
   fs::remove_all(d);
 }
+
+// SIGTERM (a Kubernetes preemption) mid-run: every rank finishes its step, one checkpoint is
+// committed, kiln exits with kExitStopped (75) well inside failure.sigterm_grace_s, and
+// train.resume=auto ends with the very weights of an uninterrupted run.
+void sigterm_then_resume(int nproc) {
+  const std::string name = "sigterm" + std::to_string(nproc);
+  const fs::path d = testing::setup_tiny_run("kiln_lifecycle", name, {.max_steps = 300});
+  const std::string recipe =
+      (d / "recipe.yaml").string() + " dist.nproc_per_node=" + std::to_string(nproc);
+  auto full = run_kiln("train " + recipe + " output.dir=" + (d / "full").string());
+  ASSERT_EQ(full.code, 0) << full.out;
+
+  std::vector<std::string> args = {"train", (d / "recipe.yaml").string(),
+                                   "dist.nproc_per_node=" + std::to_string(nproc),
+                                   "output.dir=" + (d / "stopped").string()};
+  BackgroundKiln run(args, d / "stopped.log");
+  wait_for_training(run, nproc > 1 ? static_cast<size_t>(nproc) : 0, d / "stopped/metrics.jsonl");
+  const auto t0 = Clock::now();
+  run.signal(SIGTERM);
+  const int code = run.wait(milliseconds(30000));
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  const std::string log = run.log();
+  ASSERT_EQ(code, 75) << log;
+  EXPECT_LT(took, 10.0) << log;  // failure.sigterm_grace_s is 25
+  std::fprintf(stderr, "%d worker(s): exit 75 %.2f s after SIGTERM\n", nproc, took);
+  const size_t at = log.find("kiln: stopped on request after step ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const int64_t step = std::stoll(log.substr(at + 36));
+  EXPECT_GT(step, 0);
+  EXPECT_LT(step, 300) << "the run ended before the signal arrived";
+  const fs::path ckpt = d / "stopped/checkpoints" / fmt::format("step-{:08d}", step);
+  EXPECT_TRUE(fs::exists(ckpt / "manifest.json")) << ckpt << "\n" << log;
+  EXPECT_FALSE(fs::exists(d / "stopped/final"));
+
+  auto resumed = run_kiln("train " + recipe + " output.dir=" + (d / "stopped").string() +
+                          " train.resume=auto");
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_HAS(resumed.out, fmt::format("(step {})", step));
+  EXPECT_TRUE(read_file(d / "full/final/model.safetensors") ==
+              read_file(d / "stopped/final/model.safetensors"))
+      << "final weights differ from the uninterrupted run";
+  fs::remove_all(d);
+}
+
+TEST(Lifecycle, SigtermToTheAgentCheckpointsAndResumesExactly) { sigterm_then_resume(2); }
+TEST(Lifecycle, SigtermToASingleProcessCheckpointsAndResumesExactly) { sigterm_then_resume(1); }
 
 }  // namespace
 }  // namespace kiln

@@ -109,6 +109,7 @@ TEST(Recipe, Defaults) {
   EXPECT_EQ(r.train.log_every, 1);
   EXPECT_EQ(r.output.dir, "runs/a");
   EXPECT_EQ(r.output.dtype, "f32");
+  EXPECT_EQ(r.failure.sigterm_grace_s, 25.0);
 
   Recipe expected;
   expected.model.path = "/models/qwen";
@@ -362,6 +363,13 @@ TEST(Recipe, OutOfRange) {
   EXPECT_HAS(with("train:\n  grad_accum_steps: -2\n"), "train.grad_accum_steps: must be > 0");
   EXPECT_HAS(with("train:\n  grad_clip: -1\n"), "train.grad_clip: must be >= 0, got -1");
   EXPECT_HAS(with("train:\n  log_every: 0\n"), "train.log_every: must be > 0, got 0");
+  EXPECT_HAS(with("failure:\n  sigterm_grace_s: 0\n"),
+             "failure.sigterm_grace_s: must be in (0, 3600], got 0");
+  EXPECT_HAS(with("failure:\n  sigterm_grace_s: 1e300\n"),
+             "failure.sigterm_grace_s: must be in (0, 3600], got 1e300");
+  EXPECT_EQ(
+      parse(std::string(kMinimal) + "failure:\n  sigterm_grace_s: 7.5\n").failure.sigterm_grace_s,
+      7.5);
   EXPECT_HAS(error_of("model: {path: m}\ndata: {train: t}\noutput: {dir: o, dtype: f16}\n"),
              "recipe.yaml:3: output.dtype: invalid value 'f16' (valid: f32, bf16)");
 }

@@ -7,6 +7,7 @@
 
 #include "kiln/base/dir_lock.h"
 #include "kiln/base/log.h"
+#include "kiln/base/stop_request.h"
 #include "kiln/launch/agent.h"
 #include "kiln/launch/store_token.h"
 #include "kiln/launch/worker.h"
@@ -16,6 +17,7 @@ namespace kiln {
 namespace {
 
 int single_process(const LaunchOptions& o, const TrainFn& fn, const std::string& topology_source) {
+  if (o.graceful_stop) install_stop_handlers();
   auto comm = make_local_communicator();
   WorkerContext ctx;
   ctx.comm = comm.get();
@@ -78,6 +80,7 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
       w.threads =
           o.threads_per_worker > 0 ? o.threads_per_worker : std::max(1, cores / t.local_world_size);
     }
+    if (o.graceful_stop) install_stop_handlers();
     return run_worker(w, fn);
   }
   // This process is the node agent.
@@ -97,6 +100,8 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
   a.topology_source = t.source;
   a.timeout_s = o.timeout_s;
   a.hang_dir = hang_dir(o);
+  a.graceful_stop = o.graceful_stop;
+  a.sigterm_grace_s = o.sigterm_grace_s;
   // Several hosts: node 0's store listens on every interface, so only an operator's secret
   // will do. Several agents on this host (MASTER_ADDR on loopback): a job id or
   // KILN_STORE_TOKEN. One node: the agent hands its workers a random token.

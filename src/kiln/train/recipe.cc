@@ -66,6 +66,7 @@ const std::vector<std::string> kKeys = {
     "checkpoint.best_mode",
     "checkpoint.background",
     "failure.max_restarts",
+    "failure.sigterm_grace_s",
 };
 const std::vector<std::string> kSections = {"model",  "data", "optimizer", "schedule",   "train",
                                             "output", "dist", "eval",      "checkpoint", "failure"};
@@ -432,6 +433,8 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.choice("checkpoint.best_mode", r.checkpoint.best_mode, {"min", "max"});
   in.boolean("checkpoint.background", r.checkpoint.background);
   in.integer("failure.max_restarts", r.failure.max_restarts, ">= 0", non_negative);
+  in.real("failure.sigterm_grace_s", r.failure.sigterm_grace_s, "in (0, 3600]",
+          [](double v) { return v > 0 && v <= 3600; });
 
   in.check_all_read();
   return r;
@@ -519,6 +522,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   end();
   section("failure");
   out << YAML::Key << "max_restarts" << YAML::Value << r.failure.max_restarts;
+  out << YAML::Key << "sigterm_grace_s" << YAML::Value << number(r.failure.sigterm_grace_s);
   end();
   out << YAML::EndMap;
   KILN_CHECK(out.good(), "recipe_to_yaml: {}", out.GetLastError());

@@ -77,7 +77,8 @@ struct Recipe {
   };
 
   struct Dist {
-    // "full_shard" | "shard_grad_op" | "no_shard" | "hybrid_shard" (see src/kiln/distributed/fsdp.h)
+    // "full_shard" | "shard_grad_op" | "no_shard" | "hybrid_shard" (see
+    // src/kiln/distributed/fsdp.h)
     std::string strategy = "full_shard";
     int nproc_per_node = 1;      // > 0 workers the launcher spawns on this node
     double timeout_s = 300;      // > 0: every collective and rendezvous wait
@@ -105,6 +106,10 @@ struct Recipe {
   };
   struct Failure {
     int64_t max_restarts = 0;  // >= 0: group restarts from the newest checkpoint
+    // (0, 3600]: after SIGTERM/SIGINT the workers get this long to finish their step and commit
+    // a checkpoint before the launcher kills them; below Kubernetes'
+    // terminationGracePeriodSeconds.
+    double sigterm_grace_s = 25;
     bool operator==(const Failure&) const = default;
   };
 

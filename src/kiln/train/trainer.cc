@@ -250,7 +250,7 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
   std::optional<double> final_eval_loss;
   const Backend& be = cpu_backend_for(r.train.dtype);
 
-  for (int64_t step = start_step; step < r.train.max_steps; ++step) {
+  for (int64_t step = start_step; step < r.train.max_steps && !result.stopped; ++step) {
     ctx.begin_step(step + 1);  // hang reports and KILN_FAULT name the step
     const auto t0 = Clock::now();
     // The loss is the mean over every predicted token of the step (all micro-batches, all
@@ -277,7 +277,12 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
         fsdp.finish_backward();
       }
     }
-    world.all_reduce(&loss_sum, size_t{1}, ReduceOp::kSum);
+    // A stop request (SIGTERM) on any rank rides on this all-reduce: every rank stops after
+    // this same step.
+    double sums[2] = {loss_sum, ctx.stop_requested() ? 1.0 : 0.0};
+    world.all_reduce(sums, size_t{2}, ReduceOp::kSum);
+    loss_sum = sums[0];
+    const bool stop = sums[1] > 0;
     const double grad_norm = std::sqrt(fsdp.grad_sq_norm(be));
     if (!std::isfinite(grad_norm)) {
       fail("step {}: gradient norm is {} (loss {}); stopping", step + 1, grad_norm,
@@ -311,7 +316,11 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
       eval_loss = evaluate(m.step);
     }
     if (last) final_eval_loss = eval_loss;
-    if (r.checkpoint.every_steps > 0 && m.step % r.checkpoint.every_steps == 0 && !last) {
+    if (stop && !last) {
+      saver.flush();
+      saver.save(checkpoint_state(m.step, m.loss, eval_loss), /*sync=*/true);
+      result.stopped = true;
+    } else if (r.checkpoint.every_steps > 0 && m.step % r.checkpoint.every_steps == 0 && !last) {
       saver.save(checkpoint_state(m.step, m.loss, eval_loss));
     }
     if (!lead) continue;
@@ -345,6 +354,14 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
     }
   }
 
+  if (result.stopped) {
+    if (lead) {
+      KILN_LOG_WARN("stopped on request after step {}: checkpoint {} committed", result.steps,
+                    saver.last_committed().string());
+    }
+    world.barrier();
+    return result;
+  }
   {
     // Memory figures per rank: what sharding saves is visible in every run's log.
     size_t opt_bytes = 0;
