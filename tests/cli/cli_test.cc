@@ -234,6 +234,18 @@ TEST_F(Cli, BadRecipe) {
   expect_one_line_error(kiln("train " + ok + " optimizer.lr=abc"), "optimizer.lr");
 }
 
+// Upper bounds: 1e300 s once became a negative timeout, and the worker count had no limit.
+TEST_F(Cli, WorkerCountAndTimeoutAreBounded) {
+  ASSERT_EQ(kiln("init --config tiny --out " + path("m")).code, 0);
+  const std::string ok = write_recipe(dir_, path("m"), 1);
+  expect_one_line_error(kiln("train " + ok + " dist.timeout_s=1e300"),
+                        "dist.timeout_s: must be in (0, 604800] (a week), got 1e300");
+  expect_one_line_error(kiln("train " + ok + " dist.nproc_per_node=5000"),
+                        "dist.nproc_per_node: must be in [1, 1024], got 5000");
+  expect_one_line_error(kiln("train " + ok + " --nproc-per-node 5000"),
+                        "dist.nproc_per_node is 5000; it must be in [1, 1024]");
+}
+
 TEST_F(Cli, UnknownPresetAndDtype) {
   expect_one_line_error(kiln("init --config gpt5 --out " + path("m")), "gpt5");
   expect_one_line_error(kiln("init --config tiny --dtype f8 --out " + path("m")), "f8");

@@ -363,6 +363,12 @@ TEST(Recipe, OutOfRange) {
   EXPECT_HAS(with("train:\n  grad_accum_steps: -2\n"), "train.grad_accum_steps: must be > 0");
   EXPECT_HAS(with("train:\n  grad_clip: -1\n"), "train.grad_clip: must be >= 0, got -1");
   EXPECT_HAS(with("train:\n  log_every: 0\n"), "train.log_every: must be > 0, got 0");
+  EXPECT_HAS(with("dist:\n  timeout_s: 1e300\n"),
+             "dist.timeout_s: must be in (0, 604800] (a week), got 1e300");
+  EXPECT_HAS(with("dist:\n  timeout_s: 0\n"), "dist.timeout_s: must be in (0, 604800]");
+  EXPECT_HAS(with("dist:\n  nproc_per_node: 1025\n"),
+             "dist.nproc_per_node: must be in [1, 1024], got 1025");
+  EXPECT_HAS(with("dist:\n  nproc_per_node: 0\n"), "dist.nproc_per_node: must be in [1, 1024]");
   EXPECT_HAS(with("failure:\n  sigterm_grace_s: 0\n"),
              "failure.sigterm_grace_s: must be in (0, 3600], got 0");
   EXPECT_HAS(with("failure:\n  sigterm_grace_s: 1e300\n"),

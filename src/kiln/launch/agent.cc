@@ -440,7 +440,9 @@ std::string describe_attempt(const AgentSpec& s, Store& ctl, int attempt,
 }  // namespace
 
 int run_agent(const AgentSpec& s) {
-  if (s.nproc_per_node < 1) fail("dist.nproc_per_node must be at least 1");
+  if (s.nproc_per_node < 1 || s.nproc_per_node > 1024) {
+    fail("dist.nproc_per_node is {}; it must be in [1, 1024]", s.nproc_per_node);
+  }
   std::unique_ptr<TcpStoreServer> server;
   int port = s.master_port;
   if (s.node_rank == 0) {

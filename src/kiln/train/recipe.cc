@@ -410,8 +410,12 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
 
   in.choice("dist.strategy", r.dist.strategy,
             {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"});
-  in.integer("dist.nproc_per_node", r.dist.nproc_per_node, "> 0", positive);
-  in.real("dist.timeout_s", r.dist.timeout_s, "> 0", [](double v) { return v > 0; });
+  // Bounded above: a worker per process slot is the most any node has, and a timeout becomes
+  // int64 milliseconds (1e300 once overflowed into a negative timeout).
+  in.integer("dist.nproc_per_node", r.dist.nproc_per_node, "in [1, 1024]",
+             [](int64_t v) { return v >= 1 && v <= 1024; });
+  in.real("dist.timeout_s", r.dist.timeout_s, "in (0, 604800] (a week)",
+          [](double v) { return v > 0 && v <= 604800; });
   in.boolean("dist.prefetch", r.dist.prefetch);
   in.integer("dist.threads_per_worker", r.dist.threads_per_worker, ">= 0",
              [](int64_t v) { return v >= 0; });
