@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kiln/base/error.h"
+#include "kiln/base/log.h"
 
 namespace kiln {
 
@@ -37,9 +38,15 @@ DirLock::DirLock(const fs::path& dir, const std::string& key) {
     if (errno == EINTR) continue;
     const int err = errno;
     const std::string holder = err == EWOULDBLOCK ? holder_of(fd_) : "";
+    if (err != EWOULDBLOCK) {
+      // A filesystem without flock (Lustre mounted without -o flock, some NFS setups): the run
+      // goes on, unguarded, and says so.
+      KILN_LOG_WARN("{} {}: cannot lock {} ({}): a second run into it would not be refused", key,
+                    dir.string(), path.string(), strerror(err));
+      return;
+    }
     ::close(fd_);
-    if (err != EWOULDBLOCK)
-      fail("{} {}: cannot lock {}: {}", key, dir.string(), path.string(), strerror(err));
+    fd_ = -1;
     fail("{} {} is in use by another kiln run{} (lock {}); wait for it to end or choose another {}",
          key, dir.string(), holder.empty() ? "" : " (pid " + holder + ")", path.string(), key);
   }

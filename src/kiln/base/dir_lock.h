@@ -14,7 +14,8 @@ class DirLock {
  public:
   // Creates `dir` if needed and locks it; throws kiln::Error naming `key` (the setting that chose
   // the directory, e.g. "output.dir"), the directory and the holder's pid when another process
-  // holds the lock.
+  // holds the lock. Where the filesystem has no flock (ENOLCK, ENOSYS: Lustre without -o flock)
+  // it warns and holds nothing.
   DirLock(const fs::path& dir, const std::string& key);
   ~DirLock();
   DirLock(const DirLock&) = delete;

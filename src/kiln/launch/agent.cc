@@ -282,8 +282,8 @@ AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl) {
       rec.signal = g_signal;
       rec.rc = 128 + g_signal;  // unless every worker stops in time (below)
       rec.failure = fmt::format(
-          "node {} stopped by signal {}; the workers did not stop within "
-          "failure.sigterm_grace_s",
+          "node {} stopped by signal {} before every worker committed its stop checkpoint "
+          "(failure.sigterm_grace_s)",
           s.node_rank, static_cast<int>(g_signal));
       signals_seen = g_signal_count;
       teardown(SIGTERM);
