@@ -2,6 +2,7 @@
 // non-zero exit for every kind of bad input.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -25,9 +26,11 @@ CmdResult kiln(const std::string& args) { return testing::run_kiln(args); }
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
+    // The pid keeps concurrent runs of this suite (other checkouts on the machine) apart.
     dir_ = fs::temp_directory_path() /
            ("kiln_cli_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
