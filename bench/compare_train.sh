@@ -18,6 +18,8 @@
 #            comparison; `kiln bench train --recompute both` shows what it saves)
 # --rounds   kiln/PyTorch pairs per shape (default 3)
 # --only PRESET:BxT  only this row of the set, e.g. --only bench-h512:4x512 (repeatable)
+# --baseline PATH  another kiln binary (an older build) in PyTorch's place: the ratio is then
+#            kiln / baseline, for "no slower than before" checks
 #
 # PyTorch comes from Debian (apt-get install python3-torch libopenblas0-openmp) and is run with
 # /usr/bin/python3; it is never needed by the build. Every row is kept in $OUT_DIR (default: a
@@ -32,12 +34,14 @@ bf16=0
 recompute=off
 rounds=3
 only=()
+baseline=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --kiln) kiln="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
     --bf16) bf16=1; shift ;;
+    --baseline) baseline="$2"; shift 2 ;;
     --recompute) recompute="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --only) only+=("$2"); shift 2 ;;
@@ -79,11 +83,15 @@ echo "$peaks"
 peak32="$(sed -n 's/.*measured peak fp32 \([0-9.]*\) GFLOP.*/\1/p' <<<"$peaks")"
 peak16="$(sed -n 's/.*bf16 \([0-9.]*\) GFLOP.*/\1/p' <<<"$peaks")"
 
-kiln_row() {  # preset batch seq steps warmup dtype
-  OMP_NUM_THREADS="$threads" "$kiln" bench train --preset "$1" --batch "$2" --seq "$3" \
+kiln_row() {  # preset batch seq steps warmup dtype [binary]
+  OMP_NUM_THREADS="$threads" "${7:-$kiln}" bench train --preset "$1" --batch "$2" --seq "$3" \
     --steps "$4" --warmup "$5" --dtype "$6" --recompute "$recompute" | tail -1
 }
 torch_row() {  # preset batch seq steps warmup dtype
+  if [[ -n "$baseline" ]]; then
+    kiln_row "$@" "$baseline"
+    return
+  fi
   local flag=()
   [[ "$6" == bf16 ]] && flag=(--bf16)
   /usr/bin/python3 "$here/pytorch_train_bench.py" --preset "$1" --batch "$2" --seq "$3" \
@@ -130,7 +138,9 @@ summary() {  # kiln-dtype torch-dtype
     }'
 }
 echo
-echo "kiln / PyTorch tokens/s (same machine, same run; medians of $rounds alternating rounds)"
+other="PyTorch"
+[[ -n "$baseline" ]] && other="baseline $baseline (in the torch columns)"
+echo "kiln / $other tokens/s (same machine, same run; medians of $rounds alternating rounds)"
 printf "%-13s %-8s %-4s %-4s %10s %10s %7s %11s %9s %9s\n" shape BxT kiln torch kiln_tok/s \
   torch_tok/s ratio range kiln_MiB torch_MiB
 summary fp32 fp32

@@ -38,6 +38,11 @@ if [[ $MAX_RESTARTS =~ ^[0-9]+$ && $NNODES =~ ^[1-9][0-9]*$ ]]; then
   : "${BACKOFF_LIMIT:=$((MAX_RESTARTS * NNODES))}"
   : "${WORKER_REPLICAS:=$((NNODES - 1))}"
 fi
+: "${SIGTERM_GRACE_S:=25}"          # failure.sigterm_grace_s: time to checkpoint after SIGTERM
+#   TERMINATION_GRACE_S  the pods' terminationGracePeriodSeconds: SIGTERM_GRACE_S + 5
+if [[ $SIGTERM_GRACE_S =~ ^[1-9][0-9]*$ ]]; then
+  : "${TERMINATION_GRACE_S:=$((SIGTERM_GRACE_S + 5))}"
+fi
 : "${MASTER_PORT:=29500}"           # kiln's rendezvous store on node 0
 : "${SOCKET_IFNAME:=eth0}"          # the pod network's interface (Gloo and NCCL's bootstrap)
 

@@ -2,6 +2,7 @@
 // non-zero exit for every kind of bad input.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -25,9 +26,11 @@ CmdResult kiln(const std::string& args) { return testing::run_kiln(args); }
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
+    // The pid keeps concurrent runs of this suite (other checkouts on the machine) apart.
     dir_ = fs::temp_directory_path() /
            ("kiln_cli_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -187,6 +190,20 @@ TEST_F(Cli, MalformedJson) {
                         "bad.jsonl:2");
 }
 
+// 70k levels in 140 KB: a depth limit, not a stack overflow, with the file and the position.
+TEST_F(Cli, DeeplyNestedJsonIsAnErrorNamingTheFile) {
+  const std::string deep = std::string(70000, '[') + std::string(70000, ']');
+  write_file_atomic(path("deep.json"), "{\"hidden_size\":\n" + deep + "}\n");
+  expect_one_line_error(kiln("init --config " + path("deep.json") + " --out " + path("m")),
+                        path("deep.json") +
+                            ": malformed JSON: nested deeper than 256 levels at "
+                            "line 2, column 256");
+  write_file_atomic(path("deep.jsonl"), "{\"input_ids\": [1, 2]}\n{\"input_ids\":" + deep + "}\n");
+  ASSERT_EQ(kiln("init --config tiny --out " + path("m2")).code, 0);
+  expect_one_line_error(kiln("eval --model " + path("m2") + " --data " + path("deep.jsonl")),
+                        path("deep.jsonl") + ":2: malformed JSON: nested deeper than 256 levels");
+}
+
 TEST_F(Cli, WrongShapes) {
   ASSERT_EQ(kiln("init --config tiny --out " + path("m")).code, 0);
   Json c = read_json_file(path("m/config.json"));
@@ -218,6 +235,18 @@ TEST_F(Cli, BadRecipe) {
   expect_one_line_error(kiln("train " + recipe), "train.max_step");
   const std::string ok = write_recipe(dir_, path("m"), 1);
   expect_one_line_error(kiln("train " + ok + " optimizer.lr=abc"), "optimizer.lr");
+}
+
+// Upper bounds: 1e300 s once became a negative timeout, and the worker count had no limit.
+TEST_F(Cli, WorkerCountAndTimeoutAreBounded) {
+  ASSERT_EQ(kiln("init --config tiny --out " + path("m")).code, 0);
+  const std::string ok = write_recipe(dir_, path("m"), 1);
+  expect_one_line_error(kiln("train " + ok + " dist.timeout_s=1e300"),
+                        "dist.timeout_s: must be in (0, 604800] (a week), got 1e300");
+  expect_one_line_error(kiln("train " + ok + " dist.nproc_per_node=5000"),
+                        "dist.nproc_per_node: must be in [1, 1024], got 5000");
+  expect_one_line_error(kiln("train " + ok + " --nproc-per-node 5000"),
+                        "dist.nproc_per_node is 5000; it must be in [1, 1024]");
 }
 
 TEST_F(Cli, UnknownPresetAndDtype) {

@@ -109,5 +109,33 @@ TEST_F(DataCli, BadLinesFailOrAreSkipped) {
   EXPECT_HAS(r.out, "no tokenizer.json there");
 }
 
+// The reproduction of issue 15: a 70k-deep text line crashed prepare-data in the error path.
+TEST_F(DataCli, DeeplyNestedLineFailsNamingItOrIsSkipped) {
+  write_file_atomic(dir_->path() / "deep.jsonl",
+                    "{\"text\": \"hello\"}\n{\"text\":" + std::string(70000, '[') +
+                        std::string(70000, ']') + "}\n");
+  testing::CmdResult r = kiln("prepare-data recipe.yaml data.train=deep.jsonl data.format=text");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_HAS(r.out,
+             "kiln: error: " + (dir_->path() / "deep.jsonl").string() +
+                 ":2: malformed JSON: nested deeper than 256 levels at line 1, column 264\n");
+  r = kiln(
+      "prepare-data recipe.yaml data.train=deep.jsonl data.format=text data.skip_bad_lines=true");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_HAS(r.out, "1 examples, ");
+  EXPECT_HAS(r.out, "1 bad lines skipped");
+}
+
+// A number no double holds (1e400) is a bad line like any other: named, and skippable.
+TEST_F(DataCli, NumberOverflowIsABadLine) {
+  write_file_atomic(dir_->path() / "n.jsonl", "{\"text\": \"hi\"}\n{\"text\": [1e400]}\n");
+  testing::CmdResult r = kiln("prepare-data recipe.yaml data.train=n.jsonl data.format=text");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_HAS(r.out, "kiln: error: " + (dir_->path() / "n.jsonl").string() + ":2: bad JSON value: ");
+  r = kiln("prepare-data recipe.yaml data.train=n.jsonl data.format=text data.skip_bad_lines=true");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_HAS(r.out, "1 bad lines skipped");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -63,7 +63,8 @@ SHAPES = {
     "reference": {"NNODES": "2", "GPUS_PER_NODE": "4", "EFA_PER_NODE": "4",
                   "INSTANCE_TYPE": "p4d.24xlarge", "CPUS_PER_NODE": "44"},
     "p5": {"NNODES": "4", "GPUS_PER_NODE": "8", "EFA_PER_NODE": "32",
-           "INSTANCE_TYPE": "p5.48xlarge", "CPUS_PER_NODE": "184", "MEMORY_PER_NODE": "1800Gi"},
+           "INSTANCE_TYPE": "p5.48xlarge", "CPUS_PER_NODE": "184", "MEMORY_PER_NODE": "1800Gi",
+           "SIGTERM_GRACE_S": "100"},
 }
 
 
@@ -142,9 +143,17 @@ def check_pod(label, pod, values, container_name, expect_env, forbid_env=()):
             check_eq(f"{label}: env {name}", envs[name].get("value"), value)
     for name in forbid_env:
         check(f"{label}: env {name} left to the operator", name not in envs)
-    job_id = envs.get("KILN_JOB_ID", {}).get("valueFrom", {}).get("fieldRef", {})
-    check(f"{label}: KILN_JOB_ID from the downward API",
-          job_id.get("fieldPath", "").startswith("metadata.labels["), f"{job_id}")
+    # The store listens beyond loopback: kiln refuses to start it without the operator's secret,
+    # and a job id (guessable) must not stand in for it.
+    token = envs.get("KILN_STORE_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef", {})
+    check_eq(f"{label}: KILN_STORE_TOKEN from the Secret", token,
+             {"name": f"{values['JOB_NAME']}-store-token", "key": "token"})
+    check(f"{label}: no job id as the store's token", "KILN_JOB_ID" not in envs, f"{sorted(envs)}")
+    # SIGTERM: kiln checkpoints within failure.sigterm_grace_s; Kubernetes must wait longer.
+    grace = spec.get("terminationGracePeriodSeconds")
+    check(f"{label}: terminationGracePeriodSeconds ({grace}) >= failure.sigterm_grace_s + 5 "
+          f"({values.get('SIGTERM_GRACE_S', 25)})",
+          isinstance(grace, int) and grace >= int(values.get("SIGTERM_GRACE_S", 25)) + 5, f"{grace}")
 
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
     mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
@@ -205,6 +214,8 @@ def check_common(docs, values, label):
     check_eq(f"{label}: recipe dist.nproc_per_node", flat.get("dist.nproc_per_node"), gpus)
     check_eq(f"{label}: recipe dist.threads_per_worker", flat.get("dist.threads_per_worker"),
              int(values["CPUS_PER_NODE"]) // gpus)
+    check_eq(f"{label}: recipe failure.sigterm_grace_s", flat.get("failure.sigterm_grace_s"),
+             int(values.get("SIGTERM_GRACE_S", 25)))
     check_eq(f"{label}: PVC name", pvc["metadata"]["name"], values["DATA_PVC"])
     check_eq(f"{label}: PVC ReadWriteMany", pvc["spec"].get("accessModes"), ["ReadWriteMany"])
     check_eq(f"{label}: PVC storage class", pvc["spec"].get("storageClassName"),
@@ -247,7 +258,7 @@ def check_jobset(docs, values, label):
     master = f"{job}-{rj['name']}-0-0.{net.get('subdomain')}"
     check_pod(f"{label} pod", pod, values, "kiln", {
         "KILN_NNODES": str(nnodes), "MASTER_ADDR": master,
-        "MASTER_PORT": values["MASTER_PORT"], "KILN_JOB_ID": None,
+        "MASTER_PORT": values["MASTER_PORT"], "KILN_STORE_TOKEN": None,
         "KILN_SOCKET_IFNAME": values["SOCKET_IFNAME"], "NCCL_SOCKET_IFNAME": values["SOCKET_IFNAME"],
         "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_DEBUG": None,
     })
@@ -284,7 +295,7 @@ def check_indexed_job(docs, values, label):
     # <job>-<index>.<service>.
     check_pod(f"{label} pod", pod, values, "kiln", {
         "KILN_NNODES": str(nnodes), "MASTER_ADDR": f"{name}-0.{svc['metadata']['name']}",
-        "MASTER_PORT": values["MASTER_PORT"], "KILN_JOB_ID": None,
+        "MASTER_PORT": values["MASTER_PORT"], "KILN_STORE_TOKEN": None,
         "KILN_SOCKET_IFNAME": values["SOCKET_IFNAME"], "NCCL_SOCKET_IFNAME": values["SOCKET_IFNAME"],
         "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_DEBUG": None,
     }, forbid_env=("JOB_COMPLETION_INDEX",))
@@ -316,7 +327,7 @@ def check_pytorchjob(docs, values, label):
         # The operator sets the PET_* variables kiln reads, and MASTER_ADDR/MASTER_PORT: a
         # manifest value would fight it.
         check_pod(f"{label} {rtype} pod", pod, values, "pytorch", {
-            "KILN_JOB_ID": None, "KILN_SOCKET_IFNAME": values["SOCKET_IFNAME"],
+            "KILN_STORE_TOKEN": None, "KILN_SOCKET_IFNAME": values["SOCKET_IFNAME"],
             "NCCL_SOCKET_IFNAME": values["SOCKET_IFNAME"], "FI_PROVIDER": "efa",
             "FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_DEBUG": None,
         }, forbid_env=("PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR",

@@ -307,6 +307,35 @@ TEST_P(TcpStoreTest, OversizedFrameClosesOnlyThatConnection) {
   EXPECT_EQ(connect(server)->get("k", 1s).size(), 1024u);
 }
 
+// What one client holds and what the store holds are bounded: a SET or ADD past either is an
+// error for that request only, and replacing or deleting keys gives the room back.
+TEST_P(TcpStoreTest, ClientAndStoreBytesAreCapped) {
+  StoreLimits limits{64, 1024};
+  limits.max_client_bytes = 3000;
+  limits.max_store_bytes = 5000;
+  TcpStoreServer server(GetParam(), 0, kToken, limits);
+  auto a = connect(server), b = connect(server), c = connect(server);
+  a->set("a1", Bytes(1000));
+  a->set("a2", Bytes(1000));
+  a->set("a1", Bytes(1000));  // its own key again: still 2004 bytes
+  EXPECT_ERROR_HAS(a->set("a3", Bytes(1000)),
+                   "would hold 3006 bytes, over the limit of 3000 per client");
+  EXPECT_FALSE(a->check({"a3"}));
+  EXPECT_EQ(a->add("n", 5), 5);  // the connection is still usable: 2004 + 9 bytes
+  EXPECT_ERROR_HAS(a->set("a3", Bytes(990)), "over the limit of 3000 per client");
+  b->set("b1", Bytes(1000));
+  b->set("b2", Bytes(1000));
+  EXPECT_ERROR_HAS(c->set("c1", Bytes(1000)),
+                   "the store would hold 5019 bytes, over its limit of 5000");
+  EXPECT_TRUE(a->remove("a2"));
+  c->set("c1", Bytes(1000));
+  EXPECT_EQ(b->get("c1", 1s).size(), 1000u);
+  // b overwrites a key a wrote: the bytes move to b.
+  b->set("a1", Bytes(10));
+  a->set("a3", Bytes(1000));
+  EXPECT_ERROR_HAS(b->set("b3", Bytes(1000)), "would hold 3018 bytes");
+}
+
 TEST_P(TcpStoreTest, GarbageAndSilentConnectionsDoNotDisturbTheServer) {
   TcpStoreServer server(GetParam(), 0, kToken);
   auto good = connect(server);

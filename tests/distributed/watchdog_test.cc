@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "kiln/distributed/gloo_communicator.h"
+#include "kiln/distributed/tcp_store.h"
 
 namespace kiln {
 namespace {
@@ -63,6 +64,34 @@ TEST(HangWatchdog, WaitLongerThanTheTimeoutWritesAReport) {
   EXPECT_HAS(*line, "hang: rank 1 did not arrive; rank 0 waited ");
   EXPECT_HAS(*line, " at all_reduce #2; no report from rank 1");
   fs::remove_all(dir);
+}
+
+// kill -9 of the agent takes its store with it: a rank that can no longer reach the store exits
+// with an error after store_lost_exit instead of training on unwatched.
+void watch_until_the_store_goes(bool keep_store) {
+  auto server = std::make_unique<TcpStoreServer>("127.0.0.1", 0, "t");
+  auto store = std::make_shared<TcpStore>("127.0.0.1", server->port(), "t", milliseconds(5000));
+  WatchdogOptions o;
+  o.ns = "kiln/g";
+  o.store_lost_exit = milliseconds(300);
+  o.start_thread = false;
+  HangWatchdog wd(store, o);
+  EXPECT_FALSE(wd.check());
+  if (!keep_store) server.reset();
+  for (int i = 0; i < 20; ++i) {
+    wd.check();
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  std::fprintf(stderr, "still running\n");
+  std::_Exit(0);
+}
+
+TEST(HangWatchdogDeathTest, LostStoreEndsTheRank) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(watch_until_the_store_goes(false), ::testing::ExitedWithCode(1),
+              "kiln: error: watchdog: rank 0 lost the store for 0\\.[3-9] s \\(.*\\); the agent "
+              "that served it is gone, exiting");
+  EXPECT_EXIT(watch_until_the_store_goes(true), ::testing::ExitedWithCode(0), "still running");
 }
 
 TEST(HangWatchdog, NoHangNoSummary) {

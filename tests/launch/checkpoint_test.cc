@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <optional>
@@ -180,6 +181,47 @@ TEST(Checkpoint, ExportStreamsFromShardsAndTornCheckpointsAreIgnored) {
   ASSERT_EQ(again.code, 0) << again.out;
   EXPECT_NE(again.out.find("step-00000020 (step 20)"), std::string::npos) << again.out;
   EXPECT_FALSE(fs::exists(d / "run/checkpoints/step-00000030.tmp"));
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
+}
+
+// A manifest is outside input too: a field missing or of the wrong type is one error naming the
+// file, and a shard name can only name a file inside the checkpoint.
+TEST(Checkpoint, BadManifestsAreOneLineErrorsAndFilesStayInside) {
+  const fs::path d = make_run("manifest");
+  auto r = run_kiln("train " + (d / "recipe.yaml").string() +
+                    " train.max_steps=5 output.dir=" + (d / "run").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const fs::path ck = d / "run/checkpoints/step-00000005";
+  const Json good = read_json_file(ck / "manifest.json");
+  write_file_atomic(d / "outside.safetensors",
+                    read_file(ck / good.at("files")[0].get<std::string>()));
+  auto export_error = [&](const Json& m) {
+    write_file_atomic(ck / "manifest.json", m.dump());
+    auto e = run_kiln("export --checkpoint " + ck.string() + " --out " + (d / "out").string());
+    EXPECT_NE(e.code, 0) << e.out;
+    EXPECT_EQ(std::count(e.out.begin(), e.out.end(), '\n'), 1) << e.out;
+    return e.out;
+  };
+  Json m = good;
+  m.erase("units");
+  std::string out = export_error(m);
+  EXPECT_EQ(out.rfind("kiln: error: " + (ck / "manifest.json").string() + ": ", 0), 0u) << out;
+  EXPECT_NE(out.find("'units' not found"), std::string::npos) << out;
+  m = good;
+  m["units"] = "many";
+  EXPECT_NE(export_error(m).find((ck / "manifest.json").string()), std::string::npos);
+  for (const Json& bad :
+       {Json("../../outside.safetensors"), Json("/etc/passwd"), Json(".."), Json(7)}) {
+    m = good;
+    m["files"] = Json::array({bad});
+    out = export_error(m);
+    EXPECT_NE(out.find("files entry " + bad.dump() + " is not a file name inside the checkpoint"),
+              std::string::npos)
+        << out;
+  }
+  write_file_atomic(ck / "manifest.json", good.dump());
+  auto e = run_kiln("export --checkpoint " + ck.string() + " --out " + (d / "out").string());
+  EXPECT_EQ(e.code, 0) << e.out;
   if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
 

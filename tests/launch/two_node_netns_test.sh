@@ -54,6 +54,12 @@ dist: {timeout_s: 10, threads_per_worker: 1}
 output: {dir: unused}
 YAML
 
+# The store listens beyond loopback: every node needs the operator's secret (docs/security.md).
+export KILN_STORE_TOKEN="netns-test-$tag-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
+env -u KILN_STORE_TOKEN ip netns exec "$n0" "$kiln" train "$work/recipe.yaml" output.dir="$work/notoken" \
+  --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-addr 10.231.0.1 --master-port 29556 >"$work/notoken.log" 2>&1
+check "no KILN_STORE_TOKEN: node 0 refuses to start the store (rc=$?)" grep -q "kiln: error: KILN_STORE_TOKEN is not set" "$work/notoken.log"
+
 losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1])))" "$1"; }
 same_losses() {  # same_losses A B: equal within 1e-5 relative
   python3 - "$1" "$2" <<'PY'

@@ -130,6 +130,29 @@ TEST(TokenizerLoad, FilesAndDirectories) {
   fs::remove_all(dir);
 }
 
+// dump() of a 70k-deep value in an error message overflowed the stack; now the parser refuses it.
+TEST(TokenizerLoad, DeeplyNestedJson) {
+  const fs::path dir = test::fresh_temp_dir("kiln_tokenizer_deep");
+  const std::string text = read_file(test::kTinyJson);
+  const size_t brace = text.find('{');
+  ASSERT_NE(brace, std::string::npos);
+  write_file_atomic(dir / "tokenizer.json",
+                    text.substr(0, brace + 1) + "\"deep\": " + std::string(70000, '[') +
+                        std::string(70000, ']') + ", " + text.substr(brace + 1));
+  try {
+    Tokenizer::load(dir);
+    ADD_FAILURE() << "loaded without error";
+  } catch (const Error& e) {
+    EXPECT_EQ(
+        std::string(e.what()).rfind((dir / "tokenizer.json").string() +
+                                        ": malformed JSON: nested deeper than 256 levels at line ",
+                                    0),
+        0u)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 // Both serialisations of the merges give the same tokenizer.
 TEST(TokenizerLoad, MergeForms) {
   Json j = read_json_file(test::kTinyJson);

@@ -109,6 +109,7 @@ TEST(Recipe, Defaults) {
   EXPECT_EQ(r.train.log_every, 1);
   EXPECT_EQ(r.output.dir, "runs/a");
   EXPECT_EQ(r.output.dtype, "f32");
+  EXPECT_EQ(r.failure.sigterm_grace_s, 25.0);
 
   Recipe expected;
   expected.model.path = "/models/qwen";
@@ -362,6 +363,19 @@ TEST(Recipe, OutOfRange) {
   EXPECT_HAS(with("train:\n  grad_accum_steps: -2\n"), "train.grad_accum_steps: must be > 0");
   EXPECT_HAS(with("train:\n  grad_clip: -1\n"), "train.grad_clip: must be >= 0, got -1");
   EXPECT_HAS(with("train:\n  log_every: 0\n"), "train.log_every: must be > 0, got 0");
+  EXPECT_HAS(with("dist:\n  timeout_s: 1e300\n"),
+             "dist.timeout_s: must be in (0, 604800] (a week), got 1e300");
+  EXPECT_HAS(with("dist:\n  timeout_s: 0\n"), "dist.timeout_s: must be in (0, 604800]");
+  EXPECT_HAS(with("dist:\n  nproc_per_node: 1025\n"),
+             "dist.nproc_per_node: must be in [1, 1024], got 1025");
+  EXPECT_HAS(with("dist:\n  nproc_per_node: 0\n"), "dist.nproc_per_node: must be in [1, 1024]");
+  EXPECT_HAS(with("failure:\n  sigterm_grace_s: 0\n"),
+             "failure.sigterm_grace_s: must be in (0, 3600], got 0");
+  EXPECT_HAS(with("failure:\n  sigterm_grace_s: 1e300\n"),
+             "failure.sigterm_grace_s: must be in (0, 3600], got 1e300");
+  EXPECT_EQ(
+      parse(std::string(kMinimal) + "failure:\n  sigterm_grace_s: 7.5\n").failure.sigterm_grace_s,
+      7.5);
   EXPECT_HAS(error_of("model: {path: m}\ndata: {train: t}\noutput: {dir: o, dtype: f16}\n"),
              "recipe.yaml:3: output.dtype: invalid value 'f16' (valid: f32, bf16)");
 }
@@ -384,6 +398,10 @@ TEST(Recipe, MalformedYaml) {
   EXPECT_HAS(msg, "malformed YAML");
   msg = error_of("model:\n  path: m\n   bad: indentation\n");
   EXPECT_HAS(msg, "recipe.yaml:3:");
+  EXPECT_HAS(msg, "malformed YAML");
+  // 70k levels: yaml-cpp's own depth guard, reported like any malformed YAML, never a crash.
+  msg = error_of("model: " + std::string(70000, '[') + std::string(70000, ']') + "\n");
+  EXPECT_HAS(msg, "recipe.yaml:1:");
   EXPECT_HAS(msg, "malformed YAML");
 }
 

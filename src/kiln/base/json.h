@@ -10,7 +10,15 @@ namespace kiln {
 
 using Json = nlohmann::json;
 
-// Parses a JSON document; errors name `what` (usually the file path) and the parser's position.
+// The deepest nesting of arrays and objects kiln accepts in any JSON it reads. nlohmann's
+// parser is iterative, but dump(), copies and kiln's own walks recurse once per level: a
+// 70k-deep line would overflow a worker thread's stack. Real files (tokenizer.json, config.json,
+// manifests, data lines) nest fewer than 10 levels.
+inline constexpr int kMaxJsonDepth = 256;
+
+// Parses a JSON document; errors name `what` (usually the file path, or "path:line" for one line
+// of a JSONL file) and the parser's line and column. Documents nested deeper than kMaxJsonDepth
+// and numbers a double cannot hold are errors (kiln::Error) like any malformed text.
 Json parse_json(std::string_view text, const std::string& what);
 Json read_json_file(const fs::path& path);
 

@@ -3,6 +3,7 @@
 // ranks of an external launcher: launch() decides (src/kiln/launch/launch.h).
 #include <cstdio>
 
+#include "kiln/base/stop_request.h"
 #include "kiln/cli/commands.h"
 #include "kiln/launch/launch.h"
 #include "kiln/train/trainer.h"
@@ -43,8 +44,20 @@ Command add_train(CLI::App& app) {
             lo.max_restarts = static_cast<int>(r.failure.max_restarts);
             lo.restart_args = {"train.resume=auto"};
             lo.hang_dir = (fs::path(r.output.dir) / "hang").string();
+            lo.lock_dir = r.output.dir;
+            lo.graceful_stop = true;
+            lo.sigterm_grace_s = r.failure.sigterm_grace_s;
             return launch(lo, [&](WorkerContext& ctx) {
               TrainResult res = train(r, ctx);
+              if (res.stopped) {
+                if (ctx.rank == 0) {
+                  std::fprintf(stderr,
+                               "kiln: stopped on request after step %lld; train.resume=auto "
+                               "continues from its checkpoint (exit code %d)\n",
+                               static_cast<long long>(res.steps), kExitStopped);
+                }
+                return kExitStopped;
+              }
               if (ctx.rank == 0) {
                 std::fprintf(stderr, "trained %lld steps: loss %.4f -> %.4f; model in %s\n",
                              static_cast<long long>(res.steps), res.first_loss, res.last_loss,

@@ -40,6 +40,11 @@ namespace kiln {
 struct StoreLimits {
   uint32_t max_key_bytes = 4096;
   uint32_t max_value_bytes = 64u << 20;
+  // What the server holds (keys plus values): for each client, the keys it last wrote; and in
+  // all. A SET or ADD past either bound gets an ERROR reply and stores nothing, so one client,
+  // token or not, cannot exhaust the memory of the process that serves the store.
+  uint64_t max_client_bytes = uint64_t{256} << 20;
+  uint64_t max_store_bytes = uint64_t{1} << 30;
   // The largest frame body: one key and one value plus the fixed fields. The key list of a WAIT
   // or CHECK has to fit in it too.
   uint64_t max_frame_bytes() const { return uint64_t{max_key_bytes} + max_value_bytes + 64; }

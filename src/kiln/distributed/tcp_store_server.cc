@@ -80,6 +80,7 @@ struct ServerConn {
   // input is read and dropped until EOF, so closing with unread input does not reset the
   // connection and destroy that reply before the client reads it.
   enum class State { kOpen, kClosing, kDraining };
+  uint64_t id = 0;  // never reused: keys a closed client wrote still count against no one
   UniqueFd fd;
   std::string peer;
   State state = State::kOpen;
@@ -106,6 +107,11 @@ struct TcpStoreServer::Impl {
   std::thread thread;
   // Owned by the server thread alone.
   std::map<std::string, Bytes> data;
+  // Who wrote each key last, and what each client and the whole store hold (StoreLimits).
+  std::map<std::string, uint64_t> owner;
+  std::map<uint64_t, uint64_t> held;
+  uint64_t total_bytes = 0;
+  uint64_t next_conn_id = 1;
   std::vector<std::unique_ptr<ServerConn>> conns;
   bool changed = false;  // data changed since the waiters were last checked
   Clock::time_point accept_paused_until;
@@ -120,9 +126,52 @@ struct TcpStoreServer::Impl {
   void serve_waiters();
   void flush(ServerConn& c);
   void reply(ServerConn& c, Bytes frame);
+  void reply_error(ServerConn& c, const std::string& message);
   void close_with(ServerConn& c, Status status, const std::string& why);
   bool has(const std::string& key) const { return data.count(key) != 0; }
+  // Stores `value` at `key` for `c`; the ERROR message instead when a StoreLimits bound would be
+  // passed.
+  std::optional<std::string> put(const ServerConn& c, const std::string& key, Bytes value);
+  bool erase(const std::string& key);
 };
+
+std::optional<std::string> TcpStoreServer::Impl::put(const ServerConn& c, const std::string& key,
+                                                     Bytes value) {
+  const uint64_t bytes = key.size() + value.size();
+  uint64_t old_bytes = 0, mine_now = held[c.id];
+  const auto it = data.find(key);
+  if (it != data.end()) {
+    old_bytes = key.size() + it->second.size();
+    if (owner[key] == c.id) mine_now -= old_bytes;
+  }
+  if (mine_now + bytes > limits.max_client_bytes) {
+    return fmt::format("store: {} would hold {} bytes, over the limit of {} per client", c.peer,
+                       mine_now + bytes, limits.max_client_bytes);
+  }
+  if (total_bytes - old_bytes + bytes > limits.max_store_bytes) {
+    return fmt::format("store: the store would hold {} bytes, over its limit of {}",
+                       total_bytes - old_bytes + bytes, limits.max_store_bytes);
+  }
+  if (it != data.end()) erase(key);
+  held[c.id] += bytes;
+  owner[key] = c.id;
+  total_bytes += bytes;
+  data[key] = std::move(value);
+  changed = true;
+  return std::nullopt;
+}
+
+bool TcpStoreServer::Impl::erase(const std::string& key) {
+  const auto it = data.find(key);
+  if (it == data.end()) return false;
+  const uint64_t bytes = key.size() + it->second.size();
+  const auto o = owner.find(key);
+  held[o->second] -= bytes;
+  owner.erase(o);
+  total_bytes -= bytes;
+  data.erase(it);
+  return true;
+}
 
 void TcpStoreServer::Impl::run() {
   while (!stop.load()) {
@@ -203,6 +252,7 @@ void TcpStoreServer::Impl::accept_all() {
     }
     set_nodelay(fd);
     auto c = std::make_unique<ServerConn>();
+    c->id = next_conn_id++;
     c->fd = UniqueFd(fd);
     c->peer = peer_name(ss, len);
     c->deadline = Clock::now() + kHelloTime;
@@ -271,8 +321,7 @@ void TcpStoreServer::Impl::handle(ServerConn& c, StoreRequest& req) {
     case StoreOp::kHello:
       fail("store: HELLO sent twice");
     case StoreOp::kSet:
-      data[req.keys[0]] = std::move(req.value);
-      changed = true;
+      if (auto err = put(c, req.keys[0], std::move(req.value))) return reply_error(c, *err);
       break;
     case StoreOp::kGet:
     case StoreOp::kWait: {
@@ -286,21 +335,14 @@ void TcpStoreServer::Impl::handle(ServerConn& c, StoreRequest& req) {
       int64_t v = 0;
       if (auto it = data.find(key); it != data.end()) {
         if (it->second.size() != 8) {
-          Writer e;
-          e.u8(static_cast<uint8_t>(Status::kError));
-          e.str(fmt::format("store: key {} does not hold a counter", key));
-          return reply(c, e.finish());
+          return reply_error(c, fmt::format("store: key {} does not hold a counter", key));
         }
         v = static_cast<int64_t>(load_le(it->second.data(), 8));
       }
       if (__builtin_add_overflow(v, req.delta, &v)) {
-        Writer e;
-        e.u8(static_cast<uint8_t>(Status::kError));
-        e.str(fmt::format("store: counter {} overflows adding {}", key, req.delta));
-        return reply(c, e.finish());
+        return reply_error(c, fmt::format("store: counter {} overflows adding {}", key, req.delta));
       }
-      data[key] = counter_bytes(v);
-      changed = true;
+      if (auto err = put(c, key, counter_bytes(v))) return reply_error(c, *err);
       w.u64(static_cast<uint64_t>(v));
       break;
     }
@@ -308,7 +350,7 @@ void TcpStoreServer::Impl::handle(ServerConn& c, StoreRequest& req) {
       w.u8(std::all_of(req.keys.begin(), req.keys.end(), [&](auto& k) { return has(k); }));
       break;
     case StoreOp::kDelete:
-      w.u8(data.erase(req.keys[0]) != 0);
+      w.u8(erase(req.keys[0]));
       break;
   }
   reply(c, w.finish());
@@ -375,6 +417,13 @@ void TcpStoreServer::Impl::reply(ServerConn& c, Bytes frame) {
   } else {
     c.out.insert(c.out.end(), frame.begin(), frame.end());
   }
+}
+
+void TcpStoreServer::Impl::reply_error(ServerConn& c, const std::string& message) {
+  Writer e;
+  e.u8(static_cast<uint8_t>(Status::kError));
+  e.str(message);
+  reply(c, e.finish());
 }
 
 void TcpStoreServer::Impl::close_with(ServerConn& c, Status status, const std::string& why) {

@@ -327,7 +327,9 @@ bool HangWatchdog::check() {
         if (store_->check({o_.ns + "/hang"})) {
           trigger = to_string(store_->get(o_.ns + "/hang", milliseconds(1000)));
         }
-      } catch (const std::exception&) {
+        store_reached(true, "");
+      } catch (const std::exception& e) {
+        store_reached(false, e.what());
       }
       if (!trigger.empty()) fire(trigger, false);
     }
@@ -352,6 +354,23 @@ bool HangWatchdog::check() {
     std::_Exit(1);
   }
   return true;
+}
+
+void HangWatchdog::store_reached(bool ok, const std::string& why) {
+  if (ok) {
+    store_lost_since_.reset();
+    return;
+  }
+  const auto now = Clock::now();
+  if (!store_lost_since_) store_lost_since_ = now;
+  const double lost_s = std::chrono::duration<double>(now - *store_lost_since_).count();
+  if (now - *store_lost_since_ < o_.store_lost_exit) return;
+  std::fprintf(stderr,
+               "kiln: error: watchdog: rank %d lost the store for %.1f s (%s); the agent that "
+               "served it is gone, exiting\n",
+               o_.rank, lost_s, why.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
 }
 
 void HangWatchdog::run() {

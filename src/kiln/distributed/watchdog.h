@@ -40,7 +40,12 @@ struct WatchdogOptions {
   // A rank still waiting in the same collective this long after the timeout (Gloo's own timeout
   // did not fire) exits with an error so the group fails instead of hanging.
   std::chrono::milliseconds exit_after{0};  // 0: max(timeout, 10 s)
-  bool start_thread = true;                 // tests drive check() themselves
+  // The store is the agent's (or rank 0's): when this rank cannot reach it for this long, the
+  // process that served it is gone (kill -9 of node 0's agent), so the rank exits with an error
+  // rather than train on unwatched. A client connection that failed stays failed, so a short
+  // bound is safe; it only has to outlast a normal shutdown's last second.
+  std::chrono::milliseconds store_lost_exit{5000};
+  bool start_thread = true;  // tests drive check() themselves
 };
 
 class HangWatchdog {
@@ -101,6 +106,9 @@ class HangWatchdog {
   Where where_now() const;  // mu_ held by the caller
   std::vector<int> missing_at(int group, int64_t seq) const;
   void fire(const std::string& trigger, bool announce);
+  // Records whether the last store request reached the store; exits once it has not for
+  // o_.store_lost_exit.
+  void store_reached(bool ok, const std::string& why);
   OpRecord* find(int group, int64_t seq);
 
   std::shared_ptr<Store> store_;
@@ -112,6 +120,7 @@ class HangWatchdog {
   bool fired_ = false;
   std::string fired_at_;  // "group/seq" of the wait that fired locally ("" when remote)
   Clock::time_point fired_time_{};
+  std::optional<Clock::time_point> store_lost_since_;  // check()'s thread only
   std::condition_variable cv_;
   bool stop_ = false;
   std::thread thread_;

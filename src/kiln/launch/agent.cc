@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,8 +19,10 @@
 #include "kiln/base/error.h"
 #include "kiln/base/json.h"
 #include "kiln/base/log.h"
+#include "kiln/base/stop_request.h"
 #include "kiln/distributed/tcp_store.h"
 #include "kiln/distributed/watchdog.h"
+#include "kiln/launch/store_token.h"
 
 extern char** environ;
 
@@ -27,8 +30,14 @@ namespace kiln {
 
 namespace {
 
+// The agent's signal state (a handler can only store to volatile sig_atomic_t): the last signal
+// and how many arrived, so a second one can cut a graceful stop short.
 volatile std::sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
+volatile std::sig_atomic_t g_signal_count = 0;
+void on_signal(int sig) {
+  g_signal = sig;
+  g_signal_count = g_signal_count + 1;
+}
 
 struct Worker {
   int rank = 0;
@@ -132,9 +141,16 @@ pid_t spawn(const AgentSpec& s, int local_rank, int port, int attempt, int* out_
   argv.push_back(nullptr);
   static const char kExecFailed[] = "kiln agent: cannot exec /proc/self/exe\n";
 
+  const pid_t agent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) fail("agent: fork failed: {}", std::strerror(errno));
   if (pid == 0) {
+    // A worker dies with its agent (kill -9 included) instead of training on as an orphan. The
+    // signal follows the thread that forked, the agent's main thread, which lives as long as the
+    // agent; it survives exec. The agent may have died before prctl: then the parent is no
+    // longer the agent.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != agent) ::_exit(128 + SIGKILL);
     ::dup2(fds[1], STDOUT_FILENO);
     ::dup2(fds[1], STDERR_FILENO);
     ::signal(SIGINT, SIG_DFL);
@@ -212,6 +228,7 @@ struct AttemptRecord {
   std::string failure;  // "rank 1 (pid 42) failed with signal 9 (Killed)"
   bool remote_stop = false;
   int signal = 0;
+  bool stopped = false;  // every local worker exited with kExitStopped (graceful_stop)
 };
 
 // Spawns and watches one attempt of the group. Returns when every local worker has exited:
@@ -232,6 +249,11 @@ AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl) {
   bool tearing_down = false;
   auto teardown_deadline = Clock::time_point::max();
   auto next_remote_check = Clock::now();
+  // A broken group is torn down, not asked to checkpoint: workers that honour SIGTERM as a stop
+  // request (graceful_stop) would finish their step first, and a hung one never would.
+  const int failure_signal = s.graceful_stop ? SIGKILL : SIGTERM;
+  int stopped = 0;       // workers that exited with kExitStopped
+  int signals_seen = 0;  // g_signal_count when the graceful stop began
   auto teardown = [&](int sig) {
     signal_all(ws, sig);
     tearing_down = true;
@@ -252,6 +274,26 @@ AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl) {
     }
     if (pfds.empty()) std::this_thread::sleep_for(milliseconds(50));
 
+    if (g_signal != 0 && !tearing_down && s.graceful_stop) {
+      KILN_LOG_WARN(
+          "agent: received signal {}: the workers finish their step, commit a checkpoint and stop "
+          "(failure.sigterm_grace_s={})",
+          static_cast<int>(g_signal), s.sigterm_grace_s);
+      rec.signal = g_signal;
+      rec.rc = 128 + g_signal;  // unless every worker stops in time (below)
+      rec.failure = fmt::format(
+          "node {} stopped by signal {} before every worker committed its stop checkpoint "
+          "(failure.sigterm_grace_s)",
+          s.node_rank, static_cast<int>(g_signal));
+      signals_seen = g_signal_count;
+      teardown(SIGTERM);
+      teardown_deadline =
+          Clock::now() + milliseconds(static_cast<int64_t>(s.sigterm_grace_s * 1000));
+    } else if (rec.signal != 0 && s.graceful_stop && g_signal_count > signals_seen &&
+               teardown_deadline != Clock::time_point::max()) {
+      KILN_LOG_WARN("agent: a second signal: killing the workers now");
+      teardown_deadline = Clock::now();
+    }
     if (g_signal != 0 && !tearing_down) {
       KILN_LOG_WARN("agent: received signal {}, stopping the workers", static_cast<int>(g_signal));
       rec.signal = g_signal;
@@ -279,7 +321,7 @@ AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl) {
         KILN_LOG_WARN("agent: {}; stopping the workers of node {}", why, s.node_rank);
         rec.remote_stop = true;
         rec.rc = 1;
-        teardown(SIGTERM);
+        teardown(failure_signal);
       }
     }
     bool all_done = true;
@@ -293,8 +335,11 @@ AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl) {
         w.exited = true;
         w.status = status;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        const bool stop =
+            s.graceful_stop && WIFEXITED(status) && WEXITSTATUS(status) == kExitStopped;
+        stopped += stop ? 1 : 0;
         const int score = failure_score(ctl, attempt, w.rank, status);
-        if (!ok && !tearing_down && score > culprit_score) {
+        if (!ok && !stop && !tearing_down && score > culprit_score) {
           culprit = &w;
           culprit_score = score;
         }
@@ -318,11 +363,15 @@ AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl) {
         }
       } catch (const std::exception&) {
       }
-      teardown(SIGTERM);
+      teardown(failure_signal);
     }
     if (tearing_down && Clock::now() > teardown_deadline) {
       signal_all(ws, SIGKILL);
       teardown_deadline = Clock::time_point::max();
+    }
+    if (all_done && stopped == s.nproc_per_node) {
+      rec.stopped = true;
+      rec.rc = kExitStopped;
     }
     if (all_done) {
       bool open = false;
@@ -391,12 +440,17 @@ std::string describe_attempt(const AgentSpec& s, Store& ctl, int attempt,
 }  // namespace
 
 int run_agent(const AgentSpec& s) {
-  if (s.nproc_per_node < 1) fail("dist.nproc_per_node must be at least 1");
+  if (s.nproc_per_node < 1 || s.nproc_per_node > 1024) {
+    fail("dist.nproc_per_node is {}; it must be in [1, 1024]", s.nproc_per_node);
+  }
   std::unique_ptr<TcpStoreServer> server;
   int port = s.master_port;
   if (s.node_rank == 0) {
-    server = std::make_unique<TcpStoreServer>(s.nnodes > 1 ? "0.0.0.0" : "127.0.0.1", s.master_port,
-                                              s.token);
+    // Beyond loopback only when another host must reach it (launch() then required the
+    // operator's KILN_STORE_TOKEN).
+    const bool remote = s.nnodes > 1 && !is_loopback_address(s.master_addr);
+    server =
+        std::make_unique<TcpStoreServer>(remote ? "0.0.0.0" : "127.0.0.1", s.master_port, s.token);
     port = server->port();
   } else if (port <= 0) {
     fail("--master-port is required on node {} (the store runs on node 0)", s.node_rank);
@@ -435,13 +489,13 @@ int run_agent(const AgentSpec& s) {
   for (int attempt = 0;; ++attempt) {
     const AttemptRecord rec = run_group(s, port, attempt, ctl);
     bool failed_elsewhere = false;
-    if (rec.rc == 0) {
+    if (rec.rc == 0 || rec.stopped) {
       try {
         failed_elsewhere = s.nnodes > 1 && ctl.check({agent_key(attempt, "failed")});
       } catch (const std::exception&) {
       }
     }
-    if (rec.rc == 0 && !failed_elsewhere) {
+    if ((rec.rc == 0 || rec.stopped) && !failed_elsewhere) {
       try {
         ctl.add(agent_key(attempt, "done"), 1);
       } catch (const std::exception&) {
@@ -450,7 +504,7 @@ int run_agent(const AgentSpec& s) {
       // Node 0 serves the store: it stays until every agent has finished with it.
       if (s.node_rank == 0)
         wait_count(ctl, agent_key(attempt, "done"), s.nnodes, milliseconds(10000));
-      return 0;
+      return rec.stopped ? kExitStopped : 0;
     }
     // Every agent records its attempt, then node 0 decides for all.
     const Json mine{{"node", s.node_rank},    {"failed", rec.failed},   {"rank", rec.rank},

@@ -27,9 +27,16 @@ struct AgentSpec {
   std::string topology_source = "default";  // passed to workers for their run metadata
   double timeout_s = 300;  // dist.timeout_s: bounds the agents' agreement waits too
   std::string hang_dir;    // where workers write hang reports ("" : store only), for messages
+  // The workers honour a stop request (LaunchOptions::graceful_stop): on SIGTERM or SIGINT the
+  // agent sends them SIGTERM and gives them sigterm_grace_s to commit a checkpoint and exit with
+  // kExitStopped (base/stop_request.h), which it then returns; a second signal, or the deadline,
+  // kills them. Otherwise a signal tears the group down at once.
+  bool graceful_stop = false;
+  double sigterm_grace_s = 25;
 };
 
-// Runs the agent until every worker has exited. Returns 0 when all succeeded; otherwise the
+// Runs the agent until every worker has exited. Returns 0 when all succeeded, kExitStopped when
+// all stopped on request (graceful_stop); otherwise the
 // group was torn down and, while restarts remain, started again; at the end the history of
 // failures (rank, exit code or signal, last step; or the hang line naming the stuck rank) is
 // reported and a non-zero status returned.

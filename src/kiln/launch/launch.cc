@@ -2,29 +2,22 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
+#include "kiln/base/dir_lock.h"
 #include "kiln/base/log.h"
+#include "kiln/base/stop_request.h"
 #include "kiln/launch/agent.h"
+#include "kiln/launch/store_token.h"
 #include "kiln/launch/worker.h"
 
 namespace kiln {
 
 namespace {
 
-// A job-wide secret all ranks of an externally launched job share.
-std::string external_token() {
-  for (const char* v : {"KILN_STORE_TOKEN", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID",
-                        "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE", "KILN_JOB_ID"}) {
-    if (const char* t = std::getenv(v)) return std::string(v) + ":" + t;
-  }
-  KILN_LOG_WARN(
-      "no job id in the environment (KILN_STORE_TOKEN, SLURM_JOB_ID, ...): the store uses a "
-      "fixed token");
-  return "kiln-default-token";
-}
-
 int single_process(const LaunchOptions& o, const TrainFn& fn, const std::string& topology_source) {
+  if (o.graceful_stop) install_stop_handlers();
   auto comm = make_local_communicator();
   WorkerContext ctx;
   ctx.comm = comm.get();
@@ -44,6 +37,11 @@ std::string hang_dir(const LaunchOptions& o) {
 int launch(const LaunchOptions& o, const TrainFn& fn) {
   const char* spawned = std::getenv("KILN_WORKER");
   const Topology t = discover_topology(o.flags);
+  // Global rank 0's process holds the output directory; workers it spawns inherit the lock.
+  std::optional<DirLock> lock;
+  if (!o.lock_dir.empty() && spawned == nullptr && t.rank == 0) {
+    lock.emplace(o.lock_dir, "output.dir");
+  }
   if (spawned != nullptr || !t.agent_spawns_workers) {
     if (t.world_size == 1 && spawned == nullptr) return single_process(o, fn, t.source);
     WorkerSpec w;
@@ -73,12 +71,16 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
       w.store_port =
           sp ? std::atoi(sp) : t.master_port + (std::getenv("TORCHELASTIC_RUN_ID") ? 1 : 0);
       w.host_store = true;
-      w.token = external_token();
+      // Every rank on this host: the store need not be reachable from anywhere else.
+      const bool local = t.num_nodes == 1 && is_loopback_address(t.master_addr);
+      w.store_listen = local ? "127.0.0.1" : "0.0.0.0";
+      w.token = job_store_token(!local);
       w.topology_source = t.source;
       const int cores = static_cast<int>(std::thread::hardware_concurrency());
       w.threads =
           o.threads_per_worker > 0 ? o.threads_per_worker : std::max(1, cores / t.local_world_size);
     }
+    if (o.graceful_stop) install_stop_handlers();
     return run_worker(w, fn);
   }
   // This process is the node agent.
@@ -98,12 +100,12 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
   a.topology_source = t.source;
   a.timeout_s = o.timeout_s;
   a.hang_dir = hang_dir(o);
-  if (t.num_nodes > 1) {
-    const char* token = std::getenv("KILN_STORE_TOKEN");
-    a.token = token ? token : external_token();
-  } else {
-    a.token = random_token();
-  }
+  a.graceful_stop = o.graceful_stop;
+  a.sigterm_grace_s = o.sigterm_grace_s;
+  // Several hosts: node 0's store listens on every interface, so only an operator's secret
+  // will do. Several agents on this host (MASTER_ADDR on loopback): a job id or
+  // KILN_STORE_TOKEN. One node: the agent hands its workers a random token.
+  a.token = t.num_nodes > 1 ? job_store_token(!is_loopback_address(t.master_addr)) : random_token();
   return run_agent(a);
 }
 

@@ -32,6 +32,15 @@ struct LaunchOptions {
   // Where every worker writes its hang report (rank-RRRRR.txt); "" : run_dir/hang when run_dir
   // is set, else reports go to the store and the log only. kiln train: <output.dir>/hang.
   std::string hang_dir;
+  // The run's output directory, locked (DirLock, <lock_dir>/.kiln.lock) by global rank 0's
+  // process (the single process, node 0's agent or an external launcher's rank 0) for the run's
+  // life: a second run into it fails at once naming it. "" : no lock. kiln train: output.dir.
+  std::string lock_dir;
+  // `fn` honours stop requests (base/stop_request.h: it polls stop_requested(), commits a
+  // checkpoint and returns kExitStopped): SIGTERM/SIGINT then ask every worker to stop, and the
+  // agent waits sigterm_grace_s for them (AgentSpec). kiln train: on, failure.sigterm_grace_s.
+  bool graceful_stop = false;
+  double sigterm_grace_s = 25;
 };
 
 int launch(const LaunchOptions& opts, const TrainFn& fn);

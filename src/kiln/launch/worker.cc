@@ -22,7 +22,7 @@ int run_worker(const WorkerSpec& s, const TrainFn& fn) {
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(s.timeout_s * 1000));
   std::unique_ptr<TcpStoreServer> server;
   if (s.host_store && s.rank == 0) {
-    server = std::make_unique<TcpStoreServer>("0.0.0.0", s.store_port, s.token);
+    server = std::make_unique<TcpStoreServer>(s.store_listen, s.store_port, s.token);
   }
   // Store requests get the same bound as collectives: a node cut off from node 0 fails within
   // the timeout instead of waiting on a dead connection.

@@ -13,7 +13,8 @@ struct WorkerSpec {
   int rank = 0, world_size = 1, local_rank = 0, local_world_size = 1, node_rank = 0, nnodes = 1;
   std::string master_addr = "127.0.0.1";
   int store_port = 0;
-  bool host_store = false;  // rank 0 serves the store itself (no kiln agent ran)
+  bool host_store = false;               // rank 0 serves the store itself (no kiln agent ran)
+  std::string store_listen = "0.0.0.0";  // where a hosted store listens
   std::string token;
   double timeout_s = 300;
   int threads = 0;  // 0: leave OpenMP's setting

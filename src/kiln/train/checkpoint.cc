@@ -40,9 +40,16 @@ struct ShardFile {
 
 std::vector<ShardFile> open_shards(const fs::path& dir, const Json& manifest, int num_units) {
   std::vector<ShardFile> out;
-  for (const auto& name : manifest.at("files")) {
+  for (const auto& entry : manifest.at("files")) {
+    // A shard is a file of this directory: a name with a '/' or a ".." would reach outside it.
+    const std::string name = entry.is_string() ? entry.get<std::string>() : entry.dump();
+    if (!entry.is_string() || name.empty() || name == "." || name == ".." ||
+        name.find('/') != std::string::npos || name.find('\0') != std::string::npos) {
+      fail("{}/manifest.json: files entry {} is not a file name inside the checkpoint",
+           dir.string(), entry.dump());
+    }
     ShardFile f;
-    f.file = std::make_unique<SafetensorsFile>(dir / name.get<std::string>());
+    f.file = std::make_unique<SafetensorsFile>(dir / name);
     f.ranges.resize(num_units);
     const auto& meta = f.file->metadata();
     for (int u = 0; u < num_units; ++u) {
@@ -85,13 +92,16 @@ void assemble(const std::vector<ShardFile>& shards, const fs::path& dir, int uni
   }
 }
 
-Json read_manifest(const fs::path& dir, const ParamLayout& layout) {
+Json read_manifest_fields(const fs::path& dir, const ParamLayout& layout) {
   Json m = read_json_file(dir / "manifest.json");
   if (m.value("format_version", 0) != kFormatVersion) {
     fail("{}/manifest.json: unsupported checkpoint format version {}", dir.string(),
          m.value("format_version", 0));
   }
   const auto& units = m.at("units");
+  if (!units.is_array()) {
+    fail("{}/manifest.json: units is {}, expected a list of units", dir.string(), units.dump());
+  }
   if (static_cast<int>(units.size()) != layout.num_units()) {
     fail("{}: checkpoint has {} units, this model {} (a different model?)", dir.string(),
          units.size(), layout.num_units());
@@ -104,6 +114,21 @@ Json read_manifest(const fs::path& dir, const ParamLayout& layout) {
     }
   }
   return m;
+}
+
+// A manifest with a field missing or of the wrong type: one error naming the file, never
+// nlohmann's bare exception.
+template <typename Fn>
+auto manifest_fields(const fs::path& dir, Fn fn) {
+  try {
+    return fn();
+  } catch (const Json::exception& e) {
+    fail("{}/manifest.json: {}", dir.string(), e.what());
+  }
+}
+
+Json read_manifest(const fs::path& dir, const ParamLayout& layout) {
+  return manifest_fields(dir, [&] { return read_manifest_fields(dir, layout); });
 }
 
 }  // namespace
@@ -401,7 +426,7 @@ fs::path save_checkpoint(const fs::path& root, const CheckpointState& st, const 
 CheckpointState load_checkpoint(const fs::path& dir, const ParamLayout& layout, Fsdp& fsdp,
                                 Optimizer& opt) {
   const Json m = read_manifest(dir, layout);
-  const auto shards = open_shards(dir, m, layout.num_units());
+  const auto shards = manifest_fields(dir, [&] { return open_shards(dir, m, layout.num_units()); });
   const auto ranges = fsdp.shard_ranges();
   const Backend& be = fsdp.backend();
   std::vector<float> host;
@@ -417,15 +442,17 @@ CheckpointState load_checkpoint(const fs::path& dir, const ParamLayout& layout, 
     if (opt.m(u).size() > 0) load(u, "m", opt.m(u).data());
     if (opt.v(u).size() > 0) load(u, "v", opt.v(u).data());
   }
-  opt.set_step_count(m.at("optimizer_steps").get<int64_t>());
-  CheckpointState st;
-  st.step = m.at("step").get<int64_t>();
-  st.sampler.epoch = m.at("sampler").at("epoch").get<uint64_t>();
-  st.sampler.index = m.at("sampler").at("index").get<uint64_t>();
-  st.strategy = m.at("strategy").get<std::string>();
-  st.recipe_yaml = m.at("recipe").get<std::string>();
-  st.metrics = m.at("metrics");
-  return st;
+  return manifest_fields(dir, [&] {
+    opt.set_step_count(m.at("optimizer_steps").get<int64_t>());
+    CheckpointState st;
+    st.step = m.at("step").get<int64_t>();
+    st.sampler.epoch = m.at("sampler").at("epoch").get<uint64_t>();
+    st.sampler.index = m.at("sampler").at("index").get<uint64_t>();
+    st.strategy = m.at("strategy").get<std::string>();
+    st.recipe_yaml = m.at("recipe").get<std::string>();
+    st.metrics = m.at("metrics");
+    return st;
+  });
 }
 
 std::vector<CheckpointInfo> list_checkpoints(const fs::path& root) {
@@ -509,7 +536,8 @@ CheckpointUnitReader::CheckpointUnitReader(const fs::path& dir, const ParamLayou
     : impl_(std::make_unique<Impl>()) {
   manifest_ = read_manifest(dir, layout);
   impl_->dir = dir;
-  impl_->shards = open_shards(dir, manifest_, layout.num_units());
+  impl_->shards =
+      manifest_fields(dir, [&] { return open_shards(dir, manifest_, layout.num_units()); });
   impl_->layout = &layout;
 }
 

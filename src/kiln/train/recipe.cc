@@ -67,6 +67,7 @@ const std::vector<std::string> kKeys = {
     "checkpoint.best_mode",
     "checkpoint.background",
     "failure.max_restarts",
+    "failure.sigterm_grace_s",
 };
 const std::vector<std::string> kSections = {"model",  "data", "optimizer", "schedule",   "train",
                                             "output", "dist", "eval",      "checkpoint", "failure"};
@@ -411,8 +412,12 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
 
   in.choice("dist.strategy", r.dist.strategy,
             {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"});
-  in.integer("dist.nproc_per_node", r.dist.nproc_per_node, "> 0", positive);
-  in.real("dist.timeout_s", r.dist.timeout_s, "> 0", [](double v) { return v > 0; });
+  // Bounded above: a worker per process slot is the most any node has, and a timeout becomes
+  // int64 milliseconds (1e300 once overflowed into a negative timeout).
+  in.integer("dist.nproc_per_node", r.dist.nproc_per_node, "in [1, 1024]",
+             [](int64_t v) { return v >= 1 && v <= 1024; });
+  in.real("dist.timeout_s", r.dist.timeout_s, "in (0, 604800] (a week)",
+          [](double v) { return v > 0 && v <= 604800; });
   in.boolean("dist.prefetch", r.dist.prefetch);
   in.integer("dist.threads_per_worker", r.dist.threads_per_worker, ">= 0",
              [](int64_t v) { return v >= 0; });
@@ -434,6 +439,8 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.choice("checkpoint.best_mode", r.checkpoint.best_mode, {"min", "max"});
   in.boolean("checkpoint.background", r.checkpoint.background);
   in.integer("failure.max_restarts", r.failure.max_restarts, ">= 0", non_negative);
+  in.real("failure.sigterm_grace_s", r.failure.sigterm_grace_s, "in (0, 3600]",
+          [](double v) { return v > 0 && v <= 3600; });
 
   in.check_all_read();
   return r;
@@ -522,6 +529,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   end();
   section("failure");
   out << YAML::Key << "max_restarts" << YAML::Value << r.failure.max_restarts;
+  out << YAML::Key << "sigterm_grace_s" << YAML::Value << number(r.failure.sigterm_grace_s);
   end();
   out << YAML::EndMap;
   KILN_CHECK(out.good(), "recipe_to_yaml: {}", out.GetLastError());

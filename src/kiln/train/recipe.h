@@ -109,6 +109,10 @@ struct Recipe {
   };
   struct Failure {
     int64_t max_restarts = 0;  // >= 0: group restarts from the newest checkpoint
+    // (0, 3600]: after SIGTERM/SIGINT the workers get this long to finish their step and commit
+    // a checkpoint before the launcher kills them; below Kubernetes'
+    // terminationGracePeriodSeconds.
+    double sigterm_grace_s = 25;
     bool operator==(const Failure&) const = default;
   };
 

@@ -12,6 +12,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/fault.h"
+#include "kiln/base/stop_request.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/metrics_log.h"
 
@@ -80,6 +81,8 @@ void WorkerContext::begin_step(int64_t step) {
   if (step_listener) step_listener(step, true);
   fault_begin_step(rank, step);
 }
+
+bool WorkerContext::stop_requested() const { return kiln::stop_requested(); }
 
 void WorkerContext::append_metrics(const Json& row) {
   if (!metrics_) {

@@ -48,6 +48,11 @@ struct WorkerContext {
   // history name it, and KILN_FAULT's step faults fire here.
   void begin_step(int64_t step);
 
+  // True once this process was asked to stop (SIGTERM/SIGINT with LaunchOptions::graceful_stop;
+  // base/stop_request.h). Per rank: a function agrees across ranks before acting on it (the
+  // trainer adds it to a step's all-reduce), commits a checkpoint and returns kExitStopped.
+  bool stop_requested() const;
+
   // Reports a metrics object on this rank (not collective): calls `reporter`; on rank 0 with a
   // run_dir, also appends it to metrics.jsonl.
   void report(const Json& metrics);

@@ -119,6 +119,7 @@ class Trainer {
   PinnedBuffer<double> step_scalars_host_;
   std::vector<Batch> batches_;
   int64_t start_step_ = 0;
+  bool stop_ = false;  // a rank was asked to stop (set by train_step, the same on every rank)
   Clock::time_point t_start_;
   const bool tty_;
 };
@@ -342,8 +343,12 @@ StepMetrics Trainer::train_step(int64_t step) {
   // The step's one device read.
   backend_->copy_to_host(step_scalars_host_.data(), step_scalars_.data(), 2 * sizeof(double));
   backend_->synchronize();
-  double loss = step_scalars_host_.data()[0];
-  world_.all_reduce(&loss, size_t{1}, ReduceOp::kSum);
+  // A stop request (SIGTERM) on any rank rides on the loss's all-reduce: every rank stops after
+  // this same step.
+  double sums[2] = {step_scalars_host_.data()[0], ctx_.stop_requested() ? 1.0 : 0.0};
+  world_.all_reduce(sums, size_t{2}, ReduceOp::kSum);
+  const double loss = sums[0];
+  stop_ = sums[1] > 0;
   const double grad_norm = std::sqrt(step_scalars_host_.data()[1]);
   if (!std::isfinite(grad_norm)) {
     fail("step {}: gradient norm is {} (loss {}); stopping (the last checkpoint is intact)",
@@ -441,7 +446,7 @@ TrainResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step)
   t_start_ = Clock::now();
   const bool has_eval = eval_batches_.has_value();
   std::optional<double> final_eval_loss;
-  for (int64_t step = start_step_; step < r_.train.max_steps; ++step) {
+  for (int64_t step = start_step_; step < r_.train.max_steps && !result.stopped; ++step) {
     ctx_.begin_step(step + 1);  // hang reports and KILN_FAULT name the step
     const StepMetrics m = train_step(step);
     if (step == start_step_) result.first_loss = m.loss;
@@ -454,10 +459,22 @@ TrainResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step)
       eval_loss = evaluate(m.step);
     }
     if (last) final_eval_loss = eval_loss;
-    if (r_.checkpoint.every_steps > 0 && m.step % r_.checkpoint.every_steps == 0 && !last) {
+    if (stop_ && !last) {
+      saver_.flush();
+      saver_.save(checkpoint_state(m.step, m.loss, eval_loss), /*sync=*/true);
+      result.stopped = true;
+    } else if (r_.checkpoint.every_steps > 0 && m.step % r_.checkpoint.every_steps == 0 && !last) {
       saver_.save(checkpoint_state(m.step, m.loss, eval_loss));
     }
     if (lead_) log_step(m, eval_loss);
+  }
+  if (result.stopped) {
+    if (lead_) {
+      KILN_LOG_WARN("stopped on request after step {}: checkpoint {} committed", result.steps,
+                    saver_.last_committed().string());
+    }
+    world_.barrier();
+    return result;
   }
   log_memory();
   if (has_eval && !final_eval_loss)

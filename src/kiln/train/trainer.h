@@ -26,6 +26,9 @@ struct TrainResult {
   int64_t steps = 0;
   double first_loss = 0, last_loss = 0;
   fs::path model_dir;  // the saved final model (HF layout)
+  // Stopped on request (WorkerContext::stop_requested on any rank) after `steps`, with a
+  // checkpoint of that step committed and no final model written.
+  bool stopped = false;
 };
 
 // Runs the recipe on this worker of the group in `ctx` (a single process: world size 1).

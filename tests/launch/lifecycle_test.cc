@@ -1,0 +1,121 @@
+// A run's life beyond its own code: workers die with their agent (kill -9 included), and an
+// output directory belongs to one run at a time.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include "common/background_kiln.h"
+#include "common/run_kiln.h"
+#include "common/tiny_run.h"
+#include "kiln/base/file.h"
+
+namespace kiln {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::alive;
+using testing::BackgroundKiln;
+using testing::children_of;
+using testing::run_kiln;
+using Clock = std::chrono::steady_clock;
+
+#define EXPECT_HAS(haystack, needle) \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+
+// Waits until `agent` has `n` worker children and rank 0 has written a metrics row; the workers.
+std::vector<pid_t> wait_for_training(BackgroundKiln& agent, size_t n, const fs::path& metrics) {
+  const auto deadline = Clock::now() + milliseconds(60000);
+  std::vector<pid_t> workers;
+  while (Clock::now() < deadline) {
+    workers = children_of(agent.pid());
+    if (workers.size() >= n && fs::exists(metrics) && fs::file_size(metrics) > 0) return workers;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  ADD_FAILURE() << "training did not start: " << agent.log();
+  return workers;
+}
+
+TEST(Lifecycle, WorkersDieWithTheirAgentAndTheOutputDirIsLockedMeanwhile) {
+  const fs::path d = testing::setup_tiny_run("kiln_lifecycle", "orphans", {.max_steps = 100000});
+  const std::string recipe = (d / "recipe.yaml").string();
+  BackgroundKiln agent({"train", recipe}, d / "agent.log");
+  const std::vector<pid_t> workers = wait_for_training(agent, 2, d / "run/metrics.jsonl");
+  ASSERT_EQ(workers.size(), 2u);
+
+  // A second run into the same output.dir fails at once, in one line naming the directory.
+  auto second = run_kiln("train " + recipe + " train.max_steps=2");
+  EXPECT_EQ(second.code, 1) << second.out;
+  EXPECT_HAS(second.out, "kiln: error: output.dir " + (d / "run").string() +
+                             " is in use by another kiln run (pid " + std::to_string(agent.pid()) +
+                             ")");
+  EXPECT_EQ(std::count(second.out.begin(), second.out.end(), '\n'), 1) << second.out;
+
+  agent.signal(SIGKILL);
+  const auto t0 = Clock::now();
+  bool gone = false;
+  while (!gone && Clock::now() - t0 < milliseconds(5000)) {
+    gone = !alive(workers[0]) && !alive(workers[1]);
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_TRUE(gone) << "workers " << workers[0] << ", " << workers[1]
+                    << " outlived their agent by 5 s";
+  std::fprintf(stderr, "workers gone %.3f s after kill -9 of the agent\n",
+               std::chrono::duration<double>(Clock::now() - t0).count());
+
+  // The lock died with the run: the next one into the directory trains.
+  auto next = run_kiln("train " + recipe + " train.max_steps=2");
+  EXPECT_EQ(next.code, 0) << next.out;
+  fs::remove_all(d);
+}
+
+// SIGTERM (a Kubernetes preemption) mid-run: every rank finishes its step, one checkpoint is
+// committed, kiln exits with kExitStopped (75) well inside failure.sigterm_grace_s, and
+// train.resume=auto ends with the very weights of an uninterrupted run.
+void sigterm_then_resume(int nproc) {
+  const std::string name = "sigterm" + std::to_string(nproc);
+  const fs::path d = testing::setup_tiny_run("kiln_lifecycle", name, {.max_steps = 300});
+  const std::string recipe =
+      (d / "recipe.yaml").string() + " dist.nproc_per_node=" + std::to_string(nproc);
+  auto full = run_kiln("train " + recipe + " output.dir=" + (d / "full").string());
+  ASSERT_EQ(full.code, 0) << full.out;
+
+  std::vector<std::string> args = {"train", (d / "recipe.yaml").string(),
+                                   "dist.nproc_per_node=" + std::to_string(nproc),
+                                   "output.dir=" + (d / "stopped").string()};
+  BackgroundKiln run(args, d / "stopped.log");
+  wait_for_training(run, nproc > 1 ? static_cast<size_t>(nproc) : 0, d / "stopped/metrics.jsonl");
+  const auto t0 = Clock::now();
+  run.signal(SIGTERM);
+  const int code = run.wait(milliseconds(30000));
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  const std::string log = run.log();
+  ASSERT_EQ(code, 75) << log;
+  EXPECT_LT(took, 10.0) << log;  // failure.sigterm_grace_s is 25
+  std::fprintf(stderr, "%d worker(s): exit 75 %.2f s after SIGTERM\n", nproc, took);
+  const size_t at = log.find("kiln: stopped on request after step ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const int64_t step = std::stoll(log.substr(at + 36));
+  EXPECT_GT(step, 0);
+  EXPECT_LT(step, 300) << "the run ended before the signal arrived";
+  const fs::path ckpt = d / "stopped/checkpoints" / fmt::format("step-{:08d}", step);
+  EXPECT_TRUE(fs::exists(ckpt / "manifest.json")) << ckpt << "\n" << log;
+  EXPECT_FALSE(fs::exists(d / "stopped/final"));
+
+  auto resumed = run_kiln("train " + recipe + " output.dir=" + (d / "stopped").string() +
+                          " train.resume=auto");
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_HAS(resumed.out, fmt::format("(step {})", step));
+  EXPECT_TRUE(read_file(d / "full/final/model.safetensors") ==
+              read_file(d / "stopped/final/model.safetensors"))
+      << "final weights differ from the uninterrupted run";
+  fs::remove_all(d);
+}
+
+TEST(Lifecycle, SigtermToTheAgentCheckpointsAndResumesExactly) { sigterm_then_resume(2); }
+TEST(Lifecycle, SigtermToASingleProcessCheckpointsAndResumesExactly) { sigterm_then_resume(1); }
+
+}  // namespace
+}  // namespace kiln
