@@ -8,11 +8,13 @@ apply_chat_template (sandboxed, trim_blocks, lstrip_blocks), and writes one JSON
 
 Made with:  python3 tools/qwen25_chat_template_ref.py > tests/fixtures/data/chat_template_ref.jsonl
 (jinja2 3.1). Never needed by the build.
+
+With --template it writes the template itself instead (no jinja2 needed), which kiln embeds for
+model directories whose base has no chat template:
+  python3 tools/qwen25_chat_template_ref.py --template > tests/fixtures/data/qwen25_chat_template.jinja
 """
 import json
 import sys
-
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 # Qwen/Qwen2.5-*-Instruct tokenizer_config.json, "chat_template".
 TEMPLATE = (
@@ -74,6 +76,11 @@ CONVERSATIONS = [
 
 
 def main():
+    if sys.argv[1:] == ["--template"]:
+        sys.stdout.write(TEMPLATE)
+        return
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     template = env.from_string(TEMPLATE)
     for messages in CONVERSATIONS:

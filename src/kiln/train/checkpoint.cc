@@ -155,6 +155,17 @@ uint64_t write_rank_file(const fs::path& path, int rank, int world_size, int64_t
   return bytes;
 }
 
+// config.json (and, from a base model, its tokenizer and generation files) beside the shards.
+void write_checkpoint_config(const fs::path& dir, const Json& model_config,
+                             const HfModelFiles& files) {
+  if (files.base.empty()) {
+    write_file_atomic(dir / "config.json", model_config.dump(2) + "\n");
+    return;
+  }
+  write_hf_model_files(dir, files);
+  write_file_atomic(dir / "config.json", hf_config_json(files.base, "float32").dump(2) + "\n");
+}
+
 }  // namespace
 
 struct CheckpointSaver::Pending {
@@ -162,6 +173,7 @@ struct CheckpointSaver::Pending {
   fs::path tmp, final_dir;
   Json manifest;  // without "files"
   Json model_config;
+  HfModelFiles hf_files;
   std::thread thread;         // background write
   std::atomic<int> state{0};  // 0 running, 1 done, 2 failed
   std::string error;          // set before state becomes 2
@@ -225,7 +237,7 @@ void CheckpointSaver::finalize() {
       std::sort(files.begin(), files.end());
       Json manifest = p.manifest;
       manifest["files"] = files;
-      write_file_atomic(p.tmp / "config.json", p.model_config.dump(2) + "\n");
+      write_checkpoint_config(p.tmp, p.model_config, p.hf_files);
       write_file_atomic(p.tmp / "manifest.json", manifest.dump(2) + "\n");
       fsync_dir(p.tmp);
       if (fs::exists(p.final_dir)) fs::remove_all(p.final_dir);
@@ -312,6 +324,7 @@ void CheckpointSaver::save(const CheckpointState& st, bool sync) {
                  {"recipe_hash", fmt::format("{:016x}", fnv1a(st.recipe_yaml))},
                  {"metrics", st.metrics}};
   p->model_config = st.model_config;
+  p->hf_files = st.hf_files;
 
   if (!write_shard_) {
     p->state = 1;

@@ -19,6 +19,7 @@
 #include "kiln/distributed/communicator.h"
 #include "kiln/distributed/fsdp.h"
 #include "kiln/model/hf_checkpoint.h"
+#include "kiln/model/hf_model_files.h"
 #include "kiln/model/qwen2.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/optimizer.h"
@@ -193,7 +194,7 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
     st.recipe_yaml = recipe_yaml;
     st.metrics = {{"loss", loss}};
     if (eval_loss) st.metrics["eval_loss"] = *eval_loss;
-    st.model_config = config_to_json(config);
+    st.hf_files = {model_path, r.data.tokenizer};
     return st;
   };
   RetentionPolicy retention;
@@ -372,18 +373,9 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
   if (lead) {
     CheckpointUnitReader reader(last_ckpt, layout);
     const DType out_dtype = *dtype_from_cli(r.output.dtype);
-    save_hf_checkpoint_streaming(
-        result.model_dir, config, layout, [&](int u, float* out) { reader.read_unit(u, out); },
-        out_dtype);
-    // The tokenizer travels with the model, as save_pretrained's output does.
-    const fs::path tok =
-        !r.data.tokenizer.empty() && !fs::is_directory(r.data.tokenizer)
-            ? fs::path(r.data.tokenizer)
-            : (r.data.tokenizer.empty() ? model_path : fs::path(r.data.tokenizer)) /
-                  "tokenizer.json";
-    if (fs::is_regular_file(tok)) {
-      fs::copy_file(tok, result.model_dir / "tokenizer.json", fs::copy_options::overwrite_existing);
-    }
+    save_hf_model_dir(
+        result.model_dir, {model_path, r.data.tokenizer}, layout,
+        [&](int u, float* out) { reader.read_unit(u, out); }, out_dtype);
     KILN_LOG_INFO("saved {} ({}) from {}", result.model_dir.string(), r.output.dtype,
                   last_ckpt.string());
   }
