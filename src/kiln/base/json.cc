@@ -12,6 +12,14 @@ Json parse_json(std::string_view text, const std::string& what) {
   }
 }
 
+OrderedJson parse_json_ordered(std::string_view text, const std::string& what) {
+  try {
+    return OrderedJson::parse(text);
+  } catch (const OrderedJson::parse_error& e) {
+    fail("{}: malformed JSON: {}", what, e.what());
+  }
+}
+
 Json read_json_file(const fs::path& path) { return parse_json(read_file(path), path.string()); }
 
 }  // namespace kiln
