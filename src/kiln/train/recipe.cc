@@ -51,6 +51,7 @@ const std::vector<std::string> kKeys = {
     "train.dtype",
     "output.dir",
     "output.dtype",
+    "output.tensorboard",
     "dist.strategy",
     "dist.nproc_per_node",
     "dist.timeout_s",
@@ -406,6 +407,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
 
   r.output.dir = Reader::text(in.require("output.dir"), "output.dir");
   in.choice("output.dtype", r.output.dtype, {"f32", "bf16"});
+  in.boolean("output.tensorboard", r.output.tensorboard);
 
   in.choice("dist.strategy", r.dist.strategy,
             {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"});
@@ -495,6 +497,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   section("output");
   out << YAML::Key << "dir" << YAML::Value << YAML::DoubleQuoted << r.output.dir;
   out << YAML::Key << "dtype" << YAML::Value << r.output.dtype;
+  out << YAML::Key << "tensorboard" << YAML::Value << r.output.tensorboard;
   end();
   section("dist");
   out << YAML::Key << "strategy" << YAML::Value << r.dist.strategy;

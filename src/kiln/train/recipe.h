@@ -73,11 +73,13 @@ struct Recipe {
   struct Output {
     std::string dir;            // required; relative to the current working directory
     std::string dtype = "f32";  // "f32" | "bf16": dtype of the saved Hugging Face weights
+    bool tensorboard = true;    // event files under dir/tensorboard/
     bool operator==(const Output&) const = default;
   };
 
   struct Dist {
-    // "full_shard" | "shard_grad_op" | "no_shard" | "hybrid_shard" (see src/kiln/distributed/fsdp.h)
+    // "full_shard" | "shard_grad_op" | "no_shard" | "hybrid_shard" (see
+    // src/kiln/distributed/fsdp.h)
     std::string strategy = "full_shard";
     int nproc_per_node = 1;      // > 0 workers the launcher spawns on this node
     double timeout_s = 300;      // > 0: every collective and rendezvous wait

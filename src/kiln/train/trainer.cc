@@ -24,6 +24,7 @@
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/optimizer.h"
 #include "kiln/train/run_meta.h"
+#include "kiln/train/tensorboard.h"
 #include "kiln/train/train_data.h"
 
 namespace kiln {
@@ -243,6 +244,10 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
 
   std::unique_ptr<MetricsWriter> metrics;
   if (lead) metrics = std::make_unique<MetricsWriter>(run_dir / "metrics.jsonl", start_step);
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  if (lead && r.output.tensorboard) {
+    tensorboard = std::make_unique<TensorBoardWriter>(run_dir / "tensorboard");
+  }
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   const int accum = r.train.grad_accum_steps;
   std::vector<Batch> batches(accum);
@@ -327,7 +332,9 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
                    {"epoch", sampler.epoch()}};
     Json full_row = row;
     if (eval_loss) full_row["eval_loss"] = *eval_loss;
+    full_row["peak_rss_mib"] = peak_rss_bytes() / 1048576.0;
     metrics->write(full_row);
+    if (tensorboard) tensorboard->write_row(m.step, full_row);
     ctx.report(full_row);
     if (m.step % r.train.log_every == 0 || last || eval_loss) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
