@@ -41,6 +41,7 @@ const std::vector<std::string> kKeys = {
     "schedule.warmup_steps",
     "schedule.min_lr_ratio",
     "train.max_steps",
+    "train.epochs",
     "train.micro_batch_size",
     "train.grad_accum_steps",
     "train.grad_clip",
@@ -396,6 +397,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
 
   auto positive = [](int64_t v) { return v > 0; };
   in.integer("train.max_steps", r.train.max_steps, "> 0", positive);
+  in.integer("train.epochs", r.train.epochs, ">= 0", [](int64_t v) { return v >= 0; });
   in.integer("train.micro_batch_size", r.train.micro_batch_size, "> 0", positive);
   in.integer("train.grad_accum_steps", r.train.grad_accum_steps, "> 0", positive);
   in.real("train.grad_clip", r.train.grad_clip, ">= 0", [](double v) { return v >= 0; });
@@ -485,6 +487,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   end();
   section("train");
   out << YAML::Key << "max_steps" << YAML::Value << r.train.max_steps;
+  out << YAML::Key << "epochs" << YAML::Value << r.train.epochs;
   out << YAML::Key << "micro_batch_size" << YAML::Value << r.train.micro_batch_size;
   out << YAML::Key << "grad_accum_steps" << YAML::Value << r.train.grad_accum_steps;
   out << YAML::Key << "grad_clip" << YAML::Value << number(r.train.grad_clip);

@@ -56,6 +56,7 @@ struct Recipe {
   };
   struct Train {
     int64_t max_steps = 100;   // > 0 optimizer steps
+    int64_t epochs = 0;        // >= 0; > 0: train this many epochs (max_steps is ignored)
     int micro_batch_size = 1;  // > 0 rows per forward/backward on each rank
     int grad_accum_steps = 1;  // > 0 micro-batches per optimizer step
     double grad_clip = 1.0;    // >= 0: max global grad norm; 0 disables clipping

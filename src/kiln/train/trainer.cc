@@ -155,6 +155,7 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
   // mapped, by the first worker of each node first; the loader logs the counts).
   const std::unique_ptr<TrainData> data = open_train_data(r, config.vocab_size, ctx);
   BatchSampler& sampler = *data->sampler;
+  const int64_t max_steps = train_steps(r, data->dataset, ctx);  // train.max_steps or epochs
   // Held-out data: every rank loads it (no cache files) and evaluates its share.
   std::optional<TokenizedDataset> eval_data;
   std::optional<EvalBatches> eval_batches;
@@ -256,7 +257,7 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
   std::optional<double> final_eval_loss;
   const Backend& be = cpu_backend_for(r.train.dtype);
 
-  for (int64_t step = start_step; step < r.train.max_steps; ++step) {
+  for (int64_t step = start_step; step < max_steps; ++step) {
     ctx.begin_step(step + 1);  // hang reports and KILN_FAULT name the step
     const auto t0 = Clock::now();
     // The loss is the mean over every predicted token of the step (all micro-batches, all
@@ -292,7 +293,7 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
     if (r.train.grad_clip > 0 && grad_norm > r.train.grad_clip) {
       fsdp.scale_grads(be, static_cast<float>(r.train.grad_clip / (grad_norm + 1e-6)));
     }
-    const double lr = lr_at(ss, r.optimizer.lr, step, r.train.max_steps);
+    const double lr = lr_at(ss, r.optimizer.lr, step, max_steps);
     opt.begin_step();
     for (int u = 0; u < fsdp.num_units(); ++u) {
       opt.step(u, fsdp.shard_params(u), fsdp.shard_grads(u), lr);
@@ -311,7 +312,7 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
     result.last_loss = m.loss;
     result.steps = m.step;
     if (on_step) on_step(m);
-    const bool last = m.step == r.train.max_steps;
+    const bool last = m.step == max_steps;
     std::optional<double> eval_loss;
     if (has_eval && (last || (r.eval.every_steps > 0 && m.step % r.eval.every_steps == 0))) {
       eval_loss = evaluate(m.step);
@@ -338,10 +339,10 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
     ctx.report(full_row);
     if (m.step % r.train.log_every == 0 || last || eval_loss) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
-      const double eta = elapsed / m.step * (r.train.max_steps - m.step);
+      const double eta = elapsed / m.step * (max_steps - m.step);
       const std::string line = fmt::format(
           "step {}/{} | loss {:.4f}{} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}",
-          m.step, r.train.max_steps, m.loss,
+          m.step, max_steps, m.loss,
           eval_loss ? fmt::format(" | eval_loss {:.4f}", *eval_loss) : std::string(), m.lr,
           m.grad_norm, m.tokens_per_s, format_duration(eta));
       if (tty) {
@@ -371,9 +372,8 @@ TrainResult train(const Recipe& r, WorkerContext& ctx,
   // unit by unit into final/ in Hugging Face layout.
   // A background save still in flight is committed first; the last one is written at once.
   saver.flush();
-  if (has_eval && !final_eval_loss)
-    final_eval_loss = evaluate(r.train.max_steps);  // resumed at the end
-  saver.save(checkpoint_state(r.train.max_steps, result.last_loss, final_eval_loss),
+  if (has_eval && !final_eval_loss) final_eval_loss = evaluate(max_steps);  // resumed at the end
+  saver.save(checkpoint_state(max_steps, result.last_loss, final_eval_loss),
              /*sync=*/true);
   const fs::path last_ckpt = saver.last_committed();
   result.model_dir = final_model_dir(run_dir);
