@@ -288,6 +288,24 @@ Draft from_pmi(const Resolver& r) {
   return mpi_like(r, rank, world, derive(0, "no MPI_LOCALRANKID"), derive(1, "no MPI_LOCALNRANKS"));
 }
 
+// The first host of a Slurm hostlist: "gpu-[007-009,012],cpu1" -> "gpu-007",
+// "rack[2-3]-n[01-02]" -> "rack2-n01" (each bracket's first number, zero padding kept).
+std::string first_slurm_host(std::string_view list) {
+  std::string host;
+  for (size_t i = 0; i < list.size() && list[i] != ',';) {
+    if (list[i] != '[') {
+      host += list[i++];
+      continue;
+    }
+    const size_t close = list.find(']', i);
+    const std::string_view inside =
+        list.substr(i + 1, (close == std::string_view::npos ? list.size() : close) - i - 1);
+    host += inside.substr(0, inside.find_first_of(",-"));
+    i = close == std::string_view::npos ? list.size() : close + 1;
+  }
+  return host;
+}
+
 Draft from_slurm(const Resolver& r) {
   Draft d;
   d.agent = false;
@@ -330,6 +348,12 @@ Draft from_slurm(const Resolver& r) {
       r.num("SLURM_NODEID")
           .value_or(derive(d.rank.value / d.local_world.value, "SLURM_PROCID / tasks per node"));
   d.master_addr = r.str("MASTER_ADDR");
+  // Several nodes and no MASTER_ADDR: the job's first node (where SLURM_PROCID 0 runs).
+  if (!d.master_addr && d.nodes.value > 1) {
+    if (const auto list = r.str("SLURM_JOB_NODELIST")) {
+      if (std::string host = first_slurm_host(*list); !host.empty()) d.master_addr = host;
+    }
+  }
   d.master_port = r.num("MASTER_PORT");
   return d;
 }
