@@ -3,16 +3,30 @@
 
 Renders a few conversations with the template of Qwen2.5-Instruct's tokenizer_config.json
 (copied below verbatim), through jinja2 set up as Hugging Face transformers does for
-apply_chat_template (sandboxed, trim_blocks, lstrip_blocks), and writes one JSON object per line:
-{"messages": [...], "add_generation_prompt": bool, "rendered": "..."}.
+apply_chat_template (sandboxed, trim_blocks, lstrip_blocks, and transformers' own tojson filter:
+json.dumps(x, ensure_ascii=False), keys in their order, no HTML escaping), and writes one JSON
+object per line: {"messages": [...], "tools": [...] (when given), "add_generation_prompt": bool,
+"rendered": "..."}.
+
+The cases with tools cover tools in the system prompt (with and without a system message),
+assistant tool calls (OpenAI's {"type", "id", "function"} form and the bare {"name", "arguments"}
+form), parallel calls, consecutive tool results, arguments given as a JSON string and content
+given as a list of text parts. kiln reads the last two as transformers users mean them, which the
+template itself does not: a string of arguments is parsed and rendered as its object, and text
+parts are joined. The reference renders the same normalised messages, while the fixture keeps
+the messages as given, so the test feeds kiln the original form.
 
 Made with:  python3 tools/qwen25_chat_template_ref.py > tests/fixtures/data/chat_template_ref.jsonl
-(jinja2 3.1). Never needed by the build.
+(jinja2 3.1.2, Debian bookworm's python3-jinja2, run with /usr/bin/python3). Never needed by the
+build.
+
+With --template it writes the template itself instead (no jinja2 needed), which kiln embeds for
+model directories whose base has no chat template:
+  python3 tools/qwen25_chat_template_ref.py --template > tests/fixtures/data/qwen25_chat_template.jinja
 """
+import copy
 import json
 import sys
-
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 # Qwen/Qwen2.5-*-Instruct tokenizer_config.json, "chat_template".
 TEMPLATE = (
@@ -72,16 +86,130 @@ CONVERSATIONS = [
      {"role": "assistant", "content": ""}],
 ]
 
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City name, e.g. Paris"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "Local time in a zone <IANA> & \"quoted\", e.g. Z\u00fcrich.",
+    "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}}
+
+# (messages, tools)
+TOOL_CASES = [
+    # tools without a system message; OpenAI's tool-call form
+    ([{"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "", "tool_calls": [
+          {"type": "function", "id": "call_1",
+           "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 18, \"sky\": \"clear\"}"},
+      {"role": "assistant", "content": "It is 18 \u00b0C and clear in Paris."}],
+     [WEATHER]),
+    # system plus tools; an assistant turn with content and a call
+    ([{"role": "system", "content": "You are a weather bot."},
+      {"role": "user", "content": "And in Oslo?"},
+      {"role": "assistant", "content": "Let me check.", "tool_calls": [
+          {"function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+      {"role": "tool", "name": "get_weather", "content": "rain, 9 C"},
+      {"role": "assistant", "content": "Rainy, 9 C."}],
+     [WEATHER, TIME]),
+    # parallel calls (bare form), consecutive tool results grouped into one user turn
+    ([{"role": "user", "content": "Weather in Rome and the time in Tokyo?"},
+      {"role": "assistant", "tool_calls": [
+          {"name": "get_weather", "arguments": {"city": "Rome"}},
+          {"name": "get_time", "arguments": {"tz": "Asia/Tokyo"}}]},
+      {"role": "tool", "content": "sunny, 25 C"},
+      {"role": "tool", "content": "21:04"},
+      {"role": "assistant", "content": "Sunny and 25 C in Rome; 21:04 in Tokyo."}],
+     [WEATHER, TIME]),
+    # arguments as a JSON string (kiln parses it), non-ASCII and nested values
+    ([{"role": "user", "content": "Z\u00fcrich?"},
+      {"role": "assistant", "content": None, "tool_calls": [
+          {"type": "function", "function": {"name": "get_weather",
+                                            "arguments": "{\"city\": \"Z\u00fcrich\", \"unit\": \"celsius\"}"}}]},
+      {"role": "tool", "content": "snow"},
+      {"role": "assistant", "content": "Snow."}],
+     [WEATHER]),
+    # argument values of every JSON type, keys in their given (unsorted) order
+    ([{"role": "user", "content": "Find caf\u00e9s."},
+      {"role": "assistant", "content": "", "tool_calls": [
+          {"function": {"name": "search", "arguments": {
+              "query": "caf\u00e9 \"best\" <b>&amp;</b>\n", "limit": 5, "zeta": -1.5e-07,
+              "filters": {"open": True, "rating": 4.5, "tags": ["a", "b"], "near": None},
+              "alpha": [], "big": 12345678901234, "obj": {}}}}]},
+      {"role": "tool", "content": "[]"},
+      {"role": "assistant", "content": "None found."}],
+     [{"type": "function", "function": {"name": "search", "parameters": {}}}]),
+    # content as a list of text parts
+    ([{"role": "system", "content": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]},
+      {"role": "user", "content": [{"type": "text", "text": "Part one. "}, {"type": "text", "text": "Part two."}]},
+      {"role": "assistant", "content": [{"type": "text", "text": "Both read."}]}],
+     None),
+    # tool turns without a tools list; a later system message
+    ([{"role": "user", "content": "q"},
+      {"role": "assistant", "content": "", "tool_calls": [{"name": "f", "arguments": {"x": 1}}]},
+      {"role": "tool", "content": "r"},
+      {"role": "system", "content": "note"},
+      {"role": "assistant", "content": "a"}],
+     None),
+    # the conversation ends with tool results (the generation prompt follows them)
+    ([{"role": "system", "content": "S"},
+      {"role": "user", "content": "u"},
+      {"role": "assistant", "content": "", "tool_calls": [{"name": "f", "arguments": {}}]},
+      {"role": "tool", "content": "one"},
+      {"role": "tool", "content": "two"}],
+     [TIME]),
+    # a tool call followed directly by a plain answer and a second call round
+    ([{"role": "user", "content": "plan"},
+      {"role": "assistant", "content": "", "tool_calls": [{"name": "get_time", "arguments": {"tz": "UTC"}}]},
+      {"role": "tool", "content": "12:00"},
+      {"role": "assistant", "content": "Noon. Checking weather too.", "tool_calls": [
+          {"name": "get_weather", "arguments": {"city": "Lima"}}]},
+      {"role": "tool", "content": "fog"},
+      {"role": "assistant", "content": "Noon and foggy in Lima."}],
+     [TIME, WEATHER]),
+]
+
+
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    """transformers' chat-template tojson (utils/chat_template_utils.py)."""
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def normalised(messages):
+    """The messages as kiln reads them: text parts joined, string arguments parsed."""
+    out = copy.deepcopy(messages)
+    for m in out:
+        if isinstance(m.get("content"), list):
+            m["content"] = "".join(p["text"] for p in m["content"])
+        for c in m.get("tool_calls") or []:
+            f = c.get("function", c)
+            if isinstance(f.get("arguments"), str):
+                f["arguments"] = json.loads(f["arguments"])
+    return out
+
 
 def main():
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    template = env.from_string(TEMPLATE)
-    for messages in CONVERSATIONS:
-        for gen in (False, True):
-            rendered = template.render(messages=messages, add_generation_prompt=gen)
-            sys.stdout.write(json.dumps({"messages": messages, "add_generation_prompt": gen,
-                                         "rendered": rendered}, ensure_ascii=False) + "\n")
+    if sys.argv[1:] == ["--template"]:
+        sys.stdout.write(TEMPLATE)
+        return
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = tojson
+    template = env.from_string(TEMPLATE)
+    cases = [(m, None) for m in CONVERSATIONS] + TOOL_CASES
+    for messages, tools in cases:
+        for gen in (False, True):
+            rendered = template.render(messages=normalised(messages), tools=tools,
+                                       add_generation_prompt=gen)
+            line = {"messages": messages}
+            if tools is not None:
+                line["tools"] = tools
+            line.update({"add_generation_prompt": gen, "rendered": rendered})
+            sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
 
 if __name__ == "__main__":
     main()

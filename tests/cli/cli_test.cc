@@ -1,5 +1,6 @@
 // End-to-end tests of the kiln binary: round trips, training, eval, and one-line errors with a
 // non-zero exit for every kind of bad input.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -152,6 +153,39 @@ TEST_F(Cli, TrainWritesMetricsAndModelAndLossFalls) {
   // The run directory exports like a checkpoint.
   EXPECT_EQ(kiln("export --checkpoint " + path("run") + " --out " + path("exported")).code, 0);
   expect_same_tensors(path("run/final"), path("exported"), DType::F32);
+}
+
+// train.epochs: the steps of that many passes, instead of train.max_steps.
+TEST_F(Cli, EpochsSetTheStepCount) {
+  ASSERT_EQ(kiln("init --config tiny --seed 1 --out " + path("init")).code, 0);
+  const std::string recipe = write_recipe(dir_, path("init"), 1000);
+  std::ifstream data(std::string(KILN_SOURCE_DIR) + "/assets/demo/tokens.jsonl");
+  int64_t examples = 0;
+  for (std::string line; std::getline(data, line);) examples += !line.empty();
+  // micro_batch_size 4 (write_recipe), accumulation 3: ceil(2 * floor(N / 4) / 3) steps.
+  CmdResult r = kiln("train " + recipe + " train.epochs=2 train.grad_accum_steps=3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const int64_t want = (2 * (examples / 4) + 2) / 3;
+  EXPECT_NE(r.out.find(fmt::format("{} steps", want)), std::string::npos) << r.out;
+  std::ifstream f(path("run/metrics.jsonl"));
+  std::vector<Json> rows;
+  for (std::string line; std::getline(f, line);) rows.push_back(parse_json(line, "metrics"));
+  ASSERT_EQ(static_cast<int64_t>(rows.size()), want);
+  EXPECT_EQ(rows.back().at("epoch"), 2);  // both epochs used up
+  EXPECT_EQ(rows[rows.size() - 2].at("epoch"), 1);
+  // Packed: every step but the last within epoch 0; the last one finishes it.
+  r = kiln("train " + recipe + " train.epochs=1 data.pack=true output.dir=" + path("packed"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream p(path("packed/metrics.jsonl"));
+  rows.clear();
+  for (std::string line; std::getline(p, line);) rows.push_back(parse_json(line, "metrics"));
+  ASSERT_GT(rows.size(), 2u);
+  // At most a row per example, plus the row that crosses into the next epoch.
+  EXPECT_LE(static_cast<int64_t>(rows.size()), examples / 4 + 1);
+  for (size_t i = 0; i + 1 < rows.size(); ++i) EXPECT_EQ(rows[i].at("epoch"), 0) << i;
+  EXPECT_EQ(rows.back().at("epoch"), 1);
+  expect_one_line_error(kiln("train " + recipe + " train.epochs=-1"),
+                        "train.epochs: must be >= 0, got -1");
 }
 
 TEST_F(Cli, GradientAccumulationEqualsOneLargeBatch) {

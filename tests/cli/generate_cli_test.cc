@@ -15,6 +15,7 @@
 #include "kiln/model/generate.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/sampling.h"
+#include "kiln/text/chat_template.h"
 #include "kiln/text/tokenizer.h"
 
 namespace kiln {
@@ -144,6 +145,47 @@ TEST_F(GenerateCli, ChatAndInteractive) {
   ASSERT_EQ(raw.code, 0) << raw.err;
   const CmdResult once = kiln(base + "--prompt hi");
   EXPECT_EQ(raw.out, once.out + once.out);
+}
+
+// --tools renders the definitions into the system prompt: the CLI's greedy reply is the
+// Generator's from encode_chat with the same tools.
+TEST_F(GenerateCli, ChatWithTools) {
+  const std::string tools =
+      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {}}}])";
+  write_file_atomic(dir_ / "tools.json", tools);
+  const CmdResult r = kiln("generate --model " + model() +
+                           " --chat --prompt hi --max-new-tokens 6 --temperature 0 --tools " +
+                           (dir_ / "tools.json").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Qwen2Config c = read_config(fs::path(model()) / "config.json");
+  const ParamLayout layout(c);
+  ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
+  load_hf_weights(model(), layout, params);
+  const Tokenizer tok = Tokenizer::load(kTokenizer);
+  Generator gen(c, params, testing::cpu_fp32());
+  Sampler greedy({0.0, 1.0}, 0);
+  const std::vector<int32_t> prompt = encode_chat(
+      tok, {{"user", "hi"}}, true, false,
+      {R"({"type": "function", "function": {"name": "get_weather", "parameters": {}}})"});
+  ASSERT_NE(tok.decode(prompt).find("<tools>\n{\"type\": \"function\""), std::string::npos);
+  std::vector<int32_t> reply;
+  std::span<const float> logits = gen.prefill(prompt);
+  const int32_t stops[] = {tok.token_id("<|im_end|>"), tok.token_id("<|endoftext|>")};
+  while (reply.size() < 6) {
+    const int32_t id = greedy.sample(logits);
+    if (std::find(std::begin(stops), std::end(stops), id) != std::end(stops)) break;
+    reply.push_back(id);
+    logits = gen.step(id);
+  }
+  EXPECT_EQ(r.out, tok.decode(reply) + "\n");
+
+  write_file_atomic(dir_ / "bad_tools.json", R"([{"type": "function"}, 3])");
+  expect_one_line_error(
+      kiln("generate --model " + model() + " --chat --prompt hi --tools " +
+           (dir_ / "bad_tools.json").string()),
+      (dir_ / "bad_tools.json").string() + "[1] is a JSON number, expected an object");
+  expect_one_line_error(kiln("generate --model " + model() + " --prompt hi --tools x.json"),
+                        "--tools needs --chat");
 }
 
 TEST_F(GenerateCli, OneLineErrors) {

@@ -99,7 +99,8 @@ TEST_F(DataCli, BadLinesFailOrAreSkipped) {
   testing::CmdResult r = kiln("train recipe.yaml data.train=bad.jsonl output.dir=run3");
   EXPECT_NE(r.code, 0);
   EXPECT_HAS(r.out, "kiln: error: " + (dir_->path() / "bad.jsonl").string() +
-                        ":2: messages[0].role: expected system, user or assistant, got 'bot'\n");
+                        ":2: messages[0].role is 'bot', expected system, user, assistant or "
+                        "tool\n");
   r = kiln("prepare-data recipe.yaml data.train=bad.jsonl data.skip_bad_lines=true");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_HAS(r.out, "1 examples, ");

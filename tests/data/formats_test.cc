@@ -11,6 +11,7 @@
 #include "kiln/base/error.h"
 #include "kiln/data/text_dataset.h"
 #include "kiln/kernels/ops.h"
+#include "kiln/text/chat_messages.h"
 
 namespace kiln {
 namespace {
@@ -27,20 +28,25 @@ const fs::path kTemplateRef =
 
 struct RefCase {
   std::vector<ChatMessage> messages;
+  std::vector<std::string> tools;
   bool add_generation_prompt;
   std::string rendered;
+  std::string line;  // the fixture line: a chat-format line with extra fields
 };
 
-// tools/qwen25_chat_template_ref.py: the Qwen2.5 template rendered by jinja2.
+// tools/qwen25_chat_template_ref.py: the Qwen2.5 template rendered by jinja2 as transformers
+// sets it up.
 std::vector<RefCase> template_refs() {
   std::vector<RefCase> out;
   std::istringstream in(read_file(kTemplateRef));
   for (std::string line; std::getline(in, line);) {
-    const Json j = parse_json(line, kTemplateRef.string());
+    const OrderedJson j = parse_json_ordered(line, kTemplateRef.string());
     RefCase c;
-    for (const Json& m : j.at("messages")) c.messages.push_back({m.at("role"), m.at("content")});
+    c.messages = chat_messages_from_json(j.at("messages"), "messages");
+    if (j.contains("tools")) c.tools = chat_tools_from_json(j.at("tools"), "tools");
     c.add_generation_prompt = j.at("add_generation_prompt");
     c.rendered = j.at("rendered");
+    c.line = line;
     out.push_back(std::move(c));
   }
   return out;
@@ -74,16 +80,16 @@ Json chat_json(const std::vector<ChatMessage>& messages) {
 
 TEST(ChatFormat, RenderingMatchesTheQwen25TemplateByteForByte) {
   const std::vector<RefCase> refs = template_refs();
-  ASSERT_EQ(refs.size(), 8u);
+  ASSERT_EQ(refs.size(), 26u);
   const SpecialTokens specials = SpecialTokens::of(qwen());
   for (const RefCase& c : refs) {
-    EXPECT_EQ(render_chat(c.messages, c.add_generation_prompt), c.rendered);
+    SCOPED_TRACE(c.line);
+    EXPECT_EQ(render_chat(c.messages, c.add_generation_prompt, c.tools), c.rendered);
     if (c.add_generation_prompt) continue;
-    EXPECT_EQ(joined(chat_segments(c.messages, specials, false)), c.rendered);
-    EXPECT_EQ(joined(chat_segments(c.messages, specials, true)), c.rendered);
-    // Through the JSONL reader too.
-    EXPECT_EQ(joined(encoder(DataFormat::kChat).segments(chat_json(c.messages).dump(), "t:1")),
-              c.rendered);
+    EXPECT_EQ(joined(chat_segments(c.messages, specials, false, c.tools)), c.rendered);
+    EXPECT_EQ(joined(chat_segments(c.messages, specials, true, c.tools)), c.rendered);
+    // Through the JSONL reader too (the fixture's other fields are ignored).
+    EXPECT_EQ(joined(encoder(DataFormat::kChat).segments(c.line, "t:1")), c.rendered);
   }
 }
 
@@ -255,17 +261,18 @@ TEST(BadLines, ErrorsNameFileLineAndField) {
   };
   EXPECT_EQ(chat(R"({"messages": [{"role": "user", "content": "q"}, )"
                  R"({"role": "assistant", "content": "a"}, {"role": "bot", "content": "x"}]})"),
-            "train.jsonl:3: messages[2].role: expected system, user or assistant, got 'bot'");
+            "train.jsonl:3: messages[2].role is 'bot', expected system, user, assistant or tool");
   EXPECT_EQ(chat(R"({"messages": [{"role": "user", "content": 3}]})"),
-            "train.jsonl:3: messages[0].content: expected a string, got 3");
+            "train.jsonl:3: messages[0].content is a JSON number, expected a string or a list of "
+            "parts");
   EXPECT_EQ(chat(R"({"messages": [{"role": "user"}]})"),
-            "train.jsonl:3: messages[0].content: missing");
+            "train.jsonl:3: messages[0].content is missing");
   EXPECT_EQ(chat(R"({"messages": [{"content": "x"}]})"),
-            "train.jsonl:3: messages[0].role: missing");
+            "train.jsonl:3: messages[0].role is missing");
   EXPECT_EQ(chat(R"({"messages": [{"role": 1, "content": "x"}]})"),
-            "train.jsonl:3: messages[0].role: expected system, user or assistant, got 1");
+            "train.jsonl:3: messages[0].role is a JSON number, expected a string");
   EXPECT_EQ(chat(R"({"messages": ["hi"]})"),
-            "train.jsonl:3: messages[0]: expected an object with role and content, got \"hi\"");
+            "train.jsonl:3: messages[0] is a JSON string, expected an object");
   EXPECT_EQ(chat(R"({"messages": []})"),
             "train.jsonl:3: messages: expected a non-empty list of messages, got []");
   EXPECT_EQ(chat(R"({"text": "x"})"), "train.jsonl:3: missing field 'messages'");

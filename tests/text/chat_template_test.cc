@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/base/error.h"
+#include "kiln/text/chat_messages.h"
 #include "text_test_util.h"
 
 namespace kiln {
@@ -56,14 +57,14 @@ TEST(ChatTemplate, EncodeWithAndWithoutSpecialsInContent) {
 }
 
 TEST(ChatTemplate, MessagesFromJson) {
-  const Json ok = parse_json(R"([{"role": "user", "content": "hi"}])", "t");
+  const OrderedJson ok = parse_json_ordered(R"([{"role": "user", "content": "hi"}])", "t");
   const std::vector<ChatMessage> m = chat_messages_from_json(ok, "messages");
   ASSERT_EQ(m.size(), 1u);
   EXPECT_EQ(m[0].role, "user");
   EXPECT_EQ(m[0].content, "hi");
   const auto error = [](const char* json) -> std::string {
     try {
-      chat_messages_from_json(parse_json(json, "t"), "messages");
+      chat_messages_from_json(parse_json_ordered(json, "t"), "messages");
     } catch (const Error& e) {
       return e.what();
     }
@@ -74,7 +75,7 @@ TEST(ChatTemplate, MessagesFromJson) {
   EXPECT_EQ(error(R"([{"role": "bot", "content": ""}])"),
             "messages[0].role is 'bot', expected system, user, assistant or tool");
   EXPECT_EQ(error(R"([{"role": "user", "content": 3}])"),
-            "messages[0].content is a JSON number, expected a string");
+            "messages[0].content is a JSON number, expected a string or a list of parts");
 }
 
 }  // namespace

@@ -126,6 +126,30 @@ TEST_F(TokenizeCli, Chat) {
   EXPECT_EQ(r.out, ids_line(test::qwen3().encode(render_chat({{"user", "hi"}}, false))) + "\n");
 }
 
+// Every case of the real template's renderings (tools, tool calls, tool results, text parts),
+// through the CLI: the ids of the reference's rendered string.
+TEST_F(TokenizeCli, ChatWithToolsMatchesTheReferenceTemplate) {
+  const std::string fixture =
+      read_file(fs::path(KILN_SOURCE_DIR) / "tests/fixtures/data/chat_template_ref.jsonl");
+  CmdResult r = kiln("tokenize --chat " + qwen3_, fixture);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::istringstream in(fixture);
+  std::string want;
+  int tools = 0;
+  for (std::string line; std::getline(in, line);) {
+    const Json j = parse_json(line, "fixture");
+    tools += j.contains("tools");
+    want += ids_line(test::qwen3().encode(j.at("rendered").get<std::string>(), true)) + "\n";
+  }
+  EXPECT_GT(tools, 10);
+  EXPECT_EQ(r.out, want);
+  expect_one_line_error(
+      kiln("tokenize --chat " + qwen3_,
+           R"({"messages": [{"role": "tool", "content": "r", "extra": 1}]})", true),
+      "stdin:1: messages[0].extra is not supported (the Qwen2.5 chat template renders role, "
+      "content, name, tool_call_id)");
+}
+
 TEST_F(TokenizeCli, ErrorsNameTheLine) {
   expect_one_line_error(kiln("tokenize --jsonl " + qwen3_, "\"ok\"\n{bad\n", true),
                         "stdin:2: malformed JSON");

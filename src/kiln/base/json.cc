@@ -45,21 +45,31 @@ std::optional<TextPos> too_deep(std::string_view text, int max_depth) {
   return std::nullopt;
 }
 
-}  // namespace
-
-Json parse_json(std::string_view text, const std::string& what) {
+// One parser for both key orders: the depth limit first, then nlohmann's errors as kiln's.
+template <typename J>
+J parse_checked(std::string_view text, const std::string& what) {
   if (const auto p = too_deep(text, kMaxJsonDepth)) {
     fail("{}: malformed JSON: nested deeper than {} levels at line {}, column {}", what,
          kMaxJsonDepth, p->line, p->column);
   }
   try {
-    return Json::parse(text);
-  } catch (const Json::parse_error& e) {
+    return J::parse(text);
+  } catch (const typename J::parse_error& e) {
     fail("{}: malformed JSON: {}", what, e.what());
-  } catch (const Json::exception& e) {
+  } catch (const typename J::exception& e) {
     // out_of_range 406: a number such as 1e400 that no double holds.
     fail("{}: bad JSON value: {}", what, e.what());
   }
+}
+
+}  // namespace
+
+Json parse_json(std::string_view text, const std::string& what) {
+  return parse_checked<Json>(text, what);
+}
+
+OrderedJson parse_json_ordered(std::string_view text, const std::string& what) {
+  return parse_checked<OrderedJson>(text, what);
 }
 
 Json read_json_file(const fs::path& path) { return parse_json(read_file(path), path.string()); }

@@ -3,6 +3,7 @@
 #include "kiln/base/log.h"
 #include "kiln/cli/commands.h"
 #include "kiln/model/hf_checkpoint.h"
+#include "kiln/model/hf_model_files.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/trainer.h"
 
@@ -80,16 +81,17 @@ Command add_export(CLI::App& app) {
             const ParamLayout layout(c);
             const uint64_t max_shard = parse_size(o->max_shard);
             // Streamed unit by unit: memory is bounded by one unit, never the whole model.
+            const HfModelFiles files{src, {}};        // config, tokenizer and generation files
             if (fs::exists(src / "manifest.json")) {  // a sharded kiln checkpoint
               CheckpointUnitReader reader(src, layout);
-              save_hf_checkpoint_streaming(
-                  o->out, c, layout, [&](int u, float* out) { reader.read_unit(u, out); }, *dtype,
-                  max_shard);
+              save_hf_model_dir(
+                  o->out, files, layout, [&](int u, float* out) { reader.read_unit(u, out); },
+                  *dtype, max_shard);
             } else {
               HfWeightsReader reader(src, layout);
-              save_hf_checkpoint_streaming(
-                  o->out, c, layout, [&](int u, float* out) { reader.read_unit(u, out); }, *dtype,
-                  max_shard);
+              save_hf_model_dir(
+                  o->out, files, layout, [&](int u, float* out) { reader.read_unit(u, out); },
+                  *dtype, max_shard);
             }
             KILN_LOG_INFO("exported {} -> {} ({})", src.string(), o->out, o->dtype);
             return 0;

@@ -19,6 +19,7 @@
 #include "kiln/model/generate.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/sampling.h"
+#include "kiln/text/chat_messages.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/token_stream.h"
 #include "kiln/text/tokenizer.h"
@@ -27,7 +28,7 @@ namespace kiln::cli {
 namespace {
 
 struct GenerateOpts {
-  std::string model, tokenizer, prompt, system;
+  std::string model, tokenizer, prompt, system, tools_file;
   bool chat = false, interactive = false, has_prompt = false;
   int max_new_tokens = 256;
   double temperature = 0.7, top_p = 0.8;  // Qwen2.5-Instruct's generation_config
@@ -135,13 +136,20 @@ int run_generate(const GenerateOpts& o) {
 
   std::vector<ChatMessage> history;
   if (o.chat && !o.system.empty()) history.push_back({"system", o.system});
+  // Tool definitions go into the system prompt; a reply's <tool_call> text stays in the history
+  // as its content, which renders exactly as the tool calls it holds.
+  std::vector<std::string> tools;
+  if (!o.tools_file.empty()) {
+    tools = chat_tools_from_json(parse_json_ordered(read_file(o.tools_file), o.tools_file),
+                                 o.tools_file);
+  }
   // Tokens for one user turn: the whole conversation so far in chat mode, else the raw text.
   const auto prompt_ids = [&](const std::string& text) {
     if (!o.chat) return tok.encode(text);
     history.push_back({"user", text});
     // Message contents are plain text: "<|im_end|>" typed by the user cannot end a turn.
     return encode_chat(tok, history, /*add_generation_prompt=*/true,
-                       /*parse_special_in_content=*/false);
+                       /*parse_special_in_content=*/false, tools);
   };
   const auto turn = [&](const std::string& text) {
     const std::vector<int32_t> ids = prompt_ids(text);
@@ -186,6 +194,9 @@ Command add_generate(CLI::App& app) {
       ->excludes(prompt);
   sub->add_option("--system", o->system,
                   "System prompt for --chat (default: the Qwen2.5 template's own)");
+  sub->add_option("--tools", o->tools_file,
+                  "With --chat: a JSON file holding a list of tool definitions, rendered into the "
+                  "system prompt as the Qwen2.5 template does");
   sub->add_option("--max-new-tokens", o->max_new_tokens, "Stop after this many new tokens")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
@@ -199,6 +210,7 @@ Command add_generate(CLI::App& app) {
       ->capture_default_str();
   return {sub, [o, prompt] {
             if (!o->system.empty() && !o->chat) fail("--system needs --chat");
+            if (!o->tools_file.empty() && !o->chat) fail("--tools needs --chat");
             o->has_prompt = prompt->count() > 0;
             return run_generate(*o);
           }};

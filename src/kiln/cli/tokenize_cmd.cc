@@ -14,6 +14,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/json.h"
 #include "kiln/cli/commands.h"
+#include "kiln/text/chat_messages.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/tokenizer.h"
 
@@ -89,8 +90,9 @@ Command add_tokenize(CLI::App& app) {
       "Each stdin line is a JSON string or {\"text\": ...}; one array per line (blank lines are "
       "skipped). Without it, all of stdin is one text");
   sub->add_flag("--chat", o->chat,
-                "Each stdin line is {\"messages\": [{\"role\", \"content\"}...], "
-                "\"add_generation_prompt\": bool}, rendered with the Qwen2.5 chat template")
+                "Each stdin line is {\"messages\": [{\"role\", \"content\", \"tool_calls\"}...], "
+                "\"tools\": [...], \"add_generation_prompt\": bool}, rendered with the Qwen2.5 "
+                "chat template")
       ->excludes(jsonl);
   sub->add_flag("--no-special", o->no_special,
                 "Encode special-token text (<|im_start|>, ...) as plain text; with --chat, only "
@@ -108,11 +110,12 @@ Command add_tokenize(CLI::App& app) {
             for_each_line(input, [&](size_t number, std::string_view line) {
               const std::string where = fmt::format("stdin:{}", number);
               in_context(where, out, [&] {
-                const Json j = parse_json(line, where);
                 if (o->jsonl) {
-                  write_ids(out, tok.encode(text_of(j), parse_special));
+                  write_ids(out, tok.encode(text_of(parse_json(line, where)), parse_special));
                   return;
                 }
+                // Ordered: tools and tool-call arguments render with their keys as given.
+                const OrderedJson j = parse_json_ordered(line, where);
                 if (!j.is_object()) fail("expected an object with \"messages\"");
                 const auto msgs = j.find("messages");
                 if (msgs == j.end()) fail("\"messages\" is missing");
@@ -121,8 +124,12 @@ Command add_tokenize(CLI::App& app) {
                   if (!g->is_boolean()) fail("\"add_generation_prompt\" is not true or false");
                   generation_prompt = g->get<bool>();
                 }
+                std::vector<std::string> tools;
+                if (const auto t = j.find("tools"); t != j.end()) {
+                  tools = chat_tools_from_json(*t, "tools");
+                }
                 write_ids(out, encode_chat(tok, chat_messages_from_json(*msgs, "messages"),
-                                           generation_prompt, parse_special));
+                                           generation_prompt, parse_special, tools));
               });
               if (out.size() > (1 << 20)) flush(out);
             });

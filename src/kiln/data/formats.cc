@@ -3,60 +3,32 @@
 #include <algorithm>
 
 #include "kiln/base/error.h"
+#include "kiln/data/conversation.h"
 #include "kiln/kernels/ops.h"  // kIgnoreIndex
 
 namespace kiln {
 
 namespace {
 
-const std::vector<std::string> kFormatNames = {"tokens", "chat", "instruction", "completion",
-                                               "text"};
+const std::vector<std::string> kFormatNames = {"tokens",     "chat", "instruction",
+                                               "completion", "text", "sharegpt"};
 
 // A JSON value for a message, cut short so a huge value cannot flood the line.
-std::string preview(const Json& v) {
+std::string preview(const OrderedJson& v) {
   std::string s = v.dump();
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
 
-const Json& required(const Json& obj, const char* key, const std::string& where) {
+const OrderedJson& required(const OrderedJson& obj, const char* key, const std::string& where) {
   const auto it = obj.find(key);
   if (it == obj.end()) fail("{}: missing field '{}'", where, key);
   return *it;
 }
 
-std::string string_field(const Json& obj, const char* key, const std::string& where) {
-  const Json& v = required(obj, key, where);
+std::string string_field(const OrderedJson& obj, const char* key, const std::string& where) {
+  const OrderedJson& v = required(obj, key, where);
   if (!v.is_string()) fail("{}: {}: expected a string, got {}", where, key, preview(v));
   return v.get<std::string>();
-}
-
-std::vector<ChatMessage> parse_messages(const Json& obj, const std::string& where) {
-  const Json& list = required(obj, "messages", where);
-  if (!list.is_array() || list.empty()) {
-    fail("{}: messages: expected a non-empty list of messages, got {}", where, preview(list));
-  }
-  std::vector<ChatMessage> out;
-  out.reserve(list.size());
-  for (size_t i = 0; i < list.size(); ++i) {
-    const Json& m = list[i];
-    if (!m.is_object()) {
-      fail("{}: messages[{}]: expected an object with role and content, got {}", where, i,
-           preview(m));
-    }
-    const auto role = m.find("role");
-    if (role == m.end()) fail("{}: messages[{}].role: missing", where, i);
-    if (!role->is_string() || (*role != "system" && *role != "user" && *role != "assistant")) {
-      fail("{}: messages[{}].role: expected system, user or assistant, got {}", where, i,
-           role->is_string() ? "'" + role->get<std::string>() + "'" : preview(*role));
-    }
-    const auto content = m.find("content");
-    if (content == m.end()) fail("{}: messages[{}].content: missing", where, i);
-    if (!content->is_string()) {
-      fail("{}: messages[{}].content: expected a string, got {}", where, i, preview(*content));
-    }
-    out.push_back({role->get<std::string>(), content->get<std::string>()});
-  }
-  return out;
 }
 
 }  // namespace
@@ -89,29 +61,22 @@ SpecialTokens SpecialTokens::of(const Tokenizer& tokenizer) {
 }
 
 std::vector<Segment> chat_segments(const std::vector<ChatMessage>& messages,
-                                   const SpecialTokens& specials, bool train_on_prompt) {
-  const bool prompt = train_on_prompt;
+                                   const SpecialTokens& specials, bool train_on_prompt,
+                                   const std::vector<std::string>& tools) {
   std::vector<Segment> out;
-  const auto special = [&](int32_t id, bool train) { out.push_back({"", id, train}); };
-  const auto text = [&](std::string s, bool train) { out.push_back({std::move(s), -1, train}); };
-  // <|im_start|>{role}\n{content}<|im_end|>\n, as the Qwen2.5 template renders a turn.
-  const auto turn = [&](const std::string& role, std::string_view content) {
-    KILN_CHECK(role == "system" || role == "user" || role == "assistant", "role '{}'", role);
-    special(specials.im_start, prompt);
-    if (role == "assistant") {
-      text("assistant\n", prompt);  // the generation prompt: given, not learnt
-      text(std::string(content), true);
-      special(specials.im_end, true);  // learnt, so the model knows when to stop
-    } else {
-      text(role + "\n" + std::string(content), prompt);
-      special(specials.im_end, prompt);
+  for (ChatPiece& p : chat_pieces(messages, /*add_generation_prompt=*/false, tools)) {
+    const bool train = p.reply || train_on_prompt;
+    switch (p.kind) {
+      case ChatPiece::Kind::kImStart:
+        out.push_back({"", specials.im_start, train});
+        break;
+      case ChatPiece::Kind::kImEnd:
+        out.push_back({"", specials.im_end, train});
+        break;
+      case ChatPiece::Kind::kText:
+        out.push_back({std::move(p.text), -1, train});
+        break;
     }
-    text("\n", prompt);
-  };
-  const bool own_system = !messages.empty() && messages[0].role == "system";
-  turn("system", own_system ? std::string_view(messages[0].content) : kQwenDefaultSystem);
-  for (size_t i = own_system ? 1 : 0; i < messages.size(); ++i) {
-    turn(messages[i].role, messages[i].content);
   }
   return out;
 }
@@ -148,35 +113,29 @@ LineEncoder::LineEncoder(DataFormat format, const Tokenizer* tokenizer, int64_t 
   }
 }
 
-std::vector<Segment> LineEncoder::segments_of(const Json& obj, const std::string& where) const {
+std::vector<Segment> LineEncoder::conversation_segments(const Conversation& c,
+                                                        const std::string& where) const {
+  const bool learns = std::any_of(c.messages.begin(), c.messages.end(),
+                                  [](const ChatMessage& m) { return m.role == "assistant"; });
+  if (!learns && !train_on_prompt_) {
+    fail(
+        "{}: {}: no assistant message, so nothing to learn (data.train_on_prompt trains on the "
+        "whole conversation)",
+        where, format_ == DataFormat::kShareGpt ? "conversations" : "messages");
+  }
+  return chat_segments(c.messages, specials_, train_on_prompt_, c.tools);
+}
+
+std::vector<Segment> LineEncoder::segments_of(const OrderedJson& obj,
+                                              const std::string& where) const {
   const bool prompt = train_on_prompt_;
   switch (format_) {
-    case DataFormat::kChat: {
-      const std::vector<ChatMessage> messages = parse_messages(obj, where);
-      const bool learns = std::any_of(messages.begin(), messages.end(),
-                                      [](const ChatMessage& m) { return m.role == "assistant"; });
-      if (!learns && !prompt) {
-        fail(
-            "{}: messages: no assistant message, so nothing to learn (data.train_on_prompt "
-            "trains on the whole conversation)",
-            where);
-      }
-      return chat_segments(messages, specials_, prompt);
-    }
-    case DataFormat::kInstruction: {
-      std::string user = string_field(obj, "instruction", where);
-      const auto input = obj.find("input");
-      if (input != obj.end() && !input->is_null()) {
-        if (!input->is_string())
-          fail("{}: input: expected a string, got {}", where, preview(*input));
-        if (!input->get_ref<const std::string&>().empty()) {
-          user += "\n\n" + input->get<std::string>();
-        }
-      }
-      std::string output = string_field(obj, "output", where);
-      return chat_segments({{"user", std::move(user)}, {"assistant", std::move(output)}}, specials_,
-                           prompt);
-    }
+    case DataFormat::kChat:
+      return conversation_segments(chat_conversation(obj, where), where);
+    case DataFormat::kShareGpt:
+      return conversation_segments(sharegpt_conversation(obj, where), where);
+    case DataFormat::kInstruction:
+      return conversation_segments(instruction_conversation(obj, where), where);
     case DataFormat::kCompletion: {
       std::string p = string_field(obj, "prompt", where);
       std::string c = string_field(obj, "completion", where);
@@ -196,7 +155,7 @@ std::vector<Segment> LineEncoder::segments_of(const Json& obj, const std::string
 }
 
 std::vector<Segment> LineEncoder::segments(std::string_view line, const std::string& where) const {
-  const Json obj = parse_json(line, where);
+  const OrderedJson obj = parse_json_ordered(line, where);
   if (!obj.is_object()) fail("{}: expected a JSON object, got {}", where, preview(obj));
   return segments_of(obj, where);
 }

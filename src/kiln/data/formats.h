@@ -1,17 +1,21 @@
 // The JSONL data formats (data.format), one example per line, and what each teaches:
 //
-//   chat         {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
-//                rendered with the Qwen2.5 chat template (the default system prompt when the
-//                first message is not "system"); loss on each assistant turn's content and its
-//                <|im_end|>, not on its "<|im_start|>assistant\n" header or the "\n" after it.
-//   instruction  {"instruction": "...", "input": "..." (optional), "output": "..."}
-//                the chat [user: instruction + "\n\n" + input (when non-empty), assistant: output]
+//   chat         {"messages": [...], "tools": [...]} (messages and tools as chat_messages.h
+//                reads them) rendered with the Qwen2.5 chat template (the default system prompt
+//                when the first message is not "system"); loss on each assistant turn's reply
+//                (content and tool calls) and its <|im_end|>, not on its
+//                "<|im_start|>assistant\n" header or the "\n" after it
+//   sharegpt     {"conversations": [{"from", "value"}, ...], "system", "tools"} (conversation.h),
+//                rendered and masked as chat
+//   instruction  {"instruction", "input", "output", "system", "history"} (conversation.h): the
+//                chat [system, history..., user: instruction + "\n\n" + input, assistant: output]
 //   completion   {"prompt": "...", "completion": "..."}: prompt + completion + <|endoftext|>, loss
 //                on the completion and <|endoftext|>
 //   text         {"text": "..."}: text + <|endoftext|>, loss on everything
 //   tokens       {"input_ids": [...], "labels": [...]} (token_dataset.h), loss where labels say
 //
-// With train_on_prompt every token of the text formats takes loss. Other fields are ignored.
+// With train_on_prompt every token of the text formats takes loss. Other top-level fields are
+// ignored; inside a message or turn, a field the template does not render is an error.
 //
 // Masks come from tokenizing piecewise: a line becomes segments (text or one special token), each
 // tokenized on its own (special-token text inside content is parsed as the special token, as
@@ -38,7 +42,7 @@
 
 namespace kiln {
 
-enum class DataFormat { kTokens, kChat, kInstruction, kCompletion, kText };
+enum class DataFormat { kTokens, kChat, kInstruction, kCompletion, kText, kShareGpt };
 
 // "tokens", "chat", ... ; nullopt for anything else.
 std::optional<DataFormat> parse_data_format(std::string_view name);
@@ -60,14 +64,18 @@ struct SpecialTokens {
   static SpecialTokens of(const Tokenizer& tokenizer);
 };
 
-// The segments of a conversation (roles system, user, assistant), rendered as render_chat does:
-// their texts joined equal render_chat(messages, false).
+// The segments of a conversation, rendered as render_chat does (chat_pieces): their texts joined
+// equal render_chat(messages, false, tools). Loss on the pieces the model produces (each
+// assistant turn's reply and <|im_end|>), or on all with train_on_prompt.
 std::vector<Segment> chat_segments(const std::vector<ChatMessage>& messages,
-                                   const SpecialTokens& specials, bool train_on_prompt);
+                                   const SpecialTokens& specials, bool train_on_prompt,
+                                   const std::vector<std::string>& tools = {});
 
 // Tokenizes segments into an example: labels are the ids of training segments, kIgnoreIndex
 // elsewhere.
 Example encode_segments(const Tokenizer& tokenizer, const std::vector<Segment>& segments);
+
+struct Conversation;  // conversation.h
 
 // Turns JSONL lines of one format into examples. Thread-safe (const).
 class LineEncoder {
@@ -86,7 +94,8 @@ class LineEncoder {
   DataFormat format() const { return format_; }
 
  private:
-  std::vector<Segment> segments_of(const Json& obj, const std::string& where) const;
+  std::vector<Segment> segments_of(const OrderedJson& obj, const std::string& where) const;
+  std::vector<Segment> conversation_segments(const Conversation& c, const std::string& where) const;
 
   DataFormat format_;
   const Tokenizer* tokenizer_;

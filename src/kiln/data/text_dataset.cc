@@ -11,16 +11,13 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
+#include "kiln/data/source_lines.h"
 #include "kiln/data/token_cache.h"
 #include "kiln/kernels/ops.h"  // kIgnoreIndex
 
 namespace kiln {
 
 namespace {
-
-bool is_blank(std::string_view s) {
-  return s.find_first_not_of(" \t\r\f\v") == std::string_view::npos;
-}
 
 std::string_view text_of(const MappedFile& file) {
   return {reinterpret_cast<const char*>(file.data()), file.size()};
@@ -93,17 +90,8 @@ TokenizedDataset read_jsonl(std::string_view text, const std::string& name,
                             const LineEncoder& encoder, int seq_len, Overlong overlong,
                             bool skip_bad_lines, bool verbose) {
   KILN_CHECK(seq_len > 0, "seq_len {}", seq_len);
-  struct Line {
-    size_t number;
-    std::string_view text;
-  };
-  std::vector<Line> lines;
-  for (size_t number = 1; !text.empty(); ++number) {
-    const size_t nl = text.find('\n');
-    const std::string_view line = text.substr(0, nl);
-    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    if (!is_blank(line)) lines.push_back({number, line});
-  }
+  // JSONL lines, or the elements of a JSON array, each with its line.
+  const std::vector<SourceLine> lines = source_lines(text, name);
 
   DataStats s;
   s.lines = static_cast<int64_t>(lines.size());

@@ -101,9 +101,9 @@ class TokenizedDataset : public ExampleSource {
   bool cache_hit_ = false;
 };
 
-// Encodes JSONL `text` (lines of one format) in parallel into a dataset; `name` is the file named
-// in errors ("name:line: ..."). Throws kiln::Error for a bad line (unless skip_bad_lines) or when
-// no example is left.
+// Encodes JSONL `text` (lines of one format), or a JSON array of records (source_lines.h), in
+// parallel into a dataset; `name` is the file named in errors ("name:line: ..."). Throws
+// kiln::Error for a bad line (unless skip_bad_lines) or when no example is left.
 TokenizedDataset read_jsonl(std::string_view text, const std::string& name,
                             const LineEncoder& encoder, int seq_len, Overlong overlong,
                             bool skip_bad_lines, bool verbose = false);

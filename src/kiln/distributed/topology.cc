@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kiln/base/error.h"
+#include "kiln/base/file.h"
 
 namespace kiln {
 namespace {
@@ -48,6 +49,11 @@ class Resolver {
     return std::string(v);
   }
   bool has(const char* name) const { return str(name).has_value(); }
+  // Set, even if empty (CUDA_VISIBLE_DEVICES="" means no GPU, not "unset").
+  std::optional<std::string> raw(const char* name) const {
+    const char* v = getenv_(name);
+    return v == nullptr ? std::nullopt : std::optional<std::string>(v);
+  }
 
   std::optional<Named> num(const char* name) const {
     const auto s = str(name);
@@ -178,13 +184,68 @@ Draft from_torchrun(const Resolver& r) {
   return d;
 }
 
+// GPUs this process may use: CUDA_VISIBLE_DEVICES's entries when it is set, else /dev/nvidiaN.
+int visible_gpus(const Resolver& r) {
+  if (const auto v = r.raw("CUDA_VISIBLE_DEVICES")) {
+    int n = 0;
+    for (size_t b = 0; b <= v->size();) {
+      size_t e = v->find(',', b);
+      if (e == std::string::npos) e = v->size();
+      if (e > b) ++n;
+      b = e + 1;
+    }
+    return n;
+  }
+  int n = 0;
+  std::error_code ec;
+  for (const auto& d : fs::directory_iterator("/dev", ec)) {
+    const std::string name = d.path().filename().string();
+    if (name.size() > 6 && name.starts_with("nvidia") &&
+        name.find_first_not_of("0123456789", 6) == std::string::npos) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// PET_NPROC_PER_NODE: a count, or "auto" (as torchrun's --nproc-per-node auto): the visible GPUs,
+// else 1.
+std::optional<Named> kubeflow_nproc(const Resolver& r) {
+  if (r.str("PET_NPROC_PER_NODE") != "auto") return r.any_of({"PET_NPROC_PER_NODE"});
+  const int gpus = visible_gpus(r);
+  return derive(std::max(gpus, 1), gpus > 0 ? "PET_NPROC_PER_NODE=auto: the visible GPUs"
+                                            : "PET_NPROC_PER_NODE=auto: no GPU");
+}
+
+// PET_NNODES: N, or torchrun's elastic MIN:MAX, accepted when it is fixed (N:N).
+std::optional<Named> kubeflow_nodes(const Resolver& r) {
+  const auto s = r.str("PET_NNODES");
+  if (!s || s->find(':') == std::string::npos) return r.any_of({"PET_NNODES"});
+  const std::string lo = s->substr(0, s->find(':')), hi = s->substr(s->find(':') + 1);
+  int a = 0, b = 0;
+  const auto pa = std::from_chars(lo.data(), lo.data() + lo.size(), a);
+  const auto pb = std::from_chars(hi.data(), hi.data() + hi.size(), b);
+  if (pa.ec != std::errc() || pa.ptr != lo.data() + lo.size() || pb.ec != std::errc() ||
+      pb.ptr != hi.data() + hi.size() || lo.empty() || hi.empty()) {
+    r.error("PET_NNODES='{}' is not N or MIN:MAX", *s);
+  }
+  if (a != b) {
+    r.error(
+        "PET_NNODES='{}': elastic node counts are not supported; kiln runs a fixed number "
+        "of nodes (N or N:N)",
+        *s);
+  }
+  return derive(a, fmt::format("PET_NNODES='{}'", *s));
+}
+
 Draft from_kubeflow(const Resolver& r) {
   const TopologyFlags& f = r.flags();
-  const auto nodes = r.flag_or(f.nnodes, "--nnodes", {"PET_NNODES"});
+  const auto nodes = f.nnodes ? r.flag(f.nnodes, "--nnodes") : kubeflow_nodes(r);
   if (!nodes) r.error("PET_NNODES is not set");
   auto node_rank = r.any_of({"PET_NODE_RANK", "JOB_COMPLETION_INDEX"});
   if (!node_rank && nodes->value > 1) r.error("PET_NODE_RANK is not set");
-  const auto nproc = r.flag_or(f.nproc_per_node, "--nproc-per-node", {"PET_NPROC_PER_NODE"});
+  const auto nproc =
+      f.nproc_per_node ? r.flag(f.nproc_per_node, "--nproc-per-node") : kubeflow_nproc(r);
   Draft d = agent(r, *nodes, node_rank.value_or(derive(0, "default")),
                   nproc.value_or(derive(1, "default")));
   d.master_addr = r.str("PET_MASTER_ADDR");
@@ -225,6 +286,24 @@ Draft from_pmi(const Resolver& r) {
   }
   // Without locality every rank is taken to be alone on its node: never two on one device.
   return mpi_like(r, rank, world, derive(0, "no MPI_LOCALRANKID"), derive(1, "no MPI_LOCALNRANKS"));
+}
+
+// The first host of a Slurm hostlist: "gpu-[007-009,012],cpu1" -> "gpu-007",
+// "rack[2-3]-n[01-02]" -> "rack2-n01" (each bracket's first number, zero padding kept).
+std::string first_slurm_host(std::string_view list) {
+  std::string host;
+  for (size_t i = 0; i < list.size() && list[i] != ',';) {
+    if (list[i] != '[') {
+      host += list[i++];
+      continue;
+    }
+    const size_t close = list.find(']', i);
+    const std::string_view inside =
+        list.substr(i + 1, (close == std::string_view::npos ? list.size() : close) - i - 1);
+    host += inside.substr(0, inside.find_first_of(",-"));
+    i = close == std::string_view::npos ? list.size() : close + 1;
+  }
+  return host;
 }
 
 Draft from_slurm(const Resolver& r) {
@@ -269,6 +348,12 @@ Draft from_slurm(const Resolver& r) {
       r.num("SLURM_NODEID")
           .value_or(derive(d.rank.value / d.local_world.value, "SLURM_PROCID / tasks per node"));
   d.master_addr = r.str("MASTER_ADDR");
+  // Several nodes and no MASTER_ADDR: the job's first node (where SLURM_PROCID 0 runs).
+  if (!d.master_addr && d.nodes.value > 1) {
+    if (const auto list = r.str("SLURM_JOB_NODELIST")) {
+      if (std::string host = first_slurm_host(*list); !host.empty()) d.master_addr = host;
+    }
+  }
   d.master_port = r.num("MASTER_PORT");
   return d;
 }

@@ -56,15 +56,9 @@ void load_hf_weights(const fs::path& path, const ParamLayout& layout, ParamStore
   }
 }
 
-void save_hf_checkpoint_streaming(const fs::path& dir, const Qwen2Config& config,
-                                  const ParamLayout& layout,
-                                  const std::function<void(int unit, float* out)>& read_unit,
-                                  DType dtype, uint64_t max_shard_bytes) {
-  fs::create_directories(dir);
-  const char* torch_dtype = dtype == DType::BF16  ? "bfloat16"
-                            : dtype == DType::F16 ? "float16"
-                                                  : "float32";
-  write_file_atomic(dir / "config.json", config_to_json(config, torch_dtype).dump(2) + "\n");
+void save_hf_weights_streaming(const fs::path& dir, const ParamLayout& layout,
+                               const std::function<void(int unit, float* out)>& read_unit,
+                               DType dtype, uint64_t max_shard_bytes) {
   size_t max_unit = 0;
   for (const auto& u : layout.units()) max_unit = std::max(max_unit, u.numel);
   auto buf = std::make_shared<Buffer<float>>(max_unit);
@@ -82,6 +76,18 @@ void save_hf_checkpoint_streaming(const fs::path& dir, const Qwen2Config& config
     }
   }
   write_checkpoint_dir(dir, tensors, dtype, max_shard_bytes);
+}
+
+void save_hf_checkpoint_streaming(const fs::path& dir, const Qwen2Config& config,
+                                  const ParamLayout& layout,
+                                  const std::function<void(int unit, float* out)>& read_unit,
+                                  DType dtype, uint64_t max_shard_bytes) {
+  fs::create_directories(dir);
+  const char* torch_dtype = dtype == DType::BF16  ? "bfloat16"
+                            : dtype == DType::F16 ? "float16"
+                                                  : "float32";
+  write_file_atomic(dir / "config.json", config_to_json(config, torch_dtype).dump(2) + "\n");
+  save_hf_weights_streaming(dir, layout, read_unit, dtype, max_shard_bytes);
 }
 
 void save_hf_checkpoint(const fs::path& dir, const Qwen2Config& config, const ParamLayout& layout,

@@ -31,6 +31,11 @@ class HfWeightsReader {
 // have (unexpected), truncated or malformed files.
 void load_hf_weights(const fs::path& path, const ParamLayout& layout, ParamStore& store);
 
+// Only the weights (config.json untouched), streaming as save_hf_checkpoint_streaming.
+void save_hf_weights_streaming(const fs::path& dir, const ParamLayout& layout,
+                               const std::function<void(int unit, float* out)>& read_unit,
+                               DType dtype, uint64_t max_shard_bytes = 5'000'000'000);
+
 // As save_hf_checkpoint, streaming: read_unit(u, out) fills unit u's parameters when the writer
 // first needs them, so memory is bounded by the largest unit, not the model.
 void save_hf_checkpoint_streaming(const fs::path& dir, const Qwen2Config& config,

@@ -189,6 +189,17 @@ uint64_t write_rank_file(const fs::path& path, int rank, int world_size, int64_t
   return bytes;
 }
 
+// config.json (and, from a base model, its tokenizer and generation files) beside the shards.
+void write_checkpoint_config(const fs::path& dir, const Json& model_config,
+                             const HfModelFiles& files) {
+  if (files.base.empty()) {
+    write_file_atomic(dir / "config.json", model_config.dump(2) + "\n");
+    return;
+  }
+  write_hf_model_files(dir, files);
+  write_file_atomic(dir / "config.json", hf_config_json(files.base, "float32").dump(2) + "\n");
+}
+
 }  // namespace
 
 struct CheckpointSaver::Pending {
@@ -196,6 +207,7 @@ struct CheckpointSaver::Pending {
   fs::path tmp, final_dir;
   Json manifest;  // without "files"
   Json model_config;
+  HfModelFiles hf_files;
   std::thread thread;         // background write
   std::atomic<int> state{0};  // 0 running, 1 done, 2 failed
   std::string error;          // set before state becomes 2
@@ -259,9 +271,9 @@ void CheckpointSaver::finalize() {
       std::sort(files.begin(), files.end());
       Json manifest = p.manifest;
       manifest["files"] = files;
+      write_checkpoint_config(p.tmp, p.model_config, p.hf_files);
       commit_checkpoint_dir(p.tmp, p.final_dir, root_,
-                            {{"config.json", p.model_config.dump(2) + "\n"},
-                             {"manifest.json", manifest.dump(2) + "\n"}});
+                            {{"manifest.json", manifest.dump(2) + "\n"}});
     } catch (const std::exception& e) {
       err = e.what();
       bad = 1;
@@ -343,6 +355,7 @@ void CheckpointSaver::save(const CheckpointState& st, bool sync) {
                  {"recipe_hash", fmt::format("{:016x}", fnv1a(st.recipe_yaml))},
                  {"metrics", st.metrics}};
   p->model_config = st.model_config;
+  p->hf_files = st.hf_files;
 
   if (!write_shard_) {
     p->state = 1;

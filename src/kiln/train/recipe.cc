@@ -41,6 +41,7 @@ const std::vector<std::string> kKeys = {
     "schedule.warmup_steps",
     "schedule.min_lr_ratio",
     "train.max_steps",
+    "train.epochs",
     "train.micro_batch_size",
     "train.grad_accum_steps",
     "train.grad_clip",
@@ -52,6 +53,7 @@ const std::vector<std::string> kKeys = {
     "train.device",
     "output.dir",
     "output.dtype",
+    "output.tensorboard",
     "dist.strategy",
     "dist.nproc_per_node",
     "dist.timeout_s",
@@ -397,6 +399,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
 
   auto positive = [](int64_t v) { return v > 0; };
   in.integer("train.max_steps", r.train.max_steps, "> 0", positive);
+  in.integer("train.epochs", r.train.epochs, ">= 0", [](int64_t v) { return v >= 0; });
   in.integer("train.micro_batch_size", r.train.micro_batch_size, "> 0", positive);
   in.integer("train.grad_accum_steps", r.train.grad_accum_steps, "> 0", positive);
   in.real("train.grad_clip", r.train.grad_clip, ">= 0", [](double v) { return v >= 0; });
@@ -409,6 +412,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
 
   r.output.dir = Reader::text(in.require("output.dir"), "output.dir");
   in.choice("output.dtype", r.output.dtype, {"f32", "bf16"});
+  in.boolean("output.tensorboard", r.output.tensorboard);
 
   in.choice("dist.strategy", r.dist.strategy,
             {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"});
@@ -492,6 +496,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   end();
   section("train");
   out << YAML::Key << "max_steps" << YAML::Value << r.train.max_steps;
+  out << YAML::Key << "epochs" << YAML::Value << r.train.epochs;
   out << YAML::Key << "micro_batch_size" << YAML::Value << r.train.micro_batch_size;
   out << YAML::Key << "grad_accum_steps" << YAML::Value << r.train.grad_accum_steps;
   out << YAML::Key << "grad_clip" << YAML::Value << number(r.train.grad_clip);
@@ -505,6 +510,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   section("output");
   out << YAML::Key << "dir" << YAML::Value << YAML::DoubleQuoted << r.output.dir;
   out << YAML::Key << "dtype" << YAML::Value << r.output.dtype;
+  out << YAML::Key << "tensorboard" << YAML::Value << r.output.tensorboard;
   end();
   section("dist");
   out << YAML::Key << "strategy" << YAML::Value << r.dist.strategy;

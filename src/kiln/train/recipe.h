@@ -56,6 +56,7 @@ struct Recipe {
   };
   struct Train {
     int64_t max_steps = 100;   // > 0 optimizer steps
+    int64_t epochs = 0;        // >= 0; > 0: train this many epochs (max_steps is ignored)
     int micro_batch_size = 1;  // > 0 rows per forward/backward on each rank
     int grad_accum_steps = 1;  // > 0 micro-batches per optimizer step
     double grad_clip = 1.0;    // >= 0: max global grad norm; 0 disables clipping
@@ -76,6 +77,7 @@ struct Recipe {
   struct Output {
     std::string dir;            // required; relative to the current working directory
     std::string dtype = "f32";  // "f32" | "bf16": dtype of the saved Hugging Face weights
+    bool tensorboard = true;    // event files under dir/tensorboard/
     bool operator==(const Output&) const = default;
   };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiln/base/error.h"
+#include "kiln/base/log.h"
 #include "kiln/data/packing_sampler.h"
 
 namespace kiln {
@@ -32,6 +33,45 @@ std::unique_ptr<BatchSampler> make_sampler(const ExampleSource& dataset, const R
   }
   return std::make_unique<Sampler>(dataset, r.train.micro_batch_size, r.data.seq_len,
                                    r.data.shuffle, r.train.seed, rank, world_size);
+}
+
+namespace {
+// Micro-batches of one epoch of this rank's share.
+int64_t micro_batches_per_epoch(const ExampleSource& dataset, const Recipe& r, int rank,
+                                int world_size) {
+  if (!r.data.pack) {
+    return Sampler(dataset, r.train.micro_batch_size, r.data.seq_len, r.data.shuffle, r.train.seed,
+                   rank, world_size)
+        .batches_per_epoch();
+  }
+  PackingSampler s(dataset, r.train.micro_batch_size, r.data.seq_len, r.data.shuffle, r.train.seed,
+                   rank, world_size);
+  Batch b;
+  int64_t n = 0;
+  // A row that takes the epoch's last examples may be topped up from the next epoch.
+  while (s.state().epoch == 0) {
+    s.next(b);
+    ++n;
+  }
+  return n;
+}
+}  // namespace
+
+int64_t train_steps(const Recipe& r, const ExampleSource& dataset, WorkerContext& ctx) {
+  if (r.train.epochs == 0) return r.train.max_steps;
+  const int64_t per_epoch = micro_batches_per_epoch(dataset, r, ctx.rank, ctx.world_size);
+  if (per_epoch == 0) {
+    fail("train.epochs: rank {} has no full micro-batch of {} in an epoch (too few examples)",
+         ctx.rank, r.train.micro_batch_size);
+  }
+  const int64_t accum = r.train.grad_accum_steps;
+  double steps = static_cast<double>((r.train.epochs * per_epoch + accum - 1) / accum);
+  ctx.comm->all_reduce(&steps, size_t{1}, ReduceOp::kMax);
+  if (ctx.rank == 0) {
+    KILN_LOG_INFO("train.epochs {}: {} micro-batches per epoch per rank, {} steps", r.train.epochs,
+                  per_epoch, static_cast<int64_t>(steps));
+  }
+  return static_cast<int64_t>(steps);
 }
 
 std::unique_ptr<TrainData> open_train_data(const Recipe& r, int64_t vocab_size,

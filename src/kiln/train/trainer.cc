@@ -20,6 +20,7 @@
 #include "kiln/kernels/backend.h"
 #include "kiln/kernels/device_buffer.h"
 #include "kiln/model/hf_checkpoint.h"
+#include "kiln/model/hf_model_files.h"
 #include "kiln/model/qwen2.h"
 #include "kiln/tensor/buffer.h"
 #include "kiln/train/checkpoint.h"
@@ -27,6 +28,7 @@
 #include "kiln/train/optimizer.h"
 #include "kiln/train/run_meta.h"
 #include "kiln/train/step_counters.h"
+#include "kiln/train/tensorboard.h"
 #include "kiln/train/train_data.h"
 
 namespace kiln {
@@ -114,10 +116,12 @@ class Trainer {
   const ScheduleSettings schedule_;
   CheckpointSaver saver_;
   std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, output.tensorboard
   // The step's device scalars (loss sum, squared gradient norm) and their one host read.
   DeviceBuffer<double> step_scalars_;
   PinnedBuffer<double> step_scalars_host_;
   std::vector<Batch> batches_;
+  int64_t max_steps_ = 0;  // train.max_steps, or train.epochs' steps
   int64_t start_step_ = 0;
   bool stop_ = false;  // a rank was asked to stop (set by train_step, the same on every rank)
   Clock::time_point t_start_;
@@ -210,9 +214,15 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
   // Every rank reads its own disjoint share of each epoch (the data is tokenized, or its cache
   // mapped, by the first worker of each node first; the loader logs the counts).
   data_ = open_train_data(r_, config_.vocab_size, ctx_);
+  max_steps_ = train_steps(r_, data_->dataset, ctx_);
   if (!r_.data.eval.empty()) open_eval_data();
   resume();
-  if (lead_) metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", start_step_);
+  if (lead_) {
+    metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", start_step_);
+    if (r_.output.tensorboard) {
+      tensorboard_ = std::make_unique<TensorBoardWriter>(run_dir_ / "tensorboard");
+    }
+  }
 }
 
 void Trainer::load_weights() {
@@ -275,6 +285,7 @@ CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
   st.metrics = {{"loss", loss}};
   if (eval_loss) st.metrics["eval_loss"] = *eval_loss;
   st.model_config = config_to_json(config_);
+  st.hf_files = {r_.model.path, r_.data.tokenizer};
   return st;
 }
 
@@ -335,7 +346,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   }
   fsdp_.grad_sq_norm(grad_sq);
   if (r_.train.grad_clip > 0) fsdp_.clip_grads(grad_sq, r_.train.grad_clip);
-  const double lr = lr_at(schedule_, r_.optimizer.lr, step, r_.train.max_steps);
+  const double lr = lr_at(schedule_, r_.optimizer.lr, step, max_steps_);
   opt_.begin_step();
   for (int u = 0; u < fsdp_.num_units(); ++u) {
     opt_.step(u, fsdp_.shard_params(u), fsdp_.shard_grads(u), lr);
@@ -377,15 +388,17 @@ void Trainer::log_step(const StepMetrics& m, const std::optional<double>& eval_l
            {"step_s", m.step_seconds},
            {"epoch", data_->sampler->epoch()}};
   if (eval_loss) row["eval_loss"] = *eval_loss;
+  row["peak_rss_mib"] = peak_rss_bytes() / 1048576.0;
   metrics_->write(row);
+  if (tensorboard_) tensorboard_->write_row(m.step, row);
   ctx_.report(row);
-  const bool last = m.step == r_.train.max_steps;
+  const bool last = m.step == max_steps_;
   if (m.step % r_.train.log_every != 0 && !last && !eval_loss) return;
   const double elapsed = std::chrono::duration<double>(Clock::now() - t_start_).count();
-  const double eta = elapsed / (m.step - start_step_) * (r_.train.max_steps - m.step);
+  const double eta = elapsed / (m.step - start_step_) * (max_steps_ - m.step);
   const std::string line = fmt::format(
       "step {}/{} | loss {:.4f}{} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}", m.step,
-      r_.train.max_steps, m.loss,
+      max_steps_, m.loss,
       eval_loss ? fmt::format(" | eval_loss {:.4f}", *eval_loss) : std::string(), m.lr, m.grad_norm,
       m.tokens_per_s, format_duration(eta));
   if (tty_) {
@@ -416,25 +429,15 @@ void Trainer::log_memory() const {
 // committed first; the last one is written at once.
 void Trainer::save_final(TrainResult& result, const std::optional<double>& eval_loss) {
   saver_.flush();
-  saver_.save(checkpoint_state(r_.train.max_steps, result.last_loss, eval_loss), /*sync=*/true);
+  saver_.save(checkpoint_state(max_steps_, result.last_loss, eval_loss), /*sync=*/true);
   const fs::path last_ckpt = saver_.last_committed();
   result.model_dir = final_model_dir(run_dir_);
   if (lead_) {
     CheckpointUnitReader reader(last_ckpt, model_.layout());
     const DType out_dtype = *dtype_from_cli(r_.output.dtype);
-    save_hf_checkpoint_streaming(
-        result.model_dir, config_, model_.layout(),
+    save_hf_model_dir(
+        result.model_dir, {r_.model.path, r_.data.tokenizer}, model_.layout(),
         [&](int u, float* out) { reader.read_unit(u, out); }, out_dtype);
-    // The tokenizer travels with the model, as save_pretrained's output does.
-    const fs::path model_path = r_.model.path;
-    const fs::path tok =
-        !r_.data.tokenizer.empty() && !fs::is_directory(r_.data.tokenizer)
-            ? fs::path(r_.data.tokenizer)
-            : (r_.data.tokenizer.empty() ? model_path : fs::path(r_.data.tokenizer)) /
-                  "tokenizer.json";
-    if (fs::is_regular_file(tok)) {
-      fs::copy_file(tok, result.model_dir / "tokenizer.json", fs::copy_options::overwrite_existing);
-    }
     KILN_LOG_INFO("saved {} ({}) from {}", result.model_dir.string(), r_.output.dtype,
                   last_ckpt.string());
   }
@@ -446,14 +449,14 @@ TrainResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step)
   t_start_ = Clock::now();
   const bool has_eval = eval_batches_.has_value();
   std::optional<double> final_eval_loss;
-  for (int64_t step = start_step_; step < r_.train.max_steps && !result.stopped; ++step) {
+  for (int64_t step = start_step_; step < max_steps_ && !result.stopped; ++step) {
     ctx_.begin_step(step + 1);  // hang reports and KILN_FAULT name the step
     const StepMetrics m = train_step(step);
     if (step == start_step_) result.first_loss = m.loss;
     result.last_loss = m.loss;
     result.steps = m.step;
     if (on_step) on_step(m);
-    const bool last = m.step == r_.train.max_steps;
+    const bool last = m.step == max_steps_;
     std::optional<double> eval_loss;
     if (has_eval && (last || (r_.eval.every_steps > 0 && m.step % r_.eval.every_steps == 0))) {
       eval_loss = evaluate(m.step);
@@ -477,8 +480,7 @@ TrainResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step)
     return result;
   }
   log_memory();
-  if (has_eval && !final_eval_loss)
-    final_eval_loss = evaluate(r_.train.max_steps);  // resumed at the end
+  if (has_eval && !final_eval_loss) final_eval_loss = evaluate(max_steps_);  // resumed at the end
   save_final(result, final_eval_loss);
   return result;
 }
