@@ -53,7 +53,7 @@ done
 [[ "$recompute" == off || "$recompute" == on ]] ||
   { echo "compare_train.sh: --recompute off or on" >&2; exit 2; }
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "compare_train.sh: --rounds N (N >= 1)" >&2; exit 2; }
-/usr/bin/python3 -c "import torch" 2>/dev/null ||
+[[ -n "$baseline" ]] || /usr/bin/python3 -c "import torch" 2>/dev/null ||
   { echo "compare_train.sh: /usr/bin/python3 cannot import torch (apt-get install python3-torch libopenblas0-openmp)" >&2; exit 2; }
 
 # (preset batch seq timed-steps warm-up): kiln bench train's own set, so the two never differ.
