@@ -45,6 +45,8 @@ class Optimizer {
   // State buffers per unit (AdamW: m and v; SGD with momentum: m), for checkpoints.
   DeviceBuffer<float>& m(int unit) { return m_[unit]; }
   DeviceBuffer<float>& v(int unit) { return v_[unit]; }
+  const DeviceBuffer<float>& m(int unit) const { return m_[unit]; }
+  const DeviceBuffer<float>& v(int unit) const { return v_[unit]; }
 
  private:
   OptimizerSettings s_;

@@ -104,6 +104,7 @@ class Trainer {
   Communicator& world_;
   const bool lead_;
   const fs::path run_dir_;
+  const std::string recipe_yaml_;  // the effective recipe, for recipe.yaml and every manifest
   const Qwen2Config config_;
   const ShardStrategy strategy_;
   std::unique_ptr<Backend> backend_;
@@ -190,6 +191,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       world_(*ctx.comm),
       lead_(ctx.rank == 0),
       run_dir_(r.output.dir),
+      recipe_yaml_(recipe_to_yaml(r)),
       config_(read_config(fs::path(r.model.path) / "config.json")),
       strategy_(strategy_for(r, ctx)),
       backend_(
@@ -206,7 +208,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       tty_(::isatty(STDERR_FILENO) != 0) {
   if (lead_) {
     fs::create_directories(run_dir_);
-    write_file_atomic(run_dir_ / "recipe.yaml", recipe_to_yaml(r_));
+    write_file_atomic(run_dir_ / "recipe.yaml", recipe_yaml_);
   }
   // Transports into run_meta.json and the log; a dist.require_transport mismatch stops here.
   record_run_start(r_, ctx_, strategy_name(strategy_));
@@ -281,7 +283,7 @@ CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
   st.step = step;
   st.sampler = data_->sampler->state();
   st.strategy = strategy_name(strategy_);
-  st.recipe_yaml = recipe_to_yaml(r_);
+  st.recipe_yaml = recipe_yaml_;
   st.metrics = {{"loss", loss}};
   if (eval_loss) st.metrics["eval_loss"] = *eval_loss;
   st.model_config = config_to_json(config_);
@@ -413,8 +415,7 @@ void Trainer::log_step(const StepMetrics& m, const std::optional<double>& eval_l
 void Trainer::log_memory() const {
   size_t opt_bytes = 0;
   for (int u = 0; u < fsdp_.num_units(); ++u) {
-    opt_bytes +=
-        const_cast<Optimizer&>(opt_).m(u).bytes() + const_cast<Optimizer&>(opt_).v(u).bytes();
+    opt_bytes += opt_.m(u).bytes() + opt_.v(u).bytes();
   }
   KILN_LOG_INFO(
       "rank {}: peak RSS {:.0f} MiB; sharded params+grads {:.0f} MiB, optimizer state {:.0f} "
