@@ -75,6 +75,22 @@ class GenerateCli : public ::testing::Test {
 
 fs::path GenerateCli::dir_;
 
+// What kiln generate prints for `prompt` at temperature 0, computed with the library: up to
+// max_new tokens, stopping at <|im_end|> or <|endoftext|>.
+std::vector<int32_t> greedy_reply(Generator& gen, Sampler& greedy, const Tokenizer& tok,
+                                  const std::vector<int32_t>& prompt, size_t max_new) {
+  std::vector<int32_t> reply;
+  std::span<const float> logits = gen.prefill(prompt);
+  const int32_t stops[] = {tok.token_id("<|im_end|>"), tok.token_id("<|endoftext|>")};
+  while (reply.size() < max_new) {
+    const int32_t id = greedy.sample(logits);
+    if (std::find(std::begin(stops), std::end(stops), id) != std::end(stops)) break;
+    reply.push_back(id);
+    logits = gen.step(id);
+  }
+  return reply;
+}
+
 TEST_F(GenerateCli, GreedyIsDeterministicAndMatchesTheLibrary) {
   const std::string args =
       "generate --model " + model() + " --prompt hi --max-new-tokens 5 --temperature 0";
@@ -91,15 +107,7 @@ TEST_F(GenerateCli, GreedyIsDeterministicAndMatchesTheLibrary) {
   const Tokenizer tok = Tokenizer::load(kTokenizer);
   Generator gen(c, params, testing::cpu_fp32());
   Sampler greedy({0.0, 1.0}, 0);
-  std::vector<int32_t> reply;
-  std::span<const float> logits = gen.prefill(tok.encode("hi"));
-  const int32_t stops[] = {tok.token_id("<|im_end|>"), tok.token_id("<|endoftext|>")};
-  while (reply.size() < 5) {
-    const int32_t id = greedy.sample(logits);
-    if (std::find(std::begin(stops), std::end(stops), id) != std::end(stops)) break;
-    reply.push_back(id);
-    logits = gen.step(id);
-  }
+  const std::vector<int32_t> reply = greedy_reply(gen, greedy, tok, tok.encode("hi"), 5);
   EXPECT_EQ(a.out, tok.decode(reply) + "\n");
 
   // The whole of stdin is the prompt when there is no --prompt (its last newline dropped).
@@ -168,15 +176,7 @@ TEST_F(GenerateCli, ChatWithTools) {
       tok, {{"user", "hi"}}, true, false,
       {R"({"type": "function", "function": {"name": "get_weather", "parameters": {}}})"});
   ASSERT_NE(tok.decode(prompt).find("<tools>\n{\"type\": \"function\""), std::string::npos);
-  std::vector<int32_t> reply;
-  std::span<const float> logits = gen.prefill(prompt);
-  const int32_t stops[] = {tok.token_id("<|im_end|>"), tok.token_id("<|endoftext|>")};
-  while (reply.size() < 6) {
-    const int32_t id = greedy.sample(logits);
-    if (std::find(std::begin(stops), std::end(stops), id) != std::end(stops)) break;
-    reply.push_back(id);
-    logits = gen.step(id);
-  }
+  const std::vector<int32_t> reply = greedy_reply(gen, greedy, tok, prompt, 6);
   EXPECT_EQ(r.out, tok.decode(reply) + "\n");
 
   write_file_atomic(dir_ / "bad_tools.json", R"([{"type": "function"}, 3])");
