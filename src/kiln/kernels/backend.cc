@@ -40,6 +40,11 @@ std::string_view compute_dtype_name(ComputeDType d) {
   return d == ComputeDType::kBf16 ? "bf16" : "fp32";
 }
 
+const float* ConstDevPtr::f32() const {
+  KILN_CHECK(dtype == DType::F32, "expected an F32 device pointer, got {}", dtype_name(dtype));
+  return static_cast<const float*>(data);
+}
+
 bool async_cpu_requested() {
   const char* v = std::getenv("KILN_ASYNC_CPU");
   return v != nullptr && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;

@@ -38,20 +38,29 @@ enum class Device { kCpu, kCuda };
 // inputs, fp32 accumulation; master weights, optimizer state and reductions stay fp32).
 enum class ComputeDType { kFp32, kBf16 };
 
-// An activation in device memory with its storage dtype: F32, or BF16 for the activations that
-// only feed matrix products when the backend's activation_dtype() is BF16 (train.dtype bf16).
-// A float* converts implicitly (F32).
-struct Act {
+// A device pointer with the dtype of what it points to: F32, or BF16 for what only feeds matrix
+// products under bf16 mixed precision (the backend's activation_dtype(): the normalised inputs
+// of the q/k/v and gate/up products, SwiGLU's output, and FSDP's gathered parameters). A float*
+// converts implicitly (F32). at(i) is the pointer to element i.
+struct DevPtr {
   void* data = nullptr;
   DType dtype = DType::F32;
-  Act(float* p) : data(p) {}  // NOLINT(google-explicit-constructor): fp32 is the common case
-  Act(void* p, DType t) : data(p), dtype(t) {}
+  DevPtr(float* p) : data(p) {}  // NOLINT(google-explicit-constructor): fp32 is the common case
+  DevPtr(void* p, DType t) : data(p), dtype(t) {}
+  DevPtr at(size_t i) const { return {static_cast<char*>(data) + i * dtype_size(dtype), dtype}; }
 };
-struct ConstAct {
+struct ConstDevPtr {
   const void* data = nullptr;
   DType dtype = DType::F32;
-  ConstAct(const float* p) : data(p) {}  // NOLINT(google-explicit-constructor)
-  ConstAct(const void* p, DType t) : data(p), dtype(t) {}
+  ConstDevPtr(const float* p) : data(p) {}  // NOLINT(google-explicit-constructor)
+  ConstDevPtr(const void* p, DType t) : data(p), dtype(t) {}
+  ConstDevPtr(DevPtr p) : data(p.data), dtype(p.dtype) {}  // NOLINT(google-explicit-constructor)
+  ConstDevPtr at(size_t i) const {
+    return {static_cast<const char*>(data) + i * dtype_size(dtype), dtype};
+  }
+  bool null() const { return data == nullptr; }
+  // The pointer as fp32; kiln::Error-free invariant check that it is F32.
+  const float* f32() const;
 };
 
 // One AdamW update's constants, computed once per step on the host (PyTorch's AdamW):
@@ -100,8 +109,11 @@ class Backend {
   // The host waits for everything enqueued on the compute stream.
   void synchronize() const { compute_stream().synchronize(); }
 
+  // Parameters (w, b, wte) are F32, or BF16 when FSDP gathered them in the backend's
+  // activation_dtype(); their gradients are always F32.
+
   // out: (N, C) = wte[ids[n]]; wte: (V, C)
-  virtual void embedding_forward(float* out, const int32_t* ids, const float* wte, int N,
+  virtual void embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N,
                                  int C) const = 0;
   // dwte[ids[n]] += dout[n]
   virtual void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
@@ -109,24 +121,25 @@ class Backend {
 
   // out: (N, C) = x * rstd * w, rstd: (N) = 1/sqrt(mean(x^2) + eps); x: (N, C), w: (C). out
   // may be stored in bf16 (rounded to nearest even).
-  virtual void rmsnorm_forward(Act out, float* rstd, const float* x, const float* w, int N, int C,
-                               float eps) const = 0;
+  virtual void rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w, int N,
+                               int C, float eps) const = 0;
   // Residual add fused with RMSNorm, one pass over memory: sum (N, C) = a + b, then out and rstd
   // from sum exactly as rmsnorm_forward. sum may alias a or b.
-  virtual void add_rmsnorm_forward(float* sum, Act out, float* rstd, const float* a, const float* b,
-                                   const float* w, int N, int C, float eps) const = 0;
+  virtual void add_rmsnorm_forward(float* sum, DevPtr out, float* rstd, const float* a,
+                                   const float* b, ConstDevPtr w, int N, int C,
+                                   float eps) const = 0;
   // dx (N, C) written, or added to when accumulate is true; dw (C) +=
   virtual void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
-                                const float* w, const float* rstd, int N, int C,
+                                ConstDevPtr w, const float* rstd, int N, int C,
                                 bool accumulate) const = 0;
 
-  // out: (N, OC) = x (N, IC) @ w^T (OC, IC) + b (OC, may be null); x may be bf16
-  virtual void matmul_forward(float* out, ConstAct x, const float* w, const float* b, int N, int IC,
-                              int OC) const = 0;
+  // out: (N, OC) = x (N, IC) @ w^T (OC, IC) + b (OC, may be null); x and w may be bf16
+  virtual void matmul_forward(float* out, ConstDevPtr x, ConstDevPtr w, ConstDevPtr b, int N,
+                              int IC, int OC) const = 0;
   // dx: (N, IC) = dout @ w (written, or added when accumulate); dw (OC, IC) += dout^T @ x;
   // db (OC) += column sums of dout (skipped when null). dx may be null (no input gradient).
-  virtual void matmul_backward(float* dx, float* dw, float* db, const float* dout, ConstAct x,
-                               const float* w, int N, int IC, int OC, bool accumulate) const = 0;
+  virtual void matmul_backward(float* dx, float* dw, float* db, const float* dout, ConstDevPtr x,
+                               ConstDevPtr w, int N, int IC, int OC, bool accumulate) const = 0;
 
   // In-place rotary embedding (HF rotate-half): x: (N, heads, D); pairs (d, d + D/2) rotate by
   // angle pos[n] * theta^(-2d/D). cos/sin tables: (max_pos, D/2).
@@ -158,7 +171,7 @@ class Backend {
                                 int D) const = 0;
 
   // h = silu(gate) * up, all (n); h may be stored in bf16
-  virtual void swiglu_forward(Act h, const float* gate, const float* up, size_t n) const = 0;
+  virtual void swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n) const = 0;
   // dgate, dup written (n)
   virtual void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
                                const float* up, size_t n) const = 0;
@@ -171,8 +184,9 @@ class Backend {
   // *loss_sum (one device double) += the sum over valid rows of -log softmax(x w^T)[target].
   // When dx is non-null it also writes dx (N, C) (zero on ignored rows) and adds dw (V, C) +=
   // for loss scaled by `scale` (the caller passes 1 / number of targets in the optimizer step).
-  virtual void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, const float* w,
-                             const int32_t* targets, int N, int C, int V, float scale) const = 0;
+  virtual void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x,
+                             ConstDevPtr w, const int32_t* targets, int N, int C, int V,
+                             float scale) const = 0;
 
   // *sum (one device double) += sum of squares of x (n), accumulated in double in fixed blocks
   // (the result does not depend on the thread count).

@@ -166,12 +166,12 @@ void Qwen2Model::layer_backward(const float* w, float* dw, const float* x_in, co
   float* dres = dres_;
 
   // MLP: x_out = xmid + h Wd^T
-  be_.matmul_backward(dh_, dw + o.wd, nullptr, dres, ConstAct{a.h, act_dtype_}, w + o.wd, N, I, C,
+  be_.matmul_backward(dh_, dw + o.wd, nullptr, dres, ConstDevPtr{a.h, act_dtype_}, w + o.wd, N, I, C,
                       false);
   be_.swiglu_backward(dgate_, dup_, dh_, a.gate, a.up, NI);
-  be_.matmul_backward(dxn_, dw + o.wg, nullptr, dgate_, ConstAct{a.xn2, act_dtype_}, w + o.wg, N, C,
+  be_.matmul_backward(dxn_, dw + o.wg, nullptr, dgate_, ConstDevPtr{a.xn2, act_dtype_}, w + o.wg, N, C,
                       I, false);
-  be_.matmul_backward(dxn_, dw + o.wu, nullptr, dup_, ConstAct{a.xn2, act_dtype_}, w + o.wu, N, C,
+  be_.matmul_backward(dxn_, dw + o.wu, nullptr, dup_, ConstDevPtr{a.xn2, act_dtype_}, w + o.wu, N, C,
                       I, true);
   be_.rmsnorm_backward(dres, dw + o.ln2, dxn_, a.xmid, w + o.ln2, a.rstd2, N, C, true);
   // Attention: xmid = x_in + y Wo^T
@@ -180,11 +180,11 @@ void Qwen2Model::layer_backward(const float* w, float* dw, const float* x_in, co
   be_.attention_backward(dq_, dk_, dv_, dy_, a.q, a.k, a.v, a.y, a.lse, doc_, s);
   be_.rope_backward(dq_, pos_, rope_.cos(), rope_.sin(), N, H, D);
   be_.rope_backward(dk_, pos_, rope_.cos(), rope_.sin(), N, KVH, D);
-  be_.matmul_backward(dxn_, dw + o.wq, dw + o.bq, dq_, ConstAct{a.xn1, act_dtype_}, w + o.wq, N, C,
+  be_.matmul_backward(dxn_, dw + o.wq, dw + o.bq, dq_, ConstDevPtr{a.xn1, act_dtype_}, w + o.wq, N, C,
                       Q, false);
-  be_.matmul_backward(dxn_, dw + o.wk, dw + o.bk, dk_, ConstAct{a.xn1, act_dtype_}, w + o.wk, N, C,
+  be_.matmul_backward(dxn_, dw + o.wk, dw + o.bk, dk_, ConstDevPtr{a.xn1, act_dtype_}, w + o.wk, N, C,
                       KV, true);
-  be_.matmul_backward(dxn_, dw + o.wv, dw + o.bv, dv_, ConstAct{a.xn1, act_dtype_}, w + o.wv, N, C,
+  be_.matmul_backward(dxn_, dw + o.wv, dw + o.bv, dv_, ConstDevPtr{a.xn1, act_dtype_}, w + o.wv, N, C,
                       KV, true);
   be_.rmsnorm_backward(dres, dw + o.ln1, dxn_, x_in, w + o.ln1, a.rstd1, N, C, true);
 }

@@ -43,7 +43,7 @@ class AsyncCpuBackend final : public Backend {
     return std::make_unique<EmulatedStream>(++streams_);
   }
 
-  void embedding_forward(float* out, const int32_t* ids, const float* wte, int N,
+  void embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N,
                          int C) const override {
     run([=, this] { cpu_.embedding_forward(out, ids, wte, N, C); });
   }
@@ -51,24 +51,24 @@ class AsyncCpuBackend final : public Backend {
                           int C) const override {
     run([=, this] { cpu_.embedding_backward(dwte, dout, ids, N, C); });
   }
-  void rmsnorm_forward(Act out, float* rstd, const float* x, const float* w, int N, int C,
+  void rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w, int N, int C,
                        float eps) const override {
     run([=, this] { cpu_.rmsnorm_forward(out, rstd, x, w, N, C, eps); });
   }
-  void add_rmsnorm_forward(float* sum, Act out, float* rstd, const float* a, const float* b,
-                           const float* w, int N, int C, float eps) const override {
+  void add_rmsnorm_forward(float* sum, DevPtr out, float* rstd, const float* a, const float* b,
+                           ConstDevPtr w, int N, int C, float eps) const override {
     run([=, this] { cpu_.add_rmsnorm_forward(sum, out, rstd, a, b, w, N, C, eps); });
   }
-  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, ConstDevPtr w,
                         const float* rstd, int N, int C, bool accumulate) const override {
     run([=, this] { cpu_.rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, accumulate); });
   }
-  void matmul_forward(float* out, ConstAct x, const float* w, const float* b, int N, int IC,
+  void matmul_forward(float* out, ConstDevPtr x, ConstDevPtr w, ConstDevPtr b, int N, int IC,
                       int OC) const override {
     run([=, this] { cpu_.matmul_forward(out, x, w, b, N, IC, OC); });
   }
-  void matmul_backward(float* dx, float* dw, float* db, const float* dout, ConstAct x,
-                       const float* w, int N, int IC, int OC, bool accumulate) const override {
+  void matmul_backward(float* dx, float* dw, float* db, const float* dout, ConstDevPtr x,
+                       ConstDevPtr w, int N, int IC, int OC, bool accumulate) const override {
     run([=, this] { cpu_.matmul_backward(dx, dw, db, dout, x, w, N, IC, OC, accumulate); });
   }
   void rope_forward(float* x, const int32_t* pos, const float* cos_table, const float* sin_table,
@@ -92,7 +92,7 @@ class AsyncCpuBackend final : public Backend {
                         int n_q, int past, int H, int KV, int D) const override {
     run([=, this] { cpu_.attention_decode(y, q, k_cache, v_cache, n_q, past, H, KV, D); });
   }
-  void swiglu_forward(Act h, const float* gate, const float* up, size_t n) const override {
+  void swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n) const override {
     run([=, this] { cpu_.swiglu_forward(h, gate, up, n); });
   }
   void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
@@ -102,7 +102,7 @@ class AsyncCpuBackend final : public Backend {
   void add(float* out, const float* a, const float* b, size_t n) const override {
     run([=, this] { cpu_.add(out, a, b, n); });
   }
-  void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, const float* w,
+  void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,
                      const int32_t* targets, int N, int C, int V, float scale) const override {
     run([=, this] { cpu_.cross_entropy(loss_sum, dx, dw, x, w, targets, N, C, V, scale); });
   }

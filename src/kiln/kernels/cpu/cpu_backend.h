@@ -47,20 +47,20 @@ class CpuBackend final : public Backend {
   Stream& compute_stream() const override { return stream_; }
   std::unique_ptr<Stream> create_stream() const override { return std::make_unique<SyncStream>(); }
 
-  void embedding_forward(float* out, const int32_t* ids, const float* wte, int N,
+  void embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N,
                          int C) const override;
   void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
                           int C) const override;
-  void rmsnorm_forward(Act out, float* rstd, const float* x, const float* w, int N, int C,
+  void rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w, int N, int C,
                        float eps) const override;
-  void add_rmsnorm_forward(float* sum, Act out, float* rstd, const float* a, const float* b,
-                           const float* w, int N, int C, float eps) const override;
-  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+  void add_rmsnorm_forward(float* sum, DevPtr out, float* rstd, const float* a, const float* b,
+                           ConstDevPtr w, int N, int C, float eps) const override;
+  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, ConstDevPtr w,
                         const float* rstd, int N, int C, bool accumulate) const override;
-  void matmul_forward(float* out, ConstAct x, const float* w, const float* b, int N, int IC,
+  void matmul_forward(float* out, ConstDevPtr x, ConstDevPtr w, ConstDevPtr b, int N, int IC,
                       int OC) const override;
-  void matmul_backward(float* dx, float* dw, float* db, const float* dout, ConstAct x,
-                       const float* w, int N, int IC, int OC, bool accumulate) const override;
+  void matmul_backward(float* dx, float* dw, float* db, const float* dout, ConstDevPtr x,
+                       ConstDevPtr w, int N, int IC, int OC, bool accumulate) const override;
   void rope_forward(float* x, const int32_t* pos, const float* cos_table, const float* sin_table,
                     int N, int heads, int D) const override;
   void rope_backward(float* dx, const int32_t* pos, const float* cos_table, const float* sin_table,
@@ -72,11 +72,11 @@ class CpuBackend final : public Backend {
                           const int32_t* doc_start, const AttnShape& s) const override;
   void attention_decode(float* y, const float* q, const float* k_cache, const float* v_cache,
                         int n_q, int past, int H, int KV, int D) const override;
-  void swiglu_forward(Act h, const float* gate, const float* up, size_t n) const override;
+  void swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n) const override;
   void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
                        const float* up, size_t n) const override;
   void add(float* out, const float* a, const float* b, size_t n) const override;
-  void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, const float* w,
+  void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,
                      const int32_t* targets, int N, int C, int V, float scale) const override;
   void sum_squares(double* sum, const float* x, size_t n) const override;
   void scale(float* x, float a, size_t n) const override;
@@ -86,6 +86,9 @@ class CpuBackend final : public Backend {
   void sgd_step(float* p, float* m, const float* g, size_t n, const SgdStep& s) const override;
 
  private:
+  // KILN_CHECK that matrix-product inputs are F32, or BF16 on the bf16 backend.
+  void check_matmul_inputs(ConstDevPtr x, ConstDevPtr w, const char* op) const;
+
   bool bf16_ = false;
   mutable SyncStream stream_;  // stateless: record() returns a completed event
 };

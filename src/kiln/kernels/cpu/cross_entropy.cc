@@ -88,8 +88,9 @@ size_t ce_chunk_rows(size_t rows, size_t vocab) {
 }
 
 void CpuBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const float* x,
-                               const float* w, const int32_t* targets, int N, int C, int V,
+                               ConstDevPtr wp, const int32_t* targets, int N, int C, int V,
                                float scale) const {
+  check_matmul_inputs(x, wp, "cross_entropy");
   Scratch& sc = scratch();
   grow(sc.rows, static_cast<size_t>(N));
   int R = 0;
@@ -109,11 +110,28 @@ void CpuBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const flo
   float* dxc = sc.dxc.data();
   double* row_loss = sc.row_loss.data();
   const bool bf16 = bf16_ && gemm_bf16_native();
+  // The weight in the product's dtype: as gathered (bf16 from FSDP, used as it is), rounded once
+  // per call when it comes in fp32 to a bf16 product, widened when bf16 products run in fp32.
+  const uint16_t* w16 = nullptr;
+  const float* w = nullptr;
+  std::vector<float> w32;
   if (bf16) {
-    grow(sc.w16, static_cast<size_t>(V) * C);
     grow(sc.xc16, static_cast<size_t>(chunk) * C);
     if (dx != nullptr) grow(sc.dlogits16, static_cast<size_t>(chunk) * V);
-    to_bf16(sc.w16.data(), w, static_cast<size_t>(V) * C);
+    if (wp.dtype == DType::BF16) {
+      w16 = static_cast<const uint16_t*>(wp.data);
+    } else {
+      grow(sc.w16, static_cast<size_t>(V) * C);
+      to_bf16(sc.w16.data(), wp.f32(), static_cast<size_t>(V) * C);
+      w16 = sc.w16.data();
+    }
+  } else if (wp.dtype == DType::BF16) {
+    w32.resize(static_cast<size_t>(V) * C);
+    const auto* h = static_cast<const uint16_t*>(wp.data);
+    for (size_t i = 0; i < w32.size(); ++i) w32[i] = bf16_to_float(h[i]);
+    w = w32.data();
+  } else {
+    w = wp.f32();
   }
   double total = 0;
   for (int r0 = 0; r0 < R; r0 += chunk) {
@@ -125,7 +143,7 @@ void CpuBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const flo
     // logits (r, V) = xc (r, C) @ w^T
     if (bf16) {
       to_bf16(sc.xc16.data(), xc, static_cast<size_t>(r) * C);
-      gemm_bf16(false, true, r, V, C, sc.xc16.data(), sc.w16.data(), 0.0f, logits, V);
+      gemm_bf16(false, true, r, V, C, sc.xc16.data(), w16, 0.0f, logits, V);
     } else {
       gemm(false, true, r, V, C, xc, C, w, C, 0.0f, logits, V, GemmPrecision::kFp32);
     }
@@ -139,7 +157,7 @@ void CpuBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const flo
       // dxc (r, C) = dlogits (r, V) @ w (V, C);  dw (V, C) += dlogits^T @ xc
       if (bf16) {
         to_bf16(sc.dlogits16.data(), logits, static_cast<size_t>(r) * V);
-        gemm_bf16(false, false, r, C, V, sc.dlogits16.data(), sc.w16.data(), 0.0f, dxc, C);
+        gemm_bf16(false, false, r, C, V, sc.dlogits16.data(), w16, 0.0f, dxc, C);
         gemm_bf16(true, false, V, C, r, sc.dlogits16.data(), sc.xc16.data(), 1.0f, dw, C);
       } else {
         gemm(false, false, r, C, V, logits, V, w, C, 0.0f, dxc, C, GemmPrecision::kFp32);

@@ -8,6 +8,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/f32_view.h"
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/vec_math.h"
 
@@ -46,11 +47,18 @@ inline void for_ranges(size_t n, size_t work, F&& body) {
 }
 }  // namespace
 
-void CpuBackend::embedding_forward(float* out, const int32_t* ids, const float* wte, int N,
+void CpuBackend::embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N,
                                    int C) const {
+  const bool bf16 = wte.dtype == DType::BF16;
   for_ranges(N, static_cast<size_t>(N) * C, [&](size_t n0, size_t n1) {
     for (size_t n = n0; n < n1; ++n) {
-      std::memcpy(out + n * C, wte + static_cast<size_t>(ids[n]) * C, sizeof(float) * C);
+      const size_t row = static_cast<size_t>(ids[n]) * C;
+      if (bf16) {
+        const auto* src = static_cast<const uint16_t*>(wte.data) + row;
+        for (int c = 0; c < C; ++c) out[n * C + c] = bf16_to_float(src[c]);
+      } else {
+        std::memcpy(out + n * C, wte.f32() + row, sizeof(float) * C);
+      }
     }
   });
 }
@@ -103,7 +111,8 @@ inline float rms_scale(const float* xr, int C, float eps) {
 }
 
 // One row into `out` (f32 or bf16) at row n.
-inline float rmsnorm_row_to(Act out, size_t n, const float* xr, const float* w, int C, float eps) {
+inline float rmsnorm_row_to(DevPtr out, size_t n, const float* xr, const float* w, int C,
+                            float eps) {
   if (out.dtype == DType::BF16) {
     const float r = rms_scale(xr, C, eps);
     rmsnorm_row_bf16(static_cast<uint16_t*>(out.data) + n * C, xr, w, C, r);
@@ -112,16 +121,20 @@ inline float rmsnorm_row_to(Act out, size_t n, const float* xr, const float* w, 
   return rmsnorm_row(static_cast<float*>(out.data) + n * C, xr, w, C, eps);
 }
 
-void CpuBackend::rmsnorm_forward(Act out, float* rstd, const float* x, const float* w, int N, int C,
-                                 float eps) const {
+void CpuBackend::rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr wp, int N,
+                                 int C, float eps) const {
+  const F32View wv(wp, C);
+  const float* w = wv.get();
   for_ranges(N, static_cast<size_t>(N) * C, [&](size_t n0, size_t n1) {
     for (size_t n = n0; n < n1; ++n) rstd[n] = rmsnorm_row_to(out, n, x + n * C, w, C, eps);
   });
 }
 
-void CpuBackend::add_rmsnorm_forward(float* sum, Act out, float* rstd, const float* a,
-                                     const float* b, const float* w, int N, int C,
+void CpuBackend::add_rmsnorm_forward(float* sum, DevPtr out, float* rstd, const float* a,
+                                     const float* b, ConstDevPtr wp, int N, int C,
                                      float eps) const {
+  const F32View wv(wp, C);
+  const float* w = wv.get();
   for_ranges(N, static_cast<size_t>(N) * C, [&](size_t n0, size_t n1) {
     for (size_t n = n0; n < n1; ++n) {
       const size_t off = n * C;
@@ -136,8 +149,10 @@ void CpuBackend::add_rmsnorm_forward(float* sum, Act out, float* rstd, const flo
 }
 
 void CpuBackend::rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
-                                  const float* w, const float* rstd, int N, int C,
+                                  ConstDevPtr wp, const float* rstd, int N, int C,
                                   bool accumulate) const {
+  const F32View wv(wp, C);
+  const float* w = wv.get();
   // y = x * r * w with r = (mean(x^2) + eps)^-1/2:
   // dx = r * (dy * w) - x * r^3 * mean(dy * w * x);  dw += sum_n dy * x * r
   const size_t work = static_cast<size_t>(N) * C;
@@ -223,7 +238,7 @@ void swiglu_backward_range(float* dgate, float* dup, const float* dh, const floa
 }  // namespace
 
 // SwiGLU with a vectorised sigmoid (vec_math.h): std::exp is a libm call per element.
-void CpuBackend::swiglu_forward(Act h, const float* gate, const float* up, size_t n) const {
+void CpuBackend::swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n) const {
   if (h.dtype == DType::BF16) {
     // In chunks through a float buffer, rounded as gemm() would round the f32 result.
     auto* h16 = static_cast<uint16_t*>(h.data);
