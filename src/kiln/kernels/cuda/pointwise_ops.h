@@ -1,0 +1,55 @@
+// The CUDA backend's elementwise, row-wise, reduction and optimizer kernels
+// (kernels/cuda/pointwise_*.cu). Each has the semantics, parameters and shapes of the Backend
+// method of the same name (kernels/ops.h), plus the stream it is enqueued on. Parameters
+// (ConstDevPtr w, wte) are F32 or BF16; activations written through a DevPtr are F32 or BF16.
+// Every reduction has a fixed order (no float atomics), so a run repeats bit for bit.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kiln/kernels/ops.h"
+
+namespace kiln::cuda {
+
+void embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N, int C,
+                       cudaStream_t stream);
+// Deterministic: no float atomics; repeated ids add in token order.
+void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N, int C,
+                        cudaStream_t stream);
+
+void rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w, int N, int C,
+                     float eps, cudaStream_t stream);
+void add_rmsnorm_forward(float* sum, DevPtr out, float* rstd, const float* a, const float* b,
+                         ConstDevPtr w, int N, int C, float eps, cudaStream_t stream);
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, ConstDevPtr w,
+                      const float* rstd, int N, int C, bool accumulate, cudaStream_t stream);
+
+void rope_forward(float* x, const int32_t* pos, const float* cos_table, const float* sin_table,
+                  int N, int heads, int D, cudaStream_t stream);
+void rope_backward(float* dx, const int32_t* pos, const float* cos_table, const float* sin_table,
+                   int N, int heads, int D, cudaStream_t stream);
+
+void swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n, cudaStream_t stream);
+void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
+                     const float* up, size_t n, cudaStream_t stream);
+
+void add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
+void scale(float* x, float a, size_t n, cudaStream_t stream);
+// *sum += sum of squares of x, in double, over fixed blocks (independent of the launch).
+void sum_squares(double* sum, const float* x, size_t n, cudaStream_t stream);
+void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm,
+                  cudaStream_t stream);
+
+void adamw_step(float* p, float* m, float* v, const float* g, size_t n, const AdamWStep& s,
+                cudaStream_t stream);
+void sgd_step(float* p, float* m, const float* g, size_t n, const SgdStep& s,
+              cudaStream_t stream);
+
+// dst (n, bf16 bit patterns) = src rounded to nearest even; and back.
+void cast_f32_to_bf16(uint16_t* dst, const float* src, size_t n, cudaStream_t stream);
+void cast_bf16_to_f32(float* dst, const uint16_t* src, size_t n, cudaStream_t stream);
+
+}  // namespace kiln::cuda
