@@ -35,6 +35,7 @@ Fsdp::Fsdp(const ParamLayout& layout, const Backend& backend, ShardStrategy stra
       be_(backend),
       pool_(backend),
       strategy_(strategy),
+      gather_dtype_(backend.activation_dtype()),
       shard_(shard),
       replica_(replica),
       prefetch_(prefetch) {
@@ -96,11 +97,21 @@ void Fsdp::track_gathered(long delta) {
 // issue, so no buffer is written while an earlier reader may still run.
 void Fsdp::start_gather(int unit) {
   Unit& x = units_[unit];
-  if (x.full.size() > 0 || strategy_ == ShardStrategy::kNoShard) return;
-  x.full = pool_.take(x.padded);
-  track_gathered(static_cast<long>(x.padded * sizeof(float)));
-  x.gathering = shard_.all_gather_async(x.full.data(), x.shard.data(), x.shard_size, DType::F32,
-                                        &be_.compute_stream());
+  if (x.full.size() > 0 || !gathers()) return;
+  const DType t = gather_dtype_;
+  x.full = pool_.take(storage_floats(x.padded, t));
+  track_gathered(static_cast<long>(x.full.bytes()));
+  Stream* after = &be_.compute_stream();
+  if (t == DType::F32) {
+    x.gathering = shard_.all_gather_async(x.full.data(), x.shard.data(), x.shard_size, t, after);
+    return;
+  }
+  // bf16: this rank's shard, rounded, into its slot; the all-gather fills the others in place.
+  const bool sharded = strategy_ != ShardStrategy::kNoShard;
+  const size_t rank = sharded ? static_cast<size_t>(shard_.rank()) : 0;
+  void* mine = reinterpret_cast<char*>(x.full.data()) + rank * x.shard_size * dtype_size(t);
+  be_.cast_to_bf16(mine, x.shard.data(), x.shard_size);
+  if (sharded) x.gathering = shard_.all_gather_async(x.full.data(), mine, x.shard_size, t, after);
 }
 
 void Fsdp::free_full(int unit) {
@@ -110,12 +121,12 @@ void Fsdp::free_full(int unit) {
     x.gathering->wait(be_.compute_stream());
     x.gathering.reset();
   }
-  track_gathered(-static_cast<long>(x.padded * sizeof(float)));
+  track_gathered(-static_cast<long>(x.full.bytes()));
   pool_.give(std::move(x.full));
   x.full = DeviceBuffer<float>();
 }
 
-const float* Fsdp::acquire(int unit) {
+ConstDevPtr Fsdp::acquire(int unit) {
   Unit& x = units_[unit];
   // Learn the order of the first pass; afterwards follow it to prefetch.
   if (!order_known_) {
@@ -126,7 +137,7 @@ const float* Fsdp::acquire(int unit) {
   }
   if (order_known_ && order_pos_ < order_.size()) ++order_pos_;
   ++x.in_use;
-  if (strategy_ == ShardStrategy::kNoShard) return x.shard.data();
+  if (!gathers()) return x.shard.data();
   start_gather(unit);
   if (prefetch_ && order_known_ && order_pos_ < order_.size()) start_gather(order_[order_pos_]);
   if (x.gathering) {
@@ -134,7 +145,7 @@ const float* Fsdp::acquire(int unit) {
     x.gathering.reset();
   }
   if (strategy_ == ShardStrategy::kShardGradOp) x.keep = true;
-  return x.full.data();
+  return {x.full.data(), gather_dtype_};
 }
 
 void Fsdp::release(int unit) {

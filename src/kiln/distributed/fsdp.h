@@ -18,6 +18,12 @@
 // wrote the gradient, without waiting. At most the units in use plus one prefetched unit are
 // gathered at any time (plus, for shard_grad_op, those kept for backward).
 //
+// Dtype: shards, gradients and optimizer state are fp32. Units are gathered in the backend's
+// activation_dtype(): bf16 under bf16 mixed precision (each rank rounds its shard into its slot
+// of the gathered buffer, then the all-gather moves half the bytes), so the model reads bf16
+// weights, as PyTorch FSDP's MixedPrecision(param_dtype=bf16) does; no_shard then keeps a bf16
+// copy while the unit is in use. Gradients are reduced in fp32.
+//
 // Memory and order: shards, gradients and gathered units are device memory of the backend
 // (gathered units and gradient buffers from a DevicePool); every collective is ordered after
 // the compute stream's producer through the communicator's `after` stream, and the compute
@@ -51,7 +57,7 @@ class Fsdp final : public UnitAccess {
   ~Fsdp() override;
 
   // UnitAccess
-  const float* acquire(int unit) override;
+  ConstDevPtr acquire(int unit) override;
   void release(int unit) override;
   float* grad(int unit) override;
   void grad_done(int unit) override;
@@ -91,8 +97,8 @@ class Fsdp final : public UnitAccess {
   struct Unit {
     size_t numel = 0, padded = 0, shard_size = 0;
     DeviceBuffer<float> shard, shard_grad;  // (shard_size)
-    DeviceBuffer<float> full;               // gathered parameters, empty when not gathered
-    std::unique_ptr<Work> gathering;        // in-flight all-gather into `full`
+    DeviceBuffer<float> full;         // gathered parameters (gather_dtype_ storage), empty when not
+    std::unique_ptr<Work> gathering;  // in-flight all-gather into `full`
     int in_use = 0;
     bool keep = false;              // shard_grad_op: keep until finish_backward()
     DeviceBuffer<float> full_grad;  // whole-unit gradient during backward (and across micro-steps)
@@ -106,6 +112,10 @@ class Fsdp final : public UnitAccess {
     DeviceBuffer<float> out;        // the reduce-scattered shard, added into shard_grad when done
   };
 
+  // Whether acquire() hands out a gathered buffer (else the shard itself: no_shard in fp32).
+  bool gathers() const {
+    return strategy_ != ShardStrategy::kNoShard || gather_dtype_ != DType::F32;
+  }
   void start_gather(int unit);
   void free_full(int unit);
   void complete(Pending& p);
@@ -116,6 +126,7 @@ class Fsdp final : public UnitAccess {
   const Backend& be_;
   DevicePool pool_;
   ShardStrategy strategy_;
+  DType gather_dtype_;
   Communicator& shard_;
   Communicator* replica_;
   bool prefetch_;

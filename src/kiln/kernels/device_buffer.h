@@ -124,6 +124,12 @@ class DeviceArena {
   DeviceBuffer<unsigned char> memory_;
 };
 
+// Floats of storage that n elements of `dtype` occupy (pooled buffers are float-typed; bf16
+// units live in half as many).
+inline size_t storage_floats(size_t n, DType dtype) {
+  return (n * dtype_size(dtype) + sizeof(float) - 1) / sizeof(float);
+}
+
 // Buffers kept for reuse by exact size (FSDP asks for a handful of distinct sizes).
 class DevicePool {
  public:

@@ -84,8 +84,9 @@ class Backend {
   // Whether this backend computes in `dtype` (fp32 always).
   virtual bool supports(ComputeDType dtype) const = 0;
   // The storage dtype of activations that only feed matrix products (the normalised inputs of
-  // the q/k/v and gate/up products, SwiGLU's output): BF16 when the products take bf16 inputs
-  // natively, so storing them rounded changes no result; F32 otherwise.
+  // the q/k/v and gate/up products, SwiGLU's output) and of the parameters the model reads
+  // (FSDP's gathered units, ParamStore's copies; master weights stay F32): BF16 when the
+  // products take bf16 inputs natively, F32 otherwise.
   virtual DType activation_dtype() const = 0;
 
   // ---- Memory. Device memory is 64-byte aligned; pinned host memory stages copies. ----
@@ -121,8 +122,8 @@ class Backend {
 
   // out: (N, C) = x * rstd * w, rstd: (N) = 1/sqrt(mean(x^2) + eps); x: (N, C), w: (C). out
   // may be stored in bf16 (rounded to nearest even).
-  virtual void rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w, int N,
-                               int C, float eps) const = 0;
+  virtual void rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w, int N, int C,
+                               float eps) const = 0;
   // Residual add fused with RMSNorm, one pass over memory: sum (N, C) = a + b, then out and rstd
   // from sum exactly as rmsnorm_forward. sum may alias a or b.
   virtual void add_rmsnorm_forward(float* sum, DevPtr out, float* rstd, const float* a,
@@ -178,15 +179,16 @@ class Backend {
 
   // out = a + b, (n); out may alias a or b
   virtual void add(float* out, const float* a, const float* b, size_t n) const = 0;
+  // dst (n, BF16) = src (n, F32) rounded to nearest even: parameters for bf16 products.
+  virtual void cast_to_bf16(void* dst, const float* src, size_t n) const = 0;
 
   // Fused LM head and cross-entropy over rows whose target is not kIgnoreIndex, never holding
   // more than a chunk of logits: x: (N, C), w: (V, C), targets: (N).
   // *loss_sum (one device double) += the sum over valid rows of -log softmax(x w^T)[target].
   // When dx is non-null it also writes dx (N, C) (zero on ignored rows) and adds dw (V, C) +=
   // for loss scaled by `scale` (the caller passes 1 / number of targets in the optimizer step).
-  virtual void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x,
-                             ConstDevPtr w, const int32_t* targets, int N, int C, int V,
-                             float scale) const = 0;
+  virtual void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,
+                             const int32_t* targets, int N, int C, int V, float scale) const = 0;
 
   // *sum (one device double) += sum of squares of x (n), accumulated in double in fixed blocks
   // (the result does not depend on the thread count).

@@ -3,7 +3,7 @@
 namespace kiln {
 
 void decoder_layer_forward(const Backend& be, const Qwen2Config& c, const LayerOffsets& o,
-                           const float* w, const float* x_in, float* x_out, const DecoderActs& a,
+                           ConstDevPtr w, const float* x_in, float* x_out, const DecoderActs& a,
                            const LayerGeometry& g, const RopeTables& rope,
                            const LayerAttention& attention) {
   const int N = g.n;
@@ -14,20 +14,20 @@ void decoder_layer_forward(const Backend& be, const Qwen2Config& c, const LayerO
   const float eps = static_cast<float>(c.rms_norm_eps);
   const DType t = g.act_dtype;
 
-  be.rmsnorm_forward(DevPtr{a.xn1, t}, a.rstd1, x_in, w + o.ln1, N, C, eps);
-  be.matmul_forward(a.q, ConstDevPtr{a.xn1, t}, w + o.wq, w + o.bq, N, C, Q);
-  be.matmul_forward(a.k, ConstDevPtr{a.xn1, t}, w + o.wk, w + o.bk, N, C, KV);
-  be.matmul_forward(a.v, ConstDevPtr{a.xn1, t}, w + o.wv, w + o.bv, N, C, KV);
+  be.rmsnorm_forward(DevPtr{a.xn1, t}, a.rstd1, x_in, w.at(o.ln1), N, C, eps);
+  be.matmul_forward(a.q, ConstDevPtr{a.xn1, t}, w.at(o.wq), w.at(o.bq), N, C, Q);
+  be.matmul_forward(a.k, ConstDevPtr{a.xn1, t}, w.at(o.wk), w.at(o.bk), N, C, KV);
+  be.matmul_forward(a.v, ConstDevPtr{a.xn1, t}, w.at(o.wv), w.at(o.bv), N, C, KV);
   be.rope_forward(a.q, g.pos, rope.cos(), rope.sin(), N, H, D);
   be.rope_forward(a.k, g.pos, rope.cos(), rope.sin(), N, KVH, D);
   attention.attend(a);
-  be.matmul_forward(a.xmid, a.y, w + o.wo, nullptr, N, Q, C);
-  be.add_rmsnorm_forward(a.xmid, DevPtr{a.xn2, t}, a.rstd2, a.xmid, x_in, w + o.ln2, N, C, eps);
-  be.matmul_forward(a.gate, ConstDevPtr{a.xn2, t}, w + o.wg, nullptr, N, C, I);
-  be.matmul_forward(a.up, ConstDevPtr{a.xn2, t}, w + o.wu, nullptr, N, C, I);
+  be.matmul_forward(a.xmid, a.y, w.at(o.wo), nullptr, N, Q, C);
+  be.add_rmsnorm_forward(a.xmid, DevPtr{a.xn2, t}, a.rstd2, a.xmid, x_in, w.at(o.ln2), N, C, eps);
+  be.matmul_forward(a.gate, ConstDevPtr{a.xn2, t}, w.at(o.wg), nullptr, N, C, I);
+  be.matmul_forward(a.up, ConstDevPtr{a.xn2, t}, w.at(o.wu), nullptr, N, C, I);
   be.swiglu_forward(DevPtr{a.h, t}, a.gate, a.up, static_cast<size_t>(N) * I);
   if (x_out != nullptr) {
-    be.matmul_forward(x_out, ConstDevPtr{a.h, t}, w + o.wd, nullptr, N, I, C);
+    be.matmul_forward(x_out, ConstDevPtr{a.h, t}, w.at(o.wd), nullptr, N, I, C);
     be.add(x_out, x_out, a.xmid, static_cast<size_t>(N) * C);
   }
 }

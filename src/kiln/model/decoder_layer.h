@@ -38,7 +38,7 @@ struct LayerGeometry {
 };
 
 void decoder_layer_forward(const Backend& be, const Qwen2Config& c, const LayerOffsets& o,
-                           const float* w, const float* x_in, float* x_out, const DecoderActs& a,
+                           ConstDevPtr w, const float* x_in, float* x_out, const DecoderActs& a,
                            const LayerGeometry& g, const RopeTables& rope,
                            const LayerAttention& attention);
 

@@ -92,11 +92,12 @@ std::span<const float> Generator::prefill(std::span<const int32_t> ids) {
   const int n_last = static_cast<int>((ids.size() - 1) % kChunk) + 1;  // tokens in last chunk
   const int C = static_cast<int>(config_.hidden_size);
   const bool tied = config_.tie_word_embeddings;
-  const float* hw = params_.acquire(layout_.head_unit());
+  const ConstDevPtr hw = params_.acquire(layout_.head_unit());
   be_.rmsnorm_forward(
       xf_.data(), rstd_last_.data(), x_.data() + static_cast<size_t>(n_last - 1) * C,
-      hw + layout_.final_norm_offset(), 1, C, static_cast<float>(config_.rms_norm_eps));
-  const float* wh = tied ? params_.acquire(layout_.embed_unit()) : hw + layout_.lm_head_offset();
+      hw.at(layout_.final_norm_offset()), 1, C, static_cast<float>(config_.rms_norm_eps));
+  const ConstDevPtr wh =
+      tied ? params_.acquire(layout_.embed_unit()) : hw.at(layout_.lm_head_offset());
   be_.matmul_forward(logits_.data(), xf_.data(), wh, nullptr, 1, C, static_cast<int>(V));
   if (tied) params_.release(layout_.embed_unit());
   params_.release(layout_.head_unit());
@@ -125,11 +126,11 @@ void Generator::run_chunk(const int32_t* ids, int n) {
   for (int i = 0; i < n; ++i) ids_pos_host_[kChunk + i] = length_ + i;
   be_.copy_to_device(ids_pos_.data(), ids_pos_host_.data(), ids_pos_.bytes());
 
-  const float* we = params_.acquire(layout_.embed_unit());
+  const ConstDevPtr we = params_.acquire(layout_.embed_unit());
   be_.embedding_forward(x_.data(), ids_pos_.data(), we, n, static_cast<int>(C));
   params_.release(layout_.embed_unit());
   for (int l = 0; l < static_cast<int>(config_.num_hidden_layers); ++l) {
-    const float* w = params_.acquire(layout_.layer_unit(l));
+    const ConstDevPtr w = params_.acquire(layout_.layer_unit(l));
     layer(l, w, n);
     params_.release(layout_.layer_unit(l));
   }
@@ -158,7 +159,7 @@ class CacheAttention final : public LayerAttention {
 }  // namespace
 
 // x_ (n, C) through layer l in place, by the training forward's decoder_layer_forward.
-void Generator::layer(int l, const float* w, int n) {
+void Generator::layer(int l, ConstDevPtr w, int n) {
   const size_t KV = static_cast<size_t>(config_.kv_dim());
   DecoderActs a{};
   a.xn1 = a.xn2 = xn_.data();  // xn1 is done with once q, k and v are computed

@@ -57,7 +57,7 @@ class Generator {
  private:
   void reserve(int tokens);                   // cache and RoPE tables for positions [0, tokens)
   void run_chunk(const int32_t* ids, int n);  // n tokens at positions [length_, length_ + n)
-  void layer(int l, const float* w, int n);   // x_ (n, C) through layer l, in place
+  void layer(int l, ConstDevPtr w, int n);    // x_ (n, C) through layer l, in place
 
   Qwen2Config config_;
   ParamLayout layout_;

@@ -4,11 +4,30 @@
 namespace kiln {
 
 ParamStore::ParamStore(const ParamLayout& layout, const Backend& backend, bool with_grads)
-    : layout_(layout), be_(backend) {
+    : layout_(layout), be_(backend), dtype_(backend.activation_dtype()), pool_(backend) {
   for (const auto& u : layout.units()) {
     params_.emplace_back(be_, u.numel);
     grads_.emplace_back(be_, with_grads ? u.numel : 0);
   }
+  copies_.resize(params_.size());
+}
+
+ConstDevPtr ParamStore::acquire(int unit) {
+  if (dtype_ == DType::F32) return params_[unit].data();
+  Bf16Copy& c = copies_[unit];
+  if (c.in_use++ == 0) {
+    const size_t n = params_[unit].size();
+    c.data = pool_.take(storage_floats(n, DType::BF16));
+    be_.cast_to_bf16(c.data.data(), params_[unit].data(), n);
+  }
+  return {c.data.data(), DType::BF16};
+}
+
+void ParamStore::release(int unit) {
+  if (dtype_ == DType::F32) return;
+  Bf16Copy& c = copies_[unit];
+  KILN_CHECK(c.in_use > 0, "release of unit {} that was not acquired", unit);
+  if (--c.in_use == 0) pool_.give(std::move(c.data));
 }
 
 void ParamStore::load_unit(int unit, const float* host) {

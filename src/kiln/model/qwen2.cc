@@ -141,7 +141,7 @@ class TrainingAttention final : public LayerAttention {
 }  // namespace
 
 // x_out null: recomputation (the activations only).
-void Qwen2Model::layer_forward(const float* w, const float* x_in, float* x_out, const LayerActs& a,
+void Qwen2Model::layer_forward(ConstDevPtr w, const float* x_in, float* x_out, const LayerActs& a,
                                const Batch& batch) {
   const AttnShape s{batch.B, batch.T, static_cast<int>(config_.num_attention_heads),
                     static_cast<int>(config_.num_key_value_heads),
@@ -152,7 +152,7 @@ void Qwen2Model::layer_forward(const float* w, const float* x_in, float* x_out, 
 }
 
 // On entry dres_ holds d(x_out); on exit d(x_in).
-void Qwen2Model::layer_backward(const float* w, float* dw, const float* x_in, const LayerActs& a,
+void Qwen2Model::layer_backward(ConstDevPtr w, float* dw, const float* x_in, const LayerActs& a,
                                 const Batch& batch) {
   const LayerOffsets& o = layout_.layer_offsets();
   const int N = batch.B * batch.T;
@@ -166,27 +166,27 @@ void Qwen2Model::layer_backward(const float* w, float* dw, const float* x_in, co
   float* dres = dres_;
 
   // MLP: x_out = xmid + h Wd^T
-  be_.matmul_backward(dh_, dw + o.wd, nullptr, dres, ConstDevPtr{a.h, act_dtype_}, w + o.wd, N, I, C,
-                      false);
+  be_.matmul_backward(dh_, dw + o.wd, nullptr, dres, ConstDevPtr{a.h, act_dtype_}, w.at(o.wd), N, I,
+                      C, false);
   be_.swiglu_backward(dgate_, dup_, dh_, a.gate, a.up, NI);
-  be_.matmul_backward(dxn_, dw + o.wg, nullptr, dgate_, ConstDevPtr{a.xn2, act_dtype_}, w + o.wg, N, C,
-                      I, false);
-  be_.matmul_backward(dxn_, dw + o.wu, nullptr, dup_, ConstDevPtr{a.xn2, act_dtype_}, w + o.wu, N, C,
-                      I, true);
-  be_.rmsnorm_backward(dres, dw + o.ln2, dxn_, a.xmid, w + o.ln2, a.rstd2, N, C, true);
+  be_.matmul_backward(dxn_, dw + o.wg, nullptr, dgate_, ConstDevPtr{a.xn2, act_dtype_}, w.at(o.wg),
+                      N, C, I, false);
+  be_.matmul_backward(dxn_, dw + o.wu, nullptr, dup_, ConstDevPtr{a.xn2, act_dtype_}, w.at(o.wu), N,
+                      C, I, true);
+  be_.rmsnorm_backward(dres, dw + o.ln2, dxn_, a.xmid, w.at(o.ln2), a.rstd2, N, C, true);
   // Attention: xmid = x_in + y Wo^T
-  be_.matmul_backward(dy_, dw + o.wo, nullptr, dres, a.y, w + o.wo, N, Q, C, false);
+  be_.matmul_backward(dy_, dw + o.wo, nullptr, dres, a.y, w.at(o.wo), N, Q, C, false);
   const AttnShape s{batch.B, batch.T, H, KVH, D};
   be_.attention_backward(dq_, dk_, dv_, dy_, a.q, a.k, a.v, a.y, a.lse, doc_, s);
   be_.rope_backward(dq_, pos_, rope_.cos(), rope_.sin(), N, H, D);
   be_.rope_backward(dk_, pos_, rope_.cos(), rope_.sin(), N, KVH, D);
-  be_.matmul_backward(dxn_, dw + o.wq, dw + o.bq, dq_, ConstDevPtr{a.xn1, act_dtype_}, w + o.wq, N, C,
-                      Q, false);
-  be_.matmul_backward(dxn_, dw + o.wk, dw + o.bk, dk_, ConstDevPtr{a.xn1, act_dtype_}, w + o.wk, N, C,
-                      KV, true);
-  be_.matmul_backward(dxn_, dw + o.wv, dw + o.bv, dv_, ConstDevPtr{a.xn1, act_dtype_}, w + o.wv, N, C,
-                      KV, true);
-  be_.rmsnorm_backward(dres, dw + o.ln1, dxn_, x_in, w + o.ln1, a.rstd1, N, C, true);
+  be_.matmul_backward(dxn_, dw + o.wq, dw + o.bq, dq_, ConstDevPtr{a.xn1, act_dtype_}, w.at(o.wq),
+                      N, C, Q, false);
+  be_.matmul_backward(dxn_, dw + o.wk, dw + o.bk, dk_, ConstDevPtr{a.xn1, act_dtype_}, w.at(o.wk),
+                      N, C, KV, true);
+  be_.matmul_backward(dxn_, dw + o.wv, dw + o.bv, dv_, ConstDevPtr{a.xn1, act_dtype_}, w.at(o.wv),
+                      N, C, KV, true);
+  be_.rmsnorm_backward(dres, dw + o.ln1, dxn_, x_in, w.at(o.ln1), a.rstd1, N, C, true);
 }
 
 void Qwen2Model::forward_trunk(const Batch& batch, UnitAccess& params) {
@@ -195,12 +195,12 @@ void Qwen2Model::forward_trunk(const Batch& batch, UnitAccess& params) {
   const size_t NC = static_cast<size_t>(N) * C;
   const int L = static_cast<int>(config_.num_hidden_layers);
   {
-    const float* w = params.acquire(layout_.embed_unit());
+    const ConstDevPtr w = params.acquire(layout_.embed_unit());
     be_.embedding_forward(res_, ids_, w, N, C);
     params.release(layout_.embed_unit());
   }
   for (int l = 0; l < L; ++l) {
-    const float* w = params.acquire(layout_.layer_unit(l));
+    const ConstDevPtr w = params.acquire(layout_.layer_unit(l));
     layer_forward(w, res_ + l * NC, res_ + (l + 1) * NC, layer_acts_[l], batch);
     params.release(layout_.layer_unit(l));
   }
@@ -212,12 +212,12 @@ void Qwen2Model::forward(const Batch& batch, UnitAccess& params, double* loss_su
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
   const int L = static_cast<int>(config_.num_hidden_layers);
-  const float* hw = params.acquire(layout_.head_unit());
+  const ConstDevPtr hw = params.acquire(layout_.head_unit());
   be_.rmsnorm_forward(xf_, rstdf_, res_ + L * static_cast<size_t>(N) * C,
-                      hw + layout_.final_norm_offset(), N, C,
+                      hw.at(layout_.final_norm_offset()), N, C,
                       static_cast<float>(config_.rms_norm_eps));
-  const float* wh = config_.tie_word_embeddings ? params.acquire(layout_.embed_unit())
-                                                : hw + layout_.lm_head_offset();
+  const ConstDevPtr wh = config_.tie_word_embeddings ? params.acquire(layout_.embed_unit())
+                                                     : hw.at(layout_.lm_head_offset());
   be_.cross_entropy(loss_sum, nullptr, nullptr, xf_, wh, targets_, N, C, V, 0.0f);
   if (config_.tie_word_embeddings) params.release(layout_.embed_unit());
   params.release(layout_.head_unit());
@@ -249,22 +249,23 @@ void Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, float 
   // Head: final norm, fused LM head + loss + its backward.
   {
     const int hu = layout_.head_unit();
-    const float* hw = params.acquire(hu);
+    const ConstDevPtr hw = params.acquire(hu);
     float* hg = params.grad(hu);
-    be_.rmsnorm_forward(xf_, rstdf_, res_ + L * NC, hw + layout_.final_norm_offset(), N, C,
+    be_.rmsnorm_forward(xf_, rstdf_, res_ + L * NC, hw.at(layout_.final_norm_offset()), N, C,
                         static_cast<float>(config_.rms_norm_eps));
-    const float* wh = tied ? params.acquire(layout_.embed_unit()) : hw + layout_.lm_head_offset();
+    const ConstDevPtr wh =
+        tied ? params.acquire(layout_.embed_unit()) : hw.at(layout_.lm_head_offset());
     float* gh = tied ? params.grad(layout_.embed_unit()) : hg + layout_.lm_head_offset();
     be_.cross_entropy(loss_sum, dxf_, gh, xf_, wh, targets_, N, C, V, scale);
     if (tied) params.release(layout_.embed_unit());
     be_.rmsnorm_backward(dres_, hg + layout_.final_norm_offset(), dxf_, res_ + L * NC,
-                         hw + layout_.final_norm_offset(), rstdf_, N, C, false);
+                         hw.at(layout_.final_norm_offset()), rstdf_, N, C, false);
     params.release(hu);
     params.grad_done(hu);
   }
   for (int l = L - 1; l >= 0; --l) {
     const int u = layout_.layer_unit(l);
-    const float* w = params.acquire(u);
+    const ConstDevPtr w = params.acquire(u);
     if (recompute) layer_forward(w, res_ + l * NC, nullptr, layer_acts_[l], batch);
     layer_backward(w, params.grad(u), res_ + l * NC, layer_acts_[l], batch);
     params.release(u);

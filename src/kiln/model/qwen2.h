@@ -60,9 +60,9 @@ class Qwen2Model {
   void plan_buffers(size_t N, bool recompute, bool training);
   void upload(const Batch& batch);
   double read_loss();
-  void layer_forward(const float* w, const float* x_in, float* x_out, const LayerActs& a,
+  void layer_forward(ConstDevPtr w, const float* x_in, float* x_out, const LayerActs& a,
                      const Batch& batch);
-  void layer_backward(const float* w, float* dw, const float* x_in, const LayerActs& a,
+  void layer_backward(ConstDevPtr w, float* dw, const float* x_in, const LayerActs& a,
                       const Batch& batch);
   // Embedding and every layer's forward: fills res_ (and the saved activations).
   void forward_trunk(const Batch& batch, UnitAccess& params);

@@ -16,20 +16,22 @@ namespace kiln {
 class UnitAccess {
  public:
   virtual ~UnitAccess() = default;
-  virtual const float* acquire(int unit) = 0;  // the whole unit's parameters
+  // The whole unit's parameters, in the backend's activation_dtype() (bf16 for bf16 products).
+  virtual ConstDevPtr acquire(int unit) = 0;
   virtual void release(int unit) = 0;
   virtual float* grad(int unit) = 0;  // the whole unit's gradient, accumulated with +=
   virtual void grad_done(int unit) = 0;
 };
 
 // Every unit's parameters and gradients held whole in this process (world size 1), in device
-// memory of `backend`.
+// memory of `backend`. Parameters are fp32; when the backend's activation_dtype() is BF16,
+// acquire() hands out a bf16 copy made then (as FSDP gathers in bf16), freed by the last release.
 class ParamStore final : public UnitAccess {
  public:
   ParamStore(const ParamLayout& layout, const Backend& backend, bool with_grads = true);
 
-  const float* acquire(int unit) override { return params_[unit].data(); }
-  void release(int) override {}
+  ConstDevPtr acquire(int unit) override;
+  void release(int unit) override;
   float* grad(int unit) override { return grads_[unit].data(); }
   void grad_done(int) override {}
 
@@ -48,10 +50,19 @@ class ParamStore final : public UnitAccess {
   void read_unit(int unit, float* host) const;
 
  private:
+  // A unit's bf16 copy while it is acquired.
+  struct Bf16Copy {
+    DeviceBuffer<float> data;  // numel bf16 values in (numel + 1) / 2 floats' storage
+    int in_use = 0;
+  };
+
   const ParamLayout& layout_;
   const Backend& be_;
+  DType dtype_;  // of what acquire() hands out
+  DevicePool pool_;
   std::vector<DeviceBuffer<float>> params_;
   std::vector<DeviceBuffer<float>> grads_;
+  std::vector<Bf16Copy> copies_;
 };
 
 }  // namespace kiln

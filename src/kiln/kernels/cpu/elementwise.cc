@@ -270,6 +270,10 @@ void CpuBackend::add(float* out, const float* a, const float* b, size_t n) const
   });
 }
 
+void CpuBackend::cast_to_bf16(void* dst, const float* src, size_t n) const {
+  to_bf16(static_cast<uint16_t*>(dst), src, n);
+}
+
 void CpuBackend::sum_squares(double* sum, const float* x, size_t n) const {
   // Fixed blocks summed in a fixed order: the result does not depend on the thread count.
   constexpr size_t kBlock = 1 << 14;
