@@ -4,6 +4,7 @@
 #include "kiln/kernels/cuda/cross_entropy_kernels.h"
 #include "kiln/kernels/cuda/cross_entropy_plan.h"
 #include "kiln/kernels/cuda/cuda_check.h"
+#include "kiln/kernels/cuda/linear_gemms.h"
 #include "kiln/kernels/cuda/pointwise_ops.h"
 
 namespace kiln::cuda {
@@ -56,15 +57,7 @@ void run_chunk(const CrossEntropyArgs& a, const CeBuffers& b, int r0, int r, boo
     ce_gather_rows_f32(static_cast<float*>(b.xr), a.x, rows, r, a.C, stream);
   }
   // logits (r, V) = xr (r, C) @ w^T, w: (V, C)
-  gemm.run({.trans_b = true,
-            .M = r,
-            .N = a.V,
-            .K = a.C,
-            .lda = a.C,
-            .ldb = a.C,
-            .ldc = a.V,
-            .inputs = in},
-           b.xr, b.w, b.logits, nullptr, stream);
+  gemm.run(linear_forward_spec(r, a.C, a.V, in, false), b.xr, b.w, b.logits, nullptr, stream);
   if (a.dx == nullptr) {
     ce_softmax_rows(row_loss, b.logits, a.targets, rows, r, a.V, stream);
     return;
@@ -77,20 +70,10 @@ void run_chunk(const CrossEntropyArgs& a, const CeBuffers& b, int r0, int r, boo
                              stream);
   }
   // dxr (r, C) = dlogits (r, V) @ w (V, C)
-  gemm.run({.M = r, .N = a.C, .K = a.V, .lda = a.V, .ldb = a.C, .ldc = a.C, .inputs = in},
-           b.dlogits, b.w, b.dxr, nullptr, stream);
+  gemm.run(linear_dx_spec(r, a.C, a.V, in, false), b.dlogits, b.w, b.dxr, nullptr, stream);
   ce_scatter_rows(a.dx, b.dxr, rows, r, a.C, stream);
   // dw (V, C) += dlogits^T (V, r) @ xr (r, C)
-  gemm.run({.trans_a = true,
-            .M = a.V,
-            .N = a.C,
-            .K = r,
-            .lda = a.V,
-            .ldb = a.C,
-            .ldc = a.C,
-            .inputs = in,
-            .accumulate = true},
-           b.dlogits, b.xr, a.dw, nullptr, stream);
+  gemm.run(linear_dw_spec(r, a.C, a.V, in), b.dlogits, b.xr, a.dw, nullptr, stream);
 }
 }  // namespace
 

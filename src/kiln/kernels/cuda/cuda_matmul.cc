@@ -4,6 +4,7 @@
 #include "kiln/base/error.h"
 #include "kiln/kernels/cuda/column_sums.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/linear_gemms.h"
 #include "kiln/kernels/cuda/pointwise_ops.h"
 
 namespace kiln {
@@ -37,16 +38,8 @@ void CudaBackend::matmul_forward(float* out, ConstDevPtr x, ConstDevPtr w, Const
   const void* wa = gemm_operand(w, n_w, cast_b_, "matmul_forward");
   const float* bias = gemm_bias(b, OC);
   // out (N, OC) = x (N, IC) @ w^T (w: (OC, IC)) + b
-  gemm_.run({.trans_b = true,
-             .M = N,
-             .N = OC,
-             .K = IC,
-             .lda = IC,
-             .ldb = IC,
-             .ldc = OC,
-             .inputs = gemm_inputs(),
-             .bias = bias != nullptr},
-            xa, wa, out, bias, native());
+  gemm_.run(cuda::linear_forward_spec(N, IC, OC, gemm_inputs(), bias != nullptr), xa, wa, out, bias,
+            native());
 }
 
 void CudaBackend::matmul_backward(float* dx, float* dw, float* db, const float* dout, ConstDevPtr x,
@@ -56,28 +49,12 @@ void CudaBackend::matmul_backward(float* dx, float* dw, float* db, const float* 
   if (dx != nullptr) {
     const void* wa = gemm_operand(w, static_cast<size_t>(OC) * IC, cast_b_, "matmul_backward");
     // dx (N, IC) = dout (N, OC) @ w (OC, IC)
-    gemm_.run({.M = N,
-               .N = IC,
-               .K = OC,
-               .lda = OC,
-               .ldb = IC,
-               .ldc = IC,
-               .inputs = gemm_inputs(),
-               .accumulate = accumulate},
-              douta, wa, dx, nullptr, native());
+    gemm_.run(cuda::linear_dx_spec(N, IC, OC, gemm_inputs(), accumulate), douta, wa, dx, nullptr,
+              native());
   }
   const void* xa = gemm_operand(x, static_cast<size_t>(N) * IC, cast_c_, "matmul_backward");
   // dw (OC, IC) += dout^T (OC, N) @ x (N, IC)
-  gemm_.run({.trans_a = true,
-             .M = OC,
-             .N = IC,
-             .K = N,
-             .lda = OC,
-             .ldb = IC,
-             .ldc = IC,
-             .inputs = gemm_inputs(),
-             .accumulate = true},
-            douta, xa, dw, nullptr, native());
+  gemm_.run(cuda::linear_dw_spec(N, IC, OC, gemm_inputs()), douta, xa, dw, nullptr, native());
   if (db != nullptr) cuda::add_column_sums(db, dout, N, OC, native());
 }
 
