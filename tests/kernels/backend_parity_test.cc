@@ -387,8 +387,11 @@ void check_attention(const Backend& gpu, const CpuBackend& cpu, const AttnShape&
                                     << " KV=" << s.KV << " D=" << s.D);
   const size_t nq = size_t(s.B) * s.T * s.H * s.D, nk = size_t(s.B) * s.T * s.KV * s.D;
   const size_t nl = size_t(s.B) * s.H * s.T;
-  const std::vector<float> q = random_vec(nq, 1), k = random_vec(nk, 2), v = random_vec(nk, 3),
-                           dy = random_vec(nq, 4);
+  // Under bf16 the inputs are bf16 values already, so only the kernels' own roundings differ.
+  const bool bf16 = gpu.compute_dtype() == ComputeDType::kBf16;
+  const auto maybe_round = [bf16](std::vector<float> x) { return bf16 ? bf16_rounded(x) : x; };
+  const std::vector<float> q = maybe_round(random_vec(nq, 1)), k = maybe_round(random_vec(nk, 2)),
+                           v = maybe_round(random_vec(nk, 3)), dy = maybe_round(random_vec(nq, 4));
   // Two documents per row: the second starts at T / 3.
   std::vector<int32_t> doc(size_t(s.B) * s.T);
   for (int b = 0; b < s.B; ++b) {

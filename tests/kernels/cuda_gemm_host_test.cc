@@ -151,6 +151,78 @@ TEST(CudaGemmHost, LmHeadChunkShapes) {
   check_linear({"lm_head chunk", 1536, 151936, false}, p.chunk_rows, DType::BF16);
 }
 
+// cuBLASLt's definition of the matmul, on the host: D (m, n) = op(A) @ op(B) + beta * C (+ bias
+// per row of D), every matrix column-major with its leading dimension; element (i, j) of a
+// column-major matrix is p[i + j * ld].
+void lt_reference(const LtProblem& p, const float* A, const float* B, float beta, float* C,
+                  const float* bias) {
+  const auto op_a = [&](uint64_t i, uint64_t l) {  // op(A) (m, k)
+    return p.transa == CUBLAS_OP_N ? A[i + l * p.lda] : A[l + i * p.lda];
+  };
+  const auto op_b = [&](uint64_t l, uint64_t j) {  // op(B) (k, n)
+    return p.transb == CUBLAS_OP_N ? B[l + j * p.ldb] : B[j + l * p.ldb];
+  };
+  for (uint64_t j = 0; j < p.n; ++j) {
+    for (uint64_t i = 0; i < p.m; ++i) {
+      double acc = 0;
+      for (uint64_t l = 0; l < p.k; ++l) acc += double{op_a(i, l)} * op_b(l, j);
+      float& d = C[i + j * p.ldc];
+      d = static_cast<float>(acc + beta * d + (bias != nullptr ? bias[i] : 0.0f));
+    }
+  }
+}
+
+// The swap of operands, transposes and dimensions, checked by what it computes: cuBLASLt's
+// matmul over lt_problem(spec), given kiln's B as its A and kiln's A as its B, is kiln's
+// row-major C = op(A) @ op(B) (+ bias per column) (+ C), for all four transpositions with row
+// strides wider than the rows.
+TEST(CudaGemmHost, ColumnMajorViewComputesTheRowMajorProduct) {
+  const int M = 5, N = 7, K = 3, pad = 2;
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      for (const bool bias : {false, true}) {
+        const GemmSpec s{.trans_a = ta,
+                         .trans_b = tb,
+                         .M = M,
+                         .N = N,
+                         .K = K,
+                         .lda = (ta ? M : K) + pad,
+                         .ldb = (tb ? K : N) + pad,
+                         .ldc = N + pad,
+                         .inputs = DType::F32,
+                         .bias = bias,
+                         .accumulate = true};
+        SCOPED_TRACE(describe(s));
+        std::vector<float> A((ta ? K : M) * s.lda), B((tb ? N : K) * s.ldb), C(M * s.ldc), b(N);
+        for (size_t i = 0; i < A.size(); ++i) A[i] = static_cast<float>(i % 7) - 3.0f;
+        for (size_t i = 0; i < B.size(); ++i) B[i] = static_cast<float>(i % 5) - 2.0f;
+        for (size_t i = 0; i < C.size(); ++i) C[i] = static_cast<float>(i % 3);
+        for (int i = 0; i < N; ++i) b[i] = 0.5f * static_cast<float>(i);
+        // Row-major, by definition: C[r][c] += sum_l op(A)[r][l] * op(B)[l][c] + b[c].
+        std::vector<float> want = C;
+        for (int r = 0; r < M; ++r) {
+          for (int c = 0; c < N; ++c) {
+            double acc = 0;
+            for (int l = 0; l < K; ++l) {
+              const float a = ta ? A[l * s.lda + r] : A[r * s.lda + l];
+              const float bb = tb ? B[c * s.ldb + l] : B[l * s.ldb + c];
+              acc += double{a} * bb;
+            }
+            want[r * s.ldc + c] += static_cast<float>(acc + (bias ? b[c] : 0.0f));
+          }
+        }
+        std::vector<float> got = C;
+        lt_reference(lt_problem(s), B.data(), A.data(), 1.0f, got.data(),
+                     bias ? b.data() : nullptr);
+        for (int r = 0; r < M; ++r) {
+          for (int c = 0; c < N; ++c)
+            EXPECT_EQ(got[r * s.ldc + c], want[r * s.ldc + c]) << r << "," << c;
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaGemmHost, SpecsThemselves) {
   const GemmSpec f = linear_forward_spec(7, 5, 3, DType::BF16, true);
   EXPECT_FALSE(f.trans_a);

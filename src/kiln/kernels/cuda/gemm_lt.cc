@@ -1,5 +1,6 @@
 #include "kiln/kernels/cuda/gemm_lt.h"
 
+#include <algorithm>
 #include <bit>
 #include <functional>
 
