@@ -34,8 +34,8 @@ void* CudaBackend::alloc(size_t bytes) const {
   // cudaMalloc returns 256-byte aligned memory (the seam asks for 64).
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e != cudaSuccess) {
-    cudaGetLastError();
-    fail("CUDA: out of device memory allocating {} bytes on GPU {} ({})", bytes, device_,
+    cudaGetLastError();  // an allocation failure is not sticky: clear it for the next call
+    fail("CUDA: cudaMalloc of {} bytes on GPU {} failed: {}", bytes, device_,
          cudaGetErrorString(e));
   }
   return p;
