@@ -194,8 +194,8 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       recipe_yaml_(recipe_to_yaml(r)),
       config_(read_config(fs::path(r.model.path) / "config.json")),
       strategy_(strategy_for(r, ctx)),
-      backend_(
-          make_backend(parse_device_request(r.train.device), parse_compute_dtype(r.train.dtype))),
+      backend_(make_backend(parse_device_request(r.train.device),
+                            parse_compute_dtype(r.train.dtype), ctx.local_rank)),
       model_(config_, *backend_),
       fsdp_(model_.layout(), *backend_, strategy_, shard_group(), replica_group(), r.dist.prefetch),
       opt_(optimizer_settings(), model_.layout(), fsdp_.shard_ranges(), *backend_),

@@ -1,0 +1,173 @@
+// CudaBackend: memory, copies, streams, and the ops that forward to kiln::cuda kernels.
+// Matrix products and the cross-entropy are cuda_matmul.cc.
+#include "kiln/kernels/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include "kiln/base/error.h"
+#include "kiln/kernels/cuda/attention_ops.h"
+#include "kiln/kernels/cuda/cuda_check.h"
+#include "kiln/kernels/cuda/pointwise_ops.h"
+
+namespace kiln {
+
+CudaBackend::CudaBackend(ComputeDType dtype, int device)
+    : bf16_(dtype == ComputeDType::kBf16), device_(device) {
+  KILN_CUDA_CHECK(cudaSetDevice(device));
+  stream_ = std::make_unique<CudaStream>();
+}
+
+CudaBackend::~CudaBackend() {
+  // The scratch buffers are freed after this; enqueued work may still read them.
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_->native());
+}
+
+bool CudaBackend::supports(ComputeDType d) const {
+  return d == ComputeDType::kFp32 || d == ComputeDType::kBf16;
+}
+
+// ---- Memory and copies ----
+
+void* CudaBackend::alloc(size_t bytes) const {
+  void* p = nullptr;
+  if (bytes == 0) return nullptr;
+  // cudaMalloc returns 256-byte aligned memory (the seam asks for 64).
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // an allocation failure is not sticky: clear it for the next call
+    fail("CUDA: cudaMalloc of {} bytes on GPU {} failed: {}", bytes, device_,
+         cudaGetErrorString(e));
+  }
+  return p;
+}
+
+void CudaBackend::free(void* p) const {
+  if (p != nullptr) KILN_CUDA_CHECK(cudaFree(p));
+}
+
+void* CudaBackend::alloc_pinned(size_t bytes) const {
+  void* p = nullptr;
+  if (bytes == 0) return nullptr;
+  KILN_CUDA_CHECK(cudaMallocHost(&p, bytes));
+  return p;
+}
+
+void CudaBackend::free_pinned(void* p) const {
+  if (p != nullptr) KILN_CUDA_CHECK(cudaFreeHost(p));
+}
+
+void CudaBackend::copy_to_device(void* dst, const void* host_src, size_t bytes) const {
+  if (bytes == 0) return;
+  KILN_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, native()));
+}
+
+void CudaBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) const {
+  if (bytes == 0) return;
+  KILN_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, native()));
+}
+
+void CudaBackend::copy_on_device(void* dst, const void* src, size_t bytes) const {
+  if (bytes == 0) return;
+  KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, native()));
+}
+
+void CudaBackend::fill_zero(void* dst, size_t bytes) const {
+  if (bytes == 0) return;
+  KILN_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, native()));
+}
+
+std::unique_ptr<Stream> CudaBackend::create_stream() const {
+  KILN_CUDA_CHECK(cudaSetDevice(device_));
+  return std::make_unique<CudaStream>();
+}
+
+// ---- Ops forwarded to the kernels of the same name ----
+
+void CudaBackend::embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N,
+                                    int C) const {
+  cuda::embedding_forward(out, ids, wte, N, C, native());
+}
+void CudaBackend::embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
+                                     int C) const {
+  cuda::embedding_backward(dwte, dout, ids, N, C, native());
+}
+void CudaBackend::rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w, int N,
+                                  int C, float eps) const {
+  cuda::rmsnorm_forward(out, rstd, x, w, N, C, eps, native());
+}
+void CudaBackend::add_rmsnorm_forward(float* sum, DevPtr out, float* rstd, const float* a,
+                                      const float* b, ConstDevPtr w, int N, int C,
+                                      float eps) const {
+  cuda::add_rmsnorm_forward(sum, out, rstd, a, b, w, N, C, eps, native());
+}
+void CudaBackend::rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
+                                   ConstDevPtr w, const float* rstd, int N, int C,
+                                   bool accumulate) const {
+  cuda::rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, accumulate, native());
+}
+void CudaBackend::rope_forward(float* x, const int32_t* pos, const float* cos_table,
+                               const float* sin_table, int N, int heads, int D) const {
+  cuda::rope_forward(x, pos, cos_table, sin_table, N, heads, D, native());
+}
+void CudaBackend::rope_backward(float* dx, const int32_t* pos, const float* cos_table,
+                                const float* sin_table, int N, int heads, int D) const {
+  cuda::rope_backward(dx, pos, cos_table, sin_table, N, heads, D, native());
+}
+void CudaBackend::swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n) const {
+  cuda::swiglu_forward(h, gate, up, n, native());
+}
+void CudaBackend::swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
+                                  const float* up, size_t n) const {
+  cuda::swiglu_backward(dgate, dup, dh, gate, up, n, native());
+}
+void CudaBackend::add(float* out, const float* a, const float* b, size_t n) const {
+  cuda::add(out, a, b, n, native());
+}
+void CudaBackend::sum_squares(double* sum, const float* x, size_t n) const {
+  cuda::sum_squares(sum, x, n, native());
+}
+void CudaBackend::scale(float* x, float a, size_t n) const { cuda::scale(x, a, n, native()); }
+void CudaBackend::clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm) const {
+  cuda::clip_by_norm(x, n, sq_norm, max_norm, native());
+}
+void CudaBackend::adamw_step(float* p, float* m, float* v, const float* g, size_t n,
+                             const AdamWStep& s) const {
+  cuda::adamw_step(p, m, v, g, n, s, native());
+}
+void CudaBackend::sgd_step(float* p, float* m, const float* g, size_t n, const SgdStep& s) const {
+  cuda::sgd_step(p, m, g, n, s, native());
+}
+
+// ---- Attention: the flash kernels under bf16 where they take the shape, else the reference ----
+
+void CudaBackend::attention_forward(float* y, float* lse, const float* q, const float* k,
+                                    const float* v, const int32_t* doc_start,
+                                    const AttnShape& s) const {
+  if (bf16_ && cuda::flash_attention_supports(s)) {
+    cuda::flash_attention_forward(y, lse, q, k, v, doc_start, s, native());
+  } else {
+    cuda::reference_attention_forward(y, lse, q, k, v, doc_start, s, native());
+  }
+}
+
+void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dy,
+                                     const float* q, const float* k, const float* v, const float* y,
+                                     const float* lse, const int32_t* doc_start,
+                                     const AttnShape& s) const {
+  void* scratch = attention_scratch_.get(cuda::attention_backward_scratch_bytes(s), native());
+  if (bf16_ && cuda::flash_attention_supports(s)) {
+    cuda::flash_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, doc_start, s, scratch,
+                                   native());
+  } else {
+    cuda::reference_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, doc_start, s, scratch,
+                                       native());
+  }
+}
+
+void CudaBackend::attention_decode(float* y, const float* q, const float* k_cache,
+                                   const float* v_cache, int n_q, int past, int H, int KV,
+                                   int D) const {
+  cuda::attention_decode(y, q, k_cache, v_cache, n_q, past, H, KV, D, native());
+}
+
+}  // namespace kiln

@@ -1,0 +1,68 @@
+// CudaBackend's matrix products: linear layers and the LM head's cross-entropy, through cuBLASLt
+// (gemm_lt.h). Under bf16 both inputs of every product are bf16 (F32 operands are rounded into
+// scratch first, BF16 ones used as they are), accumulation and outputs fp32.
+#include "kiln/base/error.h"
+#include "kiln/kernels/cuda/column_sums.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/linear_gemms.h"
+#include "kiln/kernels/cuda/pointwise_ops.h"
+
+namespace kiln {
+
+const void* CudaBackend::gemm_operand(ConstDevPtr p, size_t n, cuda::DeviceScratch& scratch,
+                                      const char* op) const {
+  KILN_CHECK(p.dtype == DType::F32 || (p.dtype == DType::BF16 && bf16_), "{}: {} input on {}", op,
+             dtype_name(p.dtype), name());
+  if (!bf16_ || p.dtype == DType::BF16) return p.data;
+  auto* rounded = scratch.as<uint16_t>(n, native());
+  cuda::cast_f32_to_bf16(rounded, p.f32(), n, native());
+  return rounded;
+}
+
+const float* CudaBackend::gemm_bias(ConstDevPtr b, int OC) const {
+  if (b.null()) return nullptr;
+  if (b.dtype == DType::F32) return b.f32();
+  KILN_CHECK(b.dtype == DType::BF16, "matmul_forward: {} bias", dtype_name(b.dtype));
+  auto* wide = bias_f32_.as<float>(static_cast<size_t>(OC), native());
+  cuda::cast_bf16_to_f32(wide, static_cast<const uint16_t*>(b.data), static_cast<size_t>(OC),
+                         native());
+  return wide;
+}
+
+void CudaBackend::matmul_forward(float* out, ConstDevPtr x, ConstDevPtr w, ConstDevPtr b, int N,
+                                 int IC, int OC) const {
+  if (N == 0) return;
+  const size_t n_x = static_cast<size_t>(N) * IC;
+  const size_t n_w = static_cast<size_t>(OC) * IC;
+  const void* xa = gemm_operand(x, n_x, cast_a_, "matmul_forward");
+  const void* wa = gemm_operand(w, n_w, cast_b_, "matmul_forward");
+  const float* bias = gemm_bias(b, OC);
+  // out (N, OC) = x (N, IC) @ w^T (w: (OC, IC)) + b
+  gemm_.run(cuda::linear_forward_spec(N, IC, OC, gemm_inputs(), bias != nullptr), xa, wa, out, bias,
+            native());
+}
+
+void CudaBackend::matmul_backward(float* dx, float* dw, float* db, const float* dout, ConstDevPtr x,
+                                  ConstDevPtr w, int N, int IC, int OC, bool accumulate) const {
+  if (N == 0) return;
+  const void* douta = gemm_operand(dout, static_cast<size_t>(N) * OC, cast_a_, "matmul_backward");
+  if (dx != nullptr) {
+    const void* wa = gemm_operand(w, static_cast<size_t>(OC) * IC, cast_b_, "matmul_backward");
+    // dx (N, IC) = dout (N, OC) @ w (OC, IC)
+    gemm_.run(cuda::linear_dx_spec(N, IC, OC, gemm_inputs(), accumulate), douta, wa, dx, nullptr,
+              native());
+  }
+  const void* xa = gemm_operand(x, static_cast<size_t>(N) * IC, cast_c_, "matmul_backward");
+  // dw (OC, IC) += dout^T (OC, N) @ x (N, IC)
+  gemm_.run(cuda::linear_dw_spec(N, IC, OC, gemm_inputs()), douta, xa, dw, nullptr, native());
+  if (db != nullptr) cuda::add_column_sums(db, dout, N, OC, native());
+}
+
+void CudaBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const float* x,
+                                ConstDevPtr w, const int32_t* targets, int N, int C, int V,
+                                float scale) const {
+  cuda::cross_entropy({loss_sum, dx, dw, x, w, targets, N, C, V, scale}, bf16_, gemm_, ce_scratch_,
+                      native());
+}
+
+}  // namespace kiln

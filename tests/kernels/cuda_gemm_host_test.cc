@@ -1,0 +1,303 @@
+// The host-side half of the CUDA backend's GEMMs, without a GPU: kiln's row-major linear-layer
+// products (and the LM head's, chunked) for the Qwen2.5-0.5B and 1.5B layer shapes, mapped to
+// cuBLASLt's column-major descriptors, read back through cublasLtMatrixLayoutGetAttribute and
+// cublasLtMatmulDescGetAttribute; the shape-key cache's keys; the cross-entropy's chunking.
+#include <cublasLt.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/base/error.h"
+#include "kiln/kernels/cuda/cross_entropy_plan.h"
+#include "kiln/kernels/cuda/gemm_lt.h"
+#include "kiln/kernels/cuda/gemm_lt_desc.h"
+#include "kiln/kernels/cuda/linear_gemms.h"
+
+namespace kiln::cuda {
+namespace {
+
+// What one column-major layout should say.
+struct Layout {
+  cudaDataType_t type;
+  uint64_t rows, cols;
+  int64_t ld;
+};
+
+template <typename T>
+T layout_attr(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a) {
+  T v{};
+  size_t written = 0;
+  EXPECT_EQ(cublasLtMatrixLayoutGetAttribute(l, a, &v, sizeof v, &written), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(written, sizeof v);
+  return v;
+}
+
+template <typename T>
+T desc_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a) {
+  T v{};
+  size_t written = 0;
+  EXPECT_EQ(cublasLtMatmulDescGetAttribute(d, a, &v, sizeof v, &written), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(written, sizeof v);
+  return v;
+}
+
+void expect_layout(cublasLtMatrixLayout_t l, const Layout& want, const char* which) {
+  SCOPED_TRACE(which);
+  EXPECT_EQ(layout_attr<int32_t>(l, CUBLASLT_MATRIX_LAYOUT_TYPE), static_cast<int32_t>(want.type));
+  EXPECT_EQ(layout_attr<int32_t>(l, CUBLASLT_MATRIX_LAYOUT_ORDER),
+            static_cast<int32_t>(CUBLASLT_ORDER_COL));
+  EXPECT_EQ(layout_attr<uint64_t>(l, CUBLASLT_MATRIX_LAYOUT_ROWS), want.rows);
+  EXPECT_EQ(layout_attr<uint64_t>(l, CUBLASLT_MATRIX_LAYOUT_COLS), want.cols);
+  EXPECT_EQ(layout_attr<int64_t>(l, CUBLASLT_MATRIX_LAYOUT_LD), want.ld);
+}
+
+// What the descriptors of one product should say: cuBLASLt's transposes, its A, B and C, and
+// the epilogue.
+struct Expected {
+  cublasOperation_t transa, transb;
+  Layout a, b, c;
+  cublasLtEpilogue_t epilogue;
+};
+
+void expect_descriptors(const GemmSpec& s, const Expected& e) {
+  SCOPED_TRACE(describe(s));
+  const LtDescriptors d = make_lt_descriptors(s);
+  EXPECT_EQ(desc_attr<int32_t>(d.op.get(), CUBLASLT_MATMUL_DESC_COMPUTE_TYPE),
+            static_cast<int32_t>(CUBLAS_COMPUTE_32F));  // never _FAST_TF32 / _FAST_16BF
+  EXPECT_EQ(desc_attr<int32_t>(d.op.get(), CUBLASLT_MATMUL_DESC_SCALE_TYPE),
+            static_cast<int32_t>(CUDA_R_32F));
+  EXPECT_EQ(desc_attr<int32_t>(d.op.get(), CUBLASLT_MATMUL_DESC_TRANSA),
+            static_cast<int32_t>(e.transa));
+  EXPECT_EQ(desc_attr<int32_t>(d.op.get(), CUBLASLT_MATMUL_DESC_TRANSB),
+            static_cast<int32_t>(e.transb));
+  EXPECT_EQ(desc_attr<uint32_t>(d.op.get(), CUBLASLT_MATMUL_DESC_EPILOGUE),
+            static_cast<uint32_t>(e.epilogue));
+  if (e.epilogue == CUBLASLT_EPILOGUE_BIAS) {
+    EXPECT_EQ(desc_attr<int32_t>(d.op.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE),
+              static_cast<int32_t>(CUDA_R_32F));
+  }
+  expect_layout(d.a.get(), e.a, "cuBLASLt A (kiln's B)");
+  expect_layout(d.b.get(), e.b, "cuBLASLt B (kiln's A)");
+  expect_layout(d.c.get(), e.c, "C = D");
+}
+
+// A linear layer of a model: y (N, OC) = x (N, IC) @ w^T (+ b).
+struct Linear {
+  const char* name;
+  int IC, OC;
+  bool bias;
+};
+
+// Qwen2.5 decoder layers (config.json: hidden_size, num_attention_heads x head_dim,
+// num_key_value_heads x head_dim, intermediate_size; q/k/v carry biases) and the tied LM head
+// (vocab 151936).
+std::vector<Linear> qwen_linears(int C, int H, int KV, int D, int I, int V) {
+  return {{"q_proj", C, H * D, true},  {"k_proj", C, KV * D, true}, {"v_proj", C, KV * D, true},
+          {"o_proj", H * D, C, false}, {"gate_proj", C, I, false},  {"up_proj", C, I, false},
+          {"down_proj", I, C, false},  {"lm_head", C, V, false}};
+}
+
+// The column-major descriptors each product must have, derived by hand from the row-major
+// shapes: a row-major (r, c) matrix with row stride ld is column-major (c, r) with ld.
+void check_linear(const Linear& l, int N, DType inputs) {
+  SCOPED_TRACE(l.name);
+  const cudaDataType_t in = inputs == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  const auto u = [](int v) { return static_cast<uint64_t>(v); };
+  // Forward: D (OC, N) = op_T(w: (IC, OC)) @ x (IC, N).
+  expect_descriptors(linear_forward_spec(N, l.IC, l.OC, inputs, l.bias),
+                     {CUBLAS_OP_T,
+                      CUBLAS_OP_N,
+                      {in, u(l.IC), u(l.OC), l.IC},
+                      {in, u(l.IC), u(N), l.IC},
+                      {CUDA_R_32F, u(l.OC), u(N), l.OC},
+                      l.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT});
+  // dx: D (IC, N) = w (IC, OC) @ dy (OC, N).
+  expect_descriptors(linear_dx_spec(N, l.IC, l.OC, inputs, true),
+                     {CUBLAS_OP_N,
+                      CUBLAS_OP_N,
+                      {in, u(l.IC), u(l.OC), l.IC},
+                      {in, u(l.OC), u(N), l.OC},
+                      {CUDA_R_32F, u(l.IC), u(N), l.IC},
+                      CUBLASLT_EPILOGUE_DEFAULT});
+  // dw: D (IC, OC) += x (IC, N) @ op_T(dy: (OC, N)).
+  expect_descriptors(linear_dw_spec(N, l.IC, l.OC, inputs), {CUBLAS_OP_N,
+                                                             CUBLAS_OP_T,
+                                                             {in, u(l.IC), u(N), l.IC},
+                                                             {in, u(l.OC), u(N), l.OC},
+                                                             {CUDA_R_32F, u(l.IC), u(l.OC), l.IC},
+                                                             CUBLASLT_EPILOGUE_DEFAULT});
+}
+
+TEST(CudaGemmHost, Qwen25_0_5B_LayerShapes) {
+  for (const DType inputs : {DType::F32, DType::BF16}) {
+    for (const Linear& l : qwen_linears(896, 14, 2, 64, 4864, 151936))
+      check_linear(l, 4096, inputs);
+  }
+}
+
+TEST(CudaGemmHost, Qwen25_1_5B_LayerShapes) {
+  for (const DType inputs : {DType::F32, DType::BF16}) {
+    for (const Linear& l : qwen_linears(1536, 12, 2, 128, 8960, 151936)) {
+      check_linear(l, 2048, inputs);
+    }
+  }
+}
+
+TEST(CudaGemmHost, LmHeadChunkShapes) {
+  // The cross-entropy's products are the LM head's linear products over one chunk of rows.
+  const CePlan p = ce_plan(8192, 151936);
+  check_linear({"lm_head chunk", 1536, 151936, false}, p.chunk_rows, DType::BF16);
+}
+
+// cuBLASLt's definition of the matmul, on the host: D (m, n) = op(A) @ op(B) + beta * C (+ bias
+// per row of D), every matrix column-major with its leading dimension; element (i, j) of a
+// column-major matrix is p[i + j * ld].
+void lt_reference(const LtProblem& p, const float* A, const float* B, float beta, float* C,
+                  const float* bias) {
+  const auto op_a = [&](uint64_t i, uint64_t l) {  // op(A) (m, k)
+    return p.transa == CUBLAS_OP_N ? A[i + l * p.lda] : A[l + i * p.lda];
+  };
+  const auto op_b = [&](uint64_t l, uint64_t j) {  // op(B) (k, n)
+    return p.transb == CUBLAS_OP_N ? B[l + j * p.ldb] : B[j + l * p.ldb];
+  };
+  for (uint64_t j = 0; j < p.n; ++j) {
+    for (uint64_t i = 0; i < p.m; ++i) {
+      double acc = 0;
+      for (uint64_t l = 0; l < p.k; ++l) acc += double{op_a(i, l)} * op_b(l, j);
+      float& d = C[i + j * p.ldc];
+      d = static_cast<float>(acc + beta * d + (bias != nullptr ? bias[i] : 0.0f));
+    }
+  }
+}
+
+// The swap of operands, transposes and dimensions, checked by what it computes: cuBLASLt's
+// matmul over lt_problem(spec), given kiln's B as its A and kiln's A as its B, is kiln's
+// row-major C = op(A) @ op(B) (+ bias per column) (+ C), for all four transpositions with row
+// strides wider than the rows.
+TEST(CudaGemmHost, ColumnMajorViewComputesTheRowMajorProduct) {
+  const int M = 5, N = 7, K = 3, pad = 2;
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      for (const bool bias : {false, true}) {
+        const GemmSpec s{.trans_a = ta,
+                         .trans_b = tb,
+                         .M = M,
+                         .N = N,
+                         .K = K,
+                         .lda = (ta ? M : K) + pad,
+                         .ldb = (tb ? K : N) + pad,
+                         .ldc = N + pad,
+                         .inputs = DType::F32,
+                         .bias = bias,
+                         .accumulate = true};
+        SCOPED_TRACE(describe(s));
+        std::vector<float> A((ta ? K : M) * s.lda), B((tb ? N : K) * s.ldb), C(M * s.ldc), b(N);
+        for (size_t i = 0; i < A.size(); ++i) A[i] = static_cast<float>(i % 7) - 3.0f;
+        for (size_t i = 0; i < B.size(); ++i) B[i] = static_cast<float>(i % 5) - 2.0f;
+        for (size_t i = 0; i < C.size(); ++i) C[i] = static_cast<float>(i % 3);
+        for (int i = 0; i < N; ++i) b[i] = 0.5f * static_cast<float>(i);
+        // Row-major, by definition: C[r][c] += sum_l op(A)[r][l] * op(B)[l][c] + b[c].
+        std::vector<float> want = C;
+        for (int r = 0; r < M; ++r) {
+          for (int c = 0; c < N; ++c) {
+            double acc = 0;
+            for (int l = 0; l < K; ++l) {
+              const float a = ta ? A[l * s.lda + r] : A[r * s.lda + l];
+              const float bb = tb ? B[c * s.ldb + l] : B[l * s.ldb + c];
+              acc += double{a} * bb;
+            }
+            want[r * s.ldc + c] += static_cast<float>(acc + (bias ? b[c] : 0.0f));
+          }
+        }
+        std::vector<float> got = C;
+        lt_reference(lt_problem(s), B.data(), A.data(), 1.0f, got.data(),
+                     bias ? b.data() : nullptr);
+        for (int r = 0; r < M; ++r) {
+          for (int c = 0; c < N; ++c)
+            EXPECT_EQ(got[r * s.ldc + c], want[r * s.ldc + c]) << r << "," << c;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaGemmHost, SpecsThemselves) {
+  const GemmSpec f = linear_forward_spec(7, 5, 3, DType::BF16, true);
+  EXPECT_FALSE(f.trans_a);
+  EXPECT_TRUE(f.trans_b);
+  EXPECT_EQ(f.M, 7);
+  EXPECT_EQ(f.N, 3);
+  EXPECT_EQ(f.K, 5);
+  EXPECT_FALSE(f.accumulate);
+  EXPECT_TRUE(linear_dw_spec(7, 5, 3, DType::F32).accumulate);  // parameter gradients +=
+  EXPECT_FALSE(linear_dx_spec(7, 5, 3, DType::F32, false).accumulate);
+  EXPECT_TRUE(linear_dx_spec(7, 5, 3, DType::F32, true).accumulate);
+}
+
+TEST(CudaGemmHost, RejectsBadSpecs) {
+  GemmSpec s = linear_forward_spec(4, 8, 16, DType::F32, false);
+  s.lda = 7;  // x is (4, 8): rows of 8
+  EXPECT_THROW(make_lt_descriptors(s), Error);
+  s = linear_forward_spec(4, 8, 16, DType::F16, false);
+  EXPECT_THROW(make_lt_descriptors(s), Error);
+  s = linear_forward_spec(0, 8, 16, DType::F32, false);
+  EXPECT_THROW(make_lt_descriptors(s), Error);
+}
+
+TEST(CudaGemmHost, ShapeKeys) {
+  const GemmSpec s = linear_forward_spec(4096, 896, 128, DType::BF16, true);
+  const GemmKey a{s, 256, 256, 256, 256};
+  GemmKey b = a;
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(GemmKeyHash{}(a), GemmKeyHash{}(b));
+  b.align_a = 16;  // an operand at an offset may need another algorithm
+  EXPECT_FALSE(a == b);
+  b = a;
+  b.spec.accumulate = true;  // beta is part of the key
+  EXPECT_FALSE(a == b);
+  b = a;
+  b.spec.inputs = DType::F32;
+  EXPECT_FALSE(a == b);
+  EXPECT_NE(GemmKeyHash{}(a), GemmKeyHash{}(b));
+}
+
+TEST(CudaGemmHost, PointerAlignment) {
+  EXPECT_EQ(pointer_alignment(nullptr), 256);
+  EXPECT_EQ(pointer_alignment(reinterpret_cast<const void*>(uintptr_t{0x10000})), 256);
+  EXPECT_EQ(pointer_alignment(reinterpret_cast<const void*>(uintptr_t{0x10040})), 64);
+  EXPECT_EQ(pointer_alignment(reinterpret_cast<const void*>(uintptr_t{0x10002})), 2);
+}
+
+TEST(CudaGemmHost, NoGpuTouchedBeforeTheFirstGemm) {
+  // cublasLtCreate fails without a driver (CUBLAS_STATUS_NOT_INITIALIZED); the handle and the
+  // workspace are made by the first run(), so an LtGemm is built and destroyed anywhere.
+  const LtGemm g;
+  EXPECT_EQ(g.cached_plans(), 0u);
+}
+
+TEST(CudaCrossEntropyPlan, Chunks) {
+  // 151936 fp32 logits per row: 256 MiB hold 441 rows, rounded down to 432 (16s).
+  const int V = 151936;
+  CePlan p = ce_plan(4096, V);
+  EXPECT_EQ(p.chunks, 10);
+  EXPECT_EQ(p.chunk_rows % 16, 0);
+  EXPECT_LE(static_cast<size_t>(p.chunk_rows) * V * sizeof(float), kCeLogitsBudgetBytes);
+  EXPECT_GE(p.padded_rows(), 4096);
+  EXPECT_LT(p.padded_rows() - 4096, 16 * p.chunks);
+  // Few rows: one chunk of exactly N.
+  p = ce_plan(100, V);
+  EXPECT_EQ(p.chunks, 1);
+  EXPECT_EQ(p.chunk_rows, 100);
+  // A huge vocabulary still gets kCeMinChunkRows rows per chunk.
+  p = ce_plan(1000, 4 << 20);
+  EXPECT_EQ(p.chunk_rows % 16, 0);
+  EXPECT_GE(p.chunk_rows, kCeMinChunkRows);
+  EXPECT_GE(p.padded_rows(), 1000);
+  // No rows, no chunks.
+  EXPECT_EQ(ce_plan(0, V).chunks, 0);
+}
+
+}  // namespace
+}  // namespace kiln::cuda
