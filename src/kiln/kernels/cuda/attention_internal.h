@@ -1,0 +1,37 @@
+// What the CUDA attention kernels share (kernels/cuda/attention_*.cu): the layout of backward's
+// scratch, the row dot products D = rowsum(dy * y) and the sum of per-query-head dK/dV over each
+// kv group. Host declarations; the launchers enqueue on `stream`.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "kiln/kernels/ops.h"
+
+namespace kiln::cuda {
+
+// Throws (KILN_CHECK) unless 0 < s.D <= max_head_dim and H is a multiple of KV > 0; `kernels`
+// names the caller in the message ("reference", "flash").
+void check_attention_shape(const AttnShape& s, int max_head_dim, const char* kernels);
+
+// backward's scratch, carved from attention_backward_scratch_bytes(s) bytes:
+//   di       (B, H, T)     rowsum(dy * y) of every query row and head
+//   dk_part, dv_part (B, T, H, D)  the flash dK/dV pass's per-query-head gradients, summed over
+//            each kv group into dk, dv afterwards; null when H == KV (written into dk, dv directly)
+struct BackwardScratch {
+  float* di;
+  float* dk_part;
+  float* dv_part;
+};
+BackwardScratch backward_scratch(void* scratch, const AttnShape& s);
+
+// di (B, H, T) = sum over d of dy * y, both (B, T, H, D).
+void attention_row_dot(float* di, const float* dy, const float* y, const AttnShape& s,
+                       cudaStream_t stream);
+
+// dkv (B, T, KV, D) = sum over the H / KV query heads h of each kv group g of part (B, T, H, D)
+// (heads g * H / KV + r, r ascending: a fixed order, so the sum is deterministic).
+void attention_sum_groups(float* dkv, const float* part, const AttnShape& s, cudaStream_t stream);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,53 @@
+// Which tiles of causal document attention can hold a nonzero probability: the block-skip
+// arithmetic of the CUDA attention kernels (kernels/cuda/attention_*.cu), plain C++ callable from
+// host and device so that CI tests it without a GPU. Query row i attends key j when
+// doc_start[i] <= j <= i < T (ops.h's attention contract).
+#pragma once
+
+#if defined(__CUDACC__)
+#define KILN_HOST_DEVICE __host__ __device__
+#else
+#define KILN_HOST_DEVICE
+#endif
+
+namespace kiln::cuda {
+
+// Blocks [begin, end) of some tiling; empty when end <= begin.
+struct BlockRange {
+  int begin, end;
+};
+
+// Whether query row i (with document start ds_i) attends key j in a sequence of T rows.
+KILN_HOST_DEVICE inline bool attends(int i, int j, int ds_i, int T) {
+  return i < T && j <= i && j >= ds_i;
+}
+
+// The key blocks (of bk keys) that query rows [i0, i0 + rows) can attend, min_ds the smallest
+// doc_start of those rows below T: blocks wholly before min_ds or wholly after the last row are
+// skipped. Empty when i0 >= T.
+KILN_HOST_DEVICE inline BlockRange key_blocks_for_queries(int i0, int rows, int min_ds, int bk,
+                                                          int T) {
+  if (i0 >= T) return {0, 0};
+  const int last = (i0 + rows < T ? i0 + rows : T) - 1;
+  return {min_ds / bk, last / bk + 1};
+}
+
+// The query blocks (of br rows) that can attend keys [j0, j0 + bk): causal, so those holding a
+// row at or after j0. Each is then checked with queries_see_keys against its own doc starts.
+KILN_HOST_DEVICE inline BlockRange query_blocks_for_keys(int j0, int br, int T) {
+  if (j0 >= T) return {0, 0};
+  return {j0 / br, (T + br - 1) / br};
+}
+
+// Whether any query row of [i0, i0 + rows) (smallest doc start min_ds) can attend any key of
+// [j0, j0 + bk): some row at or after j0, and a document starting at or before the last key.
+KILN_HOST_DEVICE inline bool queries_see_keys(int i0, int rows, int min_ds, int j0, int bk, int T) {
+  if (i0 >= T || j0 >= T) return false;
+  const int last_row = (i0 + rows < T ? i0 + rows : T) - 1;
+  return j0 <= last_row && min_ds <= j0 + bk - 1;
+}
+
+// Blocks of `size` covering n items.
+KILN_HOST_DEVICE inline int blocks_of(int n, int size) { return (n + size - 1) / size; }
+
+}  // namespace kiln::cuda
