@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <initializer_list>
 
 #include "kiln/kernels/ops.h"
 
@@ -14,6 +15,10 @@ namespace kiln::cuda {
 // Throws (KILN_CHECK) unless 0 < s.D <= max_head_dim and H is a multiple of KV > 0; `kernels`
 // names the caller in the message ("reference", "flash").
 void check_attention_shape(const AttnShape& s, int max_head_dim, const char* kernels);
+
+// Throws unless flash_attention_supports(s) and every pointer is 16-byte aligned (the flash
+// kernels load fp32 rows as float4).
+void check_flash_shape(const AttnShape& s, std::initializer_list<const void*> pointers);
 
 // backward's scratch, carved from attention_backward_scratch_bytes(s) bytes:
 //   di       (B, H, T)     rowsum(dy * y) of every query row and head
