@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_dq_kernel(FlashBackward 
   float lse2[2], di[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    row[r] = i0 + warp * 16 + lane / 4 + 8 * r;
+    row[r] = i0 + warp * 16 + frag::acc_row(lane, 2 * r);
     const bool ok = row[r] < T;
     row_ds[r] = ds != nullptr && ok ? ds[row[r]] : 0;
     lse2[r] = ok ? p.lse[hp.stat + row[r]] * kLog2e : 0.0f;
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_dkdv_kernel(FlashBackwar
   const int32_t* ds = p.doc_start ? p.doc_start + static_cast<long long>(b) * T : nullptr;
   int key[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) key[r] = j0 + warp * 16 + lane / 4 + 8 * r;
+  for (int r = 0; r < 2; ++r) key[r] = j0 + warp * 16 + frag::acc_row(lane, 2 * r);
   mma::stage_bf16<kBwdBlock, D, kBwdThreads>(ks, p.k + hp.koff, hp.ldk, j0, T);
   mma::stage_bf16<kBwdBlock, D, kBwdThreads>(vs, p.v + hp.koff, hp.ldk, j0, T);
   float dk[D / 8][4], dv[D / 8][4];

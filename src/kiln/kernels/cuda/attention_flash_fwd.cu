@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1) flash_forward_kernel(FlashForw
   int row[2], row_ds[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    row[r] = i0 + warp * 16 + lane / 4 + 8 * r;
+    row[r] = i0 + warp * 16 + frag::acc_row(lane, 2 * r);
     row_ds[r] = ds != nullptr && row[r] < T ? ds[row[r]] : 0;
   }
   const int lo = mma::block_min_doc_start(&min_slot, ds, i0, kFwdRows, T);

@@ -1,18 +1,9 @@
 // Tensor-core building blocks of the flash attention kernels (attention_flash_*.cu): bf16 tiles
 // in shared memory, ldmatrix fragment loads and mma.sync.m16n8k16 (bf16 in, fp32 accumulate).
 //
-// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .bf16), per warp, lane l,
-// group = l / 4, pair = l % 4:
-//   A (16 x 16, row-major) a[0..3], two bf16 each (lower column in the low half):
-//     a[0] (group,     2 pair + {0,1})   a[1] (group + 8, 2 pair + {0,1})
-//     a[2] (group, 8 + 2 pair + {0,1})   a[3] (group + 8, 8 + 2 pair + {0,1})
-//   B (16 x 8, "col": k x n) b[0..1]: b[0] (k = 2 pair + {0,1}, n = group), b[1] (k + 8)
-//   C/D (16 x 8 fp32) c[0..3]: c[0], c[1] (group, 2 pair + {0,1}), c[2], c[3] (group + 8, same)
-// ldmatrix.x4 loads four 8x8 b16 matrices, lanes 8m..8m+7 giving the row addresses of matrix m;
-// of matrix m a lane receives register m holding (row l / 4, columns 2 (l % 4) + {0,1}), or with
-// .trans (rows 2 (l % 4) + {0,1}, column l / 4). So a row-major 16x16 A tile is matrices
-// (rows 0-7 | 8-15) x (cols 0-7 | 8-15) in the order a[0..3]; an accumulator pair c[n], c[n+1]
-// (16 x 16) repacked to bf16 is directly the A operand of the next product (P V, dS K).
+// Fragment layouts and which lane addresses what: attention_fragments.h. An accumulator pair
+// c[n], c[n+1] (16 x 16) repacked to bf16 is directly the A operand of the next product (P V,
+// dS K), so P and dS never pass through shared memory.
 //
 // Shared tiles are (rows, D) bf16 with row stride D + 8 elements: rows start 16 bytes apart
 // modulo 128, so the eight row addresses of one 8x8 matrix hit distinct banks.
@@ -21,6 +12,8 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+
+#include "kiln/kernels/cuda/attention_fragments.h"
 
 namespace kiln::cuda::mma {
 
@@ -60,7 +53,7 @@ __device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t 
 template <int LD>
 __device__ inline void load_a(uint32_t (&a)[4], const __nv_bfloat16* tile, int row0, int col0,
                               int lane) {
-  ldmatrix_x4(a, smem_addr(tile + (row0 + lane % 16) * LD + col0 + (lane / 16) * 8));
+  ldmatrix_x4(a, smem_addr(tile + (row0 + frag::a_row(lane)) * LD + col0 + frag::a_col(lane)));
 }
 
 // B operands of two n-tiles from a tile stored n-major ([n][k], e.g. K in S = Q K^T, B = K^T):
@@ -68,8 +61,7 @@ __device__ inline void load_a(uint32_t (&a)[4], const __nv_bfloat16* tile, int r
 template <int LD>
 __device__ inline void load_b_nk(uint32_t (&b)[4], const __nv_bfloat16* tile, int n0, int k0,
                                  int lane) {
-  ldmatrix_x4(b,
-              smem_addr(tile + (n0 + (lane / 16) * 8 + lane % 8) * LD + k0 + (lane / 8) % 2 * 8));
+  ldmatrix_x4(b, smem_addr(tile + (n0 + frag::b_nk_row(lane)) * LD + k0 + frag::b_nk_col(lane)));
 }
 
 // B operands of two n-tiles from a tile stored k-major ([k][n], e.g. V in O = P V): the same
@@ -77,21 +69,16 @@ __device__ inline void load_b_nk(uint32_t (&b)[4], const __nv_bfloat16* tile, in
 template <int LD>
 __device__ inline void load_b_kn(uint32_t (&b)[4], const __nv_bfloat16* tile, int k0, int n0,
                                  int lane) {
-  ldmatrix_x4_trans(
-      b, smem_addr(tile + (k0 + (lane / 8) % 2 * 8 + lane % 8) * LD + n0 + (lane / 16) * 8));
+  ldmatrix_x4_trans(b,
+                    smem_addr(tile + (k0 + frag::b_kn_row(lane)) * LD + n0 + frag::b_kn_col(lane)));
 }
 
 // The A operand (16 x 16) made of two accumulators c0 (columns 0-7) and c1 (8-15), in bf16.
 __device__ inline void acc_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
-  a[0] = pack_bf16(c0[0], c0[1]);
-  a[1] = pack_bf16(c0[2], c0[3]);
-  a[2] = pack_bf16(c1[0], c1[1]);
-  a[3] = pack_bf16(c1[2], c1[3]);
+  frag::acc_to_a(a, c0, c1, [](float lo, float hi) { return pack_bf16(lo, hi); });
 }
 
-// Row (0..15) and column (0..7) of accumulator element e (0..3) within its 16x8 tile.
-__device__ inline int acc_row(int lane, int e) { return lane / 4 + (e / 2) * 8; }
-__device__ inline int acc_col(int lane, int e) { return (lane % 4) * 2 + e % 2; }
+__device__ inline int acc_col(int lane, int e) { return frag::acc_col(lane, e); }
 
 // dst (ROWS, D) bf16, row stride D + kPad = rows [r0, r0 + ROWS) of an fp32 head (row stride ld
 // floats, 16-byte aligned rows), rounded to nearest; rows at or past n are zero. By the whole

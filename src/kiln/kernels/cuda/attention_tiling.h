@@ -4,11 +4,7 @@
 // doc_start[i] <= j <= i < T (ops.h's attention contract).
 #pragma once
 
-#if defined(__CUDACC__)
-#define KILN_HOST_DEVICE __host__ __device__
-#else
-#define KILN_HOST_DEVICE
-#endif
+#include "kiln/kernels/cuda/host_device.h"
 
 namespace kiln::cuda {
 
