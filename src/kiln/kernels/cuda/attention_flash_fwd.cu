@@ -30,6 +30,7 @@ using mma::kPad;
 constexpr int kFwdRows = 64;  // query rows per block
 constexpr int kFwdKeys = 64;  // keys per shared-memory block
 constexpr int kFwdThreads = 128;
+static_assert(kFwdRows == kFwdKeys, "Q is staged in the K tile");
 
 struct FlashForward {
   float* y;
