@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <climits>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace kiln::cuda {
@@ -146,6 +147,26 @@ TEST(AttentionTiling, ALateDocumentStartsAtItsOwnBlock) {
   const BlockRange last = key_blocks_for_queries(192, 64, 0, 64, 200);
   EXPECT_EQ(last.end, 4);
   EXPECT_EQ(key_blocks_for_queries(200, 64, 0, 64, 200).end, 0);
+}
+
+TEST(AttentionTiling, DkdvHeadSplitsDivideTheGroupAndFillTheGpu) {
+  EXPECT_EQ(dkdv_head_splits(1, 1024, 4, 4), 1);    // no groups
+  EXPECT_EQ(dkdv_head_splits(1, 1024, 12, 2), 6);   // 32 blocks: every head its own part
+  EXPECT_EQ(dkdv_head_splits(8, 1024, 12, 2), 2);   // 256 blocks x 2 reach the target
+  EXPECT_EQ(dkdv_head_splits(16, 2048, 14, 2), 1);  // 1024 blocks: whole groups per block
+  EXPECT_EQ(dkdv_head_splits(4, 1024, 14, 2), 7);   // 7 is prime: all or nothing
+  for (int B : {1, 2, 8, 32}) {
+    for (int T : {1, 100, 1024, 4096}) {
+      for (auto [H, KV] : {std::pair{14, 2}, {12, 2}, {16, 8}, {8, 1}, {6, 6}}) {
+        const int splits = dkdv_head_splits(B, T, H, KV), group = H / KV;
+        EXPECT_EQ(group % splits, 0) << B << " " << T << " " << H << " " << KV;
+        const long long blocks = static_cast<long long>(B) * KV * blocks_of(T, kDkdvKeys);
+        if (splits < group) {
+          EXPECT_GE(blocks * splits, kDkdvTargetBlocks);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

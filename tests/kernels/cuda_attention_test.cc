@@ -18,6 +18,7 @@
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cuda/attention_internal.h"
 #include "kiln/kernels/cuda/attention_ops.h"
+#include "kiln/kernels/cuda/attention_tiling.h"
 #include "kiln/kernels/cuda/cuda_check.h"
 
 namespace kiln::cuda {
@@ -251,6 +252,10 @@ TEST(CudaAttention, ScratchLayout) {
   EXPECT_LE(dv + part, base + total);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(dk) % 16, 0u);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(dv) % 16, 0u);
+  // enough blocks without splitting the groups: dK/dV straight into dk, dv, only D in scratch
+  const AttnShape big{16, 2048, 14, 2, 64};
+  EXPECT_EQ(backward_scratch(base, big).dk_part, nullptr);
+  EXPECT_LT(attention_backward_scratch_bytes(big), sizeof(float) * 16 * 14 * 2048 + 256);
 }
 
 // The launchers' checks run on the host before anything is enqueued, so they hold without a GPU.
@@ -297,6 +302,18 @@ TEST(CudaAttention, FlashGroupedQueryHeads) {
   check_flash(make_case({2, 70, 4, 2, 64}));
   check_flash(make_case({1, 130, 6, 1, 64}, {60}));
   check_flash(make_case({2, 100, 8, 2, 128}, {30}));
+}
+
+// The dK/dV pass's three ways with a kv group: every query head its own part (above), parts of
+// several heads, whole groups per block written straight into dk, dv.
+TEST(CudaAttention, FlashKvGroupSplits) {
+  REQUIRE_GPU();
+  const Case two_parts = make_case({8, 1024, 12, 2, 128}, {300, 700});
+  ASSERT_EQ(dkdv_head_splits(8, 1024, 12, 2), 2);
+  check_flash(two_parts);
+  const Case whole = make_case({16, 1024, 4, 2, 64}, {64, 500});
+  ASSERT_EQ(dkdv_head_splits(16, 1024, 4, 2), 1);
+  check_flash(whole);
 }
 
 // Documents starting just before, at and after the 64-row blocks and the 32-row steps of the

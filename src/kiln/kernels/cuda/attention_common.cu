@@ -31,18 +31,15 @@ __global__ void __launch_bounds__(kRowDotWarps * 32)
 }
 
 // One thread per element of dkv (B, T, KV, D).
-__global__ void sum_groups_kernel(float* dkv, const float* part, long long n, int H, int KV,
-                                  int D) {
+__global__ void sum_parts_kernel(float* dkv, const float* part, long long n, int KV, int splits,
+                                 int D) {
   const long long e = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= n) return;
   const int d = static_cast<int>(e % D);
-  const long long gt = e / D;  // (b * T + t) * KV + g
-  const int g = static_cast<int>(gt % KV);
-  const long long bt = gt / KV;
-  const int group = H / KV;
-  const float* src = part + (bt * H + static_cast<long long>(g) * group) * D + d;
+  const long long gt = e / D;  // (b * T + t) * KV + g: parts start at (gt * splits) * D
+  const float* src = part + gt * splits * D + d;
   float acc = 0.0f;
-  for (int r = 0; r < group; ++r) acc += src[static_cast<long long>(r) * D];
+  for (int r = 0; r < splits; ++r) acc += src[static_cast<long long>(r) * D];
   dkv[e] = acc;
 }
 
@@ -57,12 +54,13 @@ void attention_row_dot(float* di, const float* dy, const float* y, const AttnSha
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 
-void attention_sum_groups(float* dkv, const float* part, const AttnShape& s, cudaStream_t stream) {
+void attention_sum_parts(float* dkv, const float* part, const AttnShape& s, int splits,
+                         cudaStream_t stream) {
   const long long n = static_cast<long long>(s.B) * s.T * s.KV * s.D;
   if (n == 0) return;
   constexpr int kThreads = 256;
   const unsigned blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
-  sum_groups_kernel<<<blocks, kThreads, 0, stream>>>(dkv, part, n, s.H, s.KV, s.D);
+  sum_parts_kernel<<<blocks, kThreads, 0, stream>>>(dkv, part, n, s.KV, splits, s.D);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 

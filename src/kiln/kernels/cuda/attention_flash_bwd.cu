@@ -5,8 +5,9 @@
 //   dQ = scale dS K      (flash_dq_kernel: parallel over query blocks, looping over key blocks)
 //   dK = scale dS^T Q, dV = P^T dy  (flash_dkdv_kernel: parallel over key blocks and query heads,
 //                                    looping over query blocks)
-// Under grouped-query heads (H > KV) the dK/dV pass writes per-query-head gradients into scratch
-// (B, T, H, D) and attention_sum_groups adds each group's heads in a fixed order. Every product
+// Under grouped-query heads a dK/dV block loops over the query heads of its kv head's group (K and
+// V staged once), or over a part of them (dkdv_head_splits: enough blocks for the GPU), the parts
+// then written into scratch and added in a fixed order (attention_sum_groups). Every product
 // is mma.m16n8k16 with bf16 operands staged in shared memory (rounded from fp32 as they are
 // staged; P and dS rounded from their fp32 accumulators) and fp32 accumulation. Fragment
 // layouts: attention_mma.cuh.
@@ -29,6 +30,7 @@ using bf16 = __nv_bfloat16;
 constexpr int kBwdThreads = 128;  // 4 warps, 16 rows (dQ: query rows; dK/dV: key rows) each
 constexpr int kBwdBlock = 64;     // rows a block owns (dQ: queries, dK/dV: keys)
 constexpr float kLog2e = 1.4426950408889634f;
+static_assert(kBwdBlock == kDkdvKeys, "dkdv_head_splits counts blocks of kBwdBlock keys");
 
 // Query rows per inner step of the dK/dV pass: its registers hold dK and dV (16 x D each per
 // warp) besides S^T and dP^T (16 x rows), so D = 128 takes 32 rows a step.
@@ -38,10 +40,12 @@ constexpr int dkdv_query_rows() {
 }
 
 struct FlashBackward {
-  float *dq, *dk_out, *dv_out;  // dk_out, dv_out: (B, T, H, D) rows (dk, dv themselves if H == KV)
+  float* dq;
+  float *dk_out, *dv_out;  // (B, T, KV * splits, D): dk and dv themselves when splits == 1
   const float *dy, *q, *k, *v, *lse, *di;
   const int32_t* doc_start;
   int T, H, KV;
+  int splits;  // dK/dV parts per kv head: dkdv_head_splits
   float scale, scale_log2;
 };
 
@@ -195,13 +199,15 @@ constexpr size_t dkdv_smem_bytes() {
   return sizeof(bf16) * 2 * (kBwdBlock + dkdv_query_rows<D>()) * (D + kPad);  // K, V, Q, dy
 }
 
-// dK, dV of query head h. Grid (ceil(T / 64), H, B), block 128: keys [j0, j0 + 64) (first keys,
-// the most work, first), warp w keys j0 + 16 w + [0, 16) (accumulator rows). K and V staged once;
-// Q and dy R = dkdv_query_rows<D>() rows at a time with their lse, D and doc starts, over the
-// query blocks from j0 on (query_blocks_for_keys) that can see these keys (queries_see_keys). Per
-// query block and warp: S^T, dP^T (16 x R) = K Q^T, V dy^T; P^T, dS^T = P^T (dP^T - D);
-// dV (16 x D) += P^T dy, dK += dS^T Q. Shared memory: K, V 64 x (D + 8), Q, dy R x (D + 8) bf16
-// (51 KiB at D = 128, dynamic). Registers: dK, dV D / 2 each, S^T, dP^T R / 2 each.
+// dK, dV of kv head g from part sp of its group's query heads (H / KV / splits heads, in order).
+// Grid (ceil(T / 64), KV * splits, B), blockIdx.y = g * splits + sp, block 128: keys
+// [j0, j0 + 64) (first keys, the most work, first), warp w keys j0 + 16 w + [0, 16) (accumulator
+// rows). K and V staged once; per query head Q and dy R = dkdv_query_rows<D>() rows at a time with
+// their lse, D and doc starts, over the query blocks from j0 on (query_blocks_for_keys) that can
+// see these keys (queries_see_keys). Per query block and warp: S^T, dP^T (16 x R) = K Q^T, V dy^T;
+// P^T, dS^T = P^T (dP^T - D); dV (16 x D) += P^T dy, dK += dS^T Q. Shared memory: K, V 64 x (D +
+// 8), Q, dy R x (D + 8) bf16 (51 KiB at D = 128, dynamic). Registers: dK, dV D / 2 each, S^T, dP^T
+// R / 2 each.
 template <int D>
 __global__ void __launch_bounds__(kBwdThreads, 1) flash_dkdv_kernel(FlashBackward p) {
   constexpr int kLd = D + kPad, kR = dkdv_query_rows<D>(), kNq = kR / 8;
@@ -214,60 +220,69 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_dkdv_kernel(FlashBackwar
   __shared__ int dss[kR];
   __shared__ int min_slot;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, T = p.T;
-  const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * kBwdBlock;
-  const HeadPtrs hp = head_ptrs(p, b, h, D);
+  const int b = blockIdx.z, j0 = blockIdx.x * kBwdBlock;
+  const int per = p.H / p.KV / p.splits;  // query heads per block
+  const int g = blockIdx.y / p.splits, h0 = g * (p.H / p.KV) + blockIdx.y % p.splits * per;
   const int32_t* ds = p.doc_start ? p.doc_start + static_cast<long long>(b) * T : nullptr;
   int key[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) key[r] = j0 + warp * 16 + frag::acc_row(lane, 2 * r);
-  mma::stage_bf16<kBwdBlock, D, kBwdThreads>(ks, p.k + hp.koff, hp.ldk, j0, T);
-  mma::stage_bf16<kBwdBlock, D, kBwdThreads>(vs, p.v + hp.koff, hp.ldk, j0, T);
+  const HeadPtrs kvp = head_ptrs(p, b, h0, D);  // its koff is kv head g's
+  mma::stage_bf16<kBwdBlock, D, kBwdThreads>(ks, p.k + kvp.koff, kvp.ldk, j0, T);
+  mma::stage_bf16<kBwdBlock, D, kBwdThreads>(vs, p.v + kvp.koff, kvp.ldk, j0, T);
   float dk[D / 8][4], dv[D / 8][4];
   zero(dk);
   zero(dv);
   const BlockRange queries = query_blocks_for_keys(j0, kR, T);
-  for (int qb = queries.begin; qb < queries.end; ++qb) {
-    const int i0 = qb * kR;
-    const int lo = mma::block_min_doc_start(&min_slot, ds, i0, kR, T);
-    if (!queries_see_keys(i0, kR, lo, j0, kBwdBlock, T)) continue;  // the same in every thread
-    mma::stage_bf16<kR, D, kBwdThreads>(qs, p.q + hp.qoff, hp.ldq, i0, T);
-    mma::stage_bf16<kR, D, kBwdThreads>(dys, p.dy + hp.qoff, hp.ldq, i0, T);
-    if (threadIdx.x < kR) {
-      const int i = i0 + threadIdx.x;
-      const bool ok = i < T;
-      lse2s[threadIdx.x] = ok ? p.lse[hp.stat + i] * kLog2e : 0.0f;
-      dis[threadIdx.x] = ok ? p.di[hp.stat + i] : 0.0f;
-      dss[threadIdx.x] = ok ? (ds != nullptr ? ds[i] : 0) : INT_MAX;
-    }
-    __syncthreads();
-    float st[kNq][4], dpt[kNq][4];
-    zero(st);
-    zero(dpt);
-    rows_dot_rows<D, kNq>(st, ks, warp * 16, qs, lane);
-    rows_dot_rows<D, kNq>(dpt, vs, warp * 16, dys, lane);
-#pragma unroll
-    for (int n = 0; n < kNq; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e / 2, c = n * 8 + mma::acc_col(lane, e);
-        const float pr =
-            attends(i0 + c, key[r], dss[c], T) ? exp2f(st[n][e] * p.scale_log2 - lse2s[c]) : 0.0f;
-        st[n][e] = pr;                          // P^T
-        dpt[n][e] = pr * (dpt[n][e] - dis[c]);  // dS^T
+  for (int h = h0; h < h0 + per; ++h) {
+    const HeadPtrs hp = head_ptrs(p, b, h, D);
+    for (int qb = queries.begin; qb < queries.end; ++qb) {
+      const int i0 = qb * kR;
+      const int lo = mma::block_min_doc_start(&min_slot, ds, i0, kR, T);
+      if (!queries_see_keys(i0, kR, lo, j0, kBwdBlock, T)) continue;  // the same in every thread
+      mma::stage_bf16<kR, D, kBwdThreads>(qs, p.q + hp.qoff, hp.ldq, i0, T);
+      mma::stage_bf16<kR, D, kBwdThreads>(dys, p.dy + hp.qoff, hp.ldq, i0, T);
+      if (threadIdx.x < kR) {
+        const int i = i0 + threadIdx.x;
+        const bool ok = i < T;
+        lse2s[threadIdx.x] = ok ? p.lse[hp.stat + i] * kLog2e : 0.0f;
+        dis[threadIdx.x] = ok ? p.di[hp.stat + i] : 0.0f;
+        dss[threadIdx.x] = ok ? (ds != nullptr ? ds[i] : 0) : INT_MAX;
       }
+      __syncthreads();
+      float st[kNq][4], dpt[kNq][4];
+      zero(st);
+      zero(dpt);
+      rows_dot_rows<D, kNq>(st, ks, warp * 16, qs, lane);
+      rows_dot_rows<D, kNq>(dpt, vs, warp * 16, dys, lane);
+#pragma unroll
+      for (int n = 0; n < kNq; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2, c = n * 8 + mma::acc_col(lane, e);
+          const float pr =
+              attends(i0 + c, key[r], dss[c], T) ? exp2f(st[n][e] * p.scale_log2 - lse2s[c]) : 0.0f;
+          st[n][e] = pr;                          // P^T
+          dpt[n][e] = pr * (dpt[n][e] - dis[c]);  // dS^T
+        }
+      }
+      weights_times_rows<D, kNq>(dv, st, dys, lane);
+      weights_times_rows<D, kNq>(dk, dpt, qs, lane);
+      __syncthreads();  // Q, dy and their row values are restaged next
     }
-    weights_times_rows<D, kNq>(dv, st, dys, lane);
-    weights_times_rows<D, kNq>(dk, dpt, qs, lane);
-    __syncthreads();  // Q, dy and their row values are restaged next
   }
-  store_rows<D>(p.dk_out + hp.qoff, hp.ldq, dk, p.scale, key, T, lane);
-  store_rows<D>(p.dv_out + hp.qoff, hp.ldq, dv, 1.0f, key, T, lane);
+  const long long ld_out = static_cast<long long>(p.KV) * p.splits * D;
+  const long long out =
+      static_cast<long long>(b) * T * ld_out + static_cast<long long>(blockIdx.y) * D;
+  store_rows<D>(p.dk_out + out, ld_out, dk, p.scale, key, T, lane);
+  store_rows<D>(p.dv_out + out, ld_out, dv, 1.0f, key, T, lane);
 }
 
 template <int D>
 void launch_backward(const FlashBackward& p, const AttnShape& s, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(blocks_of(s.T, kBwdBlock)), static_cast<unsigned>(s.H),
                   static_cast<unsigned>(s.B));
+  const dim3 kv_grid(grid.x, static_cast<unsigned>(s.KV * p.splits), grid.z);
   constexpr size_t dq_bytes = dq_smem_bytes<D>(), dkdv_bytes = dkdv_smem_bytes<D>();
   KILN_CUDA_CHECK(cudaFuncSetAttribute(flash_dq_kernel<D>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, dq_bytes));
@@ -275,7 +290,7 @@ void launch_backward(const FlashBackward& p, const AttnShape& s, cudaStream_t st
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, dkdv_bytes));
   flash_dq_kernel<D><<<grid, kBwdThreads, dq_bytes, stream>>>(p);
   KILN_CUDA_CHECK(cudaGetLastError());
-  flash_dkdv_kernel<D><<<grid, kBwdThreads, dkdv_bytes, stream>>>(p);
+  flash_dkdv_kernel<D><<<kv_grid, kBwdThreads, dkdv_bytes, stream>>>(p);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -289,11 +304,12 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dy, 
   if (s.B == 0 || s.T == 0 || s.H == 0) return;
   const BackwardScratch sc = backward_scratch(scratch, s);
   attention_row_dot(sc.di, dy, y, s, stream);
-  const bool grouped = s.H != s.KV;
+  const int splits = dkdv_head_splits(s.B, s.T, s.H, s.KV);
+  const bool parts = splits > 1;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   const FlashBackward p{dq,
-                        grouped ? sc.dk_part : dk,
-                        grouped ? sc.dv_part : dv,
+                        parts ? sc.dk_part : dk,
+                        parts ? sc.dv_part : dv,
                         dy,
                         q,
                         k,
@@ -304,6 +320,7 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dy, 
                         s.T,
                         s.H,
                         s.KV,
+                        splits,
                         scale,
                         scale * kLog2e};
   if (s.D == 64) {
@@ -311,9 +328,9 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dy, 
   } else {
     launch_backward<128>(p, s, stream);
   }
-  if (grouped) {
-    attention_sum_groups(dk, sc.dk_part, s, stream);
-    attention_sum_groups(dv, sc.dv_part, s, stream);
+  if (parts) {
+    attention_sum_parts(dk, sc.dk_part, s, splits, stream);
+    attention_sum_parts(dv, sc.dv_part, s, splits, stream);
   }
 }
 

@@ -22,8 +22,9 @@ void check_flash_shape(const AttnShape& s, std::initializer_list<const void*> po
 
 // backward's scratch, carved from attention_backward_scratch_bytes(s) bytes:
 //   di       (B, H, T)     rowsum(dy * y) of every query row and head
-//   dk_part, dv_part (B, T, H, D)  the flash dK/dV pass's per-query-head gradients, summed over
-//            each kv group into dk, dv afterwards; null when H == KV (written into dk, dv directly)
+//   dk_part, dv_part (B, T, KV * splits, D), splits = dkdv_head_splits(s): the flash dK/dV pass's
+//            gradients from each part of a kv group's query heads, summed into dk, dv afterwards;
+//            null when splits == 1 (written into dk, dv directly)
 struct BackwardScratch {
   float* di;
   float* dk_part;
@@ -35,8 +36,9 @@ BackwardScratch backward_scratch(void* scratch, const AttnShape& s);
 void attention_row_dot(float* di, const float* dy, const float* y, const AttnShape& s,
                        cudaStream_t stream);
 
-// dkv (B, T, KV, D) = sum over the H / KV query heads h of each kv group g of part (B, T, H, D)
-// (heads g * H / KV + r, r ascending: a fixed order, so the sum is deterministic).
-void attention_sum_groups(float* dkv, const float* part, const AttnShape& s, cudaStream_t stream);
+// dkv (B, T, KV, D) = sum over r < splits of part (B, T, KV * splits, D) at [b, t, g * splits + r]
+// (r ascending: a fixed order, so the sum is deterministic).
+void attention_sum_parts(float* dkv, const float* part, const AttnShape& s, int splits,
+                         cudaStream_t stream);
 
 }  // namespace kiln::cuda

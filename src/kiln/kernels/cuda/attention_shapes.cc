@@ -6,6 +6,7 @@
 #include "kiln/base/error.h"
 #include "kiln/kernels/cuda/attention_internal.h"
 #include "kiln/kernels/cuda/attention_ops.h"
+#include "kiln/kernels/cuda/attention_tiling.h"
 
 namespace kiln::cuda {
 
@@ -20,8 +21,9 @@ size_t di_bytes(const AttnShape& s) {
 }
 
 size_t part_bytes(const AttnShape& s) {
-  if (s.H == s.KV) return 0;
-  return aligned(sizeof(float) * static_cast<size_t>(s.B) * s.T * s.H * s.D);
+  const int splits = dkdv_head_splits(s.B, s.T, s.H, s.KV);
+  if (splits == 1) return 0;
+  return aligned(sizeof(float) * static_cast<size_t>(s.B) * s.T * s.KV * splits * s.D);
 }
 
 }  // namespace

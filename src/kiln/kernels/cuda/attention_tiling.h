@@ -46,4 +46,20 @@ KILN_HOST_DEVICE inline bool queries_see_keys(int i0, int rows, int min_ds, int 
 // Blocks of `size` covering n items.
 KILN_HOST_DEVICE inline int blocks_of(int n, int size) { return (n + size - 1) / size; }
 
+// The flash dK/dV pass runs a block per (64 keys, kv head, batch row) looping over the query heads
+// of the kv head's group, or over 1 / splits of them (splits dividing H / KV, each part's
+// gradients in scratch, added afterwards). The fewest splits giving at least kDkdvTargetBlocks
+// blocks (a few per SM of a large GPU), else H / KV: a shape-only rule, so the scratch size
+// (attention_backward_scratch_bytes) follows from the shape alone.
+constexpr long long kDkdvTargetBlocks = 512;
+constexpr int kDkdvKeys = 64;  // keys per dK/dV block
+inline int dkdv_head_splits(int B, int T, int H, int KV) {
+  const int group = H / KV;
+  const long long blocks = static_cast<long long>(B) * KV * blocks_of(T, kDkdvKeys);
+  for (int splits = 1; splits < group; ++splits) {
+    if (group % splits == 0 && blocks * splits >= kDkdvTargetBlocks) return splits;
+  }
+  return group < 1 ? 1 : group;
+}
+
 }  // namespace kiln::cuda
