@@ -3,14 +3,14 @@
 // q, k and the forward's lse: P = exp(scale q.k - lse), dS = P (dy.v - D) with
 // D = rowsum(dy * y) (attention_row_dot, into scratch), and
 //   dQ = scale dS K      (flash_dq_kernel: parallel over query blocks, looping over key blocks)
-//   dK = scale dS^T Q, dV = P^T dy  (flash_dkdv_kernel: parallel over key blocks and query heads,
-//                                    looping over query blocks)
+//   dK = scale dS^T Q, dV = P^T dy  (flash_dkdv_kernel: parallel over key blocks of each kv
+//                                    head, looping over query heads and query blocks)
 // Under grouped-query heads a dK/dV block loops over the query heads of its kv head's group (K and
 // V staged once), or over a part of them (dkdv_head_splits: enough blocks for the GPU), the parts
-// then written into scratch and added in a fixed order (attention_sum_groups). Every product
+// then written into scratch and added in a fixed order (attention_sum_parts). Every product
 // is mma.m16n8k16 with bf16 operands staged in shared memory (rounded from fp32 as they are
 // staged; P and dS rounded from their fp32 accumulators) and fp32 accumulation. Fragment
-// layouts: attention_mma.cuh.
+// layouts: attention_fragments.h.
 #include <climits>
 #include <cmath>
 
