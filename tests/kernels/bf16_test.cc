@@ -284,24 +284,24 @@ TEST(Bf16, ActivationsStoredInBf16GiveTheSameProducts) {
   std::vector<float> xn32(N * C), r32(N), r16(N);
   std::vector<uint16_t> xn16(N * C);
   be.rmsnorm_forward(xn32.data(), r32.data(), x.data(), g.data(), N, C, 1e-6f);
-  be.rmsnorm_forward(Act{xn16.data(), DType::BF16}, r16.data(), x.data(), g.data(), N, C, 1e-6f);
+  be.rmsnorm_forward(DevPtr{xn16.data(), DType::BF16}, r16.data(), x.data(), g.data(), N, C, 1e-6f);
   EXPECT_EQ(r32, r16);
   std::vector<uint16_t> rounded(N * C);
   to_bf16(rounded.data(), xn32.data(), rounded.size());
   EXPECT_EQ(xn16, rounded);
   std::vector<float> o32(N * OC), o16(N * OC), dw32(OC * C, 0.0f), dw16(OC * C, 0.0f);
   be.matmul_forward(o32.data(), xn32.data(), w.data(), nullptr, N, C, OC);
-  be.matmul_forward(o16.data(), ConstAct{xn16.data(), DType::BF16}, w.data(), nullptr, N, C, OC);
+  be.matmul_forward(o16.data(), ConstDevPtr{xn16.data(), DType::BF16}, w.data(), nullptr, N, C, OC);
   EXPECT_EQ(o32, o16);
   be.matmul_backward(nullptr, dw32.data(), nullptr, dout.data(), xn32.data(), w.data(), N, C, OC,
                      false);
-  be.matmul_backward(nullptr, dw16.data(), nullptr, dout.data(), ConstAct{xn16.data(), DType::BF16},
-                     w.data(), N, C, OC, false);
+  be.matmul_backward(nullptr, dw16.data(), nullptr, dout.data(),
+                     ConstDevPtr{xn16.data(), DType::BF16}, w.data(), N, C, OC, false);
   EXPECT_EQ(dw32, dw16);
   std::vector<float> h32(N * C);
   std::vector<uint16_t> h16(N * C);
   be.swiglu_forward(h32.data(), x.data(), up.data(), h32.size());
-  be.swiglu_forward(Act{h16.data(), DType::BF16}, x.data(), up.data(), h16.size());
+  be.swiglu_forward(DevPtr{h16.data(), DType::BF16}, x.data(), up.data(), h16.size());
   to_bf16(rounded.data(), h32.data(), rounded.size());
   EXPECT_EQ(h16, rounded);
 }

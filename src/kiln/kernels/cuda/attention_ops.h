@@ -33,16 +33,16 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dy, 
 void reference_attention_forward(float* y, float* lse, const float* q, const float* k,
                                  const float* v, const int32_t* doc_start, const AttnShape& s,
                                  cudaStream_t stream);
-void reference_attention_backward(float* dq, float* dk, float* dv, const float* dy,
-                                  const float* q, const float* k, const float* v, const float* y,
-                                  const float* lse, const int32_t* doc_start, const AttnShape& s,
-                                  void* scratch, cudaStream_t stream);
+void reference_attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
+                                  const float* k, const float* v, const float* y, const float* lse,
+                                  const int32_t* doc_start, const AttnShape& s, void* scratch,
+                                  cudaStream_t stream);
 
 // Bytes of `scratch` either backward needs for shape s.
 size_t attention_backward_scratch_bytes(const AttnShape& s);
 
 // Backend::attention_decode: n_q new tokens over a KV cache (fp32).
-void attention_decode(float* y, const float* q, const float* k_cache, const float* v_cache,
-                      int n_q, int past, int H, int KV, int D, cudaStream_t stream);
+void attention_decode(float* y, const float* q, const float* k_cache, const float* v_cache, int n_q,
+                      int past, int H, int KV, int D, cudaStream_t stream);
 
 }  // namespace kiln::cuda

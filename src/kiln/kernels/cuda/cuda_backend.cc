@@ -123,6 +123,9 @@ void CudaBackend::swiglu_backward(float* dgate, float* dup, const float* dh, con
 void CudaBackend::add(float* out, const float* a, const float* b, size_t n) const {
   cuda::add(out, a, b, n, native());
 }
+void CudaBackend::cast_to_bf16(void* dst, const float* src, size_t n) const {
+  cuda::cast_f32_to_bf16(static_cast<uint16_t*>(dst), src, n, native());
+}
 void CudaBackend::sum_squares(double* sum, const float* x, size_t n) const {
   cuda::sum_squares(sum, x, n, native());
 }

@@ -76,6 +76,7 @@ class CudaBackend final : public Backend {
   void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
                        const float* up, size_t n) const override;
   void add(float* out, const float* a, const float* b, size_t n) const override;
+  void cast_to_bf16(void* dst, const float* src, size_t n) const override;
   void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,
                      const int32_t* targets, int N, int C, int V, float scale) const override;
   void sum_squares(double* sum, const float* x, size_t n) const override;
