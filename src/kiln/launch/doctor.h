@@ -47,6 +47,30 @@ struct GlooProbe {
 // f32 `iters` times after one warm-up, and checks the sums. Never throws.
 GlooProbe probe_gloo_loopback(const std::string& ifname, uint64_t bytes, int iters = 3);
 
+// One GPU as this binary's own CUDA runtime sees it (cudaGetDeviceProperties).
+struct CudaGpu {
+  int index = 0;
+  std::string name;           // "NVIDIA H200"
+  uint64_t memory_bytes = 0;  // totalGlobalMem
+  int cc_major = 0, cc_minor = 0;
+  int multiprocessors = 0;
+};
+
+// What kiln's CUDA backend sees, asked of the libraries it was linked with (static cudart,
+// cuBLASLt, NCCL), not of whatever libraries sit on the loader path. Versions are the raw
+// integers (CUDA: 1000 * major + 10 * minor; NCCL: 10000 * major + 100 * minor + patch).
+struct CudaBackendProbe {
+  std::vector<CudaGpu> gpus;
+  std::string no_gpu_reason;  // why `gpus` is empty (cuda_devices().reason)
+  int driver_version = 0;     // cudaDriverGetVersion: 0 without a driver
+  int runtime_version = 0;    // cudaRuntimeGetVersion
+  uint64_t cublaslt_version = 0;
+  int nccl_version = 0;  // ncclGetVersion; 0 when it failed
+};
+
+// The real CUDA backend probe: nullopt in a build without the CUDA backend. Never throws.
+std::optional<CudaBackendProbe> probe_cuda_backend();
+
 struct DoctorProbes {
   std::map<std::string, std::string> env;  // the process environment
   fs::path root = "/";                     // prefix for /proc, /sys, /dev, /etc, /usr, /opt
@@ -60,6 +84,8 @@ struct DoctorProbes {
   std::function<std::string()> blas_core;  // the OpenBLAS core in use ("SkylakeX", ...)
   // Runs the Gloo probe with this interface spec; empty: skipped (reported as not run).
   std::function<GlooProbe(const std::string& ifname)> gloo;
+  // The linked CUDA backend; unset or nullopt: this build has none (a CPU-only kiln).
+  std::function<std::optional<CudaBackendProbe>()> cuda_backend;
 };
 
 // The real machine; the Gloo probe all-reduces `gloo_bytes`.
@@ -112,9 +138,11 @@ struct DoctorReport {
     bool forward_compat = false;  // libcuda comes from a cuda/compat directory
     std::string compat_dirs;      // LD_LIBRARY_PATH entries naming cuda/compat
     std::string nccl_version, nccl_path;
-    std::string net_plugin;         // the libnccl-net*.so NCCL would load, or ""
-    std::string net_plugin_wanted;  // NCCL_NET_PLUGIN, or "libnccl-net.so" by default
+    std::string net_plugin;                      // the libnccl-net*.so NCCL would load, or ""
+    std::string net_plugin_wanted;               // NCCL_NET_PLUGIN, or "libnccl-net.so" by default
+    std::vector<std::string> net_plugins_found;  // every libnccl-net*.so on the loader path
   } gpu;
+  std::optional<CudaBackendProbe> cuda_backend;  // nullopt: built without the CUDA backend
   struct Efa {
     std::vector<std::string> devices;     // /sys/class/infiniband entries driven by efa
     std::vector<std::string> uverbs;      // /dev/infiniband/uverbs*
@@ -133,7 +161,8 @@ struct DoctorReport {
 DoctorReport run_doctor(const DoctorProbes& probes);
 
 // Requirements "KEY=VALUE" / "KEY>=VALUE": transport=efa|socket|gloo-tcp|loopback, gpus=N
-// (exactly), gpus>=N, cuda>=X.Y (the driver runs CUDA X.Y, forward compatibility counted).
+// (exactly), gpus>=N, cuda>=X.Y (the driver runs CUDA X.Y, forward compatibility counted),
+// device=cuda (this kiln has the CUDA backend and it sees a GPU) or device=cpu (always met).
 // Returns one reason per unmet requirement. Throws kiln::Error for a malformed one.
 struct Requirement {
   std::string text;
