@@ -47,12 +47,12 @@ def die(msg):
     sys.exit(2)
 
 
-def import_stack():
+def import_stack(cpu):
     try:
         import torch
     except ImportError as e:
         die(f"no torch ({e})")
-    if not torch.cuda.is_available():
+    if not cpu and not torch.cuda.is_available():
         die(f"no CUDA GPU visible to torch {torch.__version__}")
     try:
         import transformers
@@ -61,7 +61,7 @@ def import_stack():
     return torch, transformers
 
 
-def build_model(torch, transformers, preset, seq):
+def build_model(torch, transformers, preset, seq, device):
     h, inter, layers, heads, kv, vocab, theta = PRESETS[preset]
     config = transformers.Qwen2Config(
         vocab_size=vocab,
@@ -71,21 +71,24 @@ def build_model(torch, transformers, preset, seq):
         num_attention_heads=heads,
         num_key_value_heads=kv,
         max_position_embeddings=max(seq, 32768),
-        rope_theta=theta,
+        rope_theta=theta,  # transformers 4.x; 5.x reads rope_parameters
+        rope_parameters={"rope_type": "default", "rope_theta": theta},
         rms_norm_eps=1e-6,
         tie_word_embeddings=True,
         use_cache=False,
         attn_implementation="sdpa",
     )
     torch.manual_seed(0)
-    model = transformers.Qwen2ForCausalLM(config).to("cuda", dtype=torch.float32)
-    return model
+    with torch.device(device):  # initialised on the GPU: seconds, not minutes, at 1.5B
+        model = transformers.Qwen2ForCausalLM(config)
+    return model.float()
 
 
 def bench(args):
-    torch, transformers = import_stack()
-    dev = torch.device("cuda")
-    model = build_model(torch, transformers, args.preset, args.seq)
+    torch, transformers = import_stack(args.cpu_smoke_test)
+    dev = torch.device("cpu" if args.cpu_smoke_test else "cuda")
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    model = build_model(torch, transformers, args.preset, args.seq, dev)
     if args.recompute:
         model.gradient_checkpointing_enable()
     model.train()
@@ -98,7 +101,7 @@ def bench(args):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
             # labels=ids: HF shifts internally (next-token loss, last position ignored).
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
@@ -107,14 +110,15 @@ def bench(args):
 
     for _ in range(args.warmup):
         step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    sync()
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     times = []
     loss = None
     for _ in range(args.steps):
         t0 = time.perf_counter()
         loss = step()
-        torch.cuda.synchronize()
+        sync()
         times.append(time.perf_counter() - t0)
     times.sort()
     med = times[len(times) // 2]
@@ -132,11 +136,11 @@ def bench(args):
         "tokens_per_s": tokens / med,
         "tflops": tflops,
         "mfu": tflops / args.peak_tflops if args.peak_tflops > 0 else None,
-        "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else 0.0,
         "last_loss": float(loss),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "device": torch.cuda.get_device_name(0),
+        "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
     }
     print(json.dumps(out), flush=True)
 
@@ -150,6 +154,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="measured bf16 ceiling")
     ap.add_argument("--recompute", action="store_true", help="activation checkpointing")
+    ap.add_argument(
+        "--cpu-smoke-test",
+        action="store_true",
+        help="run on the CPU (tiny presets only): tests this script where no GPU is",
+    )
     args = ap.parse_args()
     if args.batch < 1 or args.seq < 2 or args.steps < 1 or args.warmup < 0:
         die("--batch >= 1, --seq >= 2, --steps >= 1, --warmup >= 0")

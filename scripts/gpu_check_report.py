@@ -118,7 +118,8 @@ def kiln_bench(log, preset, ceiling, memfile, results):
     mfu = tflops / ceiling if ceiling > 0 else None
     mem = peak_mib(memfile)
     append(results, {"kind": "kiln", "preset": preset, "tokens_per_s": tps, "tflops": tflops})
-    figs = [f"{tps:,.0f} tokens/s", f"step {step_s:.3f} s", f"{tflops:.1f} TFLOP/s"]
+    tf = f"{tflops:.1f}" if tflops >= 1 else f"{tflops:.2g}"
+    figs = [f"{tps:,.0f} tokens/s", f"step {step_s:.3f} s", f"{tf} TFLOP/s"]
     figs.append(f"MFU {100 * mfu:.1f}% of {ceiling:.0f}" if mfu else "MFU n/a (no ceiling)")
     figs.append(f"GPU mem peak {mem / 1024:.1f} GiB (nvidia-smi)" if mem else f"RSS {rss:.0f} MiB")
     print("; ".join(figs))

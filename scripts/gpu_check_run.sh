@@ -19,7 +19,8 @@
 # KILN_GPU_CHECK_FAKE=cpu: no GPU needed; steps 5 and 6 run on the CPU at tiny sizes (and the
 # GPU-only steps report themselves skipped or missing), which proves the script here.
 # Other knobs: KILN_GPU_CHECK_BATCH (2), KILN_GPU_CHECK_STEPS (tiny-model steps, 20),
-# KILN_GPU_CHECK_WORK (scratch, /tmp/kiln_gpu_check).
+# KILN_GPU_CHECK_WORK (scratch, /tmp/kiln_gpu_check), KILN_GPU_CHECK_PYTHON (the python3 with
+# torch and transformers, default python3).
 set -u
 pack=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: run.sh OUTDIR}
@@ -29,6 +30,7 @@ fake=${KILN_GPU_CHECK_FAKE:-}
 budget=${KILN_GPU_CHECK_BUDGET_S:-540}
 start=$(date +%s)
 work=${KILN_GPU_CHECK_WORK:-/tmp/kiln_gpu_check}
+python=${KILN_GPU_CHECK_PYTHON:-python3}
 results=$out/results.jsonl
 : >"$results"
 
@@ -40,10 +42,17 @@ record() {
   say "$1: $2${3:+ ($3)}"
 }
 
-# Seconds a step may take: its own cap, never past the overall budget.
+# Each step has a share of the budget (step SECONDS sets it); one command in it may run for
+# `allow CAP` seconds: CAP, never past the step's share nor the overall budget (at least 5).
+step_end=$((start + budget))
+step() { step_end=$(($(date +%s) + $1)); }
 allow() {
-  local left=$((budget - ($(date +%s) - start)))
-  ((left < $1)) && echo $((left > 5 ? left : 5)) || echo "$1"
+  local now left
+  now=$(date +%s)
+  left=$((start + budget - now))
+  ((step_end - now < left)) && left=$((step_end - now))
+  ((left < $1)) || left=$1
+  echo $((left > 5 ? left : 5))
 }
 
 # Runs "$@" under timeout $1, output appended to file $2; prints nothing; returns the status.
@@ -125,6 +134,7 @@ missing_libs=$(unresolved | tr '\n' ' ')
 have() { [[ -x $bin/$1 ]]; }
 
 # --- 1 env ----------------------------------------------------------------------------------
+step 30
 env_log=$out/env.txt
 {
   echo "pack: $(tr '\n' ' ' <"$pack/pack.env")"
@@ -135,7 +145,7 @@ env_log=$out/env.txt
 run_logged 20 "$env_log" nvidia-smi
 run_logged 10 "$env_log" nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm \
   --format=csv
-python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' \
+"$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' \
   >>"$env_log" 2>&1
 doctor_figs=""
 if have kiln; then
@@ -149,6 +159,7 @@ else
 fi
 
 # --- 2 gemm ceiling -------------------------------------------------------------------------
+step 40
 ceiling=0
 if have cuda_gemm_ceiling; then
   run_logged "$(allow 60)" "$out/gemm.txt" "$bin/cuda_gemm_ceiling" \
@@ -162,19 +173,23 @@ else
 fi
 
 # --- 3 tests --------------------------------------------------------------------------------
+step 150
 for t in backend_parity_test cuda_attention_test cuda_pointwise_test nccl_test doctor_test; do
   if ! have "$t"; then
     record "test $t" missing "not in the pack"
     continue
   fi
-  run_logged "$(allow 120)" "$out/tests.txt" "$bin/$t" --gtest_brief=1 --gtest_color=no
+  run_logged "$(allow 60)" "$out/tests.txt" "$bin/$t" --gtest_brief=1 --gtest_color=no
   rc=$?
   line=$(python3 "$pack/report.py" gtest "$out/tests.txt" "$t")
   record "test $t" "$(status_of $rc)" "$line"
 done
 
 # --- 4 compute-sanitizer --------------------------------------------------------------------
+step 100
 filter=${KILN_GPU_CHECK_SANITIZER_FILTER:-*Tiny*:*tiny*:*Small*:*small*}
+san=$out/sanitizer.txt
+: >"$san"
 if ! command -v compute-sanitizer >/dev/null 2>&1; then
   record sanitizer missing "compute-sanitizer not on PATH"
 elif [[ -n $fake ]]; then
@@ -189,16 +204,18 @@ else
     f=$filter
     ((n > 0)) || f='*'
     for tool in memcheck racecheck; do
-      run_logged "$(allow 90)" "$out/sanitizer.txt" compute-sanitizer --tool "$tool" \
-        --error-exitcode 99 "$bin/$t" --gtest_brief=1 --gtest_filter="$f"
+      before=$(wc -l <"$san")
+      run_logged "$(allow 25)" "$san" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+        "$bin/$t" --gtest_brief=1 --gtest_filter="$f"
       rc=$?
-      errors=$(grep -c '^========= \(Invalid\|Race\|Error\)' "$out/sanitizer.txt")
-      record "sanitizer $tool $t" "$(status_of $rc)" "filter $f; rc $rc; $errors hazard line(s) so far"
+      summary=$(tail -n +$((before + 1)) "$san" | grep -m1 '^========= \(ERROR SUMMARY\|RACECHECK SUMMARY\)')
+      record "sanitizer $tool $t" "$(status_of $rc)" "filter $f; rc $rc; ${summary:-no summary line}"
     done
   done
 fi
 
 # --- 5 tiny model ---------------------------------------------------------------------------
+step 60
 dev=cuda
 [[ -n $fake ]] && dev=cpu
 steps=${KILN_GPU_CHECK_STEPS:-20}
@@ -207,7 +224,7 @@ tokens=$repo/assets/demo/tokens.jsonl
 train_tiny() { # name overrides...
   local name=$1
   shift
-  run_logged "$(allow 90)" "$tiny" "$bin/kiln" train "$work/tiny.yaml" "output.dir=$work/$name" \
+  run_logged "$(allow 30)" "$tiny" "$bin/kiln" train "$work/tiny.yaml" "output.dir=$work/$name" \
     "$@"
 }
 if ! have kiln; then
@@ -257,11 +274,13 @@ batch=${KILN_GPU_CHECK_BATCH:-2}
 presets=(qwen2.5-0.5b qwen2.5-1.5b)
 seq=2048
 bench_steps=(--steps 5 --warmup 2)
+torch_flags=()
 if [[ -n $fake ]]; then
   presets=(bench-h64)
   seq=256
   batch=1
   bench_steps=(--steps 2 --warmup 1)
+  torch_flags=(--cpu-smoke-test)
 fi
 device_flag=()
 if have kiln && "$bin/kiln" bench train --help 2>&1 | grep -q -- '--device'; then
@@ -282,12 +301,13 @@ watch_gpu_memory() {
   wait "$smi_pid" 2>/dev/null
   return "$rc"
 }
+step 90
 for p in "${presets[@]}"; do
   if ! have kiln; then
     record "kiln-bench $p" missing "no kiln binary"
     continue
   fi
-  watch_gpu_memory "$work/mem-kiln-$p" run_logged "$(allow 150)" "$bench" "$bin/kiln" bench \
+  watch_gpu_memory "$work/mem-kiln-$p" run_logged "$(allow 60)" "$bench" "$bin/kiln" bench \
     train --dtype bf16 --recompute off --preset "$p" --batch "$batch" --seq "$seq" \
     "${bench_steps[@]}" "${device_flag[@]}"
   rc=$?
@@ -295,10 +315,11 @@ for p in "${presets[@]}"; do
     "$results")
   record "kiln-bench $p ${batch}x$seq" "$(status_of $rc)" "$line"
 done
+step 80
 for p in "${presets[@]}"; do
-  watch_gpu_memory "$work/mem-torch-$p" run_logged "$(allow 150)" "$bench" python3 \
+  watch_gpu_memory "$work/mem-torch-$p" run_logged "$(allow 50)" "$bench" "$python" \
     "$pack/pytorch_gpu_train_bench.py" --preset "$p" --batch "$batch" --seq "$seq" \
-    "${bench_steps[@]}" --peak-tflops "$ceiling"
+    "${bench_steps[@]}" --peak-tflops "$ceiling" "${torch_flags[@]}"
   rc=$?
   if ((rc == 2)); then
     record "torch-bench $p" missing "$(grep '^pytorch_gpu_train_bench:' "$bench" | tail -1)"
