@@ -49,10 +49,11 @@ system_library() {
 
 configure_and_build() {
   local build=$1
+  mkdir -p "$build"
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON \
     -DKILN_CUDA=ON -DKILN_CUDA_ARCHITECTURES="${KILN_GPU_CHECK_ARCHS:-90}" -DKILN_NATIVE=OFF \
-    >"$build.configure.log" 2>&1 || {
-    cat "$build.configure.log"
+    >"$build/gpu_check_configure.log" 2>&1 || {
+    cat "$build/gpu_check_configure.log"
     die "cmake configure failed"
   }
   local all targets=(kiln cuda_gemm_ceiling)
