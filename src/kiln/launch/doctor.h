@@ -17,6 +17,7 @@
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/distributed/net_iface.h"
+#include "kiln/kernels/gpu_inventory.h"
 
 namespace kiln {
 
@@ -47,20 +48,11 @@ struct GlooProbe {
 // f32 `iters` times after one warm-up, and checks the sums. Never throws.
 GlooProbe probe_gloo_loopback(const std::string& ifname, uint64_t bytes, int iters = 3);
 
-// One GPU as this binary's own CUDA runtime sees it (cudaGetDeviceProperties).
-struct CudaGpu {
-  int index = 0;
-  std::string name;           // "NVIDIA H200"
-  uint64_t memory_bytes = 0;  // totalGlobalMem
-  int cc_major = 0, cc_minor = 0;
-  int multiprocessors = 0;
-};
-
 // What kiln's CUDA backend sees, asked of the libraries it was linked with (static cudart,
 // cuBLASLt, NCCL), not of whatever libraries sit on the loader path. Versions are the raw
 // integers (CUDA: 1000 * major + 10 * minor; NCCL: 10000 * major + 100 * minor + patch).
 struct CudaBackendProbe {
-  std::vector<CudaGpu> gpus;
+  std::vector<VisibleGpu> gpus;
   std::string no_gpu_reason;  // why `gpus` is empty (cuda_devices().reason)
   int driver_version = 0;     // cudaDriverGetVersion: 0 without a driver
   int runtime_version = 0;    // cudaRuntimeGetVersion
