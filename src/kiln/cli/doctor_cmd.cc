@@ -15,11 +15,13 @@ Command add_doctor(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
-      "doctor", "Check this machine for a kiln job: CPU, memory, network, GPUs, NCCL, EFA, Gloo");
+      "doctor",
+      "Check this machine for a kiln job: CPU, memory, network, GPUs, the CUDA backend, NCCL, "
+      "EFA, Gloo");
   sub->add_flag("--json", o->json, "Print the report as one JSON object");
   sub->add_option("--require", o->require,
                   "Fail unless met: transport=efa|socket|gloo-tcp|loopback, gpus=N, gpus>=N, "
-                  "cuda>=X.Y (repeatable)");
+                  "cuda>=X.Y, device=cpu|cuda (repeatable)");
   sub->footer(
       "Exits non-zero with a one-line reason when a check fails or a requirement is not met; "
       "warnings alone exit 0. docs/doctor.md explains every check.");
