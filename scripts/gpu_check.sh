@@ -113,6 +113,7 @@ pack() {
   cp "$root/bench/pytorch_gpu_train_bench.py" "$dir/pytorch_gpu_train_bench.py"
   {
     echo "source_dir=$root"
+    echo "build_dir=$build"
     echo "commit=$(git -C "$root" rev-parse --short HEAD)"
     echo "archs=${KILN_GPU_CHECK_ARCHS:-90}"
     echo "binaries=$(cd "$stage/bin" && echo *)"

@@ -108,6 +108,11 @@ repo=$(cd "$pack/.." && pwd)
 if [[ -n $src_dir && ! -e $src_dir && -z $fake ]]; then
   mkdir -p "$(dirname "$src_dir")" && ln -s "$repo" "$src_dir"
 fi
+# ... and some run the kiln binary of the build directory compiled into them.
+build_dir=$(sed -n 's/^build_dir=//p' "$pack/pack.env")
+if [[ -n $build_dir && ! -e $build_dir/bin/kiln && -z $fake ]]; then
+  mkdir -p "$build_dir/bin" && ln -s "$bin/kiln" "$build_dir/bin/kiln"
+fi
 
 # Every library a packed binary cannot resolve, looked up under the CUDA toolkit, the driver's
 # folder, the system and PyTorch's bundled nvidia wheels (site-packages/nvidia/*/lib).
@@ -130,6 +135,16 @@ for lib in $(unresolved); do
   done
 done
 missing_libs=$(unresolved | tr '\n' ' ')
+# cudart (static) dlopens the driver's libcuda.so.1: make sure the loader finds it.
+if [[ -z $fake ]] && ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+  found=$(find -L /usr/local/nvidia /usr/lib/x86_64-linux-gnu /usr/lib64 -maxdepth 3 \
+    -name libcuda.so.1 -print -quit 2>/dev/null)
+  [[ -n $found ]] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$found")
+fi
+# compute-sanitizer lives with the toolkit, not always on PATH.
+for d in /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer; do
+  [[ -d $d ]] && PATH=$PATH:$d
+done
 
 have() { [[ -x $bin/$1 ]]; }
 
