@@ -5,8 +5,9 @@
 # Steps, each under `timeout`, continuing past failures, within KILN_GPU_CHECK_BUDGET_S (540 s):
 #   1 env        nvidia-smi, driver/runtime, kiln doctor
 #   2 gemm       bf16 cuBLASLt ceiling (cuda_gemm_ceiling): the MFU denominator
-#   3 tests      backend_parity_test, cuda_attention_test, cuda_pointwise_test, nccl_test,
-#                doctor_test (gtest --gtest_brief)
+#   3 tests      the pack's test binaries (pack.env tests=: backend_parity_test,
+#                cuda_attention_test, cuda_pointwise_test, the NCCL tests, doctor_test, ...),
+#                gtest --gtest_brief; one not built is reported missing
 #   4 sanitizer  compute-sanitizer memcheck and racecheck on the attention/parity tests, filtered
 #                to tiny sizes (KILN_GPU_CHECK_SANITIZER_FILTER)
 #   5 tiny       kiln init tiny; train on CPU fp32 and on cuda bf16 from one seed (loss curves
@@ -188,8 +189,10 @@ else
 fi
 
 # --- 3 tests --------------------------------------------------------------------------------
-step 150
-for t in backend_parity_test cuda_attention_test cuda_pointwise_test nccl_test doctor_test; do
+step 170
+read -r -a tests <<<"$(sed -n 's/^tests=//p' "$pack/pack.env")"
+((${#tests[@]})) || tests=(backend_parity_test cuda_attention_test cuda_pointwise_test doctor_test)
+for t in "${tests[@]}"; do
   if ! have "$t"; then
     record "test $t" missing "not in the pack"
     continue
@@ -201,7 +204,7 @@ for t in backend_parity_test cuda_attention_test cuda_pointwise_test nccl_test d
 done
 
 # --- 4 compute-sanitizer --------------------------------------------------------------------
-step 100
+step 90
 filter=${KILN_GPU_CHECK_SANITIZER_FILTER:-*Tiny*:*tiny*:*Small*:*small*}
 san=$out/sanitizer.txt
 : >"$san"
