@@ -226,8 +226,10 @@ else
       run_logged "$(allow 25)" "$san" compute-sanitizer --tool "$tool" --error-exitcode 99 \
         "$bin/$t" --gtest_brief=1 --gtest_filter="$f"
       rc=$?
-      summary=$(tail -n +$((before + 1)) "$san" | grep -m1 '^========= \(ERROR SUMMARY\|RACECHECK SUMMARY\)')
-      record "sanitizer $tool $t" "$(status_of $rc)" "filter $f; rc $rc; ${summary:-no summary line}"
+      summary=$(tail -n +$((before + 1)) "$san" |
+        grep -m1 '^========= \(ERROR SUMMARY\|RACECHECK SUMMARY\)')
+      record "sanitizer $tool $t" "$(status_of $rc)" \
+        "filter $f; rc $rc; ${summary:-no summary line}"
     done
   done
 fi
