@@ -281,11 +281,12 @@ EOF
     train.micro_batch_size=2
   m() { echo "$work/$1/metrics.jsonl"; }
   rep=$pack/report.py
-  line=$(python3 "$rep" close "$(m cpu-fp32)" "$(m dev-a)" 0.03 2>&1)
+  err=$(grep -m1 'error:' "$tiny" | cut -c1-200)
+  line=$(python3 "$rep" close "$(m cpu-fp32)" "$(m dev-a)" 0.03 2>&1)${err:+; first error: $err}
   record "tiny $dev-bf16 vs cpu-fp32" "$([[ $line == ok* ]] && echo ok || echo FAIL)" "$line"
-  line=$(python3 "$rep" identical "$(m dev-a)" "$(m dev-b)" 2>&1)
+  line=$(python3 "$rep" identical "$(m dev-a)" "$(m dev-b)" 2>&1)${err:+; first error: $err}
   record "tiny $dev determinism" "$([[ $line == ok* ]] && echo ok || echo FAIL)" "$line"
-  line=$(python3 "$rep" close "$(m dev-a)" "$(m dev-2w)" 0.02 2>&1)
+  line=$(python3 "$rep" close "$(m dev-a)" "$(m dev-2w)" 0.02 2>&1)${err:+; first error: $err}
   record "tiny $dev 2 workers vs 1" "$([[ $line == ok* ]] && echo ok || echo FAIL)" "$line"
 fi
 
