@@ -165,6 +165,7 @@ run_logged 10 "$env_log" nvidia-smi --query-gpu=name,driver_version,memory.total
   >>"$env_log" 2>&1
 doctor_figs=""
 if have kiln; then
+  run_logged 20 "$env_log" "$bin/kiln" doctor --probe-cuda
   run_logged "$(allow 60)" "$env_log" "$bin/kiln" doctor
   rc=$?
   doctor_figs=$(grep -E '^(ok|note|warn|FAIL) +backend' "$env_log" | head -1 | cut -c15-)

@@ -384,6 +384,22 @@ TEST(Doctor, NcclNetPluginsOnTheLoaderPath) {
   EXPECT_HAS(text, "found /opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so\n");
 }
 
+TEST(Doctor, ProbeCudaVerdict) {
+  EXPECT_FALSE(cuda_probe_verdict(std::nullopt).ok);
+  EXPECT_EQ(cuda_probe_verdict(std::nullopt).line, "this kiln was built without the CUDA backend");
+  CudaBackendProbe b = no_gpu_backend();
+  CudaProbeVerdict v = cuda_probe_verdict(b);
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.line,
+            "no GPU visible (CUDA driver version is insufficient for CUDA runtime version)");
+  b.no_gpu_reason.clear();
+  b.driver_version = 13000;
+  b.gpus = {{0, "NVIDIA H200", 140 * kGiB, 9, 0, 132}, {1, "NVIDIA H200", 140 * kGiB, 9, 0, 132}};
+  v = cuda_probe_verdict(b);
+  EXPECT_TRUE(v.ok);
+  EXPECT_EQ(v.line, "2 GPU(s): NVIDIA H200; driver CUDA 13.0, runtime CUDA 13.0");
+}
+
 // This binary's own CUDA backend, for real: in CI (a CUDA build, no driver) it must answer with
 // the versions it links and name why there is no GPU; on a GPU machine it lists the GPUs.
 TEST(Doctor, RealCudaBackendProbe) {

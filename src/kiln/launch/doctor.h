@@ -164,6 +164,15 @@ struct Requirement {
 std::vector<Requirement> check_requirements(const DoctorReport& report,
                                             const std::vector<std::string>& requirements);
 
+// kiln doctor --probe-cuda (deploy/entrypoint.sh's forward-compatibility probe): whether the
+// CUDA backend initialised the driver the loader found and sees a GPU, and one line saying so
+// ("N GPU(s): NAME; driver CUDA X.Y, runtime CUDA X.Y") or why not.
+struct CudaProbeVerdict {
+  bool ok = false;
+  std::string line;
+};
+CudaProbeVerdict cuda_probe_verdict(const std::optional<CudaBackendProbe>& backend);
+
 // The report as one JSON object; the human form: aligned "ok/note/warn/FAIL area message" lines.
 Json doctor_json(const DoctorReport& report, const std::vector<Requirement>& requirements);
 std::string doctor_text(const DoctorReport& report, const std::vector<Requirement>& requirements);

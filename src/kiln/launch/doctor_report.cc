@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "kiln/launch/doctor.h"
+#include "kiln/launch/doctor_facts.h"
 
 namespace kiln {
 
@@ -112,6 +113,15 @@ Json doctor_json(const DoctorReport& r, const std::vector<Requirement>& requirem
       {"checks", checks},
       {"requirements", reqs},
   };
+}
+
+CudaProbeVerdict cuda_probe_verdict(const std::optional<CudaBackendProbe>& backend) {
+  if (!backend) return {false, "this kiln was built without the CUDA backend"};
+  const CudaBackendProbe& b = *backend;
+  if (b.gpus.empty()) return {false, fmt::format("no GPU visible ({})", b.no_gpu_reason)};
+  return {true, fmt::format("{} GPU(s): {}; driver CUDA {}, runtime CUDA {}", b.gpus.size(),
+                            b.gpus[0].name, cuda_version_string(b.driver_version),
+                            cuda_version_string(b.runtime_version))};
 }
 
 std::string doctor_text(const DoctorReport& r, const std::vector<Requirement>& requirements) {
