@@ -94,6 +94,11 @@ if [[ -z $fake ]]; then
 fi
 
 # --- unpack, and find the CUDA libraries where this machine keeps them ----------------------
+if [[ ! -f $pack/payload.tar.xz || ! -f $pack/report.py ]]; then
+  say "no payload.tar.xz and report.py beside run.sh: make them with scripts/gpu_check.sh pack" |
+    tee "$out/summary.md"
+  exit 2
+fi
 rm -rf "$work"
 mkdir -p "$work"
 if command -v xz >/dev/null 2>&1; then
@@ -288,6 +293,9 @@ EOF
   line=$(python3 "$rep" identical "$(m dev-a)" "$(m dev-b)" 2>&1)${err:+; first error: $err}
   record "tiny $dev determinism" "$([[ $line == ok* ]] && echo ok || echo FAIL)" "$line"
   line=$(python3 "$rep" close "$(m dev-a)" "$(m dev-2w)" 0.02 2>&1)${err:+; first error: $err}
+  # The 2-worker run is the last: its transport line says Gloo staged (two ranks, one GPU).
+  transport=$(grep -o 'transport: .*' "$tiny" | tail -1 | cut -c1-120)
+  line="$line${transport:+; $transport}"
   record "tiny $dev 2 workers vs 1" "$([[ $line == ok* ]] && echo ok || echo FAIL)" "$line"
 fi
 
