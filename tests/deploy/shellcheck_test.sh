@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Lints deploy/*.sh and tests/deploy/*.sh with shellcheck (every severity, following `source`).
+# Lints deploy/*.sh, tests/deploy/*.sh, scripts/gpu_check*.sh and tests/cli/*.sh with shellcheck
+# (every severity, following `source`).
 # Without shellcheck it says so and exits 77, which CTest reports as skipped; scripts/setup.sh
 # installs it, so that only happens on machines set up otherwise.
 # Prints "N passed, M failed" (one per script); exits non-zero when any script has findings.
@@ -12,7 +13,8 @@ fi
 shellcheck --version | sed -n 's/^version: /shellcheck /p'
 passed=0
 failed=0
-for f in "$root"/deploy/*.sh "$root"/tests/deploy/*.sh; do
+for f in "$root"/deploy/*.sh "$root"/tests/deploy/*.sh "$root"/scripts/gpu_check*.sh \
+  "$root"/tests/cli/*.sh; do
   if shellcheck -x "$f"; then
     passed=$((passed + 1))
     echo "PASS ${f#"$root"/}"

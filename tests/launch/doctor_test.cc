@@ -295,6 +295,139 @@ TEST(Doctor, DriverWithoutVisibleGpus) {
              "NVIDIA driver 535.104.05 loaded but no GPU visible");
 }
 
+// What a CUDA build reports on this machine without a driver (static cudart answers anyway).
+CudaBackendProbe no_gpu_backend() {
+  CudaBackendProbe b;
+  b.no_gpu_reason = "CUDA driver version is insufficient for CUDA runtime version";
+  b.runtime_version = 13000;
+  b.cublaslt_version = 130100;
+  b.nccl_version = 22803;
+  return b;
+}
+
+TEST(Doctor, CpuOnlyBuildSaysSo) {
+  Machine m("cpubuild");
+  const DoctorReport r = m.report();
+  EXPECT_FALSE(r.cuda_backend.has_value());
+  EXPECT_EQ(joined(lines(r, Level::kNote, "backend")),
+            "CPU only: this kiln was built without the CUDA backend\n");
+  const auto reqs = check_requirements(r, {"device=cuda", "device=cpu"});
+  EXPECT_FALSE(reqs[0].met);
+  EXPECT_EQ(reqs[0].reason, "this kiln was built without the CUDA backend");
+  EXPECT_TRUE(reqs[1].met);
+  EXPECT_TRUE(parse_json(doctor_json(r, {}).dump(), "doctor").at("cuda_backend").is_null());
+}
+
+TEST(Doctor, CudaBackendWithoutGpuIsANoteNotAFailure) {
+  Machine m("cudanogpu");
+  m.p.cuda_backend = [] { return std::optional(no_gpu_backend()); };
+  const DoctorReport r = m.report();
+  EXPECT_FALSE(r.failed()) << doctor_text(r, {});
+  EXPECT_EQ(r.count(Level::kWarn), 0) << doctor_text(r, {});
+  EXPECT_EQ(joined(lines(r, Level::kNote, "backend")),
+            "CUDA backend: no GPU visible (CUDA driver version is insufficient for CUDA runtime "
+            "version); train.device=auto runs on the CPU; driver none, runtime CUDA 13.0, "
+            "cuBLASLt 130100, NCCL 2.28.3\n");
+  EXPECT_HAS(doctor_text(r, {}), "note  backend CUDA backend: no GPU visible (");
+  // Asking for CUDA is what makes it a failure.
+  const auto reqs = check_requirements(r, {"device=cuda"});
+  EXPECT_FALSE(reqs[0].met);
+  EXPECT_EQ(reqs[0].reason,
+            "no GPU visible (CUDA driver version is insufficient for CUDA runtime version)");
+  EXPECT_HAS(doctor_text(r, reqs), "FAIL  require device=cuda: no GPU visible (");
+  EXPECT_THROW(check_requirements(r, {"device=tpu"}), Error);
+  // A loaded driver whose GPUs the backend cannot see is worth a warning.
+  m.file("/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.1\n");
+  EXPECT_EQ(lines(m.report(), Level::kWarn, "backend").size(), 1u);
+}
+
+TEST(Doctor, CudaBackendListsGpusAndVersions) {
+  Machine m("cudagpu");
+  m.gpus(1);
+  CudaBackendProbe b = no_gpu_backend();
+  b.no_gpu_reason.clear();
+  b.driver_version = 13000;
+  b.gpus = {{0, "NVIDIA H200", 140 * kGiB, 9, 0, 132}};
+  m.p.cuda_backend = [&b] { return std::optional(b); };
+  DoctorReport r = m.report();
+  EXPECT_FALSE(r.failed()) << doctor_text(r, {});
+  const auto ok = lines(r, Level::kOk, "backend");
+  ASSERT_EQ(ok.size(), 1u) << doctor_text(r, {});
+  EXPECT_EQ(ok[0],
+            "CUDA backend: 1 GPU(s); driver CUDA 13.0, runtime CUDA 13.0, cuBLASLt 130100, NCCL "
+            "2.28.3");
+  EXPECT_HAS(doctor_text(r, {}), "0 NVIDIA H200, 140.0 GiB, compute capability 9.0, 132 SMs\n");
+  const auto reqs = check_requirements(r, {"device=cuda"});
+  EXPECT_TRUE(reqs[0].met) << reqs[0].reason;
+  const Json j = parse_json(doctor_json(r, reqs).dump(), "doctor");
+  EXPECT_EQ(j.at("cuda_backend").at("devices").at(0).at("compute_capability"), "9.0");
+  EXPECT_EQ(j.at("cuda_backend").at("nccl_version"), 22803);
+  // A pre-Ampere GPU: the kernels are built for sm_80 and newer.
+  b.gpus[0].cc_major = 7;
+  EXPECT_HAS(joined(lines(m.report(), Level::kWarn, "backend")),
+             "kiln's CUDA kernels need compute capability 8.0 or newer");
+}
+
+TEST(Doctor, NcclNetPluginsOnTheLoaderPath) {
+  Machine m("plugins");
+  m.gpus(1);
+  m.file("/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so", "");
+  m.file("/opt/amazon/ofi-nccl/lib/libnccl-net.so", "");
+  m.p.env = {{"LD_LIBRARY_PATH", "/opt/amazon/ofi-nccl/lib"}, {"NCCL_NET_PLUGIN", "ofi"}};
+  const DoctorReport r = m.report();
+  EXPECT_EQ(r.gpu.net_plugins_found,
+            (std::vector<std::string>{"/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so",
+                                      "/opt/amazon/ofi-nccl/lib/libnccl-net.so"}));
+  EXPECT_EQ(r.gpu.net_plugin, "/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so");
+  const std::string text = doctor_text(r, {});
+  EXPECT_HAS(text, "NCCL_NET_PLUGIN: ofi\n");
+  EXPECT_HAS(text, "found /opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so\n");
+}
+
+TEST(Doctor, ProbeCudaVerdict) {
+  EXPECT_FALSE(cuda_probe_verdict(std::nullopt).ok);
+  EXPECT_EQ(cuda_probe_verdict(std::nullopt).line, "this kiln was built without the CUDA backend");
+  CudaBackendProbe b = no_gpu_backend();
+  CudaProbeVerdict v = cuda_probe_verdict(b);
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.line,
+            "no GPU visible (CUDA driver version is insufficient for CUDA runtime version)");
+  b.no_gpu_reason.clear();
+  b.driver_version = 13000;
+  b.gpus = {{0, "NVIDIA H200", 140 * kGiB, 9, 0, 132}, {1, "NVIDIA H200", 140 * kGiB, 9, 0, 132}};
+  v = cuda_probe_verdict(b);
+  EXPECT_TRUE(v.ok);
+  EXPECT_EQ(v.line, "2 GPU(s): NVIDIA H200; driver CUDA 13.0, runtime CUDA 13.0");
+}
+
+// This binary's own CUDA backend, for real: in CI (a CUDA build, no driver) it must answer with
+// the versions it links and name why there is no GPU; on a GPU machine it lists the GPUs.
+TEST(Doctor, RealCudaBackendProbe) {
+  const std::optional<CudaBackendProbe> b = probe_cuda_backend();
+#if KILN_HAVE_CUDA
+  ASSERT_TRUE(b.has_value());
+  EXPECT_GE(b->runtime_version, 12000);
+  EXPECT_GT(b->cublaslt_version, 0u);
+  EXPECT_GE(b->nccl_version, 20000);
+  DoctorProbes p;
+  p.root = fs::temp_directory_path() / "kiln_doctor_real_cuda_empty_root";
+  p.cuda_backend = probe_cuda_backend;
+  const DoctorReport r = run_doctor(p);
+  if (b->gpus.empty()) {
+    EXPECT_FALSE(b->no_gpu_reason.empty());
+    EXPECT_HAS(joined(lines(r, Level::kNote, "backend")),
+               "CUDA backend: no GPU visible (" + b->no_gpu_reason + ")");
+  } else {
+    EXPECT_TRUE(b->no_gpu_reason.empty()) << b->no_gpu_reason;
+    EXPECT_FALSE(b->gpus[0].name.empty());
+    EXPECT_GT(b->gpus[0].memory_bytes, 0u);
+    EXPECT_EQ(lines(r, Level::kOk, "backend").size(), 1u) << doctor_text(r, {});
+  }
+#else
+  EXPECT_FALSE(b.has_value());
+#endif
+}
+
 TEST(Doctor, GenericBlasCore) {
   Machine m("blas");
   m.blas = "Prescott";

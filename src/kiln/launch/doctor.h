@@ -17,6 +17,7 @@
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/distributed/net_iface.h"
+#include "kiln/kernels/gpu_inventory.h"
 
 namespace kiln {
 
@@ -47,6 +48,21 @@ struct GlooProbe {
 // f32 `iters` times after one warm-up, and checks the sums. Never throws.
 GlooProbe probe_gloo_loopback(const std::string& ifname, uint64_t bytes, int iters = 3);
 
+// What kiln's CUDA backend sees, asked of the libraries it was linked with (static cudart,
+// cuBLASLt, NCCL), not of whatever libraries sit on the loader path. Versions are the raw
+// integers (CUDA: 1000 * major + 10 * minor; NCCL: 10000 * major + 100 * minor + patch).
+struct CudaBackendProbe {
+  std::vector<VisibleGpu> gpus;
+  std::string no_gpu_reason;  // why `gpus` is empty (cuda_devices().reason)
+  int driver_version = 0;     // cudaDriverGetVersion: 0 without a driver
+  int runtime_version = 0;    // cudaRuntimeGetVersion
+  uint64_t cublaslt_version = 0;
+  int nccl_version = 0;  // ncclGetVersion; 0 when it failed
+};
+
+// The real CUDA backend probe: nullopt in a build without the CUDA backend. Never throws.
+std::optional<CudaBackendProbe> probe_cuda_backend();
+
 struct DoctorProbes {
   std::map<std::string, std::string> env;  // the process environment
   fs::path root = "/";                     // prefix for /proc, /sys, /dev, /etc, /usr, /opt
@@ -60,6 +76,8 @@ struct DoctorProbes {
   std::function<std::string()> blas_core;  // the OpenBLAS core in use ("SkylakeX", ...)
   // Runs the Gloo probe with this interface spec; empty: skipped (reported as not run).
   std::function<GlooProbe(const std::string& ifname)> gloo;
+  // The linked CUDA backend; unset or nullopt: this build has none (a CPU-only kiln).
+  std::function<std::optional<CudaBackendProbe>()> cuda_backend;
 };
 
 // The real machine; the Gloo probe all-reduces `gloo_bytes`.
@@ -112,9 +130,11 @@ struct DoctorReport {
     bool forward_compat = false;  // libcuda comes from a cuda/compat directory
     std::string compat_dirs;      // LD_LIBRARY_PATH entries naming cuda/compat
     std::string nccl_version, nccl_path;
-    std::string net_plugin;         // the libnccl-net*.so NCCL would load, or ""
-    std::string net_plugin_wanted;  // NCCL_NET_PLUGIN, or "libnccl-net.so" by default
+    std::string net_plugin;                      // the libnccl-net*.so NCCL would load, or ""
+    std::string net_plugin_wanted;               // NCCL_NET_PLUGIN, or "libnccl-net.so" by default
+    std::vector<std::string> net_plugins_found;  // every libnccl-net*.so on the loader path
   } gpu;
+  std::optional<CudaBackendProbe> cuda_backend;  // nullopt: built without the CUDA backend
   struct Efa {
     std::vector<std::string> devices;     // /sys/class/infiniband entries driven by efa
     std::vector<std::string> uverbs;      // /dev/infiniband/uverbs*
@@ -133,7 +153,8 @@ struct DoctorReport {
 DoctorReport run_doctor(const DoctorProbes& probes);
 
 // Requirements "KEY=VALUE" / "KEY>=VALUE": transport=efa|socket|gloo-tcp|loopback, gpus=N
-// (exactly), gpus>=N, cuda>=X.Y (the driver runs CUDA X.Y, forward compatibility counted).
+// (exactly), gpus>=N, cuda>=X.Y (the driver runs CUDA X.Y, forward compatibility counted),
+// device=cuda (this kiln has the CUDA backend and it sees a GPU) or device=cpu (always met).
 // Returns one reason per unmet requirement. Throws kiln::Error for a malformed one.
 struct Requirement {
   std::string text;
@@ -142,6 +163,15 @@ struct Requirement {
 };
 std::vector<Requirement> check_requirements(const DoctorReport& report,
                                             const std::vector<std::string>& requirements);
+
+// kiln doctor --probe-cuda (deploy/entrypoint.sh's forward-compatibility probe): whether the
+// CUDA backend initialised the driver the loader found and sees a GPU, and one line saying so
+// ("N GPU(s): NAME; driver CUDA X.Y, runtime CUDA X.Y") or why not.
+struct CudaProbeVerdict {
+  bool ok = false;
+  std::string line;
+};
+CudaProbeVerdict cuda_probe_verdict(const std::optional<CudaBackendProbe>& backend);
 
 // The report as one JSON object; the human form: aligned "ok/note/warn/FAIL area message" lines.
 Json doctor_json(const DoctorReport& report, const std::vector<Requirement>& requirements);

@@ -55,6 +55,7 @@ class Judge {
     network();
     environment();
     gpu();
+    backend();
     efa();
     gloo();
   }
@@ -266,10 +267,53 @@ class Judge {
     if (!g.nccl_version.empty()) {
       add("nccl", Level::kOk,
           fmt::format("NCCL {} ({}); net plugin: {}", g.nccl_version, g.nccl_path,
-                      g.net_plugin.empty() ? "none (TCP sockets)" : g.net_plugin));
+                      g.net_plugin.empty() ? "none (TCP sockets)" : g.net_plugin))
+          .details = plugin_details();
     } else if (gpus) {
       add("nccl", Level::kWarn, "libnccl.so.2 not found: GPU workers cannot communicate");
     }
+  }
+
+  // NCCL_NET_PLUGIN and every libnccl-net*.so on the loader path, under the nccl line.
+  std::vector<std::string> plugin_details() const {
+    std::vector<std::string> out;
+    const std::string wanted = env("NCCL_NET_PLUGIN");
+    out.push_back("NCCL_NET_PLUGIN: " + (wanted.empty() ? "unset (libnccl-net.so)" : wanted));
+    for (const auto& f : r_.gpu.net_plugins_found) out.push_back("found " + f);
+    return out;
+  }
+
+  // The linked CUDA backend: a CPU-only build, a CUDA build that sees no GPU (a note: training
+  // falls back to the CPU unless train.device=cuda or --require device=cuda asks otherwise), or
+  // the GPUs with the driver, runtime, cuBLASLt and NCCL versions.
+  void backend() {
+    if (!r_.cuda_backend) {
+      add("backend", Level::kNote, "CPU only: this kiln was built without the CUDA backend");
+      return;
+    }
+    const CudaBackendProbe& b = *r_.cuda_backend;
+    const std::string versions =
+        fmt::format("driver {}, runtime CUDA {}, cuBLASLt {}, NCCL {}",
+                    b.driver_version ? "CUDA " + cuda_version_string(b.driver_version) : "none",
+                    cuda_version_string(b.runtime_version), b.cublaslt_version,
+                    b.nccl_version ? nccl_version_string(b.nccl_version) : "not answering");
+    if (b.gpus.empty()) {
+      add("backend", r_.gpu.driver_loaded ? Level::kWarn : Level::kNote,
+          fmt::format("CUDA backend: no GPU visible ({}); train.device=auto runs on the CPU; {}",
+                      b.no_gpu_reason, versions));
+      return;
+    }
+    std::vector<std::string> listed;
+    bool old_gpu = false;
+    for (const auto& d : b.gpus) {
+      listed.push_back(fmt::format("{} {}, {}, compute capability {}.{}, {} SMs", d.index, d.name,
+                                   gib(d.memory_bytes), d.cc_major, d.cc_minor, d.multiprocessors));
+      old_gpu |= d.cc_major < 8;
+    }
+    add("backend", old_gpu ? Level::kWarn : Level::kOk,
+        fmt::format("CUDA backend: {} GPU(s); {}{}", b.gpus.size(), versions,
+                    old_gpu ? "; kiln's CUDA kernels need compute capability 8.0 or newer" : ""))
+        .details = listed;
   }
 
   void cuda() {
@@ -347,7 +391,7 @@ Requirement check_one(const DoctorReport& r, const std::string& text) {
   const size_t ge = text.find(">=");
   const size_t eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
-    fail("--require '{}': expected KEY=VALUE or KEY>=VALUE (transport, gpus, cuda)", text);
+    fail("--require '{}': expected KEY=VALUE or KEY>=VALUE (transport, gpus, cuda, device)", text);
   }
   const bool at_least = ge != std::string::npos && ge + 1 == eq;
   const std::string key = text.substr(0, at_least ? ge : eq);
@@ -390,6 +434,23 @@ Requirement check_one(const DoctorReport& r, const std::string& text) {
     q.reason = fmt::format("{} GPU(s) visible", have);
     return q;
   }
+  if (key == "device" && !at_least) {
+    if (value == "cpu") {
+      q.met = true;
+      q.reason = "the CPU backend is always built";
+    } else if (value != "cuda") {
+      fail("--require '{}': device is cpu or cuda", text);
+    } else if (!r.cuda_backend) {
+      q.reason = "this kiln was built without the CUDA backend";
+    } else if (r.cuda_backend->gpus.empty()) {
+      q.reason = fmt::format("no GPU visible ({})", r.cuda_backend->no_gpu_reason);
+    } else {
+      q.met = true;
+      q.reason = fmt::format("{} GPU(s), first {}", r.cuda_backend->gpus.size(),
+                             r.cuda_backend->gpus[0].name);
+    }
+    return q;
+  }
   if (key == "cuda" && at_least) {
     if (value.find('.') == std::string::npos) {
       fail("--require '{}': cuda needs MAJOR.MINOR, e.g. cuda>=12.4", text);
@@ -405,7 +466,7 @@ Requirement check_one(const DoctorReport& r, const std::string& text) {
   }
   fail(
       "--require '{}': unknown requirement (transport=efa|socket|gloo-tcp|loopback, gpus=N, "
-      "gpus>=N, cuda>=X.Y)",
+      "gpus>=N, cuda>=X.Y, device=cpu|cuda)",
       text);
 }
 

@@ -16,6 +16,11 @@ fs::path host_path(const fs::path& root, const std::string& absolute);
 // The variable's value, or "" when unset.
 std::string env_value(const std::map<std::string, std::string>& env, const std::string& key);
 
+// "12.4" from cudaRuntimeGetVersion / cuDriverGetVersion's 12040.
+std::string cuda_version_string(int v);
+// "2.21.5" from ncclGetVersion's 22105 (or the pre-2.9 encoding, 1000 * major + ...).
+std::string nccl_version_string(int v);
+
 // What NCCL tries to dlopen for NCCL_NET_PLUGIN=`wanted` ("" = unset): libnccl-net-NAME.so,
 // then NAME itself; a value with a '/' is a path.
 std::vector<std::string> nccl_plugin_candidates(const std::string& wanted);

@@ -73,15 +73,6 @@ std::vector<std::string> sorted_entries(const fs::path& dir, const std::string& 
   return out;
 }
 
-// cudaRuntimeGetVersion / cuDriverGetVersion encode 1000 * major + 10 * minor.
-std::string cuda_version_string(int v) { return fmt::format("{}.{}", v / 1000, (v % 1000) / 10); }
-
-// ncclGetVersion: 10000 * major + 100 * minor + patch since 2.9, 1000 * major + ... before.
-std::string nccl_version_string(int v) {
-  if (v >= 10000) return fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
-  return fmt::format("{}.{}.{}", v / 1000, (v % 1000) / 100, v % 100);
-}
-
 void read_cpu(const DoctorProbes& p, DoctorReport& r) {
   std::vector<std::string> flags;
   for (const auto& [k, v] : key_values(read_text(host_path(p.root, "/proc/cpuinfo")))) {
@@ -231,6 +222,13 @@ void read_nccl_plugin(const DoctorProbes& p, DoctorReport& r) {
   if (wanted == "none") return;
   r.gpu.net_plugin = find_library(p, nccl_plugin_candidates(wanted));
   r.efa.ofi_plugin = r.gpu.net_plugin.find("ofi") != std::string::npos;
+  for (const auto& dir : library_dirs(p)) {
+    for (const auto& name : sorted_entries(host_path(p.root, dir), "libnccl-net")) {
+      const std::string path = (fs::path(dir) / name).string();
+      auto& found = r.gpu.net_plugins_found;
+      if (std::find(found.begin(), found.end(), path) == found.end()) found.push_back(path);
+    }
+  }
 }
 
 void read_efa(const DoctorProbes& p, DoctorReport& r) {
@@ -253,6 +251,15 @@ void read_efa(const DoctorProbes& p, DoctorReport& r) {
 
 fs::path host_path(const fs::path& root, const std::string& absolute) {
   return root / fs::path(absolute).relative_path();
+}
+
+// cudaRuntimeGetVersion / cuDriverGetVersion encode 1000 * major + 10 * minor.
+std::string cuda_version_string(int v) { return fmt::format("{}.{}", v / 1000, (v % 1000) / 10); }
+
+// ncclGetVersion: 10000 * major + 100 * minor + patch since 2.9, 1000 * major + ... before.
+std::string nccl_version_string(int v) {
+  if (v >= 10000) return fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
+  return fmt::format("{}.{}.{}", v / 1000, (v % 1000) / 100, v % 100);
 }
 
 std::string env_value(const std::map<std::string, std::string>& env, const std::string& key) {
@@ -308,6 +315,7 @@ DoctorReport collect_facts(const DoctorProbes& p) {
   read_gpus(p, r);
   read_cuda(p, r);
   read_nccl_plugin(p, r);
+  if (p.cuda_backend) r.cuda_backend = p.cuda_backend();
   read_efa(p, r);
   if (p.gloo) r.gloo = p.gloo(env_value(p.env, "KILN_SOCKET_IFNAME"));
   return r;
@@ -413,6 +421,7 @@ DoctorProbes system_probes(uint64_t gloo_bytes) {
     return out;
   };
   p.blas_core = blas_core_name;
+  p.cuda_backend = probe_cuda_backend;
   p.gloo = [gloo_bytes](const std::string& ifname) {
     return probe_gloo_loopback(ifname, gloo_bytes);
   };

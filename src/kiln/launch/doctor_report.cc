@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "kiln/launch/doctor.h"
+#include "kiln/launch/doctor_facts.h"
 
 namespace kiln {
 
@@ -28,6 +29,24 @@ Json doctor_json(const DoctorReport& r, const std::vector<Requirement>& requirem
   Json gpus = Json::array();
   for (const auto& d : r.gpu.devices) {
     gpus.push_back({{"model", d.model}, {"bus", d.bus}, {"memory", or_null(d.memory)}});
+  }
+  Json backend = nullptr;  // a CPU-only build
+  if (r.cuda_backend) {
+    const CudaBackendProbe& b = *r.cuda_backend;
+    Json devices = Json::array();
+    for (const auto& d : b.gpus) {
+      devices.push_back({{"index", d.index},
+                         {"name", d.name},
+                         {"memory_bytes", d.memory_bytes},
+                         {"compute_capability", fmt::format("{}.{}", d.cc_major, d.cc_minor)},
+                         {"multiprocessors", d.multiprocessors}});
+    }
+    backend = {{"devices", devices},
+               {"no_gpu_reason", or_null(b.no_gpu_reason)},
+               {"driver_version", b.driver_version},
+               {"runtime_version", b.runtime_version},
+               {"cublaslt_version", b.cublaslt_version},
+               {"nccl_version", b.nccl_version}};
   }
   Json checks = Json::array();
   for (const auto& c : r.checks) {
@@ -74,7 +93,9 @@ Json doctor_json(const DoctorReport& r, const std::vector<Requirement>& requirem
         {"nccl_version", or_null(g.nccl_version)},
         {"nccl_path", or_null(g.nccl_path)},
         {"net_plugin_wanted", g.net_plugin_wanted},
-        {"net_plugin", or_null(g.net_plugin)}}},
+        {"net_plugin", or_null(g.net_plugin)},
+        {"net_plugins_found", g.net_plugins_found}}},
+      {"cuda_backend", backend},
       {"efa",
        {{"devices", r.efa.devices},
         {"uverbs", r.efa.uverbs},
@@ -92,6 +113,15 @@ Json doctor_json(const DoctorReport& r, const std::vector<Requirement>& requirem
       {"checks", checks},
       {"requirements", reqs},
   };
+}
+
+CudaProbeVerdict cuda_probe_verdict(const std::optional<CudaBackendProbe>& backend) {
+  if (!backend) return {false, "this kiln was built without the CUDA backend"};
+  const CudaBackendProbe& b = *backend;
+  if (b.gpus.empty()) return {false, fmt::format("no GPU visible ({})", b.no_gpu_reason)};
+  return {true, fmt::format("{} GPU(s): {}; driver CUDA {}, runtime CUDA {}", b.gpus.size(),
+                            b.gpus[0].name, cuda_version_string(b.driver_version),
+                            cuda_version_string(b.runtime_version))};
 }
 
 std::string doctor_text(const DoctorReport& r, const std::vector<Requirement>& requirements) {
