@@ -34,6 +34,7 @@ struct BenchOpts {
   int batch = 1, seq = 256, steps = 0, warmup = -1;
   std::string recompute = "both";  // off | on | both
   std::string dtype = "fp32";
+  std::string device = "auto";  // train.device: auto | cpu | cuda
   bool quick = false;
   bool list = false;  // print the rows (preset batch seq steps warmup) and exit
   bool row = false;   // internal: run one row in this process and print it
@@ -108,11 +109,11 @@ void fill_batch(Batch& b, const Qwen2Config& c, int B, int T) {
   }
 }
 
-std::unique_ptr<Backend> backend_for(const std::string& dtype) {
+std::unique_ptr<Backend> backend_for(const std::string& device, const std::string& dtype) {
   try {
-    return make_backend(DeviceRequest::kAuto, parse_compute_dtype(dtype));
+    return make_backend(parse_device_request(device), parse_compute_dtype(dtype));
   } catch (const Error& e) {
-    fail("bench train --dtype {}: this build has no such backend ({})", dtype, e.what());
+    fail("bench train --device {} --dtype {}: no such backend here ({})", device, dtype, e.what());
   }
 }
 
@@ -122,7 +123,7 @@ void run_row(const BenchOpts& o) {
   const double base_kib = proc_status_kib("VmRSS");
   const Qwen2Config c = preset_config(preset);
   const bool recompute = o.recompute == "on";
-  const std::unique_ptr<Backend> be = backend_for(o.dtype);
+  const std::unique_ptr<Backend> be = backend_for(o.device, o.dtype);
   Qwen2Model model(c, *be);
   ParamStore store(model.layout(), *be);
   init_params(store, model.layout(), 1);
@@ -155,14 +156,15 @@ void run_row(const BenchOpts& o) {
   const double gflops = train_flops(c, tokens, o.seq) / med / 1e9;
   const double peak = o.dtype == "bf16" ? o.peak_bf16 : o.peak_fp32;
   const double hwm_mib = proc_status_kib("VmHWM") / 1024.0;
-  std::printf("%-13s %7.1fM %3dx%-4d %-4s %-4s %9.4f %9.0f %8.1f %6.1f%% %8.0f %8.0f %7.0f %9.1f\n",
-              preset.c_str(), parameter_count(c) / 1e6, o.batch, o.seq, o.dtype.c_str(),
-              recompute ? "on" : "off", med, tokens / med, gflops,
-              peak > 0 ? 100.0 * gflops / peak : 0.0, hwm_mib,
-              estimate_bytes(c, o.batch, o.seq, recompute,
-                             static_cast<double>(dtype_size(be->activation_dtype()))) /
-                  1048576.0,
-              base_kib / 1024.0, others);
+  std::printf(
+      "%-13s %7.1fM %3dx%-4d %-4s %-4s %9.4f %9.0f %8.1f %6.1f%% %8.0f %8.0f %7.0f %9.1f %8.0f\n",
+      preset.c_str(), parameter_count(c) / 1e6, o.batch, o.seq, o.dtype.c_str(),
+      recompute ? "on" : "off", med, tokens / med, gflops, peak > 0 ? 100.0 * gflops / peak : 0.0,
+      hwm_mib,
+      estimate_bytes(c, o.batch, o.seq, recompute,
+                     static_cast<double>(dtype_size(be->activation_dtype()))) /
+          1048576.0,
+      base_kib / 1024.0, others, be->memory_stats().peak / 1048576.0);
   std::fflush(stdout);
 }
 
@@ -182,8 +184,9 @@ void run_child(const Shape& sh, bool recompute, const BenchOpts& o) {
                     " --batch " + std::to_string(sh.batch) + " --seq " + std::to_string(sh.seq) +
                     " --steps " + std::to_string(sh.steps) + " --warmup " +
                     std::to_string(sh.warmup) + " --recompute " + (recompute ? "on" : "off") +
-                    " --dtype " + shell_quote(o.dtype) + " --peak-fp32 " +
-                    std::to_string(o.peak_fp32) + " --peak-bf16 " + std::to_string(o.peak_bf16);
+                    " --dtype " + shell_quote(o.dtype) + " --device " + shell_quote(o.device) +
+                    " --peak-fp32 " + std::to_string(o.peak_fp32) + " --peak-bf16 " +
+                    std::to_string(o.peak_bf16);
   std::fflush(stdout);
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
@@ -243,10 +246,12 @@ int run_bench(BenchOpts o) {
   std::printf(
       "median step after warm-up; GFLOP/s = (6 x matmul params x tokens + attention) / "
       "step time (recompute's extra forward not counted); rss = peak RSS of the row's own "
-      "process, est = 16 B/param + activations, base = RSS before the model\n");
-  std::printf("%-13s %8s %-8s %-4s %-4s %9s %9s %8s %7s %8s %8s %7s %9s\n", "shape", "params",
+      "process, est = 16 B/param + activations, base = RSS before the model, dev = peak of the "
+      "backend's device allocations (device %s)\n",
+      o.device.c_str());
+  std::printf("%-13s %8s %-8s %-4s %-4s %9s %9s %8s %7s %8s %8s %7s %9s %8s\n", "shape", "params",
               "BxT", "type", "rcmp", "step_s", "tokens/s", "GFLOP/s", "peak", "rss_MiB", "est_MiB",
-              "base", "other_cpu");
+              "base", "other_cpu", "dev_MiB");
   for (const auto& s : shapes) {
     if (o.recompute != "on") run_child(s, false, o);
     if (o.recompute != "off") run_child(s, true, o);
@@ -270,6 +275,8 @@ Command add_bench(CLI::App& app) {
   tr->add_option("--recompute", o->recompute, "Activation checkpointing: off, on or both")
       ->capture_default_str();
   tr->add_option("--dtype", o->dtype, "Compute dtype: fp32 or bf16")->capture_default_str();
+  tr->add_option("--device", o->device, "Device: auto, cpu or cuda (as train.device)")
+      ->capture_default_str();
   tr->add_flag("--quick", o->quick, "Only the small shapes (hidden-64 and 25m), few steps");
   tr->add_flag("--list", o->list,
                "Print the rows it would run (preset batch seq steps warmup) and exit");

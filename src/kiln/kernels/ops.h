@@ -18,6 +18,7 @@
 #include <memory>
 #include <string_view>
 
+#include "kiln/kernels/memory_counter.h"
 #include "kiln/kernels/stream.h"
 #include "kiln/tensor/dtype.h"
 
@@ -94,6 +95,8 @@ class Backend {
   virtual void free(void* p) const = 0;
   virtual void* alloc_pinned(size_t bytes) const = 0;
   virtual void free_pinned(void* p) const = 0;
+  // Device memory handed out by alloc() and not yet freed, and its peak over the backend's life.
+  virtual DeviceMemoryStats memory_stats() const = 0;
 
   // ---- Copies and fill, on the compute stream. The host must not reuse `host_src` nor read
   // `host_dst` until an event recorded after the copy (or synchronize()) says it ran; host

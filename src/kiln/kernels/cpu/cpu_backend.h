@@ -40,6 +40,7 @@ class CpuBackend final : public Backend {
   void free(void* p) const override;
   void* alloc_pinned(size_t bytes) const override { return alloc(bytes); }
   void free_pinned(void* p) const override { free(p); }
+  DeviceMemoryStats memory_stats() const override { return memory_.stats(); }
   void copy_to_device(void* dst, const void* host_src, size_t bytes) const override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) const override;
   void copy_on_device(void* dst, const void* src, size_t bytes) const override;
@@ -91,7 +92,8 @@ class CpuBackend final : public Backend {
   void check_matmul_inputs(ConstDevPtr x, ConstDevPtr w, const char* op) const;
 
   bool bf16_ = false;
-  mutable SyncStream stream_;  // stateless: record() returns a completed event
+  mutable SyncStream stream_;
+  mutable MemoryCounter memory_;  // stateless: record() returns a completed event
 };
 
 }  // namespace kiln

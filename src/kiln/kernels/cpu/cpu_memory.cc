@@ -19,10 +19,14 @@ SyncStream::SyncStream() : done_(std::make_shared<DoneEvent>()) {}
 void* CpuBackend::alloc(size_t bytes) const {
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (p == nullptr) throw std::bad_alloc();
+  memory_.allocated(p, bytes);
   return p;
 }
 
-void CpuBackend::free(void* p) const { std::free(p); }
+void CpuBackend::free(void* p) const {
+  memory_.freed(p);
+  std::free(p);
+}
 
 void CpuBackend::copy_to_device(void* dst, const void* host_src, size_t bytes) const {
   if (bytes) std::memcpy(dst, host_src, bytes);

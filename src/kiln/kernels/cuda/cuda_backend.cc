@@ -38,11 +38,14 @@ void* CudaBackend::alloc(size_t bytes) const {
     fail("CUDA: cudaMalloc of {} bytes on GPU {} failed: {}", bytes, device_,
          cudaGetErrorString(e));
   }
+  memory_.allocated(p, bytes);
   return p;
 }
 
 void CudaBackend::free(void* p) const {
-  if (p != nullptr) KILN_CUDA_CHECK(cudaFree(p));
+  if (p == nullptr) return;
+  memory_.freed(p);
+  KILN_CUDA_CHECK(cudaFree(p));
 }
 
 void* CudaBackend::alloc_pinned(size_t bytes) const {

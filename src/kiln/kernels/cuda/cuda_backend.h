@@ -40,6 +40,9 @@ class CudaBackend final : public Backend {
   void free(void* p) const override;
   void* alloc_pinned(size_t bytes) const override;
   void free_pinned(void* p) const override;
+  // alloc()'s memory; the backend's own scratch (casts, cuBLASLt workspace, cross-entropy
+  // chunks) comes straight from cudaMalloc and is not counted.
+  DeviceMemoryStats memory_stats() const override { return memory_.stats(); }
   void copy_to_device(void* dst, const void* host_src, size_t bytes) const override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) const override;
   void copy_on_device(void* dst, const void* src, size_t bytes) const override;
@@ -103,6 +106,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   std::unique_ptr<CudaStream> stream_;
   // Mutable: ops are const, their scratch and caches are not (one thread per backend).
+  mutable MemoryCounter memory_;
   mutable cuda::LtGemm gemm_;
   mutable cuda::DeviceScratch cast_a_, cast_b_, cast_c_, bias_f32_, attention_scratch_;
   mutable cuda::CrossEntropyScratch ce_scratch_;
