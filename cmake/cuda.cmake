@@ -40,6 +40,11 @@ if(KILN_HAVE_CUDA)
   set(CMAKE_CUDA_ARCHITECTURES ${KILN_CUDA_ARCHITECTURES})
   set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
   enable_language(CUDA)
+  # CMake 3.25 knows no C++20 flag for nvcc 13, yet a target with .cu sources takes its CUDA
+  # dialect from CMAKE_CXX_STANDARD (20) and fails to generate without one. Defined empty: the
+  # dialect flag is the -std=c++20 of the compile options below.
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "")
   message(STATUS "kiln: CUDA backend for sm ${CMAKE_CUDA_ARCHITECTURES} "
                  "(nvcc ${CMAKE_CUDA_COMPILER_VERSION}, NCCL ${KILN_NCCL})")
   # Flags of every CUDA translation unit (the nvcc side only).

@@ -1,0 +1,61 @@
+// Token embedding on the GPU: the forward gathers rows of wte (F32 or BF16); the backward adds
+// dout rows into dwte without float atomics, repeated ids in token order.
+#include <cuda_runtime.h>
+
+#include "kiln/kernels/cuda/device_math.cuh"
+#include "kiln/kernels/cuda/pointwise_ops.h"
+
+namespace kiln::cuda {
+
+namespace {
+constexpr int kThreads = 256;
+
+// One block per token: out (N, C) row n = wte (V, C) row ids[n].
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    embedding_forward_kernel(float* out, const int32_t* ids, const T* wte, int C) {
+  const size_t n = blockIdx.x;
+  const size_t row = static_cast<size_t>(ids[n]) * C;
+  for (int c = threadIdx.x; c < C; c += kThreads) out[n * C + c] = load_f32(wte, row + c);
+}
+
+// Each thread owns column c of the ids in one bucket (id % kIdBuckets == blockIdx.y) and walks
+// every token in order: a row of dwte is only ever touched by the threads of its bucket, each
+// column by one thread, so repeated ids add in token order with no race and no atomics. The
+// buckets multiply the parallelism over C alone; the ids are read by every thread (broadcast).
+constexpr int kIdBuckets = 16;
+constexpr int kColumnsPerBlock = 128;
+
+__global__ void __launch_bounds__(kColumnsPerBlock)
+    embedding_backward_kernel(float* dwte, const float* dout, const int32_t* ids, int N, int C) {
+  const int c = blockIdx.x * kColumnsPerBlock + threadIdx.x;
+  if (c >= C) return;
+  const int bucket = static_cast<int>(blockIdx.y);
+  for (int n = 0; n < N; ++n) {
+    const int32_t id = __ldg(ids + n);
+    if (id % kIdBuckets != bucket) continue;
+    dwte[static_cast<size_t>(id) * C + c] += dout[static_cast<size_t>(n) * C + c];
+  }
+}
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N, int C,
+                       cudaStream_t stream) {
+  if (N == 0 || C == 0) return;
+  with_dtype(wte.dtype, "embedding_forward", [&](auto tag) {
+    using T = decltype(tag);
+    embedding_forward_kernel<T>
+        <<<N, kThreads, 0, stream>>>(out, ids, static_cast<const T*>(wte.data), C);
+  });
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N, int C,
+                        cudaStream_t stream) {
+  if (N == 0 || C == 0) return;
+  const dim3 grid((C + kColumnsPerBlock - 1) / kColumnsPerBlock, kIdBuckets);
+  embedding_backward_kernel<<<grid, kColumnsPerBlock, 0, stream>>>(dwte, dout, ids, N, C);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kiln::cuda
