@@ -22,19 +22,28 @@ __global__ void __launch_bounds__(kThreads)
 // Each thread owns column c of the ids in one bucket (id % kIdBuckets == blockIdx.y) and walks
 // every token in order: a row of dwte is only ever touched by the threads of its bucket, each
 // column by one thread, so repeated ids add in token order with no race and no atomics. The
-// buckets multiply the parallelism over C alone; the ids are read by every thread (broadcast).
+// buckets multiply the parallelism over C alone. The block stages the ids in shared memory, a
+// tile of kColumnsPerBlock tokens at a time.
 constexpr int kIdBuckets = 16;
 constexpr int kColumnsPerBlock = 128;
 
 __global__ void __launch_bounds__(kColumnsPerBlock)
     embedding_backward_kernel(float* dwte, const float* dout, const int32_t* ids, int N, int C) {
+  __shared__ int32_t tile[kColumnsPerBlock];
   const int c = blockIdx.x * kColumnsPerBlock + threadIdx.x;
-  if (c >= C) return;
   const int bucket = static_cast<int>(blockIdx.y);
-  for (int n = 0; n < N; ++n) {
-    const int32_t id = __ldg(ids + n);
-    if (id % kIdBuckets != bucket) continue;
-    dwte[static_cast<size_t>(id) * C + c] += dout[static_cast<size_t>(n) * C + c];
+  for (int n0 = 0; n0 < N; n0 += kColumnsPerBlock) {
+    const int count = min(kColumnsPerBlock, N - n0);
+    if (static_cast<int>(threadIdx.x) < count) tile[threadIdx.x] = ids[n0 + threadIdx.x];
+    __syncthreads();
+    if (c < C) {
+      for (int j = 0; j < count; ++j) {
+        const int32_t id = tile[j];
+        if (id % kIdBuckets != bucket) continue;
+        dwte[static_cast<size_t>(id) * C + c] += dout[static_cast<size_t>(n0 + j) * C + c];
+      }
+    }
+    __syncthreads();  // the tile is reloaded only once every thread has walked it
   }
 }
 }  // namespace
