@@ -1,8 +1,11 @@
-// The CUDA backend's elementwise, row-wise, reduction and optimizer kernels
-// (kernels/cuda/pointwise_*.cu). Each has the semantics, parameters and shapes of the Backend
-// method of the same name (kernels/ops.h), plus the stream it is enqueued on. Parameters
-// (ConstDevPtr w, wte) are F32 or BF16; activations written through a DevPtr are F32 or BF16.
-// Every reduction has a fixed order (no float atomics), so a run repeats bit for bit.
+// The CUDA backend's elementwise, row-wise, reduction and optimizer kernels (kernels/cuda/
+// embedding, rmsnorm, rmsnorm_backward, rope, swiglu, reduce, optimizer and cast .cu). Each has
+// the semantics, parameters and shapes of the Backend method of the same name (kernels/ops.h),
+// plus the stream it is enqueued on. Parameters (ConstDevPtr w, wte) are F32 or BF16;
+// activations written through a DevPtr are F32 or BF16. Every reduction has a fixed order (no
+// float atomics), so a run repeats bit for bit. Empty ops (n, N or C zero) launch nothing.
+// rmsnorm_backward and sum_squares take their scratch from the stream-ordered pool
+// (cudaMallocAsync on `stream`).
 #pragma once
 
 #include <cuda_runtime_api.h>
