@@ -8,6 +8,22 @@
 namespace kiln::parity {
 namespace {
 
+// The memory ops every other case relies on: copy_on_device (also at an offset) and fill_zero of
+// part of a buffer, between uploads and a download.
+TEST_P(BackendParity, CopiesAndFill) {
+  const size_t n = 1027;
+  const auto x = random_values(n, 0);
+  expect_parity(be(), "copy_on_device, fill_zero", kExact, [&](const Backend& b) {
+    DeviceScope d(b);
+    float* src = d.upload(x);
+    float* dst = d.upload(random_values(n, 99));
+    b.copy_on_device(dst, src, n * sizeof(float));
+    b.fill_zero(dst + 100, 200 * sizeof(float));
+    b.copy_on_device(dst + 500, src + 3, 100 * sizeof(float));
+    return Outputs{{"dst", d.download(dst, n)}};
+  });
+}
+
 TEST_P(BackendParity, Embedding) {
   for (const LayerShape& s : kLayerShapes) {
     const int V = 37, C = s.hidden, N = kTokens + 3;
