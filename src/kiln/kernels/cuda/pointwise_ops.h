@@ -36,20 +36,18 @@ void rope_backward(float* dx, const int32_t* pos, const float* cos_table, const 
                    int N, int heads, int D, cudaStream_t stream);
 
 void swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n, cudaStream_t stream);
-void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
-                     const float* up, size_t n, cudaStream_t stream);
+void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate, const float* up,
+                     size_t n, cudaStream_t stream);
 
 void add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
 void scale(float* x, float a, size_t n, cudaStream_t stream);
 // *sum += sum of squares of x, in double, over fixed blocks (independent of the launch).
 void sum_squares(double* sum, const float* x, size_t n, cudaStream_t stream);
-void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm,
-                  cudaStream_t stream);
+void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm, cudaStream_t stream);
 
 void adamw_step(float* p, float* m, float* v, const float* g, size_t n, const AdamWStep& s,
                 cudaStream_t stream);
-void sgd_step(float* p, float* m, const float* g, size_t n, const SgdStep& s,
-              cudaStream_t stream);
+void sgd_step(float* p, float* m, const float* g, size_t n, const SgdStep& s, cudaStream_t stream);
 
 // dst (n, bf16 bit patterns) = src rounded to nearest even; and back.
 void cast_f32_to_bf16(uint16_t* dst, const float* src, size_t n, cudaStream_t stream);
