@@ -1,8 +1,11 @@
-// The CUDA backend's elementwise, row-wise, reduction and optimizer kernels
-// (kernels/cuda/pointwise_*.cu). Each has the semantics, parameters and shapes of the Backend
-// method of the same name (kernels/ops.h), plus the stream it is enqueued on. Parameters
-// (ConstDevPtr w, wte) are F32 or BF16; activations written through a DevPtr are F32 or BF16.
-// Every reduction has a fixed order (no float atomics), so a run repeats bit for bit.
+// The CUDA backend's elementwise, row-wise, reduction and optimizer kernels (kernels/cuda/
+// embedding, rmsnorm, rmsnorm_backward, rope, swiglu, reduce, optimizer and cast .cu). Each has
+// the semantics, parameters and shapes of the Backend method of the same name (kernels/ops.h),
+// plus the stream it is enqueued on. Parameters (ConstDevPtr w, wte) are F32 or BF16;
+// activations written through a DevPtr are F32 or BF16. Every reduction has a fixed order (no
+// float atomics), so a run repeats bit for bit. Empty ops (n, N or C zero) launch nothing.
+// rmsnorm_backward and sum_squares take their scratch from the stream-ordered pool
+// (cudaMallocAsync on `stream`).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -33,20 +36,18 @@ void rope_backward(float* dx, const int32_t* pos, const float* cos_table, const 
                    int N, int heads, int D, cudaStream_t stream);
 
 void swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n, cudaStream_t stream);
-void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
-                     const float* up, size_t n, cudaStream_t stream);
+void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate, const float* up,
+                     size_t n, cudaStream_t stream);
 
 void add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
 void scale(float* x, float a, size_t n, cudaStream_t stream);
 // *sum += sum of squares of x, in double, over fixed blocks (independent of the launch).
 void sum_squares(double* sum, const float* x, size_t n, cudaStream_t stream);
-void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm,
-                  cudaStream_t stream);
+void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm, cudaStream_t stream);
 
 void adamw_step(float* p, float* m, float* v, const float* g, size_t n, const AdamWStep& s,
                 cudaStream_t stream);
-void sgd_step(float* p, float* m, const float* g, size_t n, const SgdStep& s,
-              cudaStream_t stream);
+void sgd_step(float* p, float* m, const float* g, size_t n, const SgdStep& s, cudaStream_t stream);
 
 // dst (n, bf16 bit patterns) = src rounded to nearest even; and back.
 void cast_f32_to_bf16(uint16_t* dst, const float* src, size_t n, cudaStream_t stream);

@@ -1,0 +1,289 @@
+// Backend parity (as ggml's test-backend-ops): every op of kernels/ops.h on every backend under
+// test (the CPU's stream emulation and CUDA, fp32 and bf16, all from make_backend()), with the
+// same inputs, against the CPU reference in fp32, at the per-layer shapes of Qwen2.5-0.5B and
+// 1.5B (few tokens) and at tiny shapes. CUDA cases skip, with the reason, where make_backend
+// cannot make a CUDA backend. The matrix-product ops are in backend_parity_products_test.cc.
+#include "backend_parity_shapes.h"
+
+namespace kiln::parity {
+namespace {
+
+// The memory ops every other case relies on: copy_on_device (also at an offset) and fill_zero of
+// part of a buffer, between uploads and a download.
+TEST_P(BackendParity, CopiesAndFill) {
+  const size_t n = 1027;
+  const auto x = random_values(n, 0);
+  expect_parity(be(), "copy_on_device, fill_zero", kExact, [&](const Backend& b) {
+    DeviceScope d(b);
+    float* src = d.upload(x);
+    float* dst = d.upload(random_values(n, 99));
+    b.copy_on_device(dst, src, n * sizeof(float));
+    b.fill_zero(dst + 100, 200 * sizeof(float));
+    b.copy_on_device(dst + 500, src + 3, 100 * sizeof(float));
+    return Outputs{{"dst", d.download(dst, n)}};
+  });
+}
+
+TEST_P(BackendParity, Embedding) {
+  for (const LayerShape& s : kLayerShapes) {
+    const int V = 37, C = s.hidden, N = kTokens + 3;
+    const std::vector<int32_t> ids = {3, 0, 3, V - 1, 17, 3, 0, 36, 3};  // repeated ids
+    const auto wte = random_values(static_cast<size_t>(V) * C, 1);
+    const auto dout = random_values(static_cast<size_t>(N) * C, 2);
+    const auto dwte0 = random_values(static_cast<size_t>(V) * C, 3, 0.1f);
+    for (DType wt : {DType::F32, DType::BF16}) {
+      expect_parity(be(), s.name + " embedding_forward " + std::string(dtype_name(wt)), kExact,
+                    [&](const Backend& b) {
+                      DeviceScope d(b);
+                      float* out = d.zeros<float>(static_cast<size_t>(N) * C);
+                      b.embedding_forward(out, d.upload(ids), d.upload_as(wte, wt), N, C);
+                      return Outputs{{"out", d.download(out, static_cast<size_t>(N) * C)}};
+                    });
+    }
+    expect_parity(be(), s.name + " embedding_backward", kExact, [&](const Backend& b) {
+      DeviceScope d(b);
+      float* dwte = d.upload(dwte0);
+      b.embedding_backward(dwte, d.upload(dout), d.upload(ids), N, C);
+      return Outputs{{"dwte", d.download(dwte, dwte0.size())}};
+    });
+  }
+}
+
+// RMSNorm forward, alone and fused with the residual add (also with sum aliasing a), for every
+// weight and output dtype; N = 70 rows crosses a 64-row chunk of the CUDA dw reduction.
+TEST_P(BackendParity, RmsNormForward) {
+  for (const LayerShape& s : kLayerShapes) {
+    for (const int N : {kTokens, 70}) {
+      const int C = s.hidden;
+      const size_t n = static_cast<size_t>(N) * C;
+      const auto x = random_values(n, 4, 2.0f, 0.5f), r = random_values(n, 5);
+      const auto w = random_values(C, 6, 0.2f, 1.0f);
+      for (DType wt : {DType::F32, DType::BF16}) {
+        for (DType ot : {DType::F32, DType::BF16}) {
+          const std::string what = s.name + " N=" + std::to_string(N) + " w " +
+                                   std::string(dtype_name(wt)) + " out " +
+                                   std::string(dtype_name(ot));
+          expect_parity(
+              be(), "rmsnorm_forward " + what, ot == DType::BF16 ? kBf16Stored : kExact,
+              [&](const Backend& b) {
+                DeviceScope d(b);
+                const DevPtr out = d.zeros_as(n, ot);
+                float* rstd = d.zeros<float>(N);
+                b.rmsnorm_forward(out, rstd, d.upload(x), d.upload_as(w, wt), N, C, 1e-6f);
+                return Outputs{{"out", d.download(out, n)}, {"rstd", d.download(rstd, N)}};
+              });
+          for (const bool alias : {false, true}) {
+            expect_parity(be(), "add_rmsnorm_forward " + what + (alias ? " sum=a" : ""),
+                          ot == DType::BF16 ? kBf16Stored : kExact, [&](const Backend& b) {
+                            DeviceScope d(b);
+                            float* a = d.upload(x);
+                            float* sum = alias ? a : d.zeros<float>(n);
+                            const DevPtr out = d.zeros_as(n, ot);
+                            float* rstd = d.zeros<float>(N);
+                            b.add_rmsnorm_forward(sum, out, rstd, a, d.upload(r),
+                                                  d.upload_as(w, wt), N, C, 1e-5f);
+                            return Outputs{{"sum", d.download(sum, n)},
+                                           {"out", d.download(out, n)},
+                                           {"rstd", d.download(rstd, N)}};
+                          });
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(BackendParity, RmsNormBackward) {
+  for (const LayerShape& s : kLayerShapes) {
+    for (const int N : {kTokens, 70}) {
+      const int C = s.hidden;
+      const size_t n = static_cast<size_t>(N) * C;
+      const auto x = random_values(n, 7, 1.5f), dout = random_values(n, 8);
+      const auto w = random_values(C, 9, 0.2f, 1.0f), dw0 = random_values(C, 10);
+      const auto dx0 = random_values(n, 11);
+      for (DType wt : {DType::F32, DType::BF16}) {
+        for (const bool accumulate : {false, true}) {
+          const std::string what = s.name + " N=" + std::to_string(N) + " w " +
+                                   std::string(dtype_name(wt)) + (accumulate ? " accumulate" : "");
+          expect_parity(be(), "rmsnorm_backward " + what, kExact, [&](const Backend& b) {
+            DeviceScope d(b);
+            const float* xd = d.upload(x);
+            const ConstDevPtr wd = d.upload_as(w, wt);
+            float* rstd = d.zeros<float>(N);
+            float* y = d.zeros<float>(n);
+            b.rmsnorm_forward(y, rstd, xd, wd, N, C, 1e-6f);
+            float* dx = d.upload(dx0);
+            float* dw = d.upload(dw0);
+            b.rmsnorm_backward(dx, dw, d.upload(dout), xd, wd, rstd, N, C, accumulate);
+            return Outputs{{"dx", d.download(dx, n)}, {"dw", d.download(dw, C)}};
+          });
+        }
+      }
+    }
+  }
+}
+
+TEST_P(BackendParity, Rope) {
+  for (const LayerShape& s : kLayerShapes) {
+    const int D = s.head_dim, N = kTokens;
+    const RopeTables t = rope_tables(D);
+    const std::vector<int32_t> pos = {0, 5, 1, t.max_pos - 1, 17, 2};
+    for (const int heads : {s.heads, s.kv_heads}) {
+      const size_t n = static_cast<size_t>(N) * heads * D;
+      const auto x = random_values(n, 12), dy = random_values(n, 13);
+      const std::string what = s.name + " heads=" + std::to_string(heads);
+      expect_parity(be(), "rope " + what, kExact, [&](const Backend& b) {
+        DeviceScope d(b);
+        float* xd = d.upload(x);
+        float* g = d.upload(dy);
+        const int32_t* p = d.upload(pos);
+        const float* cs = d.upload(t.cos);
+        const float* sn = d.upload(t.sin);
+        b.rope_forward(xd, p, cs, sn, N, heads, D);
+        b.rope_backward(g, p, cs, sn, N, heads, D);
+        return Outputs{{"x", d.download(xd, n)}, {"dx", d.download(g, n)}};
+      });
+    }
+  }
+}
+
+TEST_P(BackendParity, SwiGlu) {
+  for (const LayerShape& s : kLayerShapes) {
+    for (const size_t n :
+         {static_cast<size_t>(kTokens) * s.intermediate, static_cast<size_t>(s.intermediate) + 3}) {
+      const auto gate = random_values(n, 14, 3.0f), up = random_values(n, 15);
+      const auto dh = random_values(n, 16);
+      const std::string what = s.name + " n=" + std::to_string(n);
+      for (DType ht : {DType::F32, DType::BF16}) {
+        expect_parity(be(), "swiglu_forward " + what + " " + std::string(dtype_name(ht)),
+                      ht == DType::BF16 ? kBf16Stored : kExact, [&](const Backend& b) {
+                        DeviceScope d(b);
+                        const DevPtr h = d.zeros_as(n, ht);
+                        b.swiglu_forward(h, d.upload(gate), d.upload(up), n);
+                        return Outputs{{"h", d.download(h, n)}};
+                      });
+      }
+      expect_parity(be(), "swiglu_backward " + what, kExact, [&](const Backend& b) {
+        DeviceScope d(b);
+        float* dgate = d.zeros<float>(n);
+        float* dup = d.zeros<float>(n);
+        b.swiglu_backward(dgate, dup, d.upload(dh), d.upload(gate), d.upload(up), n);
+        return Outputs{{"dgate", d.download(dgate, n)}, {"dup", d.download(dup, n)}};
+      });
+    }
+  }
+}
+
+// Sizes around the float4 steps, and arrays one float off 16-byte alignment (scalar paths).
+constexpr size_t kFlatSizes[] = {1, 3, 4, 5, 1027, 16384 * 2 + 7};
+constexpr size_t kOffsets[] = {0, 1};
+
+TEST_P(BackendParity, AddAndScale) {
+  for (const size_t n : kFlatSizes) {
+    for (const size_t off : kOffsets) {
+      const auto a = random_values(n + off, 17), c = random_values(n + off, 18);
+      const std::string what = "n=" + std::to_string(n) + " offset " + std::to_string(off);
+      expect_parity(be(), "add " + what, kExact, [&](const Backend& b) {
+        DeviceScope d(b);
+        float* ad = d.upload(a) + off;
+        float* cd = d.upload(c) + off;
+        float* out = d.zeros<float>(n + off) + off;
+        b.add(out, ad, cd, n);
+        b.add(cd, ad, cd, n);  // out aliasing b
+        b.scale(ad, -0.37f, n);
+        return Outputs{{"out", d.download(out, n)},
+                       {"b+=a", d.download(cd, n)},
+                       {"scaled", d.download(ad, n)}};
+      });
+    }
+  }
+}
+
+// *sum += over fixed blocks: sizes around one block of 2^14, from a non-zero start.
+TEST_P(BackendParity, SumSquares) {
+  for (const size_t n :
+       {size_t{0}, size_t{1}, size_t{16383}, size_t{16384}, size_t{16385}, size_t{100003}}) {
+    const auto x = random_values(n, 19);
+    expect_parity(be(), "sum_squares n=" + std::to_string(n), {1e-12, 1e-12},
+                  [&](const Backend& b) {
+                    DeviceScope d(b);
+                    double* sum = d.upload(std::vector<double>{0.25});
+                    b.sum_squares(sum, d.upload(x), n);
+                    b.sum_squares(sum, d.upload(x), n);
+                    return Outputs{{"sum", d.download(sum, 1)}};
+                  });
+  }
+}
+
+// The norm stays on the device: a squared norm above max_norm^2 scales, one below does not.
+TEST_P(BackendParity, ClipByNorm) {
+  const size_t n = 1027;
+  const auto g = random_values(n, 20);
+  for (const double max_norm : {1.0, 100.0}) {
+    expect_parity(be(), "clip_by_norm max_norm=" + std::to_string(max_norm), kExact,
+                  [&](const Backend& b) {
+                    DeviceScope d(b);
+                    float* x = d.upload(g);
+                    double* sq = d.zeros<double>(1);
+                    b.sum_squares(sq, x, n);
+                    b.clip_by_norm(x, n, sq, max_norm);
+                    return Outputs{{"x", d.download(x, n)}};
+                  });
+  }
+}
+
+TEST_P(BackendParity, AdamW) {
+  const AdamWStep step{
+      0.9f, 0.95f, 3e-4f, 1.0f / std::sqrt(1.0f - 0.95f * 0.95f), 1e-8f, 1.0f - 3e-4f * 0.1f};
+  for (const size_t n : kFlatSizes) {
+    for (const size_t off : kOffsets) {
+      const auto p = random_values(n + off, 21), m = random_values(n + off, 22, 0.1f);
+      const auto g = random_values(n + off, 24);
+      auto v = random_values(n + off, 23, 0.01f);
+      for (auto& e : v) e = e * e;  // second moments are non-negative
+      expect_parity(be(), "adamw_step n=" + std::to_string(n) + " offset " + std::to_string(off),
+                    kExact, [&](const Backend& b) {
+                      DeviceScope d(b);
+                      float* pd = d.upload(p) + off;
+                      float* md = d.upload(m) + off;
+                      float* vd = d.upload(v) + off;
+                      b.adamw_step(pd, md, vd, d.upload(g) + off, n, step);
+                      b.adamw_step(pd, md, vd, d.upload(g) + off, n, step);
+                      return Outputs{{"p", d.download(pd, n)},
+                                     {"m", d.download(md, n)},
+                                     {"v", d.download(vd, n)}};
+                    });
+    }
+  }
+}
+
+// SGD without momentum (m null), and with momentum on the first step and after it.
+TEST_P(BackendParity, Sgd) {
+  const size_t n = 1027;
+  const auto p = random_values(n, 25), m = random_values(n, 26), g = random_values(n, 27);
+  for (const float momentum : {0.0f, 0.9f}) {
+    expect_parity(be(), "sgd_step momentum=" + std::to_string(momentum), kExact,
+                  [&](const Backend& b) {
+                    DeviceScope d(b);
+                    float* pd = d.upload(p);
+                    float* md = momentum > 0 ? d.upload(m) : nullptr;
+                    const float* gd = d.upload(g);
+                    b.sgd_step(pd, md, gd, n, {0.1f, 0.01f, momentum, true});
+                    b.sgd_step(pd, md, gd, n, {0.1f, 0.01f, momentum, false});
+                    Outputs out{{"p", d.download(pd, n)}};
+                    if (md != nullptr) out.push_back({"m", d.download(md, n)});
+                    return out;
+                  });
+  }
+}
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendParity,
+                         ::testing::Values(Target::kAsyncFp32, Target::kAsyncBf16,
+                                           Target::kCudaFp32, Target::kCudaBf16),
+                         [](const ::testing::TestParamInfo<Target>& info) {
+                           return target_name(info.param);
+                         });
+
+}  // namespace kiln::parity
