@@ -213,7 +213,7 @@ int run_bench(BenchOpts o) {
     return 0;
   }
   for (const auto& p : o.presets) preset_config(p);  // unknown names fail before any run
-  (void)backend_for(o.dtype);                        // so does an unavailable dtype
+  (void)backend_for(o.device, o.dtype);              // so does an unavailable device or dtype
 
   std::vector<Shape> shapes;
   if (!o.presets.empty()) {
