@@ -81,10 +81,15 @@ std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
   return fmt::format("{}{}{}", ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
 }
 
-// NCCL_DEBUG unset: NCCL's INFO log of INIT and NET goes to `file`, for transport(). NCCL reads
-// these once, at its first call in the process, so this runs before ncclGetUniqueId.
+// NCCL_DEBUG unset: NCCL's INFO log of INIT and NET goes to a file, for transport(). NCCL reads
+// these once, at its first call in the process, so this runs before ncclGetUniqueId. Returns the
+// file to read ("" : the log goes elsewhere): ours, or one NCCL_DEBUG_FILE already names without
+// NCCL's %h/%p patterns (the user's, or ours from an earlier group of this process).
 std::string route_nccl_log(const NcclOptions& o, int rank) {
-  if (std::getenv("NCCL_DEBUG") != nullptr) return "";
+  if (std::getenv("NCCL_DEBUG") != nullptr) {
+    const char* f = std::getenv("NCCL_DEBUG_FILE");
+    return f != nullptr && std::strchr(f, '%') == nullptr ? f : "";
+  }
   std::string file = o.debug_file;
   if (file.empty()) {
     file = (std::filesystem::temp_directory_path() /
@@ -98,7 +103,7 @@ std::string route_nccl_log(const NcclOptions& o, int rank) {
 }
 
 std::string transport_from_log(const std::string& file) {
-  if (file.empty()) return "nccl ? (NCCL_DEBUG set by the user: its log is not read)";
+  if (file.empty()) return "nccl ? (NCCL_DEBUG set without NCCL_DEBUG_FILE: its log is not read)";
   std::ifstream in(file);
   std::stringstream text;
   text << in.rdbuf();
@@ -197,7 +202,6 @@ struct GroupSpec {
   milliseconds timeout{300000};
   std::shared_ptr<HangWatchdog> watchdog;
   std::string transport;
-  std::string log_file;  // removed with the world group ("" : none of ours)
 };
 
 // Host buffers of an op with `after` null, and where they sit in the device copy.
@@ -229,7 +233,6 @@ class NcclCommunicator final : public Communicator {
     watcher_.join();
     close();
     stream_.reset();
-    if (!g_.log_file.empty()) std::filesystem::remove(g_.log_file);
   }
 
   int rank() const override { return g_.rank; }
@@ -300,7 +303,8 @@ class NcclCommunicator final : public Communicator {
     int64_t seq = 0;
     const char* name = "";
     std::shared_ptr<CudaEvent> done;
-    Clock::time_point start;
+    Clock::time_point start;  // when it became the oldest op not done
+    bool started = false;
   };
 
   std::string where() const {
@@ -323,7 +327,6 @@ class NcclCommunicator final : public Communicator {
     const cudaStream_t s = stream_->native();
     const int64_t seq = ++next_seq_;
     if (g_.watchdog) g_.watchdog->op_queued(wd_group_, seq, name);
-    if (g_.watchdog) g_.watchdog->op_started(wd_group_, seq);
     progress_->entered(seq);
     void* dev_out = b.out;
     const void* dev_in = b.in;
@@ -333,10 +336,17 @@ class NcclCommunicator final : public Communicator {
     } else {
       stage_in(b, s, &staging, &dev_out, &dev_in);
     }
-    const ncclResult_t r = launch(dev_out, dev_in, comm, s);
-    if (r != ncclSuccess && r != ncclInProgress) {
+    ncclResult_t r = launch(dev_out, dev_in, comm, s);
+    // Non-blocking: the call may still be in progress (the first op's connections wait for the
+    // peers); the next NCCL call waits until it is not.
+    if (r == ncclInProgress) r = settle(comm, Clock::now() + g_.timeout);
+    if (r != ncclSuccess) {
+      if (r == ncclInProgress && g_.watchdog) g_.watchdog->on_timeout(wd_group_, seq);
       const std::string why =
-          fmt::format("nccl {} #{} ({}) failed: {}", name, seq, where(), nccl_error(r, comm));
+          r == ncclInProgress
+              ? fmt::format("nccl {} #{} ({}) not issued after {} ms: {}", name, seq, where(),
+                            g_.timeout.count(), ranks_behind(seq))
+              : fmt::format("nccl {} #{} ({}) failed: {}", name, seq, where(), nccl_error(r, comm));
       if (g_.watchdog) g_.watchdog->op_finished(wd_group_, seq, false);
       health_->abort(why);
       fail("{}", why);
@@ -344,7 +354,7 @@ class NcclCommunicator final : public Communicator {
     auto op_done = std::make_shared<CudaEvent>(s);
     {
       std::lock_guard<std::mutex> l(mu_);
-      pending_.push_back(Pending{seq, name, op_done, Clock::now()});
+      pending_.push_back(Pending{seq, name, op_done, Clock::now(), false});
     }
     cv_.notify_all();
     if (staging == nullptr) {
@@ -385,6 +395,12 @@ class NcclCommunicator final : public Communicator {
       cv_.wait(l, [&] { return stop_ || !pending_.empty(); });
       if (stop_) return;
       if (pending_.empty()) continue;
+      if (!pending_.front().started) {
+        // Its time starts when the ops before it are done: a prefetch queued early is not late.
+        pending_.front().started = true;
+        pending_.front().start = Clock::now();
+        if (g_.watchdog) g_.watchdog->op_started(wd_group_, pending_.front().seq);
+      }
       Pending p = pending_.front();
       l.unlock();
       const bool done = cudaEventQuery(p.done->native()) == cudaSuccess;
@@ -482,7 +498,10 @@ class NcclCommunicator final : public Communicator {
 void finish_init(ncclComm_t comm, ncclResult_t started, const char* what, Store& group_store,
                  const std::string& group, int rank, int size, milliseconds timeout) {
   ncclResult_t r = started;
-  if (r == ncclSuccess || r == ncclInProgress) r = settle(comm, Clock::now() + timeout);
+  if (comm == nullptr && r == ncclSuccess) r = ncclInternalError;
+  if (comm != nullptr && (r == ncclSuccess || r == ncclInProgress)) {
+    r = settle(comm, Clock::now() + timeout);
+  }
   if (r == ncclSuccess) return;
   const std::string err = r == ncclInProgress ? fmt::format("not done after {} ms", timeout.count())
                                               : nccl_error(r, comm);
@@ -498,7 +517,6 @@ std::unique_ptr<Communicator> NcclCommunicator::split(const std::vector<int>& ra
   sub.size = static_cast<int>(ranks.size());
   sub.rank = -1;
   sub.world_ranks.clear();
-  sub.log_file.clear();
   for (size_t i = 0; i < ranks.size(); ++i) {
     KILN_CHECK(ranks[i] >= 0 && ranks[i] < g_.size && (i == 0 || ranks[i] > ranks[i - 1]),
                "split({}): ranks must be ascending members of {}", name, where());
@@ -517,8 +535,7 @@ std::unique_ptr<Communicator> NcclCommunicator::split(const std::vector<int>& ra
   ncclComm_t child = nullptr;
   // color: the group's first member (unique among the groups of one call); key: rank within it.
   const ncclResult_t r = ncclCommSplit(parent, ranks[0], sub.rank, &child, &config);
-  finish_init(child != nullptr ? child : parent, r, "split", sub_store, sub.name, sub.rank,
-              sub.size, g_.timeout);
+  finish_init(child, r, "split", sub_store, sub.name, sub.rank, sub.size, g_.timeout);
   return std::make_unique<NcclCommunicator>(std::move(sub), child);
 }
 
@@ -554,8 +571,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Store> stor
   const ncclResult_t r = ncclCommInitRankConfig(&comm, world_size, id, rank, &config);
   finish_init(comm, r, "init", group_store, g.name, rank, world_size, g.timeout);
   g.transport = transport_from_log(log_file);
-  g.log_file = opts.debug_file.empty() ? log_file : "";
-  KILN_LOG_DEBUG("nccl group {} rank {}/{}: {}", g.name, rank, world_size, g.transport);
+  KILN_LOG_DEBUG("nccl group {} rank {}/{}: {} (NCCL's log: {})", g.name, rank, world_size,
+                 g.transport, log_file.empty() ? "not kiln's" : log_file);
   return std::make_unique<NcclCommunicator>(std::move(g), comm);
 }
 

@@ -38,8 +38,8 @@ struct NcclOptions {
   // Namespace of this group's keys in the store (a restart gets its own, as for Gloo).
   std::string group_name = "world";
   std::shared_ptr<HangWatchdog> watchdog;  // optional
-  // Where NCCL's INFO log goes when NCCL_DEBUG is unset ("" : a file per rank in the temporary
-  // directory, removed with the communicator).
+  // Where NCCL's INFO log goes when NCCL_DEBUG is unset ("" : kiln-nccl-rank<R>-<pid>.log in
+  // the temporary directory, kept for post-mortems).
   std::string debug_file;
 };
 

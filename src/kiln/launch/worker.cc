@@ -12,10 +12,7 @@
 #include "kiln/distributed/nccl_communicator.h"
 #include "kiln/distributed/tcp_store.h"
 #include "kiln/distributed/watchdog.h"
-
-#ifdef KILN_HAVE_CUDA
-#include "kiln/kernels/cuda/cuda_devices.h"
-#endif
+#include "kiln/kernels/gpu_assignment.h"
 
 namespace kiln {
 
@@ -31,22 +28,17 @@ struct WorldGroup {
 // Whether fn's backend will be CUDA: what make_backend() decides for the same request.
 bool backend_is_cuda(DeviceRequest d, int* visible_gpus) {
   *visible_gpus = 0;
-#ifdef KILN_HAVE_CUDA
   if (d == DeviceRequest::kCpu) return false;
-  *visible_gpus = cuda_devices().count;
+  *visible_gpus = visible_gpu_count();
+  // kCuda in a build without CUDA: make_backend() says so.
   return d == DeviceRequest::kCuda || *visible_gpus > 0;
-#else
-  return d == DeviceRequest::kCuda;  // make_backend() will say this build has no CUDA
-#endif
 }
 
 WorldGroup join_world(const WorkerSpec& s, std::shared_ptr<Store> store, GlooOptions go) {
   int gpus = 0;
   const bool cuda = backend_is_cuda(s.device, &gpus);
-#ifdef KILN_HAVE_CUDA
   // This thread's GPU, before any stream, buffer or NCCL communicator is made on it.
-  if (cuda) cuda_use_device(s.local_rank);
-#endif
+  if (cuda) use_gpu_of_rank(s.local_rank);
   const CommChoice choice = choose_communicator(s.communicator, cuda, s.local_world_size, gpus);
   WorldGroup w;
   if (choice.kind == CommKind::kNccl) {
@@ -66,7 +58,8 @@ WorldGroup join_world(const WorkerSpec& s, std::shared_ptr<Store> store, GlooOpt
     }
     w.comm = make_gloo_communicator(store, s.rank, s.world_size, go);
   }
-  if (s.rank == 0) {
+  // On the CPU nothing is chosen (Gloo, as always): only the GPU cases say why.
+  if (s.rank == 0 && cuda) {
     KILN_LOG_INFO("communicator: {} ({})", w.comm->transport(), choice.reason);
   }
   return w;
