@@ -15,7 +15,10 @@
 // Hangs: every op is recorded with the HangWatchdog (as Gloo's are) and watched by a thread of
 // the communicator: an op not done after the timeout makes the watchdog report (naming the
 // ranks whose published progress stayed behind), then the communicator is aborted
-// (ncclCommAbort) and every wait rethrows the failure.
+// (ncclCommAbort) and every later wait and op of the group throws the failure. Unlike Gloo's, a
+// failure after Work::wait(stream) does not reach that stream's synchronize() (that would cost a
+// host function per collective on the stream): it surfaces at the group's next wait_host() or
+// op, and the trainer's per-step host all-reduce is one.
 //
 // Transport: unless the user set NCCL_DEBUG, NCCL's INFO log (subsystems INIT,NET) goes to a
 // per-rank file that transport() is parsed from (nccl_transport.h): "nccl efa (aws-ofi-nccl)",
