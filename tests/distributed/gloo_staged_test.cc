@@ -164,5 +164,21 @@ TEST(GlooStaged, ManyOpsInFlight) {
   });
 }
 
+TEST(GlooStaged, SubGroupsStageToo) {
+  // hybrid_shard's groups: split() keeps the staging backend (and its pinned pool).
+  constexpr size_t n = 100;
+  run_ranks(4, [&](Communicator& c, const Backend& be, int rank) {
+    const std::vector<int> mine = rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3};
+    auto sub = c.split(mine, "intra");
+    EXPECT_NE(sub->transport().find(" staged"), std::string::npos);
+    DevFloats x(be, n);
+    x.fill(rank);
+    Stream& s = be.compute_stream();
+    sub->all_reduce_async(x.p, n, DType::F32, ReduceOp::kSum, &s)->wait(s);
+    const std::vector<float> got = x.read();
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], value(mine[0], i) + value(mine[1], i)) << i;
+  });
+}
+
 }  // namespace
 }  // namespace kiln
