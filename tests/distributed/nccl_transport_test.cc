@@ -89,6 +89,13 @@ TEST(NcclTransport, EfaWhicheverLineComesFirst) {
       "h:1:2 [0] NCCL INFO Using network AWS Libfabric\n"
       "h:1:2 [0] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)\n");
   EXPECT_EQ(nccl_transport_string(t), "nccl efa (aws-ofi-nccl)");
+  // aws-ofi-nccl builds that print no NIC count, and a provider followed by more words.
+  EXPECT_EQ(nccl_transport_string(
+                parse_nccl_transport("h:1:2 [0] NCCL INFO NET/OFI Selected Provider is efa\r\n")),
+            "nccl efa (aws-ofi-nccl)");
+  EXPECT_EQ(nccl_transport_string(parse_nccl_transport(
+                "h:1:2 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct\n")),
+            "nccl efa (aws-ofi-nccl)");
   // Libfabric without the provider line: the plugin is known, the fabric is not.
   EXPECT_EQ(nccl_transport_string(parse_nccl_transport("NCCL INFO Using network Libfabric\n")),
             "nccl libfabric (aws-ofi-nccl)");

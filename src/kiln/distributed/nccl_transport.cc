@@ -79,7 +79,7 @@ void read_line(std::string_view msg, ParseState& st) {
     }
   } else if (lower(msg).starts_with(lower(kOfiProvider))) {
     std::string_view p = msg.substr(kOfiProvider.size());
-    t.net = lower(p.substr(0, p.find(' ')));
+    t.net = lower(trim(p.substr(0, p.find_first_of(" ,;\t\r"))));
     t.plugin = "aws-ofi-nccl";
   } else if (msg.starts_with(kSocket)) {
     if (st.socket.name.empty()) st.socket = first_device(msg.substr(kSocket.size()));
