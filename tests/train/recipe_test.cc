@@ -439,5 +439,16 @@ TEST(Recipe, RequireTransport) {
   EXPECT_EQ(parse_recipe(recipe_to_yaml(parse(kMinimal)), "rt", "/").dist.require_transport, "");
 }
 
+TEST(Recipe, Communicator) {
+  EXPECT_EQ(parse(kMinimal).dist.communicator, "auto");
+  for (const char* c : {"auto", "nccl", "gloo"}) {
+    EXPECT_EQ(parse(kMinimal, {std::string("dist.communicator=") + c}).dist.communicator, c);
+  }
+  EXPECT_HAS(error_of(kMinimal, {"dist.communicator=mpi"}),
+             "dist.communicator: invalid value 'mpi' (valid: auto, nccl, gloo)");
+  Recipe r = parse(kMinimal, {"dist.communicator=gloo"});
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.communicator, "gloo");
+}
+
 }  // namespace
 }  // namespace kiln

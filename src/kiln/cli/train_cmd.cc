@@ -47,6 +47,8 @@ Command add_train(CLI::App& app) {
             lo.lock_dir = r.output.dir;
             lo.graceful_stop = true;
             lo.sigterm_grace_s = r.failure.sigterm_grace_s;
+            lo.device = parse_device_request(r.train.device);
+            lo.communicator = parse_comm_request(r.dist.communicator);
             return launch(lo, [&](WorkerContext& ctx) {
               TrainResult res = train(r, ctx);
               if (res.stopped) {

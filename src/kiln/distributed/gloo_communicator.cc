@@ -26,6 +26,8 @@
 #include "kiln/base/fault.h"
 #include "kiln/distributed/gloo_collectives.h"
 #include "kiln/distributed/net_iface.h"
+#include "kiln/distributed/pinned_pool.h"
+#include "kiln/distributed/progress_reporter.h"
 
 namespace kiln {
 
@@ -33,10 +35,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-// Progress is published at most this often: a store round trip per collective would cost more
-// than a small collective, and a stale-by-100-ms view is plenty to tell who never arrived.
-constexpr milliseconds kProgressInterval{100};
 
 // Gloo's rendezvous talks to a kiln::Store (TcpStore in jobs, MemoryStore in tests).
 class StoreAdapter final : public gloo::rendezvous::Store {
@@ -96,71 +94,50 @@ class GlooWork final : public Work {
   std::shared_ptr<OpState> state_;
 };
 
-// Publishes "<group>/progress/<rank>" = the sequence number of the operation this rank last
-// entered, from its own thread so that a rank blocked inside Gloo still shows where it is
-// within kProgressInterval. Failure diagnosis on the other ranks reads these keys.
-class ProgressReporter {
+// An operation on device buffers staged through pinned host memory (GlooOptions::staging_backend):
+// the result reaches the device when the caller waits, on the staging backend's compute stream.
+class StagedWork final : public Work {
  public:
-  ProgressReporter(std::shared_ptr<Store> store, std::string key)
-      : store_(std::move(store)), key_(std::move(key)) {
-    publish(0);
-    thread_ = std::thread([this] { run(); });
-  }
-  ~ProgressReporter() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
+  StagedWork(std::shared_ptr<OpState> state, const Backend& backend, void* dev_out,
+             std::shared_ptr<uint8_t> host, const uint8_t* host_out, size_t bytes)
+      : state_(std::move(state)),
+        backend_(backend),
+        dev_out_(dev_out),
+        host_(std::move(host)),
+        host_out_(host_out),
+        bytes_(bytes) {}
+
+  void wait(Stream& stream) override {
+    Stream& copies = backend_.compute_stream();
+    if (host_ != nullptr) {
+      copies.wait_for([state = state_] { state->wait(); });
+      if (bytes_ > 0) backend_.copy_to_device(dev_out_, host_out_, bytes_);
+      // The pinned copy goes back to the pool once the copy to the device has run.
+      copies.wait_for([host = std::move(host_)] {});
+      host_.reset();
     }
-    cv_.notify_all();
-    thread_.join();
-    // A rank that leaves shows the last operation it entered, not a throttled older one.
-    publish(latest_);
-  }
-  void entered(int64_t seq) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      latest_ = seq;
+    if (&stream != &copies) {
+      stream.wait(copies.record());
+      // A failure surfaces at `stream`'s next synchronize too, not only at the copies' stream.
+      stream.wait_for([state = state_] { state->wait(); });
     }
-    cv_.notify_all();
   }
-  // Synchronous, monotonic: never overwrites a newer value with an older one.
-  void publish(int64_t seq) {
-    std::lock_guard<std::mutex> l(publish_mu_);
-    if (seq < published_) return;
-    try {
-      store_->set(key_, to_bytes(std::to_string(seq)));
-      published_ = seq;
-    } catch (const std::exception&) {
-      // Progress only feeds diagnostics; an unreachable store surfaces in the collective itself.
-    }
+
+  void wait_host() override {
+    state_->wait();
+    if (host_ == nullptr) return;
+    if (bytes_ > 0) backend_.copy_to_device(dev_out_, host_out_, bytes_);
+    backend_.compute_stream().record()->synchronize();
+    host_.reset();
   }
 
  private:
-  void run() {
-    std::unique_lock<std::mutex> l(mu_);
-    Clock::time_point last{};
-    int64_t sent = 0;
-    while (true) {
-      cv_.wait(l, [&] { return stop_ || latest_ != sent; });
-      if (stop_) return;
-      if (cv_.wait_until(l, last + kProgressInterval, [&] { return stop_; })) return;
-      sent = latest_;
-      l.unlock();
-      publish(sent);
-      l.lock();
-      last = Clock::now();
-    }
-  }
-
-  std::shared_ptr<Store> store_;
-  std::string key_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int64_t latest_ = 0;
-  bool stop_ = false;
-  std::mutex publish_mu_;
-  int64_t published_ = -1;
-  std::thread thread_;
+  std::shared_ptr<OpState> state_;
+  const Backend& backend_;
+  void* dev_out_;
+  std::shared_ptr<uint8_t> host_;  // null once the result was copied back
+  const uint8_t* host_out_;
+  size_t bytes_;
 };
 
 // What this host's loopback can reach: same kernel (boot id) and same network namespace. Host
@@ -206,6 +183,16 @@ struct GroupSpec {
   int rank = 0, size = 1;
   std::vector<int> world_ranks;            // world rank of each member, for messages
   std::shared_ptr<HangWatchdog> watchdog;  // may be null
+  const Backend* staging = nullptr;        // GlooOptions::staging_backend
+  std::shared_ptr<PinnedPool> pool;        // staging's pinned buffers, shared with sub-groups
+};
+
+// An operation's buffers: out (out_bytes) and in (in_bytes), which may alias out or lie in it.
+struct Buffers {
+  void* out = nullptr;
+  size_t out_bytes = 0;
+  const void* in = nullptr;
+  size_t in_bytes = 0;
 };
 
 class GlooCommunicator final : public Communicator {
@@ -235,71 +222,87 @@ class GlooCommunicator final : public Communicator {
     cv_.notify_all();
     thread_.join();
     progress_.reset();
+    if (g_.staging != nullptr) {
+      // Pinned buffers go back to the pool on this thread, not in a stream's host function.
+      try {
+        g_.staging->compute_stream().synchronize();
+      } catch (const std::exception&) {
+      }
+    }
   }
 
   int rank() const override { return g_.rank; }
   int world_size() const override { return g_.size; }
   std::string transport() const override {
-    return fmt::format("gloo-tcp {} {}", g_.iface, g_.address);
+    return fmt::format("gloo-tcp {} {}{}", g_.iface, g_.address,
+                       g_.staging != nullptr ? " staged" : "");
   }
 
   std::unique_ptr<Work> all_reduce_async(void* data, size_t n, DType t, ReduceOp op,
                                          Stream* after) override {
-    return submit("all_reduce", after, [=, this] {
-      if (n == 0 || g_.size == 1) return;
-      gloo::AllreduceOptions o(context_);
-      o.setTimeout(g_.timeout);
-      if (t == DType::F32) {
-        o.setOutput(static_cast<float*>(data), n);
-      } else {
-        o.setOutput(static_cast<uint16_t*>(data), n);
-      }
-      o.setReduceFunction(gloo_detail::reduce_fn(t, op));
-      gloo::allreduce(o);
-      if (op == ReduceOp::kMean) gloo_detail::divide_by(data, n, t, g_.size);
-    });
+    const size_t bytes = n * dtype_size(t);
+    return submit("all_reduce", after, {data, bytes, data, bytes},
+                  [=, this](void* buf, const void*) {
+                    if (n == 0 || g_.size == 1) return;
+                    gloo::AllreduceOptions o(context_);
+                    o.setTimeout(g_.timeout);
+                    if (t == DType::F32) {
+                      o.setOutput(static_cast<float*>(buf), n);
+                    } else {
+                      o.setOutput(static_cast<uint16_t*>(buf), n);
+                    }
+                    o.setReduceFunction(gloo_detail::reduce_fn(t, op));
+                    gloo::allreduce(o);
+                    if (op == ReduceOp::kMean) gloo_detail::divide_by(buf, n, t, g_.size);
+                  });
   }
 
   std::unique_ptr<Work> all_gather_async(void* out, const void* in, size_t n, DType t,
                                          Stream* after) override {
-    return submit("all_gather", after, [=, this] {
-      const size_t bytes = n * dtype_size(t);
-      auto* out8 = static_cast<uint8_t*>(out);
-      auto* in8 = static_cast<uint8_t*>(const_cast<void*>(in));
-      const bool in_place = in8 == out8 + g_.rank * bytes;
-      if (g_.size == 1 || bytes == 0) {
-        if (!in_place) std::memmove(out8, in8, bytes);
-        return;
-      }
-      gloo::AllgatherOptions o(context_);
-      o.setTimeout(g_.timeout);
-      if (!in_place) o.setInput(in8, bytes);
-      o.setOutput(out8, bytes * g_.size);
-      gloo::allgather(o);
-    });
+    const size_t bytes = n * dtype_size(t);
+    return submit("all_gather", after, {out, bytes * g_.size, in, bytes},
+                  [=, this](void* o_buf, const void* i_buf) {
+                    auto* out8 = static_cast<uint8_t*>(o_buf);
+                    auto* in8 = static_cast<uint8_t*>(const_cast<void*>(i_buf));
+                    const bool in_place = in8 == out8 + g_.rank * bytes;
+                    if (g_.size == 1 || bytes == 0) {
+                      if (!in_place) std::memmove(out8, in8, bytes);
+                      return;
+                    }
+                    gloo::AllgatherOptions o(context_);
+                    o.setTimeout(g_.timeout);
+                    if (!in_place) o.setInput(in8, bytes);
+                    o.setOutput(out8, bytes * g_.size);
+                    gloo::allgather(o);
+                  });
   }
 
   std::unique_ptr<Work> reduce_scatter_async(void* out, const void* in, size_t n, DType t,
                                              ReduceOp op, Stream* after) override {
-    return submit("reduce_scatter", after, [=, this] {
-      gloo_detail::ring_reduce_scatter(context_, out, in, n, t, gloo_detail::reduce_fn(t, op),
-                                       g_.timeout, scratch_);
-      if (op == ReduceOp::kMean && g_.size > 1) gloo_detail::divide_by(out, n, t, g_.size);
-    });
+    const size_t bytes = n * dtype_size(t);
+    return submit("reduce_scatter", after, {out, bytes, in, bytes * g_.size},
+                  [=, this](void* o_buf, const void* i_buf) {
+                    gloo_detail::ring_reduce_scatter(context_, o_buf, i_buf, n, t,
+                                                     gloo_detail::reduce_fn(t, op), g_.timeout,
+                                                     scratch_);
+                    if (op == ReduceOp::kMean && g_.size > 1)
+                      gloo_detail::divide_by(o_buf, n, t, g_.size);
+                  });
   }
 
   std::unique_ptr<Work> broadcast_async(void* data, size_t n, DType t, int root,
                                         Stream* after) override {
     KILN_CHECK(root >= 0 && root < g_.size, "broadcast root {} outside group of {}", root, g_.size);
-    return submit("broadcast", after, [=, this] {
-      const size_t bytes = n * dtype_size(t);
-      if (g_.size == 1 || bytes == 0) return;
-      gloo::BroadcastOptions o(context_);
-      o.setTimeout(g_.timeout);
-      o.setOutput(static_cast<uint8_t*>(data), bytes);
-      o.setRoot(root);
-      gloo::broadcast(o);
-    });
+    const size_t bytes = n * dtype_size(t);
+    return submit("broadcast", after, {data, bytes, data, bytes},
+                  [=, this](void* buf, const void*) {
+                    if (g_.size == 1 || bytes == 0) return;
+                    gloo::BroadcastOptions o(context_);
+                    o.setTimeout(g_.timeout);
+                    o.setOutput(static_cast<uint8_t*>(buf), bytes);
+                    o.setRoot(root);
+                    gloo::broadcast(o);
+                  });
   }
 
   void barrier() override {
@@ -313,17 +316,20 @@ class GlooCommunicator final : public Communicator {
 
   std::unique_ptr<Work> all_reduce_f64_async(double* data, size_t n, ReduceOp op,
                                              Stream* after) override {
-    return submit("all_reduce_f64", after, [=, this] {
-      if (n == 0 || g_.size == 1) return;
-      gloo::AllreduceOptions o(context_);
-      o.setTimeout(g_.timeout);
-      o.setOutput(data, n);
-      o.setReduceFunction(gloo_detail::reduce_fn_f64(op));
-      gloo::allreduce(o);
-      if (op == ReduceOp::kMean) {
-        for (size_t i = 0; i < n; ++i) data[i] /= g_.size;
-      }
-    });
+    const size_t bytes = n * sizeof(double);
+    return submit("all_reduce_f64", after, {data, bytes, data, bytes},
+                  [=, this](void* out, const void*) {
+                    double* x = static_cast<double*>(out);
+                    if (n == 0 || g_.size == 1) return;
+                    gloo::AllreduceOptions o(context_);
+                    o.setTimeout(g_.timeout);
+                    o.setOutput(x, n);
+                    o.setReduceFunction(gloo_detail::reduce_fn_f64(op));
+                    gloo::allreduce(o);
+                    if (op == ReduceOp::kMean) {
+                      for (size_t i = 0; i < n; ++i) x[i] /= g_.size;
+                    }
+                  });
   }
 
   void all_reduce(double* data, size_t n, ReduceOp op) override {
@@ -364,6 +370,39 @@ class GlooCommunicator final : public Communicator {
     return fmt::format("group {}, rank {} of {}", g_.name, g_.rank, g_.size);
   }
 
+  using Body = std::function<void(void* out, const void* in)>;
+
+  // Queues body(out, in); with `after`, it runs once everything enqueued on `after` so far has
+  // run. With a staging backend and `after`, the buffers are device memory: see submit_staged.
+  std::unique_ptr<Work> submit(const char* name, Stream* after, const Buffers& b, Body body) {
+    if (after != nullptr && g_.staging != nullptr) return submit_staged(name, *after, b, body);
+    return submit(name, after, [b, body = std::move(body)] { body(b.out, b.in); });
+  }
+
+  // Device buffers: in is copied to pinned memory on the staging backend's compute stream once
+  // `after` reached this call (in placed where it aliases out); the communication thread waits
+  // for that copy, then runs body on the pinned buffers; StagedWork copies out back.
+  std::unique_ptr<Work> submit_staged(const char* name, Stream& after, const Buffers& b,
+                                      Body body) {
+    const Backend& be = *g_.staging;
+    Stream& copies = be.compute_stream();
+    if (&after != &copies) copies.wait(after.record());
+    const auto* out8 = static_cast<const uint8_t*>(b.out);
+    const auto* in8 = static_cast<const uint8_t*>(b.in);
+    const bool inside = in8 >= out8 && in8 + b.in_bytes <= out8 + b.out_bytes;
+    std::shared_ptr<uint8_t> host = g_.pool->acquire(b.out_bytes + (inside ? 0 : b.in_bytes));
+    uint8_t* host_out = host.get();
+    uint8_t* host_in = inside ? host_out + (in8 - out8) : host_out + b.out_bytes;
+    if (b.in_bytes > 0) be.copy_to_host(host_in, b.in, b.in_bytes);
+    auto state =
+        queue(name, [copied = copies.record(), host, host_out, host_in, body = std::move(body)] {
+          copied->synchronize();
+          body(host_out, host_in);
+        });
+    return std::make_unique<StagedWork>(std::move(state), be, b.out, std::move(host), host_out,
+                                        b.out_bytes);
+  }
+
   // Queues fn; with `after`, it runs once everything enqueued on `after` so far has run.
   std::unique_ptr<Work> submit(const char* name, Stream* after, std::function<void()> fn) {
     if (after != nullptr) {
@@ -372,6 +411,10 @@ class GlooCommunicator final : public Communicator {
         body();
       };
     }
+    return std::make_unique<GlooWork>(queue(name, std::move(fn)));
+  }
+
+  std::shared_ptr<OpState> queue(const char* name, std::function<void()> fn) {
     auto state = std::make_shared<OpState>();
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -379,7 +422,7 @@ class GlooCommunicator final : public Communicator {
       if (g_.watchdog) g_.watchdog->op_queued(wd_group_, next_seq_, name);
     }
     cv_.notify_all();
-    return std::make_unique<GlooWork>(std::move(state));
+    return state;
   }
 
   // The communication thread: one operation at a time, in issue order (the ordering contract).
@@ -530,6 +573,8 @@ std::unique_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> stor
   g.rank = rank;
   g.size = world_size;
   g.watchdog = opts.watchdog;
+  g.staging = opts.staging_backend;
+  if (g.staging != nullptr) g.pool = std::make_shared<PinnedPool>(*g.staging);
   for (int r = 0; r < world_size; ++r) g.world_ranks.push_back(r);
 
   gloo::transport::tcp::attr attr;

@@ -2,7 +2,8 @@
 // kiln::Store. Each communicator owns one communication thread that runs its operations in issue
 // order, so the caller's compute overlaps the transfers; Work::wait() rethrows an operation's
 // failure as kiln::Error naming the operation, its sequence number in the group and the ranks
-// that never arrived at it.
+// that never arrived at it. With a staging backend (GlooOptions::staging_backend) it also takes
+// device buffers, staged through pinned host memory.
 #pragma once
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include "kiln/distributed/communicator.h"
 #include "kiln/distributed/store.h"
 #include "kiln/distributed/watchdog.h"
+#include "kiln/kernels/ops.h"
 
 namespace kiln {
 
@@ -29,6 +31,15 @@ struct GlooOptions {
   std::string group_name = "world";
   // Records every operation of this group and its sub-groups for hang reports (optional).
   std::shared_ptr<HangWatchdog> watchdog;
+  // Device buffers: null (the CPU backend), every buffer is host memory and Gloo works on it in
+  // place. Set (a GPU that NCCL cannot serve, e.g. several ranks sharing it), an operation given
+  // a stream `after` takes device buffers of this backend: it copies them to pinned host memory
+  // on the backend's compute stream once `after` reached the call, Gloo runs on the copy, and
+  // the result is copied back on that stream when the caller waits (Work::wait(stream) in stream
+  // order, wait_host() before it returns); an op never waited for leaves its output unchanged.
+  // Ops with `after` null still take host buffers. The backend must outlive the communicator
+  // and its sub-groups. Tests set the CPU stream emulation here to run this path without a GPU.
+  const Backend* staging_backend = nullptr;
 };
 
 // Connects `world_size` ranks full-mesh (blocking until all have joined or the timeout passes).

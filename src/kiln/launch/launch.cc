@@ -56,6 +56,8 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
     w.run_dir = o.run_dir;
     w.keep_last = o.keep_last;
     w.hang_dir = hang_dir(o);
+    w.device = o.device;
+    w.communicator = o.communicator;
     if (spawned != nullptr) {  // ours: the agent passed the store's address and token
       const char* port = std::getenv("KILN_STORE_PORT");
       const char* token = std::getenv("KILN_STORE_TOKEN");

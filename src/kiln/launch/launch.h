@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/distributed/comm_choice.h"
 #include "kiln/distributed/topology.h"
+#include "kiln/kernels/backend.h"
 #include "kiln/train/runtime.h"
 
 namespace kiln {
@@ -41,6 +43,11 @@ struct LaunchOptions {
   // agent waits sigterm_grace_s for them (AgentSpec). kiln train: on, failure.sigterm_grace_s.
   bool graceful_stop = false;
   double sigterm_grace_s = 25;
+  // The device fn's backend will use (kiln train: train.device) and the communicator asked for
+  // (dist.communicator): each worker of a group chooses NCCL or Gloo from them
+  // (distributed/comm_choice.h) and, on CUDA, makes GPU local_rank its current device first.
+  DeviceRequest device = DeviceRequest::kCpu;
+  CommRequest communicator = CommRequest::kAuto;
 };
 
 int launch(const LaunchOptions& opts, const TrainFn& fn);

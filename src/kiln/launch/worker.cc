@@ -9,10 +9,63 @@
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/distributed/gloo_communicator.h"
+#include "kiln/distributed/nccl_communicator.h"
 #include "kiln/distributed/tcp_store.h"
 #include "kiln/distributed/watchdog.h"
+#include "kiln/kernels/gpu_assignment.h"
 
 namespace kiln {
+
+namespace {
+
+// The world group and, for Gloo on CUDA, the backend whose compute stream stages its device
+// buffers (declared first: it outlives the communicator).
+struct WorldGroup {
+  std::unique_ptr<Backend> staging;
+  std::unique_ptr<Communicator> comm;
+};
+
+// Whether fn's backend will be CUDA: what make_backend() decides for the same request.
+bool backend_is_cuda(DeviceRequest d, int* visible_gpus) {
+  *visible_gpus = 0;
+  if (d == DeviceRequest::kCpu) return false;
+  *visible_gpus = visible_gpu_count();
+  // kCuda in a build without CUDA: make_backend() says so.
+  return d == DeviceRequest::kCuda || *visible_gpus > 0;
+}
+
+WorldGroup join_world(const WorkerSpec& s, std::shared_ptr<Store> store, GlooOptions go) {
+  int gpus = 0;
+  const bool cuda = backend_is_cuda(s.device, &gpus);
+  // This thread's GPU, before any stream, buffer or NCCL communicator is made on it.
+  if (cuda) use_gpu_of_rank(s.local_rank);
+  const CommChoice choice = choose_communicator(s.communicator, cuda, s.local_world_size, gpus);
+  WorldGroup w;
+  if (choice.kind == CommKind::kNccl) {
+#ifdef KILN_HAVE_CUDA
+    NcclOptions no;
+    no.timeout = go.timeout;
+    no.group_name = go.group_name;
+    no.watchdog = go.watchdog;
+    w.comm = make_nccl_communicator(store, s.rank, s.world_size, no);
+#else
+    fail("NCCL: this kiln was built without CUDA");
+#endif
+  } else {
+    if (choice.kind == CommKind::kGlooStaged) {
+      w.staging = make_backend(DeviceRequest::kCuda, ComputeDType::kFp32);
+      go.staging_backend = w.staging.get();
+    }
+    w.comm = make_gloo_communicator(store, s.rank, s.world_size, go);
+  }
+  // On the CPU nothing is chosen (Gloo, as always): only the GPU cases say why.
+  if (s.rank == 0 && cuda) {
+    KILN_LOG_INFO("communicator: {} ({})", w.comm->transport(), choice.reason);
+  }
+  return w;
+}
+
+}  // namespace
 
 int run_worker(const WorkerSpec& s, const TrainFn& fn) {
   // A peer that dies closes its sockets: writing to them must fail the collective with an error
@@ -46,7 +99,8 @@ int run_worker(const WorkerSpec& s, const TrainFn& fn) {
   wo.report_dir = s.hang_dir;
   go.watchdog = std::make_shared<HangWatchdog>(
       std::make_shared<TcpStore>(s.master_addr, s.store_port, s.token, timeout, so), wo);
-  auto comm = make_gloo_communicator(store, s.rank, s.world_size, go);
+  WorldGroup world = join_world(s, store, go);
+  Communicator* comm = world.comm.get();
   KILN_LOG_DEBUG("rank {}/{} joined: {}", s.rank, s.world_size, comm->transport());
   WorkerContext ctx;
   ctx.rank = s.rank;
@@ -55,7 +109,7 @@ int run_worker(const WorkerSpec& s, const TrainFn& fn) {
   ctx.local_world_size = s.local_world_size;
   ctx.node_rank = s.node_rank;
   ctx.num_nodes = s.nnodes;
-  ctx.comm = comm.get();
+  ctx.comm = comm;
   ctx.topology_source = s.topology_source;
   ctx.launcher = s.launcher;
   ctx.restart_attempt = attempt != nullptr ? std::atoi(attempt) : 0;

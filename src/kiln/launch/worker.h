@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "kiln/distributed/comm_choice.h"
+#include "kiln/kernels/backend.h"
 #include "kiln/train/runtime.h"
 
 namespace kiln {
@@ -23,6 +25,9 @@ struct WorkerSpec {
   std::string run_dir;  // WorkerContext::run_dir
   int keep_last = 0;
   std::string hang_dir;  // the watchdog's report directory ("" : store and log only)
+  // What chooses the communicator (LaunchOptions::device, ::communicator).
+  DeviceRequest device = DeviceRequest::kCpu;
+  CommRequest communicator = CommRequest::kAuto;
 };
 
 // Joins the group and runs `fn`; returns its exit code. Errors become kiln::Error.

@@ -60,6 +60,7 @@ const std::vector<std::string> kKeys = {
     "dist.prefetch",
     "dist.threads_per_worker",
     "dist.require_transport",
+    "dist.communicator",
     "eval.every_steps",
     "eval.max_batches",
     "checkpoint.every_steps",
@@ -433,6 +434,8 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
               {"gloo-tcp", "socket", "loopback", "efa"});
   }
 
+  in.choice("dist.communicator", r.dist.communicator, {"auto", "nccl", "gloo"});
+
   auto non_negative = [](int64_t v) { return v >= 0; };
   in.integer("checkpoint.every_steps", r.checkpoint.every_steps, ">= 0", non_negative);
   in.integer("eval.every_steps", r.eval.every_steps, ">= 0", non_negative);
@@ -520,6 +523,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "threads_per_worker" << YAML::Value << r.dist.threads_per_worker;
   out << YAML::Key << "require_transport" << YAML::Value << YAML::DoubleQuoted
       << r.dist.require_transport;
+  out << YAML::Key << "communicator" << YAML::Value << r.dist.communicator;
   end();
   section("eval");
   out << YAML::Key << "every_steps" << YAML::Value << r.eval.every_steps;

@@ -92,6 +92,9 @@ struct Recipe {
     // "" (no requirement) | "gloo-tcp" | "socket" | "efa" | "loopback": the group's transport
     // must deliver it or training stops before step 1 (src/kiln/distributed/transport.h).
     std::string require_transport;
+    // "auto" | "nccl" | "gloo": the communicator (src/kiln/distributed/comm_choice.h). auto: NCCL
+    // when the device is CUDA and every rank of a node has a GPU of its own, else Gloo.
+    std::string communicator = "auto";
     bool operator==(const Dist&) const = default;
   };
 
