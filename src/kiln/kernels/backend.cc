@@ -80,7 +80,8 @@ std::unique_ptr<Backend> make_backend(DeviceRequest device, ComputeDType dtype, 
   if (gpus.count == 0) {
     if (device == DeviceRequest::kCuda)
       fail("train.device: cuda: no GPU visible ({})", gpus.reason);
-    KILN_LOG_INFO("train.device=auto: no GPU visible ({}); training on the CPU", gpus.reason);
+    // Debug only: every command makes a backend; the trainer's start-up line gives the notice.
+    KILN_LOG_DEBUG("train.device=auto: no GPU visible ({}); training on the CPU", gpus.reason);
     return make_cpu_backend(dtype);
   }
   const int rank = local_rank == kLocalRankFromEnv ? local_rank_from_env() : local_rank;

@@ -19,6 +19,7 @@
 #include "kiln/distributed/fsdp.h"
 #include "kiln/kernels/backend.h"
 #include "kiln/kernels/device_buffer.h"
+#include "kiln/kernels/gpu_assignment.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/hf_model_files.h"
 #include "kiln/model/qwen2.h"
@@ -237,12 +238,19 @@ void Trainer::load_weights() {
     fsdp_.load_unit(u, full.data());
   }
   if (lead_) {
+    std::string why_cpu;  // the notice train.device=auto owes when it falls back to the CPU
+    if (r_.train.device == "auto" && backend_->device() == Device::kCpu) {
+      std::string reason;
+      visible_gpu_count(&reason);
+      why_cpu = fmt::format(": no GPU visible ({})", reason);
+    }
     KILN_LOG_INFO(
         "model {}: {:.1f}M parameters, {} layers, hidden {}; {} worker(s), {} ({}); device {} "
-        "(train.device {}), {}",
+        "(train.device {}{}), {}",
         r_.model.path, parameter_count(config_) / 1e6, config_.num_hidden_layers,
         config_.hidden_size, ctx_.world_size, strategy_name(strategy_), world_.transport(),
-        backend_->device() == Device::kCuda ? "cuda" : "cpu", r_.train.device, backend_->name());
+        backend_->device() == Device::kCuda ? "cuda" : "cpu", r_.train.device, why_cpu,
+        backend_->name());
   }
 }
 
