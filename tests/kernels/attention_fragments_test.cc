@@ -21,7 +21,7 @@ using Regs4 = Word[kLanes][4];
 using Acc = float[kLanes][4];
 
 struct Tile {
-  int rows, cols, ld;  // row stride ld >= cols (the kernels' D + 8)
+  int rows, cols, ld;  // row stride ld >= cols (the kernels' D + kSmemPad)
   std::vector<float> v;
   Tile(int r, int c, int pad, uint32_t seed) : rows(r), cols(c), ld(c + pad), v(r * (c + pad)) {
     std::mt19937 rng(seed);
@@ -33,11 +33,32 @@ struct Tile {
   }
 };
 
+// The PTX ISA's conditions on ldmatrix's row addresses, for a bf16 tile at a 16-byte aligned base:
+// every row address 16-byte aligned (else the result is undefined), and, for the load to be free
+// of bank conflicts, the eight rows of each 8x8 matrix in distinct 16-byte bank groups of 128.
+// Returns how many row addresses break either.
+int bad_ldmatrix_addresses(const Tile& t, const int (&row)[kLanes], const int (&col)[kLanes]) {
+  constexpr int kBf16Bytes = 2;
+  int bad = 0;
+  for (int m = 0; m < 4; ++m) {
+    bool group_used[8] = {};
+    for (int s = 8 * m; s < 8 * m + 8; ++s) {
+      const long bytes = (static_cast<long>(row[s]) * t.ld + col[s]) * kBf16Bytes;
+      const int group = static_cast<int>(bytes / 16 % 8);
+      if (bytes % 16 != 0 || group_used[group]) ++bad;
+      group_used[group] = true;
+    }
+  }
+  return bad;
+}
+
 // ldmatrix.sync.aligned.m8n8.x4[.trans].b16: lane s supplies the address (row[s], col[s]) of row
 // s % 8 of matrix s / 8. Register m of lane l: that matrix's row l / 4, columns 2 (l % 4) + {0,1};
 // with .trans its rows 2 (l % 4) + {0,1}, column l / 4.
 void ldmatrix_x4(Regs4& out, const Tile& t, const int (&row)[kLanes], const int (&col)[kLanes],
                  bool trans) {
+  EXPECT_EQ(bad_ldmatrix_addresses(t, row, col), 0)
+      << "ldmatrix row addresses misaligned or in conflicting banks";
   for (int l = 0; l < kLanes; ++l) {
     for (int m = 0; m < 4; ++m) {
       if (!trans) {
@@ -128,7 +149,7 @@ void weights_times_rows(std::vector<Acc>& o, const Acc (&w)[N], const Tile& x, i
 // One warp's forward step: rows [row0, row0 + 16) of Q against 8 N keys, then P V with P = S.
 template <int N>
 void check_warp_products(int D, int row0) {
-  const Tile q(64, D, 8, 1), k(8 * N, D, 8, 2), v(8 * N, D, 8, 3);
+  const Tile q(64, D, kSmemPad, 1), k(8 * N, D, kSmemPad, 2), v(8 * N, D, kSmemPad, 3);
   Acc s[N] = {};
   rows_dot_rows<N>(s, q, row0, k, D);
   std::vector<std::vector<float>> want_s(16, std::vector<float>(8 * N));
@@ -170,6 +191,19 @@ TEST(AttentionFragments, ForwardHeadDim64) { check_warp_products<8>(64, 16); }
 TEST(AttentionFragments, ForwardHeadDim128) { check_warp_products<8>(128, 48); }
 // The dK/dV pass at head_dim 128 takes 32 query rows a step: S^T is 16 x 32.
 TEST(AttentionFragments, BackwardStepOf32Rows) { check_warp_products<4>(128, 0); }
+
+// The address checks can fail: an unpadded tile (row stride 128 bytes at D = 64) puts the eight
+// rows of a matrix in one bank group, and a pad of 4 misaligns every odd row.
+TEST(AttentionFragments, AddressChecksCatchBadPadding) {
+  int row[kLanes], col[kLanes];
+  for (int l = 0; l < kLanes; ++l) {
+    row[l] = a_row(l);
+    col[l] = a_col(l);
+  }
+  EXPECT_EQ(bad_ldmatrix_addresses(Tile(16, 64, kSmemPad, 1), row, col), 0);
+  EXPECT_GT(bad_ldmatrix_addresses(Tile(16, 64, 0, 1), row, col), 0) << "no padding";
+  EXPECT_GT(bad_ldmatrix_addresses(Tile(16, 64, 4, 1), row, col), 0) << "a pad of 4";
+}
 
 TEST(AttentionFragments, AccumulatorCoordinatesCoverTheTileOnce) {
   int seen[16][8] = {};

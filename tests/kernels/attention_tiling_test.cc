@@ -155,6 +155,9 @@ TEST(AttentionTiling, DkdvHeadSplitsDivideTheGroupAndFillTheGpu) {
   EXPECT_EQ(dkdv_head_splits(8, 1024, 12, 2), 2);   // 256 blocks x 2 reach the target
   EXPECT_EQ(dkdv_head_splits(16, 2048, 14, 2), 1);  // 1024 blocks: whole groups per block
   EXPECT_EQ(dkdv_head_splits(4, 1024, 14, 2), 7);   // 7 is prime: all or nothing
+  // CudaBackend sizes backward's scratch before the launchers check the shape: no kv heads must
+  // not divide by zero on the way to their error.
+  EXPECT_EQ(dkdv_head_splits(1, 1024, 4, 0), 1);
   for (int B : {1, 2, 8, 32}) {
     for (int T : {1, 100, 1024, 4096}) {
       for (auto [H, KV] : {std::pair{14, 2}, {12, 2}, {16, 8}, {8, 1}, {6, 6}}) {

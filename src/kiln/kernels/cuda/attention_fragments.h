@@ -17,6 +17,11 @@
 
 namespace kiln::cuda::frag {
 
+// bf16 elements of padding per shared-memory tile row (row stride D + kSmemPad): every ldmatrix
+// row address stays 16-byte aligned and the eight rows of one 8x8 matrix start 16 bytes apart
+// modulo 128, in distinct banks.
+constexpr int kSmemPad = 8;
+
 // ldmatrix.x4 for an A operand of a row-major tile: matrices (rows 0-7 | 8-15, columns 0-7),
 // then (rows 0-7 | 8-15, columns 8-15), so register r is a[r]. Offsets from the 16x16 corner.
 KILN_HOST_DEVICE inline int a_row(int lane) { return lane % 16; }

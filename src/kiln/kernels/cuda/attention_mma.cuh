@@ -17,7 +17,7 @@
 
 namespace kiln::cuda::mma {
 
-constexpr int kPad = 8;  // bf16 elements of padding per shared-memory row
+constexpr int kPad = frag::kSmemPad;  // bf16 elements of padding per shared-memory row
 
 __device__ inline uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

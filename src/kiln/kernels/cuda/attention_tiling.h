@@ -50,10 +50,12 @@ KILN_HOST_DEVICE inline int blocks_of(int n, int size) { return (n + size - 1) /
 // of the kv head's group, or over 1 / splits of them (splits dividing H / KV, each part's
 // gradients in scratch, added afterwards). The fewest splits giving at least kDkdvTargetBlocks
 // blocks (a few per SM of a large GPU), else H / KV: a shape-only rule, so the scratch size
-// (attention_backward_scratch_bytes) follows from the shape alone.
+// (attention_backward_scratch_bytes) follows from the shape alone. 1 for a shape without kv
+// heads, which the launchers' checks then reject (the scratch size is asked for first).
 constexpr long long kDkdvTargetBlocks = 512;
 constexpr int kDkdvKeys = 64;  // keys per dK/dV block
 inline int dkdv_head_splits(int B, int T, int H, int KV) {
+  if (KV <= 0) return 1;
   const int group = H / KV;
   const long long blocks = static_cast<long long>(B) * KV * blocks_of(T, kDkdvKeys);
   for (int splits = 1; splits < group; ++splits) {
