@@ -124,6 +124,23 @@ TEST_F(Parity, SmallMatmulFp32) {
   check_matmul(*be, cpu_, false, false, 256, 896, 128);
 }
 
+TEST_F(Parity, MatmulBiasAtAnOddFloatOffset) {
+  // An fp32 bias sliced from a flat unit need not be 16-byte aligned; cuBLASLt's bias epilogue
+  // has no alignment preference, so the backend must stage it (else "misaligned address").
+  const auto be = gpu_backend(ComputeDType::kFp32);
+  const int N = 33, IC = 64, OC = 48;
+  const std::vector<float> x = random_vec(size_t(N) * IC, 21);
+  const std::vector<float> w = random_vec(size_t(OC) * IC, 22, 0.1f);
+  std::vector<float> padded_b = random_vec(OC + 1, 23);
+  DeviceMem m(*be);
+  const float* bias = m.up(padded_b) + 1;  // 4 bytes past a 256-byte aligned allocation
+  float* out = m.zeros<float>(size_t(N) * OC);
+  be->matmul_forward(out, m.up(x), m.up(w), bias, N, IC, OC);
+  std::vector<float> want(size_t(N) * OC);
+  cpu_.matmul_forward(want.data(), x.data(), w.data(), padded_b.data() + 1, N, IC, OC);
+  expect_close(m.down(out, want.size()), want, kFp32Tol, "out with an offset bias");
+}
+
 TEST_F(Parity, SmallMatmulBf16) {
   const auto be = gpu_backend(ComputeDType::kBf16);
   check_matmul(*be, cpu_, true, false, 37, 64, 48);  // F32 operands rounded on the GPU

@@ -270,6 +270,25 @@ TEST(CudaGemmHost, PointerAlignment) {
   EXPECT_EQ(pointer_alignment(reinterpret_cast<const void*>(uintptr_t{0x10002})), 2);
 }
 
+TEST(CudaGemmHost, MisalignedBiasIsRefusedBeforeAnyGpuCall) {
+  // cuBLASLt has no alignment preference for the epilogue bias, so run() refuses one that is not
+  // 16-byte aligned (a q/k/v bias at an odd float offset of a flat unit) before it touches a GPU;
+  // CudaBackend copies such a bias into aligned scratch first.
+  LtGemm g;
+  const GemmSpec s = linear_forward_spec(4, 8, 6, DType::F32, true);
+  const auto* misaligned = reinterpret_cast<const float*>(uintptr_t{0x10004});
+  const auto* fake = reinterpret_cast<const float*>(uintptr_t{0x10000});
+  // (Without the check, run() would fail later, in cublasLtCreate: the message tells them apart.)
+  try {
+    g.run(s, fake, fake, const_cast<float*>(fake), misaligned, nullptr);
+    ADD_FAILURE() << "a misaligned bias was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("16-byte aligned"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(g.cached_plans(), 0u);
+  EXPECT_LT(pointer_alignment(misaligned), kLtBiasAlignment);
+}
+
 TEST(CudaGemmHost, NoGpuTouchedBeforeTheFirstGemm) {
   // cublasLtCreate fails without a driver (CUBLAS_STATUS_NOT_INITIALIZED); the handle and the
   // workspace are made by the first run(), so an LtGemm is built and destroyed anywhere.

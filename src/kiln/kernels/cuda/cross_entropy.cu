@@ -1,10 +1,9 @@
 // Kernels of the fused LM head + cross-entropy (cross_entropy_kernels.h).
-#include <cuda_bf16.h>
-
 #include <cmath>
 
 #include "kiln/kernels/cuda/cross_entropy_kernels.h"
 #include "kiln/kernels/cuda/cuda_check.h"
+#include "kiln/kernels/cuda/device_math.cuh"
 #include "kiln/kernels/ops.h"
 
 namespace kiln::cuda {
@@ -85,10 +84,10 @@ __global__ void compact_rows_kernel(int32_t* rows, const int32_t* targets, int N
   for (int i = base + threadIdx.x; i < padded; i += blockDim.x) rows[i] = -1;
 }
 
+// bf16 exactly as the CPU's to_bf16 (bf16_bits: denormals flushed, NaN kept quiet), not
+// __float2bfloat16_rn, which keeps denormals: tiny dlogits (scale * p) must round alike.
 __device__ inline void store(float* p, float v) { *p = v; }
-__device__ inline void store(uint16_t* p, float v) {
-  *p = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
+__device__ inline void store(uint16_t* p, float v) { *p = bf16_bits(v); }
 
 // Block i copies row rows[i] of x (C) into xr[i], or zeros for padding.
 template <typename T>

@@ -98,7 +98,8 @@ class CudaBackend final : public Backend {
   // (n elements) when an F32 operand meets bf16 products. KILN_CHECKs BF16 under fp32.
   const void* gemm_operand(ConstDevPtr p, size_t n, cuda::DeviceScratch& scratch,
                            const char* op) const;
-  // A bias as fp32: as it is, or widened into bias_f32_ (OC values).
+  // A bias as fp32 and 16-byte aligned (cuBLASLt's epilogue): as it is, or copied or widened
+  // into bias_f32_ (OC values).
   const float* gemm_bias(ConstDevPtr b, int OC) const;
   DType gemm_inputs() const { return bf16_ ? DType::BF16 : DType::F32; }
 

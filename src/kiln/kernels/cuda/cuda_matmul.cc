@@ -21,11 +21,19 @@ const void* CudaBackend::gemm_operand(ConstDevPtr p, size_t n, cuda::DeviceScrat
 
 const float* CudaBackend::gemm_bias(ConstDevPtr b, int OC) const {
   if (b.null()) return nullptr;
-  if (b.dtype == DType::F32) return b.f32();
-  KILN_CHECK(b.dtype == DType::BF16, "matmul_forward: {} bias", dtype_name(b.dtype));
-  auto* wide = bias_f32_.as<float>(static_cast<size_t>(OC), native());
-  cuda::cast_bf16_to_f32(wide, static_cast<const uint16_t*>(b.data), static_cast<size_t>(OC),
-                         native());
+  KILN_CHECK(b.dtype == DType::F32 || b.dtype == DType::BF16, "matmul_forward: {} bias",
+             dtype_name(b.dtype));
+  const size_t n = static_cast<size_t>(OC);
+  if (b.dtype == DType::F32) {
+    if (cuda::pointer_alignment(b.data) >= cuda::kLtBiasAlignment) return b.f32();
+    // A bias sliced from a flat unit at an offset that is not a multiple of 4 floats: copied
+    // into the (256-byte aligned) scratch, as cuBLASLt's bias epilogue needs 16 bytes.
+    auto* aligned = bias_f32_.as<float>(n, native());
+    copy_on_device(aligned, b.data, n * sizeof(float));
+    return aligned;
+  }
+  auto* wide = bias_f32_.as<float>(n, native());
+  cuda::cast_bf16_to_f32(wide, static_cast<const uint16_t*>(b.data), n, native());
   return wide;
 }
 

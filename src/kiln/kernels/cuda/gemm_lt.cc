@@ -84,7 +84,8 @@ LtGemm::Plan& LtGemm::plan(const GemmKey& key, const float* bias) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   LtDescriptors d = make_lt_descriptors(key.spec);
-  // The heuristic reads the bias pointer's alignment from the descriptor.
+  // The bias pointer set for the query too (its alignment is part of the key, but cuBLASLt has no
+  // preference for it: run() only takes kLtBiasAlignment-aligned biases).
   if (key.spec.bias) {
     KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &bias, sizeof bias));
@@ -96,6 +97,8 @@ LtGemm::Plan& LtGemm::plan(const GemmKey& key, const float* bias) {
 void LtGemm::run(const GemmSpec& s, const void* A, const void* B, float* C, const float* bias,
                  cudaStream_t stream) {
   KILN_CHECK(s.bias == (bias != nullptr), "bias pointer and spec disagree: {}", describe(s));
+  KILN_CHECK(pointer_alignment(bias) >= kLtBiasAlignment, "bias {} not {}-byte aligned: {}",
+             static_cast<const void*>(bias), kLtBiasAlignment, describe(s));
   std::lock_guard lock(mu_);
   ensure_handle();
   const GemmKey key{s, pointer_alignment(A), pointer_alignment(B), pointer_alignment(C),

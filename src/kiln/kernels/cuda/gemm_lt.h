@@ -31,6 +31,10 @@ struct GemmKeyHash {
 };
 // The largest power of two (<= 256) that divides the address; 256 for null.
 uint16_t pointer_alignment(const void* p);
+// The alignment an epilogue bias must have. cuBLASLt's alignment preferences cover A, B, C and D
+// but not the bias: the heuristic may pick a kernel that loads the bias in 16-byte vectors, which
+// faults ("misaligned address") on a bias sliced from a flat parameter buffer.
+inline constexpr uint16_t kLtBiasAlignment = 16;
 
 class LtGemm {
  public:
@@ -40,7 +44,8 @@ class LtGemm {
   LtGemm& operator=(const LtGemm&) = delete;
 
   // The GEMM of `s` on `stream`: A and B of s.inputs, C (fp32) written or accumulated, bias (fp32,
-  // N values) when s.bias. Device pointers on the current device.
+  // N values, kLtBiasAlignment-aligned: checked) when s.bias. Device pointers on the current
+  // device.
   void run(const GemmSpec& s, const void* A, const void* B, float* C, const float* bias,
            cudaStream_t stream);
   // Shape keys whose algorithm has been chosen (tests check the cache).
