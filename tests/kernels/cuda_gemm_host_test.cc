@@ -2,7 +2,6 @@
 // products (and the LM head's, chunked) for the Qwen2.5-0.5B and 1.5B layer shapes, mapped to
 // cuBLASLt's column-major descriptors, read back through cublasLtMatrixLayoutGetAttribute and
 // cublasLtMatmulDescGetAttribute; the shape-key cache's keys; the cross-entropy's chunking.
-#include <cublasLt.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -11,6 +10,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/kernels/cuda/cross_entropy_plan.h"
+#include "kiln/kernels/cuda/cublaslt_library.h"
 #include "kiln/kernels/cuda/gemm_lt.h"
 #include "kiln/kernels/cuda/gemm_lt_desc.h"
 #include "kiln/kernels/cuda/linear_gemms.h"
@@ -29,7 +29,8 @@ template <typename T>
 T layout_attr(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a) {
   T v{};
   size_t written = 0;
-  EXPECT_EQ(cublasLtMatrixLayoutGetAttribute(l, a, &v, sizeof v, &written), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublaslt().cublasLtMatrixLayoutGetAttribute(l, a, &v, sizeof v, &written),
+            CUBLAS_STATUS_SUCCESS);
   EXPECT_EQ(written, sizeof v);
   return v;
 }
@@ -38,7 +39,8 @@ template <typename T>
 T desc_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a) {
   T v{};
   size_t written = 0;
-  EXPECT_EQ(cublasLtMatmulDescGetAttribute(d, a, &v, sizeof v, &written), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublaslt().cublasLtMatmulDescGetAttribute(d, a, &v, sizeof v, &written),
+            CUBLAS_STATUS_SUCCESS);
   EXPECT_EQ(written, sizeof v);
   return v;
 }

@@ -1,9 +1,10 @@
 #include "kiln/kernels/gpu_inventory.h"
 
 #if KILN_HAVE_CUDA
-#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include "kiln/base/error.h"
+#include "kiln/kernels/cuda/cublaslt_library.h"
 #include "kiln/kernels/cuda/cuda_devices.h"
 #endif
 
@@ -39,7 +40,11 @@ std::optional<GpuInventory> gpu_inventory() {
   if (cudaDriverGetVersion(&inv.driver_version) != cudaSuccess) inv.driver_version = 0;
   if (cudaRuntimeGetVersion(&inv.runtime_version) != cudaSuccess) inv.runtime_version = 0;
   cudaGetLastError();
-  inv.cublaslt_version = static_cast<uint64_t>(cublasLtGetVersion());
+  try {
+    inv.cublaslt_version = static_cast<uint64_t>(cublaslt().cublasLtGetVersion());
+  } catch (const Error&) {
+    inv.cublaslt_version = 0;  // the library cannot be opened: doctor shows no version
+  }
   return inv;
 }
 

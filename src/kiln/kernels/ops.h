@@ -97,6 +97,10 @@ class Backend {
   virtual void free_pinned(void* p) const = 0;
   // Device memory handed out by alloc() and not yet freed, and its peak over the backend's life.
   virtual DeviceMemoryStats memory_stats() const = 0;
+  // The device's dense matrix-product peak in the compute dtype, FLOP/s (the denominator of MFU);
+  // 0 when unknown. The CPU measures it on the first call (an FMA or vdpbf16ps loop, ~0.3 s);
+  // CUDA computes it from the GPU's SM count, clock and architecture.
+  virtual double peak_flops() const = 0;
 
   // ---- Copies and fill, on the compute stream. The host must not reuse `host_src` nor read
   // `host_dst` until an event recorded after the copy (or synchronize()) says it ran; host

@@ -96,6 +96,7 @@ class Trainer {
   double evaluate(int64_t step);
   void log_step(const StepMetrics& m, const std::optional<double>& eval_loss);
   void log_memory() const;
+  double model_flops_utilization(const StepMetrics& m) const;
   CheckpointState checkpoint_state(int64_t step, double loss,
                                    const std::optional<double>& eval_loss) const;
   void save_final(TrainResult& result, const std::optional<double>& eval_loss);
@@ -128,6 +129,7 @@ class Trainer {
   bool stop_ = false;  // a rank was asked to stop (set by train_step, the same on every rank)
   Clock::time_point t_start_;
   const bool tty_;
+  mutable double peak_flops_ = -1;  // the backend's, asked at the first step's log (< 0: not yet)
 };
 
 const Recipe& Trainer::checked(const Recipe& r) {
@@ -399,6 +401,11 @@ void Trainer::log_step(const StepMetrics& m, const std::optional<double>& eval_l
            {"epoch", data_->sampler->epoch()}};
   if (eval_loss) row["eval_loss"] = *eval_loss;
   row["peak_rss_mib"] = peak_rss_bytes() / 1048576.0;
+  const DeviceMemoryStats mem = backend_->memory_stats();
+  row["device_mem_mib"] = mem.in_use / 1048576.0;
+  row["device_peak_mib"] = mem.peak / 1048576.0;
+  const double mfu = model_flops_utilization(m);
+  if (mfu > 0) row["mfu"] = mfu;
   metrics_->write(row);
   if (tensorboard_) tensorboard_->write_row(m.step, row);
   ctx_.report(row);
@@ -407,16 +414,27 @@ void Trainer::log_step(const StepMetrics& m, const std::optional<double>& eval_l
   const double elapsed = std::chrono::duration<double>(Clock::now() - t_start_).count();
   const double eta = elapsed / (m.step - start_step_) * (max_steps_ - m.step);
   const std::string line = fmt::format(
-      "step {}/{} | loss {:.4f}{} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}", m.step,
-      max_steps_, m.loss,
+      "step {}/{} | loss {:.4f}{} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s{} | mem {:.0f} "
+      "MiB | ETA {}",
+      m.step, max_steps_, m.loss,
       eval_loss ? fmt::format(" | eval_loss {:.4f}", *eval_loss) : std::string(), m.lr, m.grad_norm,
-      m.tokens_per_s, format_duration(eta));
+      m.tokens_per_s, mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * mfu) : std::string(),
+      mem.peak / 1048576.0, format_duration(eta));
   if (tty_) {
     // Lines with an evaluation stay on screen.
     std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), last || eval_loss ? "\n" : "");
   } else {
     std::fprintf(stderr, "%s\n", line.c_str());
   }
+}
+
+// Model FLOPs (6 x matrix parameters x tokens + attention, train_flops) per second over the
+// devices' peak (Backend::peak_flops, measured once): 0 when the peak is unknown.
+double Trainer::model_flops_utilization(const StepMetrics& m) const {
+  if (peak_flops_ < 0) peak_flops_ = backend_->peak_flops();
+  if (peak_flops_ <= 0 || m.step_seconds <= 0) return 0;
+  const double flops = train_flops(config_, m.tokens, r_.data.seq_len);
+  return flops / m.step_seconds / (peak_flops_ * ctx_.world_size);
 }
 
 // Memory figures per rank: what sharding saves is visible in every run's log.

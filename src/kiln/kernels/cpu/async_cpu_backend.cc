@@ -27,6 +27,7 @@ class AsyncCpuBackend final : public Backend {
   void* alloc_pinned(size_t bytes) const override { return cpu_.alloc(bytes); }
   void free_pinned(void* p) const override { free(p); }
   DeviceMemoryStats memory_stats() const override { return cpu_.memory_stats(); }
+  double peak_flops() const override { return cpu_.peak_flops(); }
   void copy_to_device(void* dst, const void* src, size_t bytes) const override {
     run([=, this] { cpu_.copy_to_device(dst, src, bytes); });
   }

@@ -2,6 +2,8 @@
 // in bf16; both OpenMP builds sharing one thread pool with kiln's loops) for every matrix product.
 #pragma once
 
+#include <mutex>
+
 #include "kiln/kernels/ops.h"
 
 namespace kiln {
@@ -41,6 +43,7 @@ class CpuBackend final : public Backend {
   void* alloc_pinned(size_t bytes) const override { return alloc(bytes); }
   void free_pinned(void* p) const override { free(p); }
   DeviceMemoryStats memory_stats() const override { return memory_.stats(); }
+  double peak_flops() const override;
   void copy_to_device(void* dst, const void* host_src, size_t bytes) const override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) const override;
   void copy_on_device(void* dst, const void* src, size_t bytes) const override;
@@ -93,7 +96,9 @@ class CpuBackend final : public Backend {
 
   bool bf16_ = false;
   mutable SyncStream stream_;
-  mutable MemoryCounter memory_;  // stateless: record() returns a completed event
+  mutable MemoryCounter memory_;
+  mutable std::once_flag peak_once_;
+  mutable double peak_flops_ = 0;  // stateless: record() returns a completed event
 };
 
 }  // namespace kiln

@@ -4,6 +4,8 @@
 #include <new>
 
 #include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/gemm.h"
+#include "kiln/kernels/host_cpu.h"
 
 namespace kiln {
 
@@ -21,6 +23,14 @@ void* CpuBackend::alloc(size_t bytes) const {
   if (p == nullptr) throw std::bad_alloc();
   memory_.allocated(p, bytes);
   return p;
+}
+
+double CpuBackend::peak_flops() const {
+  std::call_once(peak_once_, [this] {
+    const bool bf16 = bf16_ && gemm_bf16_native();
+    peak_flops_ = 1e9 * (bf16 ? measure_bf16_peak_gflops() : measure_fp32_peak_gflops());
+  });
+  return peak_flops_;
 }
 
 void CpuBackend::free(void* p) const {

@@ -5,7 +5,7 @@
 namespace kiln {
 
 void cublas_failed(cublasStatus_t s, const char* call, const char* file, int line) {
-  fail("cuBLASLt: {} failed: {} (status {}) at {}:{}", call, cublasLtGetStatusString(s),
+  fail("cuBLASLt: {} failed: {} (status {}) at {}:{}", call, cublaslt().cublasLtGetStatusString(s),
        static_cast<int>(s), file, line);
 }
 

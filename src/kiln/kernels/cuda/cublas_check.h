@@ -2,7 +2,7 @@
 // the library's status string and the source line.
 #pragma once
 
-#include <cublasLt.h>
+#include "kiln/kernels/cuda/cublaslt_library.h"
 
 namespace kiln {
 

@@ -48,6 +48,28 @@ void CudaBackend::free(void* p) const {
   KILN_CUDA_CHECK(cudaFree(p));
 }
 
+namespace {
+// Dense FLOP per clock per SM: tensor-core bf16 products with fp32 accumulation (bf16), or fp32
+// FMA on the CUDA cores (fp32: CUBLAS_COMPUTE_32F, no TF32). A100 sm_80: 2048 / 128; L4 and
+// other sm_86/89: 1024 / 256; H100/H200 sm_90: 4096 / 256. 0 for other architectures.
+double flops_per_clock_per_sm(int major, int minor, bool bf16) {
+  if (major == 8 && minor == 0) return bf16 ? 2048 : 128;
+  if (major == 8) return bf16 ? 1024 : 256;
+  if (major == 9) return bf16 ? 4096 : 256;
+  return 0;
+}
+}  // namespace
+
+double CudaBackend::peak_flops() const {
+  int major = 0, minor = 0, sms = 0, khz = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device_));
+  const bool bf16 = compute_dtype() == ComputeDType::kBf16;
+  return flops_per_clock_per_sm(major, minor, bf16) * sms * khz * 1e3;
+}
+
 void* CudaBackend::alloc_pinned(size_t bytes) const {
   void* p = nullptr;
   if (bytes == 0) return nullptr;

@@ -43,6 +43,7 @@ class CudaBackend final : public Backend {
   // alloc()'s memory; the backend's own scratch (casts, cuBLASLt workspace, cross-entropy
   // chunks) comes straight from cudaMalloc and is not counted.
   DeviceMemoryStats memory_stats() const override { return memory_.stats(); }
+  double peak_flops() const override;
   void copy_to_device(void* dst, const void* host_src, size_t bytes) const override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) const override;
   void copy_on_device(void* dst, const void* src, size_t bytes) const override;

@@ -37,7 +37,7 @@ uint16_t pointer_alignment(const void* p) {
 
 LtGemm::~LtGemm() {
   if (workspace_ != nullptr) cudaFree(workspace_);
-  if (handle_ != nullptr) cublasLtDestroy(handle_);
+  if (handle_ != nullptr) cublaslt().cublasLtDestroy(handle_);
 }
 
 size_t LtGemm::cached_plans() const {
@@ -47,24 +47,24 @@ size_t LtGemm::cached_plans() const {
 
 void LtGemm::ensure_handle() {
   if (handle_ != nullptr) return;
-  KILN_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  KILN_CUBLAS_CHECK(cublaslt().cublasLtCreate(&handle_));
   KILN_CUDA_CHECK(cudaMalloc(&workspace_, kLtWorkspaceBytes));
 }
 
 namespace {
 template <typename T>
 void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a, const T& v) {
-  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, a, &v, sizeof v));
+  KILN_CUBLAS_CHECK(cublaslt().cublasLtMatmulPreferenceSetAttribute(p, a, &v, sizeof v));
 }
 
 // The heuristic's first choice for these descriptors within the workspace and alignments.
 cublasLtMatmulAlgo_t choose_algo(cublasLtHandle_t handle, const LtDescriptors& d,
                                  const GemmKey& key) {
   cublasLtMatmulPreference_t pref = nullptr;
-  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  KILN_CUBLAS_CHECK(cublaslt().cublasLtMatmulPreferenceCreate(&pref));
   const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t,
                         decltype(&cublasLtMatmulPreferenceDestroy)>
-      owned(pref, &cublasLtMatmulPreferenceDestroy);
+      owned(pref, cublaslt().cublasLtMatmulPreferenceDestroy);
   set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t{kLtWorkspaceBytes});
   // cuBLASLt's A is kiln's B and its B kiln's A (gemm_lt_desc.h); C doubles as D.
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, uint32_t{key.align_b});
@@ -73,8 +73,8 @@ cublasLtMatmulAlgo_t choose_algo(cublasLtHandle_t handle, const LtDescriptors& d
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, uint32_t{key.align_c});
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  KILN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, d.op.get(), d.a.get(), d.b.get(),
-                                                   d.c.get(), d.c.get(), pref, 1, &result, &found));
+  KILN_CUBLAS_CHECK(cublaslt().cublasLtMatmulAlgoGetHeuristic(
+      handle, d.op.get(), d.a.get(), d.b.get(), d.c.get(), d.c.get(), pref, 1, &result, &found));
   if (found == 0) fail("cuBLASLt: no algorithm for {}", describe(key.spec));
   return result.algo;
 }
@@ -87,8 +87,8 @@ LtGemm::Plan& LtGemm::plan(const GemmKey& key, const float* bias) {
   // The bias pointer set for the query too (its alignment is part of the key, but cuBLASLt has no
   // preference for it: run() only takes kLtBiasAlignment-aligned biases).
   if (key.spec.bias) {
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                     &bias, sizeof bias));
+    KILN_CUBLAS_CHECK(cublaslt().cublasLtMatmulDescSetAttribute(
+        d.op.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   }
   const cublasLtMatmulAlgo_t algo = choose_algo(handle_, d, key);
   return plans_.emplace(key, Plan{std::move(d), algo}).first->second;
@@ -105,15 +105,15 @@ void LtGemm::run(const GemmSpec& s, const void* A, const void* B, float* C, cons
                     pointer_alignment(bias)};
   Plan& p = plan(key, bias);
   if (s.bias) {
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+    KILN_CUBLAS_CHECK(cublaslt().cublasLtMatmulDescSetAttribute(
         p.desc.op.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   }
   const float alpha = 1.0f;
   const float beta = s.accumulate ? 1.0f : 0.0f;
   // cuBLASLt's A is kiln's B, its B kiln's A.
-  KILN_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc.op.get(), &alpha, B, p.desc.a.get(), A,
-                                   p.desc.b.get(), &beta, C, p.desc.c.get(), C, p.desc.c.get(),
-                                   &p.algo, workspace_, kLtWorkspaceBytes, stream));
+  KILN_CUBLAS_CHECK(cublaslt().cublasLtMatmul(
+      handle_, p.desc.op.get(), &alpha, B, p.desc.a.get(), A, p.desc.b.get(), &beta, C,
+      p.desc.c.get(), C, p.desc.c.get(), &p.algo, workspace_, kLtWorkspaceBytes, stream));
 }
 
 }  // namespace kiln::cuda

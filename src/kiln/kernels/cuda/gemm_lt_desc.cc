@@ -49,22 +49,22 @@ LtProblem lt_problem(const GemmSpec& s) {
 }
 
 void LtMatmulDescDeleter::operator()(cublasLtMatmulDescOpaque_t* d) const {
-  cublasLtMatmulDescDestroy(d);
+  cublaslt().cublasLtMatmulDescDestroy(d);
 }
 void LtLayoutDeleter::operator()(cublasLtMatrixLayoutOpaque_t* l) const {
-  cublasLtMatrixLayoutDestroy(l);
+  cublaslt().cublasLtMatrixLayoutDestroy(l);
 }
 
 namespace {
 LtLayoutPtr make_layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld) {
   cublasLtMatrixLayout_t l = nullptr;
-  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld));
+  KILN_CUBLAS_CHECK(cublaslt().cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld));
   return LtLayoutPtr(l);
 }
 
 template <typename T>
 void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const T& v) {
-  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof v));
+  KILN_CUBLAS_CHECK(cublaslt().cublasLtMatmulDescSetAttribute(d, a, &v, sizeof v));
 }
 }  // namespace
 
@@ -75,7 +75,7 @@ LtDescriptors make_lt_descriptors(const GemmSpec& s) {
   cublasLtMatmulDesc_t op = nullptr;
   // fp32 accumulation and fp32 alpha/beta; CUBLAS_COMPUTE_32F (not _FAST_TF32) keeps fp32 GEMMs
   // in full fp32, so they match the CPU to fp32 rounding.
-  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  KILN_CUBLAS_CHECK(cublaslt().cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   d.op.reset(op);
   set_attr(op, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(p.transa));
   set_attr(op, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(p.transb));
