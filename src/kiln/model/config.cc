@@ -184,13 +184,14 @@ int64_t parameter_count(const Qwen2Config& c) {
   return V * C * (c.tie_word_embeddings ? 1 : 2) + c.num_hidden_layers * layer + C;
 }
 
-double train_flops(const Qwen2Config& c, int64_t tokens, int64_t T) {
+double train_flops(const Qwen2Config& c, int64_t tokens, int64_t T, int64_t head_rows) {
   const double C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const double layer_matmul = C * c.q_dim() + 2 * C * c.kv_dim() + c.q_dim() * C + 3 * C * I;
-  const double matmul_params = c.num_hidden_layers * layer_matmul + V * C;  // + LM head
+  const double head_tokens = head_rows >= 0 ? static_cast<double>(head_rows) : tokens;
   // Causal attention: QK^T and PV each 2 * (T/2) * q_dim FLOPs per token forward.
   const double attn = c.num_hidden_layers * 2.0 * 2.0 * (T / 2.0) * c.q_dim();
-  return 6.0 * matmul_params * tokens + 3.0 * attn * tokens;
+  return 6.0 * c.num_hidden_layers * layer_matmul * tokens + 6.0 * V * C * head_tokens +
+         3.0 * attn * tokens;
 }
 
 }  // namespace kiln

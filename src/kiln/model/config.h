@@ -45,7 +45,9 @@ bool is_preset(const std::string& name);
 // Parameter count (embeddings counted once when tied).
 int64_t parameter_count(const Qwen2Config& c);
 // Training FLOPs for `tokens` tokens of sequence length T: 6 * matmul parameters * tokens plus
-// the attention score/value products (forward 2 * 2 * T/2 * q_dim per token per layer, x3).
-double train_flops(const Qwen2Config& c, int64_t tokens, int64_t T);
+// the attention score/value products (forward 2 * 2 * T/2 * q_dim per token per layer, x3). The
+// LM head counts `head_rows` rows when given (kiln computes it only for rows with a target),
+// else every token.
+double train_flops(const Qwen2Config& c, int64_t tokens, int64_t T, int64_t head_rows = -1);
 
 }  // namespace kiln

@@ -433,7 +433,7 @@ void Trainer::log_step(const StepMetrics& m, const std::optional<double>& eval_l
 double Trainer::model_flops_utilization(const StepMetrics& m) const {
   if (peak_flops_ < 0) peak_flops_ = backend_->peak_flops();
   if (peak_flops_ <= 0 || m.step_seconds <= 0) return 0;
-  const double flops = train_flops(config_, m.tokens, r_.data.seq_len);
+  const double flops = train_flops(config_, m.tokens, r_.data.seq_len, m.targets);
   return flops / m.step_seconds / (peak_flops_ * ctx_.world_size);
 }
 
