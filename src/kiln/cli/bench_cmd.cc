@@ -153,8 +153,11 @@ void run_row(const BenchOpts& o) {
   std::sort(times.begin(), times.end());
   const double med = times[times.size() / 2];
   const int64_t tokens = static_cast<int64_t>(o.batch) * o.seq;
-  const double gflops = train_flops(c, tokens, o.seq) / med / 1e9;
-  const double peak = o.dtype == "bf16" ? o.peak_bf16 : o.peak_fp32;
+  const double gflops = train_flops(c, tokens, o.seq, b.num_targets()) / med / 1e9;
+  // The CPU's peak was measured once by the parent; a GPU's comes from its properties.
+  const double peak = be->device() == Device::kCuda ? be->peak_flops() / 1e9
+                      : o.dtype == "bf16"           ? o.peak_bf16
+                                                    : o.peak_fp32;
   const double hwm_mib = proc_status_kib("VmHWM") / 1024.0;
   std::printf(
       "%-13s %7.1fM %3dx%-4d %-4s %-4s %9.4f %9.0f %8.1f %6.1f%% %8.0f %8.0f %7.0f %9.1f %8.0f\n",
