@@ -127,8 +127,20 @@ lib_roots=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/l
 while IFS= read -r d; do [[ -d $d/nvidia ]] && lib_roots+=("$d/nvidia"); done < <(
   python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null)
 export LD_LIBRARY_PATH=$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Whether the loader finds library $1 (the cache, or a folder of LD_LIBRARY_PATH).
+on_library_path() {
+  ldconfig -p 2>/dev/null | grep -q "[[:space:]]$1 " && return 0
+  local d
+  local IFS=:
+  for d in $LD_LIBRARY_PATH; do [[ -e $d/$1 ]] && return 0; done
+  return 1
+}
 unresolved() {
-  for b in "$bin"/*; do ldd "$b" 2>/dev/null | awk '/not found/{print $1}'; done | sort -u
+  {
+    for b in "$bin"/*; do ldd "$b" 2>/dev/null | awk '/not found/{print $1}'; done
+    # kiln opens cuBLASLt at run time (dlopen), so ldd never lists it.
+    on_library_path libcublasLt.so.13 || echo libcublasLt.so.13
+  } | sort -u
 }
 for lib in $(unresolved); do
   for r in "${lib_roots[@]}"; do
