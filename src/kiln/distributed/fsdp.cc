@@ -30,17 +30,20 @@ const char* strategy_name(ShardStrategy s) {
 }
 
 Fsdp::Fsdp(const ParamLayout& layout, const Backend& backend, ShardStrategy strategy,
-           Communicator& shard, Communicator* replica, bool prefetch)
+           Communicator& shard, Communicator* replica, bool prefetch, DType reduce_dtype)
     : layout_(layout),
       be_(backend),
       pool_(backend),
       strategy_(strategy),
       gather_dtype_(backend.activation_dtype()),
+      reduce_dtype_(reduce_dtype),
       shard_(shard),
       replica_(replica),
       prefetch_(prefetch) {
   KILN_CHECK((strategy == ShardStrategy::kHybridShard) == (replica != nullptr),
              "a replica group is needed for (and only for) hybrid_shard");
+  KILN_CHECK(reduce_dtype == DType::F32 || reduce_dtype == DType::BF16,
+             "gradients reduce in F32 or BF16, not {}", dtype_name(reduce_dtype));
   const size_t S =
       strategy == ShardStrategy::kNoShard ? 1 : static_cast<size_t>(shard.world_size());
   units_.resize(layout.num_units());
@@ -171,34 +174,63 @@ void Fsdp::grad_done(int unit) {
       strategy_ == ShardStrategy::kNoShard || strategy_ == ShardStrategy::kShardGradOp;
   if (!sync_ && can_defer) return;  // accumulate locally until the last micro-step
   Stream* after = &be_.compute_stream();
+  const DType t = reduce_dtype_;
   Pending p;
   p.unit = unit;
-  if (strategy_ == ShardStrategy::kNoShard) {
-    p.work = shard_.all_reduce_async(x.shard_grad.data(), x.shard_size, DType::F32, ReduceOp::kSum,
-                                     after);
+  if (strategy_ == ShardStrategy::kNoShard && t == DType::F32) {
+    p.work = shard_.all_reduce_async(x.shard_grad.data(), x.shard_size, t, ReduceOp::kSum, after);
+  } else if (strategy_ == ShardStrategy::kNoShard) {
+    // bf16: reduce a rounded copy; complete() writes the sum back over the local gradient.
+    p.out = pool_.take(storage_floats(x.shard_size, t));
+    be_.cast_to_bf16(p.out.data(), x.shard_grad.data(), x.shard_size);
+    p.work = shard_.all_reduce_async(p.out.data(), x.shard_size, t, ReduceOp::kSum, after);
   } else {
     KILN_CHECK(x.full_grad.size() > 0, "grad_done of unit {} without a gradient", unit);
-    p.full_grad = std::move(x.full_grad);
+    p.full_grad = to_reduce_dtype(std::move(x.full_grad), x.padded);
     x.full_grad = DeviceBuffer<float>();
-    p.out = pool_.take(x.shard_size);
-    p.work = shard_.reduce_scatter_async(p.out.data(), p.full_grad.data(), x.shard_size, DType::F32,
+    p.out = pool_.take(storage_floats(x.shard_size, t));
+    p.work = shard_.reduce_scatter_async(p.out.data(), p.full_grad.data(), x.shard_size, t,
                                          ReduceOp::kSum, after);
   }
   pending_.push_back(std::move(p));
   drain(2);  // bound the whole-unit gradients in flight
 }
 
+DeviceBuffer<float> Fsdp::to_reduce_dtype(DeviceBuffer<float> g, size_t n) {
+  if (reduce_dtype_ == DType::F32) return g;
+  DeviceBuffer<float> g16 = pool_.take(storage_floats(n, DType::BF16));
+  be_.cast_to_bf16(g16.data(), g.data(), n);
+  pool_.give(std::move(g));  // reused only in stream order, after the cast
+  return g16;
+}
+
+void Fsdp::add_reduced(float* shard_grad, DeviceBuffer<float>& src, size_t n) {
+  if (reduce_dtype_ == DType::F32) {
+    be_.add(shard_grad, shard_grad, src.data(), n);
+    return;
+  }
+  DeviceBuffer<float> wide = pool_.take(n);
+  be_.cast_from_bf16(wide.data(), src.data(), n);
+  be_.add(shard_grad, shard_grad, wide.data(), n);
+  pool_.give(std::move(wide));
+}
+
 void Fsdp::complete(Pending& p) {
   Stream& compute = be_.compute_stream();
   p.work->wait(compute);
-  if (p.out.size() == 0) return;  // no_shard: reduced in place
+  if (p.out.size() == 0) return;  // no_shard in fp32: reduced in place
+  Unit& x = units_[p.unit];
+  if (strategy_ == ShardStrategy::kNoShard) {  // bf16: the sum replaces the local gradient
+    be_.cast_from_bf16(x.shard_grad.data(), p.out.data(), x.shard_size);
+    pool_.give(std::move(p.out));
+    return;
+  }
   if (replica_ != nullptr) {
     // hybrid_shard: the shard's sum across nodes
-    replica_->all_reduce_async(p.out.data(), p.out.size(), DType::F32, ReduceOp::kSum, &compute)
+    replica_->all_reduce_async(p.out.data(), x.shard_size, reduce_dtype_, ReduceOp::kSum, &compute)
         ->wait(compute);
   }
-  float* g = units_[p.unit].shard_grad.data();
-  be_.add(g, g, p.out.data(), p.out.size());
+  add_reduced(x.shard_grad.data(), p.out, x.shard_size);
   pool_.give(std::move(p.full_grad));
   pool_.give(std::move(p.out));
 }

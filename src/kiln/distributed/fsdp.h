@@ -22,7 +22,9 @@
 // activation_dtype(): bf16 under bf16 mixed precision (each rank rounds its shard into its slot
 // of the gathered buffer, then the all-gather moves half the bytes), so the model reads bf16
 // weights, as PyTorch FSDP's MixedPrecision(param_dtype=bf16) does; no_shard then keeps a bf16
-// copy while the unit is in use. Gradients are reduced in fp32.
+// copy while the unit is in use. Gradients are reduced in fp32, or in bf16 when asked
+// (dist.reduce_dtype: each whole-unit gradient is rounded to bf16 before its reduce-scatter, and
+// the reduced shard widened back and added into the fp32 gradient shard).
 //
 // Memory and order: shards, gradients and gathered units are device memory of the backend
 // (gathered units and gradient buffers from a DevicePool); every collective is ordered after
@@ -53,7 +55,8 @@ class Fsdp final : public UnitAccess {
   // shard: the group parameters are sharded over (the world, or the node for hybrid);
   // replica: the group shards are replicated over (nullptr unless hybrid_shard).
   Fsdp(const ParamLayout& layout, const Backend& backend, ShardStrategy strategy,
-       Communicator& shard, Communicator* replica, bool prefetch = true);
+       Communicator& shard, Communicator* replica, bool prefetch = true,
+       DType reduce_dtype = DType::F32);
   ~Fsdp() override;
 
   // UnitAccess
@@ -108,8 +111,9 @@ class Fsdp final : public UnitAccess {
   struct Pending {
     int unit;
     std::unique_ptr<Work> work;
-    DeviceBuffer<float> full_grad;  // owned until the reduce-scatter is done
-    DeviceBuffer<float> out;        // the reduce-scattered shard, added into shard_grad when done
+    DeviceBuffer<float> full_grad;  // owned until the reduce-scatter is done (reduce_dtype_)
+    DeviceBuffer<float> out;        // the reduce-scattered shard (reduce_dtype_), added into
+                                    // shard_grad when done; no_shard in bf16: the bf16 copy
   };
 
   // Whether acquire() hands out a gathered buffer (else the shard itself: no_shard in fp32).
@@ -119,6 +123,11 @@ class Fsdp final : public UnitAccess {
   void start_gather(int unit);
   void free_full(int unit);
   void complete(Pending& p);
+  // The whole-unit gradient in reduce_dtype_: `g` itself in fp32, else a bf16 copy (and `g`
+  // goes back to the pool).
+  DeviceBuffer<float> to_reduce_dtype(DeviceBuffer<float> g, size_t n);
+  // shard_grad (n) += widen(src) where src is a reduced buffer in reduce_dtype_.
+  void add_reduced(float* shard_grad, DeviceBuffer<float>& src, size_t n);
   void drain(size_t keep_at_most);
   void track_gathered(long delta);
 
@@ -127,6 +136,7 @@ class Fsdp final : public UnitAccess {
   DevicePool pool_;
   ShardStrategy strategy_;
   DType gather_dtype_;
+  DType reduce_dtype_;
   Communicator& shard_;
   Communicator* replica_;
   bool prefetch_;

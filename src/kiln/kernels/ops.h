@@ -188,6 +188,8 @@ class Backend {
   virtual void add(float* out, const float* a, const float* b, size_t n) const = 0;
   // dst (n, BF16) = src (n, F32) rounded to nearest even: parameters for bf16 products.
   virtual void cast_to_bf16(void* dst, const float* src, size_t n) const = 0;
+  // dst (n, F32) = src (n, BF16), exactly: gradients reduced in bf16.
+  virtual void cast_from_bf16(float* dst, const void* src, size_t n) const = 0;
 
   // Fused LM head and cross-entropy over rows whose target is not kIgnoreIndex, never holding
   // more than a chunk of logits: x: (N, C), w: (V, C), targets: (N).

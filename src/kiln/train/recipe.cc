@@ -61,6 +61,7 @@ const std::vector<std::string> kKeys = {
     "dist.threads_per_worker",
     "dist.require_transport",
     "dist.communicator",
+    "dist.reduce_dtype",
     "eval.every_steps",
     "eval.max_batches",
     "checkpoint.every_steps",
@@ -435,6 +436,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   }
 
   in.choice("dist.communicator", r.dist.communicator, {"auto", "nccl", "gloo"});
+  in.choice("dist.reduce_dtype", r.dist.reduce_dtype, {"fp32", "bf16"});
 
   auto non_negative = [](int64_t v) { return v >= 0; };
   in.integer("checkpoint.every_steps", r.checkpoint.every_steps, ">= 0", non_negative);
@@ -524,6 +526,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "require_transport" << YAML::Value << YAML::DoubleQuoted
       << r.dist.require_transport;
   out << YAML::Key << "communicator" << YAML::Value << r.dist.communicator;
+  out << YAML::Key << "reduce_dtype" << YAML::Value << r.dist.reduce_dtype;
   end();
   section("eval");
   out << YAML::Key << "every_steps" << YAML::Value << r.eval.every_steps;

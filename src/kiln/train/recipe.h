@@ -95,6 +95,9 @@ struct Recipe {
     // "auto" | "nccl" | "gloo": the communicator (src/kiln/distributed/comm_choice.h). auto: NCCL
     // when the device is CUDA and every rank of a node has a GPU of its own, else Gloo.
     std::string communicator = "auto";
+    // "fp32" | "bf16": the dtype gradients are reduce-scattered (all-reduced for no_shard and
+    // across hybrid_shard's nodes) in; bf16 halves the bytes, sums are then rounded to bf16.
+    std::string reduce_dtype = "fp32";
     bool operator==(const Dist&) const = default;
   };
 

@@ -107,6 +107,9 @@ class AsyncCpuBackend final : public Backend {
   void cast_to_bf16(void* dst, const float* src, size_t n) const override {
     run([=, this] { cpu_.cast_to_bf16(dst, src, n); });
   }
+  void cast_from_bf16(float* dst, const void* src, size_t n) const override {
+    run([=, this] { cpu_.cast_from_bf16(dst, src, n); });
+  }
   void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,
                      const int32_t* targets, int N, int C, int V, float scale) const override {
     run([=, this] { cpu_.cross_entropy(loss_sum, dx, dw, x, w, targets, N, C, V, scale); });

@@ -1,10 +1,10 @@
-#include "kiln/kernels/host_cpu.h"
-
 #include <cblas.h>
 #include <fmt/format.h>
 #include <omp.h>
 
 #include <cstdlib>
+
+#include "kiln/kernels/host_cpu.h"
 
 namespace kiln {
 

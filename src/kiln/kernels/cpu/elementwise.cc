@@ -274,6 +274,13 @@ void CpuBackend::cast_to_bf16(void* dst, const float* src, size_t n) const {
   to_bf16(static_cast<uint16_t*>(dst), src, n);
 }
 
+void CpuBackend::cast_from_bf16(float* dst, const void* src, size_t n) const {
+  const auto* h = static_cast<const uint16_t*>(src);
+  for_ranges(n, n, [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i) dst[i] = bf16_to_float(h[i]);
+  });
+}
+
 void CpuBackend::sum_squares(double* sum, const float* x, size_t n) const {
   // Fixed blocks summed in a fixed order: the result does not depend on the thread count.
   constexpr size_t kBlock = 1 << 14;

@@ -22,15 +22,13 @@ DType CpuBackend::activation_dtype() const {
 
 namespace {
 // A weight as a gemm_mixed() operand (row stride ld).
-GemmOperand weight_operand(ConstDevPtr w, int ld) {
-  return {w.data, w.dtype == DType::BF16, ld};
-}
+GemmOperand weight_operand(ConstDevPtr w, int ld) { return {w.data, w.dtype == DType::BF16, ld}; }
 }  // namespace
 
 void CpuBackend::check_matmul_inputs(ConstDevPtr x, ConstDevPtr w, const char* op) const {
   for (const ConstDevPtr& p : {x, w}) {
-    KILN_CHECK(p.dtype == DType::F32 || (p.dtype == DType::BF16 && bf16_), "{}: {} input on {}",
-               op, dtype_name(p.dtype), name());
+    KILN_CHECK(p.dtype == DType::F32 || (p.dtype == DType::BF16 && bf16_), "{}: {} input on {}", op,
+               dtype_name(p.dtype), name());
   }
 }
 

@@ -1,12 +1,12 @@
 // FMA loops for the machine's peak: 12 independent accumulator registers per thread hide the FMA
 // latency (4 cycles x 2 ports on current x86 cores needs at least 8), and the operands never
 // leave registers, so the loop measures the arithmetic units and nothing else.
-#include "kiln/kernels/host_cpu.h"
-
 #include <immintrin.h>
 #include <omp.h>
 
 #include <chrono>
+
+#include "kiln/kernels/host_cpu.h"
 
 namespace kiln {
 

@@ -151,6 +151,9 @@ void CudaBackend::add(float* out, const float* a, const float* b, size_t n) cons
 void CudaBackend::cast_to_bf16(void* dst, const float* src, size_t n) const {
   cuda::cast_f32_to_bf16(static_cast<uint16_t*>(dst), src, n, native());
 }
+void CudaBackend::cast_from_bf16(float* dst, const void* src, size_t n) const {
+  cuda::cast_bf16_to_f32(dst, static_cast<const uint16_t*>(src), n, native());
+}
 void CudaBackend::sum_squares(double* sum, const float* x, size_t n) const {
   cuda::sum_squares(sum, x, n, native());
 }

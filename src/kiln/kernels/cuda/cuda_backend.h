@@ -81,6 +81,7 @@ class CudaBackend final : public Backend {
                        const float* up, size_t n) const override;
   void add(float* out, const float* a, const float* b, size_t n) const override;
   void cast_to_bf16(void* dst, const float* src, size_t n) const override;
+  void cast_from_bf16(float* dst, const void* src, size_t n) const override;
   void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,
                      const int32_t* targets, int N, int C, int V, float scale) const override;
   void sum_squares(double* sum, const float* x, size_t n) const override;
