@@ -28,6 +28,7 @@
 #include "kiln/distributed/net_iface.h"
 #include "kiln/distributed/pinned_pool.h"
 #include "kiln/distributed/progress_reporter.h"
+#include "kiln/distributed/sub_group.h"
 
 namespace kiln {
 
@@ -338,23 +339,13 @@ class GlooCommunicator final : public Communicator {
 
   std::unique_ptr<Communicator> split(const std::vector<int>& ranks,
                                       const std::string& name) override {
-    KILN_CHECK(!ranks.empty() && !name.empty());
+    GroupIdentity id =
+        sub_group({g_.name, g_.rank, g_.size, g_.world_ranks}, ranks, name, split_count_);
     GroupSpec sub = g_;
-    sub.size = static_cast<int>(ranks.size());
-    sub.rank = -1;
-    sub.world_ranks.clear();
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      KILN_CHECK(ranks[i] >= 0 && ranks[i] < g_.size && (i == 0 || ranks[i] > ranks[i - 1]),
-                 "split({}): ranks must be ascending members of {}", name, where());
-      if (ranks[i] == g_.rank) sub.rank = static_cast<int>(i);
-      sub.world_ranks.push_back(g_.world_ranks[ranks[i]]);
-    }
-    KILN_CHECK(sub.rank >= 0, "split({}): rank {} is not in the ranks given", name, g_.rank);
-    // Named by the parent, the call's name and the first member; a repeated split gets a
-    // suffix so its keys never meet the earlier group's.
-    sub.name = fmt::format("{}/{}/{}", g_.name, name, ranks[0]);
-    const int repeat = split_count_[sub.name]++;
-    if (repeat > 0) sub.name += fmt::format(".{}", repeat);
+    sub.name = std::move(id.name);
+    sub.rank = id.rank;
+    sub.size = id.size;
+    sub.world_ranks = std::move(id.world_ranks);
     return std::make_unique<GlooCommunicator>(std::move(sub));
   }
 
