@@ -147,28 +147,30 @@ TEST_P(BackendParity, Rope) {
   }
 }
 
+// Rows of [gate | up] (the fused gate/up product's output): many rows of the layer's width, and
+// one row of an odd width.
 TEST_P(BackendParity, SwiGlu) {
   for (const LayerShape& s : kLayerShapes) {
-    for (const size_t n :
-         {static_cast<size_t>(kTokens) * s.intermediate, static_cast<size_t>(s.intermediate) + 3}) {
-      const auto gate = random_values(n, 14, 3.0f), up = random_values(n, 15);
+    const std::pair<int, int> shapes[] = {{kTokens, s.intermediate}, {1, s.intermediate + 3}};
+    for (const auto& [rows, I] : shapes) {
+      const size_t n = static_cast<size_t>(rows) * I;
+      const auto gate_up = random_values(2 * n, 14, 3.0f);
       const auto dh = random_values(n, 16);
-      const std::string what = s.name + " n=" + std::to_string(n);
+      const std::string what = s.name + " " + std::to_string(rows) + "x" + std::to_string(I);
       for (DType ht : {DType::F32, DType::BF16}) {
         expect_parity(be(), "swiglu_forward " + what + " " + std::string(dtype_name(ht)),
                       ht == DType::BF16 ? kBf16Stored : kExact, [&](const Backend& b) {
                         DeviceScope d(b);
                         const DevPtr h = d.zeros_as(n, ht);
-                        b.swiglu_forward(h, d.upload(gate), d.upload(up), n);
+                        b.swiglu_forward(h, d.upload(gate_up), rows, I);
                         return Outputs{{"h", d.download(h, n)}};
                       });
       }
       expect_parity(be(), "swiglu_backward " + what, kExact, [&](const Backend& b) {
         DeviceScope d(b);
-        float* dgate = d.zeros<float>(n);
-        float* dup = d.zeros<float>(n);
-        b.swiglu_backward(dgate, dup, d.upload(dh), d.upload(gate), d.upload(up), n);
-        return Outputs{{"dgate", d.download(dgate, n)}, {"dup", d.download(dup, n)}};
+        float* dgate_up = d.zeros<float>(2 * n);
+        b.swiglu_backward(dgate_up, d.upload(dh), d.upload(gate_up), rows, I);
+        return Outputs{{"dgate_up", d.download(dgate_up, 2 * n)}};
       });
     }
   }
@@ -197,6 +199,25 @@ TEST_P(BackendParity, AddAndScale) {
       });
     }
   }
+}
+
+// copy_2d moves a column block of one row-major matrix into a column block of another (the
+// q/k/v split), leaving the other columns alone: checked against the host, on every backend.
+TEST_P(BackendParity, Copy2dMovesColumnBlocks) {
+  const size_t rows = 5, src_cols = 11, dst_cols = 6, src_col = 3, dst_col = 1, width = 4;
+  const auto src = random_values(rows * src_cols, 21);
+  const auto dst0 = random_values(rows * dst_cols, 22);
+  std::vector<float> want = dst0;
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < width; ++c) {
+      want[r * dst_cols + dst_col + c] = src[r * src_cols + src_col + c];
+    }
+  }
+  DeviceScope d(be());
+  float* dst = d.upload(dst0);
+  const size_t f = sizeof(float);
+  be().copy_2d(dst + dst_col, dst_cols * f, d.upload(src) + src_col, src_cols * f, width * f, rows);
+  EXPECT_EQ(d.download(dst, want.size()), std::vector<double>(want.begin(), want.end()));
 }
 
 // *sum += over fixed blocks: sizes around one block of 2^14, from a non-zero start.

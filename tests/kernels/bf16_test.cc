@@ -300,8 +300,13 @@ TEST(Bf16, ActivationsStoredInBf16GiveTheSameProducts) {
   EXPECT_EQ(dw32, dw16);
   std::vector<float> h32(N * C);
   std::vector<uint16_t> h16(N * C);
-  be.swiglu_forward(h32.data(), x.data(), up.data(), h32.size());
-  be.swiglu_forward(DevPtr{h16.data(), DType::BF16}, x.data(), up.data(), h16.size());
+  std::vector<float> gate_up;  // rows [x | up]
+  for (int n = 0; n < N; ++n) {
+    gate_up.insert(gate_up.end(), x.begin() + n * C, x.begin() + (n + 1) * C);
+    gate_up.insert(gate_up.end(), up.begin() + n * C, up.begin() + (n + 1) * C);
+  }
+  be.swiglu_forward(h32.data(), gate_up.data(), N, C);
+  be.swiglu_forward(DevPtr{h16.data(), DType::BF16}, gate_up.data(), N, C);
   to_bf16(rounded.data(), h32.data(), rounded.size());
   EXPECT_EQ(h16, rounded);
 }

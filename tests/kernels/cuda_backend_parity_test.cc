@@ -312,18 +312,22 @@ TEST_F(Parity, SmallElementwiseOps) {
   }
   {  // SwiGLU, add, scale, sum of squares, clipping
     const size_t n = N * C;
+    // gate_up (N, 2C): rows [x | y]
+    std::vector<float> gate_up;
+    for (int r = 0; r < N; ++r) {
+      gate_up.insert(gate_up.end(), x.begin() + r * C, x.begin() + (r + 1) * C);
+      gate_up.insert(gate_up.end(), y.begin() + r * C, y.begin() + (r + 1) * C);
+    }
     float* h = m.zeros<float>(n);
-    be->swiglu_forward(h, m.up(x), m.up(y), n);
+    be->swiglu_forward(h, m.up(gate_up), N, C);
     std::vector<float> ch(n);
-    cpu_.swiglu_forward(ch.data(), x.data(), y.data(), n);
+    cpu_.swiglu_forward(ch.data(), gate_up.data(), N, C);
     expect_close(m.down(h, n), ch, 1e-6, "swiglu_forward");
-    float* dg = m.zeros<float>(n);
-    float* du = m.zeros<float>(n);
-    be->swiglu_backward(dg, du, m.up(dout), m.up(x), m.up(y), n);
-    std::vector<float> cdg(n), cdu(n);
-    cpu_.swiglu_backward(cdg.data(), cdu.data(), dout.data(), x.data(), y.data(), n);
-    expect_close(m.down(dg, n), cdg, 1e-5, "swiglu_backward dgate");
-    expect_close(m.down(du, n), cdu, 1e-5, "swiglu_backward dup");
+    float* dgu = m.zeros<float>(2 * n);
+    be->swiglu_backward(dgu, m.up(dout), m.up(gate_up), N, C);
+    std::vector<float> cdgu(2 * n);
+    cpu_.swiglu_backward(cdgu.data(), dout.data(), gate_up.data(), N, C);
+    expect_close(m.down(dgu, 2 * n), cdgu, 1e-5, "swiglu_backward");
     float* s = m.zeros<float>(n);
     be->add(s, m.up(x), m.up(y), n);
     std::vector<float> cs(n);

@@ -107,8 +107,8 @@ TEST(CudaPointwiseHost, EmptyOpsLaunchNothing) {
   cuda::rmsnorm_backward(nullptr, nullptr, nullptr, nullptr, none, nullptr, 0, 8, false, nullptr);
   cuda::rope_forward(nullptr, nullptr, nullptr, nullptr, 0, 2, 4, nullptr);
   cuda::rope_backward(nullptr, nullptr, nullptr, nullptr, 0, 2, 4, nullptr);
-  cuda::swiglu_forward(static_cast<float*>(nullptr), nullptr, nullptr, 0, nullptr);
-  cuda::swiglu_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr);
+  cuda::swiglu_forward(static_cast<float*>(nullptr), nullptr, 0, 8, nullptr);
+  cuda::swiglu_backward(nullptr, nullptr, nullptr, 0, 8, nullptr);
   cuda::add(nullptr, nullptr, nullptr, 0, nullptr);
   cuda::scale(nullptr, 2.0f, 0, nullptr);
   cuda::sum_squares(nullptr, nullptr, 0, nullptr);
@@ -248,21 +248,22 @@ TEST_F(CudaPointwise, RopeSwigluAndFlatOps) {
   cuda::rope_backward(xd.get(), pd.get(), cs.get(), sn.get(), N, heads, D, stream);
   expect_close("rope inverse", widen(xd.read()), widen(x), 1e-5);
 
-  const size_t m = 4864 * 3 + 1;
+  const int rows = 3, I = 4865;  // gate_up (rows, 2I)
+  const size_t m = static_cast<size_t>(rows) * I;
   const auto gate = random_values(m, 71, 3.0f), up = random_values(m, 72);
+  const auto gate_up = random_values(2 * m, 73, 3.0f);
   const auto dh = random_values(m, 78);
-  std::vector<float> h(m), dg(m), du(m);
-  cpu().swiglu_forward(h.data(), gate.data(), up.data(), m);
-  cpu().swiglu_backward(dg.data(), du.data(), dh.data(), gate.data(), up.data(), m);
-  Gpu<float> gd(gate), ud(up), dhd(dh), hd(m), dgd(m), dud(m);
+  std::vector<float> h(m), dgu(2 * m);
+  cpu().swiglu_forward(h.data(), gate_up.data(), rows, I);
+  cpu().swiglu_backward(dgu.data(), dh.data(), gate_up.data(), rows, I);
+  Gpu<float> gd(gate), ud(up), gud(gate_up), dhd(dh), hd(m), dgud(2 * m);
   Gpu<uint16_t> h16(m);
-  cuda::swiglu_forward(hd.get(), gd.get(), ud.get(), m, stream);
-  cuda::swiglu_forward(DevPtr(h16.get(), DType::BF16), gd.get(), ud.get(), m, stream);
-  cuda::swiglu_backward(dgd.get(), dud.get(), dhd.get(), gd.get(), ud.get(), m, stream);
+  cuda::swiglu_forward(hd.get(), gud.get(), rows, I, stream);
+  cuda::swiglu_forward(DevPtr(h16.get(), DType::BF16), gud.get(), rows, I, stream);
+  cuda::swiglu_backward(dgud.get(), dhd.get(), gud.get(), rows, I, stream);
   expect_close("swiglu", widen(hd.read()), widen(h), 1e-6);
   expect_close("swiglu bf16", widen(h16.read()), widen(h), 8e-3);
-  expect_close("dgate", widen(dgd.read()), widen(dg), 1e-6);
-  expect_close("dup", widen(dud.read()), widen(du), 1e-6);
+  expect_close("dgate_up", widen(dgud.read()), widen(dgu), 1e-6);
 
   // add and scale, aligned (float4 path) and one float off (scalar path)
   for (const size_t off : {0, 1}) {

@@ -103,14 +103,19 @@ TEST(OpsGrad, SwiGluMatchesLibm) {
     g.push_back(x);
     u.push_back(0.5f + 0.01f * x);
   }
-  std::vector<float> h(g.size()), dg(g.size()), du(g.size()), dh(g.size(), 1.0f);
-  be().swiglu_forward(h.data(), g.data(), u.data(), g.size());
-  be().swiglu_backward(dg.data(), du.data(), dh.data(), g.data(), u.data(), g.size());
-  for (size_t i = 0; i < g.size(); ++i) {
+  // One row: gate_up = [g | u].
+  const int I = static_cast<int>(g.size());
+  std::vector<float> gu = g;
+  gu.insert(gu.end(), u.begin(), u.end());
+  std::vector<float> h(I), dgu(2 * I), dh(I, 1.0f);
+  be().swiglu_forward(h.data(), gu.data(), 1, I);
+  be().swiglu_backward(dgu.data(), dh.data(), gu.data(), 1, I);
+  for (int i = 0; i < I; ++i) {
     const double s = 1.0 / (1.0 + std::exp(-static_cast<double>(g[i])));
+    const float dg = dgu[i], du = dgu[I + i];
     EXPECT_NEAR(h[i], g[i] * s * u[i], 1e-6 * (1.0 + std::fabs(g[i] * u[i]))) << g[i];
-    EXPECT_NEAR(du[i], g[i] * s, 1e-6 * (1.0 + std::fabs(g[i]))) << g[i];
-    EXPECT_NEAR(dg[i], u[i] * s * (1.0 + g[i] * (1.0 - s)), 1e-5 * (1.0 + std::fabs(g[i]))) << g[i];
+    EXPECT_NEAR(du, g[i] * s, 1e-6 * (1.0 + std::fabs(g[i]))) << g[i];
+    EXPECT_NEAR(dg, u[i] * s * (1.0 + g[i] * (1.0 - s)), 1e-5 * (1.0 + std::fabs(g[i]))) << g[i];
   }
 }
 
@@ -234,19 +239,18 @@ TEST(OpsGrad, AttentionHeadDim32WithDocuments) { attention_case(1, 75, 2, 2, 32,
 TEST(OpsGrad, AttentionHeadDim128WithDocuments) { attention_case(1, 69, 2, 1, 128, true, 65); }
 TEST(OpsGrad, AttentionHeadDim16PartialTile) { attention_case(1, 13, 2, 1, 16, true, 5); }
 
+// Rows of [gate | up]: the gradient of each half lands in its own columns.
 TEST(OpsGrad, SwiGlu) {
-  const size_t n = 40;
-  auto g = random_vec(n, 1, 2.0f);
-  auto u = random_vec(n, 2);
-  auto r = random_vec(n, 3);
-  std::vector<float> h(n), dg(n), du(n);
+  const int N = 4, I = 10;
+  auto gu = random_vec(N * 2 * I, 1, 2.0f);
+  auto r = random_vec(N * I, 3);
+  std::vector<float> h(N * I), dgu(N * 2 * I);
   auto loss = [&] {
-    be().swiglu_forward(h.data(), g.data(), u.data(), n);
+    be().swiglu_forward(h.data(), gu.data(), N, I);
     return dot(h.data(), r);
   };
-  be().swiglu_backward(dg.data(), du.data(), r.data(), g.data(), u.data(), n);
-  EXPECT_LT(fd_rel_error(loss, g.data(), dg.data(), n), kTol);
-  EXPECT_LT(fd_rel_error(loss, u.data(), du.data(), n), kTol);
+  be().swiglu_backward(dgu.data(), r.data(), gu.data(), N, I);
+  EXPECT_LT(fd_rel_error(loss, gu.data(), dgu.data(), gu.size()), kTol);
 }
 
 TEST(OpsGrad, CrossEntropyIgnoresMaskedRows) {

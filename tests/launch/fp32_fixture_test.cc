@@ -1,12 +1,13 @@
-// fp32 training is bit-identical to the code before the backend seam (issue 11): a small
-// 2-worker full_shard run (accumulation 2, clipping, cosine schedule, AdamW with decay) must end
-// with exactly the final weights recorded in tests/fixtures/fp32_run/ by main e8b25f3.
+// fp32 training follows the code before the backend seam (issue 11): a small 2-worker
+// full_shard run (accumulation 2, clipping, cosine schedule, AdamW with decay) must end with the
+// final weights recorded in tests/fixtures/fp32_run/ by main e8b25f3, to 1e-5 relative L2, and
+// with its losses to 1e-6 relative.
 //
-// Bit-identity holds for one machine kind: OpenBLAS's kernel choice and -march=native decide
-// the rounding. The fixture records the machine it was made on (CPU model name and the
-// OpenBLAS core type kiln chose). On that machine the weights' hash must match exactly;
-// elsewhere the final weights must still match the recorded ones to 1e-5 relative L2 and the
-// losses to 1e-6, and the test says that it compared with a tolerance.
+// The seam itself kept these bit-identical on the machine kind that recorded them. Bit-identity
+// with that binary ended on purpose when one product replaced the separate q, k, v products and
+// the gate and up ones: their input gradient now sums over one longer inner dimension, which
+// rounds differently. Bit-identity between kiln runs (kill and resume, resharding, async
+// backends) is tested elsewhere and is unaffected.
 //
 // Regenerate (only with the pre-change binary, never to paper over a difference):
 //   KILN_WRITE_FP32_FIXTURE=1 build/tests/launch/fp32_fixture_test
@@ -109,21 +110,13 @@ void expect_matches_fixture(const fs::path& run, const std::string& how) {
   const auto want_losses = fx.at("losses").get<std::vector<double>>();
   const auto got_losses = losses(run);
   ASSERT_EQ(got_losses.size(), want_losses.size()) << how;
-  const std::string key = machine_key();
-  const bool same_machine = key == fx.at("machine").get<std::string>();
-  if (same_machine) {
-    EXPECT_EQ(weights_hash(run / "final"), fx.at("weights_hash").get<std::string>())
-        << how << ": fp32 final weights are no longer bit-identical to main e8b25f3's";
-    for (size_t i = 0; i < want_losses.size(); ++i) {
-      EXPECT_EQ(got_losses[i], want_losses[i]) << how << " step " << i + 1;
-    }
-    return;
-  }
-  std::printf("fp32 fixture made on '%s'; this machine is '%s': comparing within 1e-5\n",
-              fx.at("machine").get<std::string>().c_str(), key.c_str());
+  std::printf("fp32 fixture made on '%s'; this machine is '%s'\n",
+              fx.at("machine").get<std::string>().c_str(), machine_key().c_str());
+  double worst_loss = 0;
   for (size_t i = 0; i < want_losses.size(); ++i) {
     EXPECT_NEAR(got_losses[i], want_losses[i], 1e-6 * std::fabs(want_losses[i]))
         << how << " step " << i + 1;
+    worst_loss = std::max(worst_loss, std::fabs(got_losses[i] / want_losses[i] - 1));
   }
   double d2 = 0, x2 = 0;
   for (const auto& [name, s] :
@@ -131,10 +124,12 @@ void expect_matches_fixture(const fs::path& run, const std::string& how) {
     d2 += s.d2;
     x2 += s.x2;
   }
+  std::printf("%s: losses within %.2e relative, final weights within %.2e relative L2\n",
+              how.c_str(), worst_loss, std::sqrt(d2 / x2));
   EXPECT_LT(std::sqrt(d2 / x2), 1e-5) << how;
 }
 
-TEST(Fp32Fixture, TwoWorkerRunIsBitIdenticalToTheRecordedOne) {
+TEST(Fp32Fixture, TwoWorkerRunFollowsTheRecordedOne) {
   const fs::path run = run_fixture_recipe("");
   if (std::getenv("KILN_WRITE_FP32_FIXTURE") != nullptr) {
     fs::create_directories(kFixtureDir);

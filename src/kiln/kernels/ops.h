@@ -108,6 +108,10 @@ class Backend {
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) const = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) const = 0;
   virtual void copy_on_device(void* dst, const void* src, size_t bytes) const = 0;
+  // Copies `rows` rows of `width` bytes from src to dst, rows `src_pitch` and `dst_pitch` bytes
+  // apart (cudaMemcpy2D): a column block of a row-major matrix into one of another.
+  virtual void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                       size_t rows) const = 0;
   virtual void fill_zero(void* dst, size_t bytes) const = 0;
 
   // ---- Order. Ops and copies run on compute_stream(); communicators take a stream of their
@@ -178,11 +182,12 @@ class Backend {
                                 const float* v_cache, int n_q, int past, int H, int KV,
                                 int D) const = 0;
 
-  // h = silu(gate) * up, all (n); h may be stored in bf16
-  virtual void swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n) const = 0;
-  // dgate, dup written (n)
-  virtual void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
-                               const float* up, size_t n) const = 0;
+  // h (N, I) = silu(gate) * up, where gate_up (N, 2I) holds each row's gate then its up (the
+  // output of one product with the adjacent gate and up weights); h may be stored in bf16.
+  virtual void swiglu_forward(DevPtr h, const float* gate_up, int N, int I) const = 0;
+  // dgate_up (N, 2I) written, laid out as gate_up.
+  virtual void swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N,
+                               int I) const = 0;
 
   // out = a + b, (n); out may alias a or b
   virtual void add(float* out, const float* a, const float* b, size_t n) const = 0;

@@ -2,6 +2,21 @@
 
 namespace kiln {
 
+void copy_qkv_columns(const Backend& be, float* qkv, float* q, float* k, float* v, int n, int Q,
+                      int KV, bool to_qkv) {
+  const size_t f = sizeof(float), row = static_cast<size_t>(Q + 2 * KV) * f;
+  float* parts[3] = {q, k, v};
+  const size_t col[3] = {0, static_cast<size_t>(Q), static_cast<size_t>(Q + KV)};
+  const size_t width[3] = {Q * f, KV * f, KV * f};
+  for (int i = 0; i < 3; ++i) {
+    if (to_qkv) {
+      be.copy_2d(qkv + col[i], row, parts[i], width[i], width[i], n);
+    } else {
+      be.copy_2d(parts[i], width[i], qkv + col[i], row, width[i], n);
+    }
+  }
+}
+
 void decoder_layer_forward(const Backend& be, const Qwen2Config& c, const LayerOffsets& o,
                            ConstDevPtr w, const float* x_in, float* x_out, const DecoderActs& a,
                            const LayerGeometry& g, const RopeTables& rope,
@@ -15,17 +30,15 @@ void decoder_layer_forward(const Backend& be, const Qwen2Config& c, const LayerO
   const DType t = g.act_dtype;
 
   be.rmsnorm_forward(DevPtr{a.xn1, t}, a.rstd1, x_in, w.at(o.ln1), N, C, eps);
-  be.matmul_forward(a.q, ConstDevPtr{a.xn1, t}, w.at(o.wq), w.at(o.bq), N, C, Q);
-  be.matmul_forward(a.k, ConstDevPtr{a.xn1, t}, w.at(o.wk), w.at(o.bk), N, C, KV);
-  be.matmul_forward(a.v, ConstDevPtr{a.xn1, t}, w.at(o.wv), w.at(o.bv), N, C, KV);
+  be.matmul_forward(a.qkv, ConstDevPtr{a.xn1, t}, w.at(o.wq), w.at(o.bq), N, C, Q + 2 * KV);
+  copy_qkv_columns(be, a.qkv, a.q, a.k, a.v, N, Q, KV, /*to_qkv=*/false);
   be.rope_forward(a.q, g.pos, rope.cos(), rope.sin(), N, H, D);
   be.rope_forward(a.k, g.pos, rope.cos(), rope.sin(), N, KVH, D);
   attention.attend(a);
   be.matmul_forward(a.xmid, a.y, w.at(o.wo), nullptr, N, Q, C);
   be.add_rmsnorm_forward(a.xmid, DevPtr{a.xn2, t}, a.rstd2, a.xmid, x_in, w.at(o.ln2), N, C, eps);
-  be.matmul_forward(a.gate, ConstDevPtr{a.xn2, t}, w.at(o.wg), nullptr, N, C, I);
-  be.matmul_forward(a.up, ConstDevPtr{a.xn2, t}, w.at(o.wu), nullptr, N, C, I);
-  be.swiglu_forward(DevPtr{a.h, t}, a.gate, a.up, static_cast<size_t>(N) * I);
+  be.matmul_forward(a.gate_up, ConstDevPtr{a.xn2, t}, w.at(o.wg), nullptr, N, C, 2 * I);
+  be.swiglu_forward(DevPtr{a.h, t}, a.gate_up, N, I);
   if (x_out != nullptr) {
     be.matmul_forward(x_out, ConstDevPtr{a.h, t}, w.at(o.wd), nullptr, N, I, C);
     be.add(x_out, x_out, a.xmid, static_cast<size_t>(N) * C);

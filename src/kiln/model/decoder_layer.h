@@ -1,7 +1,9 @@
 // One Qwen2 decoder layer's forward, the one used by training (Qwen2Model) and decoding
 // (Generator). Over n tokens, x_in (n, C):
-//   xn1 = rmsnorm(x_in); q (n, Q), k, v (n, KV) = xn1 W^T + b; rope(q, k); y (n, Q) = attention
-//   xmid = x_in + y Wo^T (fused with xn2 = rmsnorm(xmid)); h (n, I) = silu(xn2 Wg^T) * (xn2 Wu^T)
+//   xn1 = rmsnorm(x_in); qkv (n, Q + 2 KV) = xn1 [Wq; Wk; Wv]^T + [bq; bk; bv], one product,
+//   split into q (n, Q), k, v (n, KV); rope(q, k); y (n, Q) = attention
+//   xmid = x_in + y Wo^T (fused with xn2 = rmsnorm(xmid)); gate_up (n, 2I) = xn2 [Wg; Wu]^T, one
+//   product; h (n, I) = silu(gate) * up
 //   x_out = xmid + h Wd^T
 // Attention is the caller's (LayerAttention): causal attention within documents when training,
 // attention over the KV cache when decoding, where k and v point straight into the cache rows.
@@ -18,10 +20,11 @@
 namespace kiln {
 
 // A layer's activations, device memory. xn1, xn2 and h only feed matrix products and are stored
-// in `act_dtype` (the backend's activation_dtype() in training; f32 when decoding).
+// in `act_dtype` (the backend's activation_dtype() in training; f32 when decoding). qkv is
+// scratch: it is read only while the layer's forward splits it into q, k and v.
 struct DecoderActs {
   void *xn1, *xn2, *h;
-  float *rstd1, *q, *k, *v, *y, *lse, *xmid, *rstd2, *gate, *up;  // lse: training only
+  float *rstd1, *qkv, *q, *k, *v, *y, *lse, *xmid, *rstd2, *gate_up;  // lse: training only
 };
 
 class LayerAttention {
@@ -36,6 +39,11 @@ struct LayerGeometry {
   const int32_t* pos;  // (n) positions, device memory
   DType act_dtype;     // storage of xn1, xn2, h
 };
+
+// Moves q (n, Q), k and v (n, KV) out of the columns of qkv (n, Q + 2 KV), or into them when
+// to_qkv (the backward assembles d(qkv) from dq, dk and dv for one product).
+void copy_qkv_columns(const Backend& be, float* qkv, float* q, float* k, float* v, int n, int Q,
+                      int KV, bool to_qkv);
 
 void decoder_layer_forward(const Backend& be, const Qwen2Config& c, const LayerOffsets& o,
                            ConstDevPtr w, const float* x_in, float* x_out, const DecoderActs& a,

@@ -21,8 +21,8 @@ Generator::Generator(const Qwen2Config& config, UnitAccess& params, const Backen
       q_(backend, 0),
       y_(backend, 0),
       tmp_(backend, 0),
-      gate_(backend, 0),
-      up_(backend, 0),
+      qkv_(backend, 0),
+      gate_up_(backend, 0),
       h_(backend, 0),
       ids_pos_(backend, 2 * kChunk),
       ids_pos_host_(2 * kChunk),
@@ -108,6 +108,7 @@ std::span<const float> Generator::prefill(std::span<const int32_t> ids) {
 
 void Generator::run_chunk(const int32_t* ids, int n) {
   const size_t C = config_.hidden_size, Q = config_.q_dim(), I = config_.intermediate_size;
+  const size_t KV = config_.kv_dim();
   if (x_.size() < n * C) {
     x_.resize(n * C);
     xn_.resize(n * C);
@@ -115,8 +116,8 @@ void Generator::run_chunk(const int32_t* ids, int n) {
     rstd_.resize(n);
     q_.resize(n * Q);
     y_.resize(n * Q);
-    gate_.resize(n * I);
-    up_.resize(n * I);
+    qkv_.resize(n * (Q + 2 * KV));
+    gate_up_.resize(n * 2 * I);
     h_.resize(n * I);
   }
   // ids and positions (2, n) through the host copy: the previous chunk's upload has run (every
@@ -165,14 +166,14 @@ void Generator::layer(int l, ConstDevPtr w, int n) {
   a.xn1 = a.xn2 = xn_.data();  // xn1 is done with once q, k and v are computed
   a.h = h_.data();
   a.rstd1 = a.rstd2 = rstd_.data();
+  a.qkv = qkv_.data();
   a.q = q_.data();
   a.k = k_cache_[l].data() + static_cast<size_t>(length_) * KV;  // this chunk's cache rows
   a.v = v_cache_[l].data() + static_cast<size_t>(length_) * KV;
   a.y = y_.data();
   a.lse = nullptr;
   a.xmid = tmp_.data();
-  a.gate = gate_.data();
-  a.up = up_.data();
+  a.gate_up = gate_up_.data();
   const CacheAttention attention(be_, k_cache_[l].data(), v_cache_[l].data(), n, length_, config_);
   decoder_layer_forward(be_, config_, layout_.layer_offsets(), w, x_.data(), x_.data(), a,
                         {n, ids_pos_.data() + kChunk, DType::F32}, rope_, attention);

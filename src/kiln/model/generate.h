@@ -68,10 +68,11 @@ class Generator {
 
   // Device memory: the cache, RoPE tables and per-chunk scratch (sized for the largest chunk run
   // so far, at most kChunk tokens), and the chunk's ids and positions, uploaded per chunk.
-  std::vector<DeviceBuffer<float>> k_cache_, v_cache_;               // per layer (capacity, KV, D)
-  RopeTables rope_;                                                  // (capacity, D/2)
-  DeviceBuffer<float> x_, xn_, rstd_, q_, y_, tmp_, gate_, up_, h_;  // (n, C|Q|I), rstd (n)
-  DeviceBuffer<int32_t> ids_pos_;                                    // (2, kChunk)
+  std::vector<DeviceBuffer<float>> k_cache_, v_cache_;  // per layer (capacity, KV, D)
+  RopeTables rope_;                                     // (capacity, D/2)
+  // (n, C|C|1|Q|Q|C|Q+2KV|2I|I)
+  DeviceBuffer<float> x_, xn_, rstd_, q_, y_, tmp_, qkv_, gate_up_, h_;
+  DeviceBuffer<int32_t> ids_pos_;  // (2, kChunk)
   std::vector<int32_t> ids_pos_host_;
   DeviceBuffer<float> xf_, rstd_last_, logits_;  // (C), (1), (V)
   Buffer<float> logits_host_;                    // (V)

@@ -40,10 +40,10 @@ ParamLayout::ParamLayout(const Qwen2Config& c) {
     LayerOffsets o{};
     o.ln1 = add(u, p + "input_layernorm.weight", {C}, false);
     o.wq = add(u, p + "self_attn.q_proj.weight", {Q, C}, true);
-    o.bq = add(u, p + "self_attn.q_proj.bias", {Q}, false);
     o.wk = add(u, p + "self_attn.k_proj.weight", {KV, C}, true);
-    o.bk = add(u, p + "self_attn.k_proj.bias", {KV}, false);
     o.wv = add(u, p + "self_attn.v_proj.weight", {KV, C}, true);
+    o.bq = add(u, p + "self_attn.q_proj.bias", {Q}, false);
+    o.bk = add(u, p + "self_attn.k_proj.bias", {KV}, false);
     o.bv = add(u, p + "self_attn.v_proj.bias", {KV}, false);
     o.wo = add(u, p + "self_attn.o_proj.weight", {C, Q}, true);
     o.ln2 = add(u, p + "post_attention_layernorm.weight", {C}, false);

@@ -32,7 +32,10 @@ struct ShardRange {
   size_t size() const { return end - begin; }
 };
 
-// Offsets of one decoder layer's tensors inside its unit (in floats).
+// Offsets of one decoder layer's tensors inside its unit (in floats). The unit holds, in order:
+// ln1; wq, wk, wv (adjacent: one (Q + 2 KV, C) matrix, so q, k and v come from one product);
+// bq, bk, bv (adjacent: that product's bias); wo; ln2; wg, wu (adjacent: one (2I, C) matrix for
+// gate and up); wd.
 struct LayerOffsets {
   size_t ln1, wq, bq, wk, bk, wv, bv, wo, ln2, wg, wu, wd;
 };

@@ -63,10 +63,12 @@ void Qwen2Model::plan_buffers(size_t N, bool recompute, bool training) {
     arena_.add(&a.xmid, N * C);
     arena_.add(&a.xn2, N * C, act_dtype_);
     arena_.add(&a.rstd2, N);
-    arena_.add(&a.gate, N * I);
-    arena_.add(&a.up, N * I);
+    arena_.add(&a.gate_up, N * 2 * I);
     arena_.add(&a.h, N * I, act_dtype_);
   }
+  // The q/k/v product's output while a layer's forward splits it, and d(qkv) while its backward
+  // assembles it: never both at once, so one buffer serves every layer.
+  arena_.add(&qkv_, N * (Q + 2 * KV));
   arena_.add(&xf_, N * C);
   arena_.add(&rstdf_, N);
   const size_t g = training ? 1 : 0;
@@ -77,11 +79,11 @@ void Qwen2Model::plan_buffers(size_t N, bool recompute, bool training) {
   arena_.add(&dk_, g * N * KV);
   arena_.add(&dv_, g * N * KV);
   arena_.add(&dy_, g * N * Q);
-  arena_.add(&dgate_, g * N * I);
-  arena_.add(&dup_, g * N * I);
+  arena_.add(&dgate_up_, g * N * 2 * I);
   arena_.add(&dh_, g * N * I);
   arena_.add(&ids_, 4 * N);  // ids, targets, positions, doc_start: one upload
   arena_.allocate();
+  for (LayerActs& a : layer_acts_) a.qkv = qkv_;
   if (recompute) std::fill(layer_acts_.begin() + 1, layer_acts_.end(), layer_acts_[0]);
   targets_ = ids_ + N;
   pos_ = ids_ + 2 * N;
@@ -162,17 +164,14 @@ void Qwen2Model::layer_backward(ConstDevPtr w, float* dw, const float* x_in, con
   const int KVH = static_cast<int>(config_.num_key_value_heads),
             D = static_cast<int>(config_.head_dim());
   const int Q = H * D, KV = KVH * D;
-  const size_t NI = static_cast<size_t>(N) * I;
   float* dres = dres_;
 
   // MLP: x_out = xmid + h Wd^T
   be_.matmul_backward(dh_, dw + o.wd, nullptr, dres, ConstDevPtr{a.h, act_dtype_}, w.at(o.wd), N, I,
                       C, false);
-  be_.swiglu_backward(dgate_, dup_, dh_, a.gate, a.up, NI);
-  be_.matmul_backward(dxn_, dw + o.wg, nullptr, dgate_, ConstDevPtr{a.xn2, act_dtype_}, w.at(o.wg),
-                      N, C, I, false);
-  be_.matmul_backward(dxn_, dw + o.wu, nullptr, dup_, ConstDevPtr{a.xn2, act_dtype_}, w.at(o.wu), N,
-                      C, I, true);
+  be_.swiglu_backward(dgate_up_, dh_, a.gate_up, N, I);
+  be_.matmul_backward(dxn_, dw + o.wg, nullptr, dgate_up_, ConstDevPtr{a.xn2, act_dtype_},
+                      w.at(o.wg), N, C, 2 * I, false);  // wg, wu adjacent: (2I, C)
   be_.rmsnorm_backward(dres, dw + o.ln2, dxn_, a.xmid, w.at(o.ln2), a.rstd2, N, C, true);
   // Attention: xmid = x_in + y Wo^T
   be_.matmul_backward(dy_, dw + o.wo, nullptr, dres, a.y, w.at(o.wo), N, Q, C, false);
@@ -180,12 +179,9 @@ void Qwen2Model::layer_backward(ConstDevPtr w, float* dw, const float* x_in, con
   be_.attention_backward(dq_, dk_, dv_, dy_, a.q, a.k, a.v, a.y, a.lse, doc_, s);
   be_.rope_backward(dq_, pos_, rope_.cos(), rope_.sin(), N, H, D);
   be_.rope_backward(dk_, pos_, rope_.cos(), rope_.sin(), N, KVH, D);
-  be_.matmul_backward(dxn_, dw + o.wq, dw + o.bq, dq_, ConstDevPtr{a.xn1, act_dtype_}, w.at(o.wq),
-                      N, C, Q, false);
-  be_.matmul_backward(dxn_, dw + o.wk, dw + o.bk, dk_, ConstDevPtr{a.xn1, act_dtype_}, w.at(o.wk),
-                      N, C, KV, true);
-  be_.matmul_backward(dxn_, dw + o.wv, dw + o.bv, dv_, ConstDevPtr{a.xn1, act_dtype_}, w.at(o.wv),
-                      N, C, KV, true);
+  copy_qkv_columns(be_, a.qkv, dq_, dk_, dv_, N, Q, KV, /*to_qkv=*/true);  // a.qkv: d(qkv)
+  be_.matmul_backward(dxn_, dw + o.wq, dw + o.bq, a.qkv, ConstDevPtr{a.xn1, act_dtype_}, w.at(o.wq),
+                      N, C, Q + 2 * KV, false);  // wq, wk, wv adjacent, and biases
   be_.rmsnorm_backward(dres, dw + o.ln1, dxn_, x_in, w.at(o.ln1), a.rstd1, N, C, true);
 }
 

@@ -81,7 +81,8 @@ class Qwen2Model {
       layer_acts_;  // saved activations per layer (all alias one when recomputing)
   float *xf_ = nullptr, *rstdf_ = nullptr, *dxf_ = nullptr;  // final norm
   float *dres_ = nullptr, *dxn_ = nullptr, *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr,
-        *dy_ = nullptr, *dgate_ = nullptr, *dup_ = nullptr, *dh_ = nullptr;  // backward scratch
+        *dy_ = nullptr, *dgate_up_ = nullptr, *dh_ = nullptr;  // backward scratch
+  float* qkv_ = nullptr;  // (N, Q + 2 KV): every layer's DecoderActs::qkv
   // The batch on the device: ids, targets, positions, doc_start, each (N), and its staging.
   int32_t *ids_ = nullptr, *targets_ = nullptr, *pos_ = nullptr, *doc_ = nullptr;
   PinnedBuffer<int32_t> staging_;        // (4, N)

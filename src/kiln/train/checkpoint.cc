@@ -20,7 +20,8 @@ namespace kiln {
 
 namespace {
 
-constexpr int kFormatVersion = 1;
+// 2: a layer unit holds wq, wk, wv, then bq, bk, bv (1 interleaved each weight with its bias).
+constexpr int kFormatVersion = 2;
 
 std::string rank_file_name(int rank, int world) {
   return fmt::format("rank-{:05}-of-{:05}.safetensors", rank, world);
@@ -95,8 +96,8 @@ void assemble(const std::vector<ShardFile>& shards, const fs::path& dir, int uni
 Json read_manifest_fields(const fs::path& dir, const ParamLayout& layout) {
   Json m = read_json_file(dir / "manifest.json");
   if (m.value("format_version", 0) != kFormatVersion) {
-    fail("{}/manifest.json: unsupported checkpoint format version {}", dir.string(),
-         m.value("format_version", 0));
+    fail("{}/manifest.json: unsupported checkpoint format version {} (this kiln reads version {})",
+         dir.string(), m.value("format_version", 0), kFormatVersion);
   }
   const auto& units = m.at("units");
   if (!units.is_array()) {

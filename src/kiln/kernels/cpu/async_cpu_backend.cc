@@ -37,6 +37,10 @@ class AsyncCpuBackend final : public Backend {
   void copy_on_device(void* dst, const void* src, size_t bytes) const override {
     run([=, this] { cpu_.copy_on_device(dst, src, bytes); });
   }
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+               size_t rows) const override {
+    run([=, this] { cpu_.copy_2d(dst, dst_pitch, src, src_pitch, width, rows); });
+  }
   void fill_zero(void* dst, size_t bytes) const override {
     run([=, this] { cpu_.fill_zero(dst, bytes); });
   }
@@ -94,12 +98,12 @@ class AsyncCpuBackend final : public Backend {
                         int n_q, int past, int H, int KV, int D) const override {
     run([=, this] { cpu_.attention_decode(y, q, k_cache, v_cache, n_q, past, H, KV, D); });
   }
-  void swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n) const override {
-    run([=, this] { cpu_.swiglu_forward(h, gate, up, n); });
+  void swiglu_forward(DevPtr h, const float* gate_up, int N, int I) const override {
+    run([=, this] { cpu_.swiglu_forward(h, gate_up, N, I); });
   }
-  void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
-                       const float* up, size_t n) const override {
-    run([=, this] { cpu_.swiglu_backward(dgate, dup, dh, gate, up, n); });
+  void swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N,
+                       int I) const override {
+    run([=, this] { cpu_.swiglu_backward(dgate_up, dh, gate_up, N, I); });
   }
   void add(float* out, const float* a, const float* b, size_t n) const override {
     run([=, this] { cpu_.add(out, a, b, n); });

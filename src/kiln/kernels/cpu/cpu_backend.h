@@ -47,6 +47,8 @@ class CpuBackend final : public Backend {
   void copy_to_device(void* dst, const void* host_src, size_t bytes) const override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) const override;
   void copy_on_device(void* dst, const void* src, size_t bytes) const override;
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+               size_t rows) const override;
   void fill_zero(void* dst, size_t bytes) const override;
   Stream& compute_stream() const override { return stream_; }
   std::unique_ptr<Stream> create_stream() const override { return std::make_unique<SyncStream>(); }
@@ -76,9 +78,9 @@ class CpuBackend final : public Backend {
                           const int32_t* doc_start, const AttnShape& s) const override;
   void attention_decode(float* y, const float* q, const float* k_cache, const float* v_cache,
                         int n_q, int past, int H, int KV, int D) const override;
-  void swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n) const override;
-  void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
-                       const float* up, size_t n) const override;
+  void swiglu_forward(DevPtr h, const float* gate_up, int N, int I) const override;
+  void swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N,
+                       int I) const override;
   void add(float* out, const float* a, const float* b, size_t n) const override;
   void cast_to_bf16(void* dst, const float* src, size_t n) const override;
   void cast_from_bf16(float* dst, const void* src, size_t n) const override;

@@ -50,6 +50,13 @@ void CpuBackend::copy_on_device(void* dst, const void* src, size_t bytes) const 
   if (bytes) std::memmove(dst, src, bytes);
 }
 
+void CpuBackend::copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                         size_t width, size_t rows) const {
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  for (size_t r = 0; r < rows; ++r) std::memcpy(d + r * dst_pitch, s + r * src_pitch, width);
+}
+
 void CpuBackend::fill_zero(void* dst, size_t bytes) const {
   if (bytes) std::memset(dst, 0, bytes);
 }

@@ -237,30 +237,40 @@ void swiglu_backward_range(float* dgate, float* dup, const float* dh, const floa
 }
 }  // namespace
 
-// SwiGLU with a vectorised sigmoid (vec_math.h): std::exp is a libm call per element.
-void CpuBackend::swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n) const {
-  if (h.dtype == DType::BF16) {
-    // In chunks through a float buffer, rounded as gemm() would round the f32 result.
-    auto* h16 = static_cast<uint16_t*>(h.data);
-    for_ranges(n, n, [&](size_t i0, size_t i1) {
+// SwiGLU with a vectorised sigmoid (vec_math.h): std::exp is a libm call per element. Rows are
+// split across threads; row n's gate is gate_up[n, 0:I) and its up gate_up[n, I:2I).
+void CpuBackend::swiglu_forward(DevPtr h, const float* gate_up, int N, int I) const {
+  const size_t cols = static_cast<size_t>(I);
+  for_ranges(N, N * cols, [&](size_t n0, size_t n1) {
+    for (size_t n = n0; n < n1; ++n) {
+      const float* gate = gate_up + n * 2 * cols;
+      if (h.dtype != DType::BF16) {
+        swiglu_forward_range(static_cast<float*>(h.data) + n * cols, gate, gate + cols, 0, cols);
+        continue;
+      }
+      // In chunks through a float buffer, rounded as gemm() would round the f32 result.
+      auto* h16 = static_cast<uint16_t*>(h.data) + n * cols;
       constexpr size_t kChunk = 1024;
       float tmp[kChunk];
-      for (size_t c0 = i0; c0 < i1; c0 += kChunk) {
-        const size_t m = std::min(kChunk, i1 - c0);
-        swiglu_forward_range(tmp, gate + c0, up + c0, 0, m);
+      for (size_t c0 = 0; c0 < cols; c0 += kChunk) {
+        const size_t m = std::min(kChunk, cols - c0);
+        swiglu_forward_range(tmp, gate + c0, gate + cols + c0, 0, m);
         to_bf16(h16 + c0, tmp, m);
       }
-    });
-    return;
-  }
-  float* h32 = static_cast<float*>(h.data);
-  for_ranges(n, n, [&](size_t i0, size_t i1) { swiglu_forward_range(h32, gate, up, i0, i1); });
+    }
+  });
 }
 
-void CpuBackend::swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
-                                 const float* up, size_t n) const {
-  for_ranges(
-      n, n, [&](size_t i0, size_t i1) { swiglu_backward_range(dgate, dup, dh, gate, up, i0, i1); });
+void CpuBackend::swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N,
+                                 int I) const {
+  const size_t cols = static_cast<size_t>(I);
+  for_ranges(N, N * cols, [&](size_t n0, size_t n1) {
+    for (size_t n = n0; n < n1; ++n) {
+      const float* gate = gate_up + n * 2 * cols;
+      float* dgate = dgate_up + n * 2 * cols;
+      swiglu_backward_range(dgate, dgate + cols, dh + n * cols, gate, gate + cols, 0, cols);
+    }
+  });
 }
 
 void CpuBackend::add(float* out, const float* a, const float* b, size_t n) const {

@@ -96,6 +96,13 @@ void CudaBackend::copy_on_device(void* dst, const void* src, size_t bytes) const
   KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, native()));
 }
 
+void CudaBackend::copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                          size_t width, size_t rows) const {
+  if (width == 0 || rows == 0) return;
+  KILN_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows,
+                                    cudaMemcpyDeviceToDevice, native()));
+}
+
 void CudaBackend::fill_zero(void* dst, size_t bytes) const {
   if (bytes == 0) return;
   KILN_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, native()));
@@ -138,12 +145,12 @@ void CudaBackend::rope_backward(float* dx, const int32_t* pos, const float* cos_
                                 const float* sin_table, int N, int heads, int D) const {
   cuda::rope_backward(dx, pos, cos_table, sin_table, N, heads, D, native());
 }
-void CudaBackend::swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n) const {
-  cuda::swiglu_forward(h, gate, up, n, native());
+void CudaBackend::swiglu_forward(DevPtr h, const float* gate_up, int N, int I) const {
+  cuda::swiglu_forward(h, gate_up, N, I, native());
 }
-void CudaBackend::swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
-                                  const float* up, size_t n) const {
-  cuda::swiglu_backward(dgate, dup, dh, gate, up, n, native());
+void CudaBackend::swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N,
+                                  int I) const {
+  cuda::swiglu_backward(dgate_up, dh, gate_up, N, I, native());
 }
 void CudaBackend::add(float* out, const float* a, const float* b, size_t n) const {
   cuda::add(out, a, b, n, native());

@@ -35,9 +35,9 @@ void rope_forward(float* x, const int32_t* pos, const float* cos_table, const fl
 void rope_backward(float* dx, const int32_t* pos, const float* cos_table, const float* sin_table,
                    int N, int heads, int D, cudaStream_t stream);
 
-void swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n, cudaStream_t stream);
-void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate, const float* up,
-                     size_t n, cudaStream_t stream);
+void swiglu_forward(DevPtr h, const float* gate_up, int N, int I, cudaStream_t stream);
+void swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int I,
+                     cudaStream_t stream);
 
 void add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
 void scale(float* x, float a, size_t n, cudaStream_t stream);

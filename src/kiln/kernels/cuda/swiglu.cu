@@ -1,4 +1,5 @@
-// SwiGLU on the GPU: h = silu(gate) * up (h F32 or BF16), and its backward.
+// SwiGLU on the GPU: h = silu(gate) * up (h F32 or BF16) over the fused gate/up product's
+// output, and its backward.
 #include <cuda_runtime.h>
 
 #include "kiln/kernels/cuda/device_math.cuh"
@@ -11,45 +12,51 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// gate_up (N, 2I): row n is [gate | up]; h and dh (N, I). Thread i handles h[i], i = n * I + j.
 template <typename TO>
 __global__ void __launch_bounds__(kThreads)
-    swiglu_forward_kernel(TO* h, const float* gate, const float* up, size_t n) {
-  for (size_t i = grid_index(); i < n; i += grid_stride()) {
-    const float g = gate[i];
-    store_f32(h, i, g * sigmoid(g) * up[i]);
+    swiglu_forward_kernel(TO* h, const float* gate_up, size_t n_rows, unsigned cols) {
+  const size_t total = n_rows * cols;
+  for (size_t i = grid_index(); i < total; i += grid_stride()) {
+    const size_t gi = i + (i / cols) * cols;  // gate's index in gate_up; up's is gi + cols
+    const float g = gate_up[gi];
+    store_f32(h, i, g * sigmoid(g) * gate_up[gi + cols]);
   }
 }
 
 // d/dgate silu(g) * u = u * s * (1 + g * (1 - s)), d/dup = silu(g); s = sigmoid(g).
 __global__ void __launch_bounds__(kThreads)
-    swiglu_backward_kernel(float* dgate, float* dup, const float* dh, const float* gate,
-                           const float* up, size_t n) {
-  for (size_t i = grid_index(); i < n; i += grid_stride()) {
-    const float g = gate[i];
+    swiglu_backward_kernel(float* dgate_up, const float* dh, const float* gate_up, size_t n_rows,
+                           unsigned cols) {
+  const size_t total = n_rows * cols;
+  for (size_t i = grid_index(); i < total; i += grid_stride()) {
+    const size_t gi = i + (i / cols) * cols;
+    const float g = gate_up[gi];
     const float s = sigmoid(g);
     const float d = dh[i];
-    const float u = up[i];
-    dup[i] = d * g * s;
-    dgate[i] = d * u * s * (1.0f + g * (1.0f - s));
+    dgate_up[gi + cols] = d * g * s;
+    dgate_up[gi] = d * gate_up[gi + cols] * s * (1.0f + g * (1.0f - s));
   }
 }
 }  // namespace
 
-void swiglu_forward(DevPtr h, const float* gate, const float* up, size_t n, cudaStream_t stream) {
+void swiglu_forward(DevPtr h, const float* gate_up, int N, int I, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(N) * I;
   if (n == 0) return;
   with_dtype(h.dtype, "swiglu_forward output", [&](auto tag) {
     using TO = decltype(tag);
-    swiglu_forward_kernel<TO>
-        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<TO*>(h.data), gate, up, n);
+    swiglu_forward_kernel<TO><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<TO*>(h.data), gate_up, static_cast<size_t>(N), static_cast<unsigned>(I));
   });
   KILN_CUDA_CHECK_LAUNCH();
 }
 
-void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate, const float* up,
-                     size_t n, cudaStream_t stream) {
+void swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N, int I,
+                     cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(N) * I;
   if (n == 0) return;
-  swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dgate, dup, dh, gate, up,
-                                                                         n);
+  swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+      dgate_up, dh, gate_up, static_cast<size_t>(N), static_cast<unsigned>(I));
   KILN_CUDA_CHECK_LAUNCH();
 }
 
