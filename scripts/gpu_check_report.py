@@ -122,6 +122,9 @@ def kiln_bench(log, preset, ceiling, memfile, results):
     figs = [f"{tps:,.0f} tokens/s", f"step {step_s:.3f} s", f"{tf} TFLOP/s"]
     figs.append(f"MFU {100 * mfu:.1f}% of {ceiling:.0f}" if mfu else "MFU n/a (no ceiling)")
     figs.append(f"GPU mem peak {mem / 1024:.1f} GiB (nvidia-smi)" if mem else f"RSS {rss:.0f} MiB")
+    if len(r) >= 20:  # time per phase of one profiled step
+        names = ["gemm", "lm_head", "attention", "optimizer", "other"]
+        figs.append("phases " + " ".join(f"{n} {r[14 + i]}%" for i, n in enumerate(names)))
     print("; ".join(figs))
 
 

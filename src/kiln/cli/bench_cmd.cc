@@ -6,6 +6,7 @@
 //
 // Each (shape, recompute) row runs in a fresh child process (this binary re-executed with
 // --row), so its peak RSS is its own and not the high-water mark of an earlier, larger shape.
+#include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include "kiln/cli/commands.h"
 #include "kiln/kernels/backend.h"
 #include "kiln/kernels/host_cpu.h"
+#include "kiln/kernels/phase_timed_backend.h"
 #include "kiln/model/init.h"
 #include "kiln/model/qwen2.h"
 #include "kiln/train/optimizer.h"
@@ -117,13 +119,25 @@ std::unique_ptr<Backend> backend_for(const std::string& device, const std::strin
   }
 }
 
+// The share of each phase in the profiled step, in the header's order, and its time.
+std::string phase_columns(const PhaseSeconds& p) {
+  std::string out;
+  const double total = p.total();
+  for (int i = 0; i < kNumPhases; ++i) {
+    out += fmt::format("{:>6.1f}", total > 0 ? 100.0 * p.seconds[i] / total : 0.0);
+  }
+  return out + fmt::format(" {:>8.4f}", total);
+}
+
 // Runs one row in this process and prints it.
 void run_row(const BenchOpts& o) {
   const std::string& preset = o.presets.at(0);
   const double base_kib = proc_status_kib("VmRSS");
   const Qwen2Config c = preset_config(preset);
   const bool recompute = o.recompute == "on";
-  const std::unique_ptr<Backend> be = backend_for(o.device, o.dtype);
+  const std::unique_ptr<Backend> device = backend_for(o.device, o.dtype);
+  PhaseTimedBackend timed(*device);  // times ops only in the last, untimed step
+  const Backend* be = &timed;
   Qwen2Model model(c, *be);
   ParamStore store(model.layout(), *be);
   init_params(store, model.layout(), 1);
@@ -133,11 +147,7 @@ void run_row(const BenchOpts& o) {
   Batch b;
   fill_batch(b, c, o.batch, o.seq);
   const float scale = 1.0f / static_cast<float>(b.num_targets());
-  std::vector<double> times;
-  double busy0 = 0, own0 = 0;
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
-    if (s == o.warmup) busy0 = machine_busy_seconds(), own0 = own_cpu_seconds();
-    const auto t0 = std::chrono::steady_clock::now();
+  const auto step = [&] {
     store.zero_grads();
     model.forward_backward(b, store, scale, recompute);
     opt.begin_step();
@@ -145,10 +155,21 @@ void run_row(const BenchOpts& o) {
       opt.step(u, store.params(u).data(), store.grads(u).data(), 1e-4);
     }
     be->synchronize();
+  };
+  std::vector<double> times;
+  double busy0 = 0, own0 = 0;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    if (s == o.warmup) busy0 = machine_busy_seconds(), own0 = own_cpu_seconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= o.warmup) times.push_back(dt);
   }
   const double others = (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0);
+  // One more step with a timed event after every op, for the time per phase.
+  timed.start();
+  step();
+  const PhaseSeconds phases = timed.stop();
 
   std::sort(times.begin(), times.end());
   const double med = times[times.size() / 2];
@@ -160,14 +181,16 @@ void run_row(const BenchOpts& o) {
                                                     : o.peak_fp32;
   const double hwm_mib = proc_status_kib("VmHWM") / 1024.0;
   std::printf(
-      "%-13s %7.1fM %3dx%-4d %-4s %-4s %9.4f %9.0f %8.1f %6.1f%% %8.0f %8.0f %7.0f %9.1f %8.0f\n",
+      "%-13s %7.1fM %3dx%-4d %-4s %-4s %9.4f %9.0f %8.1f %6.1f%% %8.0f %8.0f %7.0f %9.1f %8.0f "
+      "%s\n",
       preset.c_str(), parameter_count(c) / 1e6, o.batch, o.seq, o.dtype.c_str(),
       recompute ? "on" : "off", med, tokens / med, gflops, peak > 0 ? 100.0 * gflops / peak : 0.0,
       hwm_mib,
       estimate_bytes(c, o.batch, o.seq, recompute,
                      static_cast<double>(dtype_size(be->activation_dtype()))) /
           1048576.0,
-      base_kib / 1024.0, others, be->memory_stats().peak / 1048576.0);
+      base_kib / 1024.0, others, be->memory_stats().peak / 1048576.0,
+      phase_columns(phases).c_str());
   std::fflush(stdout);
 }
 
@@ -250,11 +273,18 @@ int run_bench(BenchOpts o) {
       "median step after warm-up; GFLOP/s = (6 x matmul params x tokens + attention) / "
       "step time (recompute's extra forward not counted); rss = peak RSS of the row's own "
       "process, est = 16 B/param + activations, base = RSS before the model, dev = peak of the "
-      "backend's device allocations (device %s)\n",
+      "backend's device allocations (device %s); gemm%% .. other%% = share of one more step's "
+      "time by phase (gemm: the layers' products; lmh: fused LM head and loss; attn: attention; "
+      "opt: optimizer; other: norms, RoPE, SwiGLU, embedding, copies), timed by an event after "
+      "every op, phase_s = that step's time (one process: no communication; `kiln bench comm` "
+      "times collectives)\n",
       o.device.c_str());
-  std::printf("%-13s %8s %-8s %-4s %-4s %9s %9s %8s %7s %8s %8s %7s %9s %8s\n", "shape", "params",
-              "BxT", "type", "rcmp", "step_s", "tokens/s", "GFLOP/s", "peak", "rss_MiB", "est_MiB",
-              "base", "other_cpu", "dev_MiB");
+  std::printf(
+      "%-13s %8s %-8s %-4s %-4s %9s %9s %8s %7s %8s %8s %7s %9s %8s %6s %6s %6s %6s %6s "
+      "%8s\n",
+      "shape", "params", "BxT", "type", "rcmp", "step_s", "tokens/s", "GFLOP/s", "peak", "rss_MiB",
+      "est_MiB", "base", "other_cpu", "dev_MiB", "gemm%", "lmh%", "attn%", "opt%", "other%",
+      "phase_s");
   for (const auto& s : shapes) {
     if (o.recompute != "on") run_child(s, false, o);
     if (o.recompute != "off") run_child(s, true, o);

@@ -352,7 +352,7 @@ class NcclCommunicator final : public Communicator {
       health_->abort(why);
       fail("{}", why);
     }
-    auto op_done = std::make_shared<CudaEvent>(s);
+    auto op_done = std::make_shared<CudaEvent>(s, false);
     {
       std::lock_guard<std::mutex> l(mu_);
       pending_.push_back(Pending{seq, name, op_done, Clock::now(), false});
@@ -367,7 +367,7 @@ class NcclCommunicator final : public Communicator {
     KILN_CUDA_CHECK(cudaMallocHost(&host.pinned, b.out_bytes + 1));
     KILN_CUDA_CHECK(cudaMemcpyAsync(host.pinned, dev_out, b.out_bytes, cudaMemcpyDeviceToHost, s));
     KILN_CUDA_CHECK(cudaFreeAsync(staging, s));
-    return std::make_unique<NcclWork>(std::make_shared<CudaEvent>(s), health_,
+    return std::make_unique<NcclWork>(std::make_shared<CudaEvent>(s, false), health_,
                                       fmt::format("{} #{}", name, seq), host);
   }
 

@@ -15,6 +15,9 @@ class Event {
   virtual ~Event() = default;
   // Blocks the host until everything the stream had enqueued before record() has run.
   virtual void synchronize() const = 0;
+  // Seconds from `earlier` to this event, both from record_timed() on the same stream and both
+  // complete (synchronize() first). kiln::Error for events record() made.
+  virtual double seconds_since(const Event& earlier) const;
 };
 
 class Stream {
@@ -22,6 +25,9 @@ class Stream {
   virtual ~Stream() = default;
   // Marks everything enqueued on this stream so far.
   virtual std::shared_ptr<Event> record() = 0;
+  // The same, and the event keeps the time it completed at (for Event::seconds_since); costs
+  // more than record() on a GPU, so only profiling asks for it.
+  virtual std::shared_ptr<Event> record_timed() = 0;
   // Work enqueued on this stream after this call waits for `e` (recorded on any stream). The
   // host is not blocked.
   virtual void wait(std::shared_ptr<const Event> e) = 0;

@@ -14,6 +14,7 @@ class SyncStream final : public Stream {
  public:
   SyncStream();
   std::shared_ptr<Event> record() override { return done_; }
+  std::shared_ptr<Event> record_timed() override;  // a new event, set now
   void wait(std::shared_ptr<const Event>) override {}
   void wait_for(std::function<void()> blocking_wait) override { blocking_wait(); }
   void synchronize() override {}

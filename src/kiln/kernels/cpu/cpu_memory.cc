@@ -5,6 +5,7 @@
 
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cpu/gemm.h"
+#include "kiln/kernels/cpu/host_event.h"
 #include "kiln/kernels/host_cpu.h"
 
 namespace kiln {
@@ -17,6 +18,12 @@ class DoneEvent final : public Event {
 }  // namespace
 
 SyncStream::SyncStream() : done_(std::make_shared<DoneEvent>()) {}
+
+std::shared_ptr<Event> SyncStream::record_timed() {
+  auto e = std::make_shared<HostEvent>();
+  e->set();
+  return e;
+}
 
 void* CpuBackend::alloc(size_t bytes) const {
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);

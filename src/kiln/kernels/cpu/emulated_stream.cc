@@ -2,32 +2,9 @@
 
 #include <chrono>
 
+#include "kiln/kernels/cpu/host_event.h"
+
 namespace kiln {
-
-namespace {
-
-// Completion of a point in an emulated stream.
-class EmulatedEvent final : public Event {
- public:
-  void set() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-  }
-  void synchronize() const override {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return done_; });
-  }
-
- private:
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  bool done_ = false;
-};
-
-}  // namespace
 
 EmulatedStream::EmulatedStream(uint64_t seed) : rng_(seed), thread_([this] { run(); }) {}
 
@@ -70,10 +47,12 @@ void EmulatedStream::run() {
 }
 
 std::shared_ptr<Event> EmulatedStream::record() {
-  auto e = std::make_shared<EmulatedEvent>();
+  auto e = std::make_shared<HostEvent>();
   enqueue([e] { e->set(); });
   return e;
 }
+
+std::shared_ptr<Event> EmulatedStream::record_timed() { return record(); }
 
 void EmulatedStream::wait(std::shared_ptr<const Event> e) {
   enqueue([e = std::move(e)] { e->synchronize(); });

@@ -28,6 +28,7 @@ class EmulatedStream final : public Stream {
   void enqueue(std::function<void()> task);
 
   std::shared_ptr<Event> record() override;
+  std::shared_ptr<Event> record_timed() override;  // every event keeps its time
   void wait(std::shared_ptr<const Event> e) override;
   void wait_for(std::function<void()> blocking_wait) override;
   void synchronize() override;

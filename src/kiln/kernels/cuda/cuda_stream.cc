@@ -8,18 +8,28 @@
 namespace kiln {
 
 void cuda_failed(cudaError_t e, const char* call, const char* file, int line) {
-  fail("CUDA: {} failed: {} ({}) at {}:{}", call, cudaGetErrorString(e), cudaGetErrorName(e),
-       file, line);
+  fail("CUDA: {} failed: {} ({}) at {}:{}", call, cudaGetErrorString(e), cudaGetErrorName(e), file,
+       line);
 }
 
-CudaEvent::CudaEvent(cudaStream_t recorded_on) {
-  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+CudaEvent::CudaEvent(cudaStream_t recorded_on, bool timed) : timed_(timed) {
+  KILN_CUDA_CHECK(
+      cudaEventCreateWithFlags(&event_, timed ? cudaEventDefault : cudaEventDisableTiming));
   KILN_CUDA_CHECK(cudaEventRecord(event_, recorded_on));
 }
 
 CudaEvent::~CudaEvent() { cudaEventDestroy(event_); }
 
 void CudaEvent::synchronize() const { KILN_CUDA_CHECK(cudaEventSynchronize(event_)); }
+
+double CudaEvent::seconds_since(const Event& earlier) const {
+  const auto* e = dynamic_cast<const CudaEvent*>(&earlier);
+  KILN_CHECK(e != nullptr && e->timed_ && timed_,
+             "CudaEvent::seconds_since: both events must come from record_timed()");
+  float ms = 0;
+  KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, e->event_, event_));
+  return ms / 1e3;
+}
 
 CudaStream::CudaStream() {
   KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -30,7 +40,11 @@ CudaStream::~CudaStream() {
   cudaStreamDestroy(stream_);
 }
 
-std::shared_ptr<Event> CudaStream::record() { return std::make_shared<CudaEvent>(stream_); }
+std::shared_ptr<Event> CudaStream::record() { return std::make_shared<CudaEvent>(stream_, false); }
+
+std::shared_ptr<Event> CudaStream::record_timed() {
+  return std::make_shared<CudaEvent>(stream_, true);
+}
 
 void CudaStream::wait(std::shared_ptr<const Event> e) {
   if (const auto* ce = dynamic_cast<const CudaEvent*>(e.get())) {

@@ -1,7 +1,7 @@
 // kernels/stream.h on a GPU: a CudaStream owns a cudaStream_t (non-blocking, so it never
 // synchronises with the legacy default stream) and a CudaEvent a cudaEvent_t recorded on it
-// (timing disabled). Communicators (NCCL, and Gloo staging device buffers) reach the native
-// handle of a kiln::Stream through cuda_native_stream().
+// (timing disabled, except for record_timed()). Communicators (NCCL, and Gloo staging device
+// buffers) reach the native handle of a kiln::Stream through cuda_native_stream().
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,15 +17,18 @@ namespace kiln {
 
 class CudaEvent final : public Event {
  public:
-  explicit CudaEvent(cudaStream_t recorded_on);  // records at once
+  CudaEvent(cudaStream_t recorded_on, bool timed);  // records at once
   ~CudaEvent() override;
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
   void synchronize() const override;
+  // cudaEventElapsedTime; both events timed.
+  double seconds_since(const Event& earlier) const override;
   cudaEvent_t native() const { return event_; }
 
  private:
   cudaEvent_t event_ = nullptr;
+  bool timed_ = false;
 };
 
 class CudaStream final : public Stream {
@@ -36,6 +39,7 @@ class CudaStream final : public Stream {
   CudaStream& operator=(const CudaStream&) = delete;
 
   std::shared_ptr<Event> record() override;
+  std::shared_ptr<Event> record_timed() override;
   // Events of other streams are CudaEvents (cudaStreamWaitEvent); a completed event of any
   // kind is waited for on the host.
   void wait(std::shared_ptr<const Event> e) override;
