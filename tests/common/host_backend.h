@@ -15,7 +15,7 @@ inline double cross_entropy_sum(const Backend& be, float* dx, float* dw, const f
                                 const float* w, const int32_t* targets, int N, int C, int V,
                                 float scale) {
   double loss = 0;
-  be.cross_entropy(&loss, dx, dw, x, w, targets, N, C, V, scale);
+  be.cross_entropy(&loss, dx, dw, x, w, targets, N, rows_with_target(targets, N), C, V, scale);
   be.synchronize();
   return loss;
 }

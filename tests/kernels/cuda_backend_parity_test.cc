@@ -195,11 +195,12 @@ void check_cross_entropy(const Backend& gpu, const CpuBackend& cpu, const CeCase
   double* loss = m.up(std::vector<double>{0.25});                           // added to
   float* gdx = c.grad ? m.up(random_vec(size_t(c.N) * c.C, 24)) : nullptr;  // overwritten
   float* gdw = c.grad ? m.up(dw0) : nullptr;
-  gpu.cross_entropy(loss, gdx, gdw, m.up(x), gw, m.up(targets), c.N, c.C, c.V, scale);
+  const int targeted = rows_with_target(targets.data(), c.N);
+  gpu.cross_entropy(loss, gdx, gdw, m.up(x), gw, m.up(targets), c.N, targeted, c.C, c.V, scale);
   std::vector<float> cdx(size_t(c.N) * c.C), cdw = dw0;
   double want = 0.25;
   cpu.cross_entropy(&want, c.grad ? cdx.data() : nullptr, c.grad ? cdw.data() : nullptr, x.data(),
-                    w.data(), targets.data(), c.N, c.C, c.V, scale);
+                    w.data(), targets.data(), c.N, targeted, c.C, c.V, scale);
   const double got = m.down(loss, 1)[0];
   EXPECT_NEAR(got, want, 1e-5 * std::fabs(want)) << "loss sum";
   if (!c.grad) return;
@@ -242,18 +243,20 @@ TEST_F(Parity, TinyCrossEntropyAllIgnoredAndRepeatable) {
   float* dx = m.up(random_vec(N * C, 33));
   const std::vector<float> dw0 = random_vec(V * C, 34);
   float* dw = m.up(dw0);
-  be->cross_entropy(loss, dx, dw, x, w, m.up(std::vector<int32_t>(N, kIgnoreIndex)), N, C, V, 1.0f);
+  be->cross_entropy(loss, dx, dw, x, w, m.up(std::vector<int32_t>(N, kIgnoreIndex)), N, 0, C, V,
+                    1.0f);
   EXPECT_EQ(m.down(loss, 1)[0], 1.5);
   EXPECT_EQ(m.down(dx, N * C), std::vector<float>(N * C, 0.0f));
   EXPECT_EQ(m.down(dw, V * C), dw0);
   // Twice the same call: bit for bit the same (no float atomics anywhere).
-  const int32_t* t = m.up(some_targets(N, V, 9));
+  const std::vector<int32_t> targets = some_targets(N, V, 9);
+  const int32_t* t = m.up(targets);
   std::vector<double> losses;
   std::vector<std::vector<float>> dws;
   for (int rep = 0; rep < 2; ++rep) {
     double* l = m.up(std::vector<double>{0.0});
     float* g = m.up(dw0);
-    be->cross_entropy(l, dx, g, x, w, t, N, C, V, 0.1f);
+    be->cross_entropy(l, dx, g, x, w, t, N, rows_with_target(targets.data(), N), C, V, 0.1f);
     losses.push_back(m.down(l, 1)[0]);
     dws.push_back(m.down(g, V * C));
   }

@@ -5,6 +5,7 @@
 
 #include "common/grad_check.h"
 #include "common/host_backend.h"
+#include "kiln/base/error.h"
 #include "kiln/kernels/backend.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/ops.h"
@@ -251,6 +252,22 @@ TEST(OpsGrad, SwiGlu) {
   };
   be().swiglu_backward(dgu.data(), r.data(), gu.data(), N, I);
   EXPECT_LT(fd_rel_error(loss, gu.data(), dgu.data(), gu.size()), kTol);
+}
+
+// The caller's count of rows with a target sizes the work; a wrong count is an error, never a
+// loss over the wrong rows.
+TEST(OpsGrad, CrossEntropyRejectsAMiscountedTargetCount) {
+  const int N = 4, C = 8, V = 11;
+  auto x = random_vec(N * C, 1);
+  auto w = random_vec(V * C, 2);
+  const std::vector<int32_t> t = {3, kIgnoreIndex, 0, 10};
+  ASSERT_EQ(rows_with_target(t.data(), N), 3);
+  double loss = 0;
+  EXPECT_THROW(
+      be().cross_entropy(&loss, nullptr, nullptr, x.data(), w.data(), t.data(), N, 4, C, V, 1.0f),
+      Error);
+  EXPECT_NO_THROW(
+      be().cross_entropy(&loss, nullptr, nullptr, x.data(), w.data(), t.data(), N, 3, C, V, 1.0f));
 }
 
 TEST(OpsGrad, CrossEntropyIgnoresMaskedRows) {

@@ -197,12 +197,15 @@ class Backend {
   virtual void cast_from_bf16(float* dst, const void* src, size_t n) const = 0;
 
   // Fused LM head and cross-entropy over rows whose target is not kIgnoreIndex, never holding
-  // more than a chunk of logits: x: (N, C), w: (V, C), targets: (N).
+  // more than a chunk of logits: x: (N, C), w: (V, C), targets: (N). `targeted` is how many of
+  // the targets are not kIgnoreIndex (rows_with_target(), counted by the caller on the host):
+  // backends size their work by it and compute only those rows; the CPU checks it.
   // *loss_sum (one device double) += the sum over valid rows of -log softmax(x w^T)[target].
   // When dx is non-null it also writes dx (N, C) (zero on ignored rows) and adds dw (V, C) +=
   // for loss scaled by `scale` (the caller passes 1 / number of targets in the optimizer step).
   virtual void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,
-                             const int32_t* targets, int N, int C, int V, float scale) const = 0;
+                             const int32_t* targets, int N, int targeted, int C, int V,
+                             float scale) const = 0;
 
   // *sum (one device double) += sum of squares of x (n), accumulated in double in fixed blocks
   // (the result does not depend on the thread count).
@@ -219,6 +222,13 @@ class Backend {
   // m may be null without momentum.
   virtual void sgd_step(float* p, float* m, const float* g, size_t n, const SgdStep& s) const = 0;
 };
+
+// How many of targets (n, host memory) are not kIgnoreIndex: cross_entropy's `targeted`.
+inline int rows_with_target(const int32_t* targets, int n) {
+  int r = 0;
+  for (int i = 0; i < n; ++i) r += targets[i] != kIgnoreIndex ? 1 : 0;
+  return r;
+}
 
 // Rows of logits the CPU cross_entropy holds at once for `rows` targets over `vocab` (for memory
 // estimates).

@@ -181,9 +181,9 @@ void PhaseTimedBackend::cast_from_bf16(float* dst, const void* src, size_t n) co
 }
 
 void PhaseTimedBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const float* x,
-                                      ConstDevPtr w, const int32_t* targets, int N, int C, int V,
-                                      float scale) const {
-  inner_.cross_entropy(loss_sum, dx, dw, x, w, targets, N, C, V, scale);
+                                      ConstDevPtr w, const int32_t* targets, int N, int targeted,
+                                      int C, int V, float scale) const {
+  inner_.cross_entropy(loss_sum, dx, dw, x, w, targets, N, targeted, C, V, scale);
   mark(Phase::kLmHead);
 }
 

@@ -91,7 +91,8 @@ class PhaseTimedBackend final : public Backend {
   void cast_to_bf16(void* dst, const float* src, size_t n) const override;
   void cast_from_bf16(float* dst, const void* src, size_t n) const override;
   void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,
-                     const int32_t* targets, int N, int C, int V, float scale) const override;
+                     const int32_t* targets, int N, int targeted, int C, int V,
+                     float scale) const override;
   void sum_squares(double* sum, const float* x, size_t n) const override;
   void scale(float* x, float a, size_t n) const override;
   void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm) const override;

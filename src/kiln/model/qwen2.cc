@@ -43,6 +43,9 @@ void validate_batch(const Batch& batch, int64_t V) {
   }
 }
 
+// The rows with a target, for cross_entropy (it computes only those).
+int targeted(const Batch& batch) { return static_cast<int>(batch.num_targets()); }
+
 }  // namespace
 
 void Qwen2Model::plan_buffers(size_t N, bool recompute, bool training) {
@@ -214,7 +217,7 @@ void Qwen2Model::forward(const Batch& batch, UnitAccess& params, double* loss_su
                       static_cast<float>(config_.rms_norm_eps));
   const ConstDevPtr wh = config_.tie_word_embeddings ? params.acquire(layout_.embed_unit())
                                                      : hw.at(layout_.lm_head_offset());
-  be_.cross_entropy(loss_sum, nullptr, nullptr, xf_, wh, targets_, N, C, V, 0.0f);
+  be_.cross_entropy(loss_sum, nullptr, nullptr, xf_, wh, targets_, N, targeted(batch), C, V, 0.0f);
   if (config_.tie_word_embeddings) params.release(layout_.embed_unit());
   params.release(layout_.head_unit());
 }
@@ -252,7 +255,7 @@ void Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, float 
     const ConstDevPtr wh =
         tied ? params.acquire(layout_.embed_unit()) : hw.at(layout_.lm_head_offset());
     float* gh = tied ? params.grad(layout_.embed_unit()) : hg + layout_.lm_head_offset();
-    be_.cross_entropy(loss_sum, dxf_, gh, xf_, wh, targets_, N, C, V, scale);
+    be_.cross_entropy(loss_sum, dxf_, gh, xf_, wh, targets_, N, targeted(batch), C, V, scale);
     if (tied) params.release(layout_.embed_unit());
     be_.rmsnorm_backward(dres_, hg + layout_.final_norm_offset(), dxf_, res_ + L * NC,
                          hw.at(layout_.final_norm_offset()), rstdf_, N, C, false);

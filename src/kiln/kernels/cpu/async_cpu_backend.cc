@@ -115,8 +115,11 @@ class AsyncCpuBackend final : public Backend {
     run([=, this] { cpu_.cast_from_bf16(dst, src, n); });
   }
   void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,
-                     const int32_t* targets, int N, int C, int V, float scale) const override {
-    run([=, this] { cpu_.cross_entropy(loss_sum, dx, dw, x, w, targets, N, C, V, scale); });
+                     const int32_t* targets, int N, int targeted, int C, int V,
+                     float scale) const override {
+    run([=, this] {
+      cpu_.cross_entropy(loss_sum, dx, dw, x, w, targets, N, targeted, C, V, scale);
+    });
   }
   void sum_squares(double* sum, const float* x, size_t n) const override {
     run([=, this] { cpu_.sum_squares(sum, x, n); });

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kiln/base/error.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/vec_math.h"
@@ -88,8 +89,8 @@ size_t ce_chunk_rows(size_t rows, size_t vocab) {
 }
 
 void CpuBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const float* x,
-                               ConstDevPtr wp, const int32_t* targets, int N, int C, int V,
-                               float scale) const {
+                               ConstDevPtr wp, const int32_t* targets, int N, int targeted, int C,
+                               int V, float scale) const {
   check_matmul_inputs(x, wp, "cross_entropy");
   Scratch& sc = scratch();
   grow(sc.rows, static_cast<size_t>(N));
@@ -97,6 +98,7 @@ void CpuBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const flo
   for (int n = 0; n < N; ++n) {
     if (targets[n] != kIgnoreIndex) sc.rows[R++] = n;
   }
+  KILN_CHECK(R == targeted, "cross_entropy: told {} rows have a target, {} have", targeted, R);
   if (dx != nullptr) std::memset(dx, 0, sizeof(float) * N * C);
   if (R == 0) return;
   const int* rows = sc.rows.data();

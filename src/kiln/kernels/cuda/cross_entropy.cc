@@ -86,7 +86,9 @@ void cross_entropy(const CrossEntropyArgs& a, bool bf16, LtGemm& gemm, CrossEntr
   if (a.dx != nullptr && a.N > 0) {
     KILN_CUDA_CHECK(cudaMemsetAsync(a.dx, 0, sizeof(float) * a.N * a.C, stream));
   }
-  const CePlan plan = ce_plan(a.N, a.V);
+  KILN_CHECK(a.targeted >= 0 && a.targeted <= a.N, "cross_entropy: {} targeted rows of {}",
+             a.targeted, a.N);
+  const CePlan plan = ce_plan(a.targeted, a.V);  // only rows with a target are computed
   if (plan.chunks == 0) return;
   const CeBuffers b = take_buffers(a, plan, bf16, sc, stream);
   ce_compact_rows(b.rows, a.targets, a.N, plan.padded_rows(), stream);

@@ -46,7 +46,8 @@ __device__ T block_all_reduce(T v, Op op, T identity) {
 }
 
 // One block of kCompactThreads: tiles of targets, each an exclusive prefix sum of the flags
-// (warp scans, then a scan of the warp totals), placed after the rows of earlier tiles.
+// (warp scans, then a scan of the warp totals), placed after the rows of earlier tiles. Rows
+// past `padded` (a caller that miscounted its targets) are dropped, never written out of bounds.
 __global__ void compact_rows_kernel(int32_t* rows, const int32_t* targets, int N, int padded) {
   constexpr int32_t kIgnore = kIgnoreIndex;
   __shared__ int warp_incl[32];
@@ -76,12 +77,12 @@ __global__ void compact_rows_kernel(int32_t* rows, const int32_t* targets, int N
     }
     __syncthreads();
     const int excl = incl - flag + (warp > 0 ? warp_incl[warp - 1] : 0);
-    if (flag) rows[base + excl] = n;
+    if (flag && base + excl < padded) rows[base + excl] = n;
     __syncthreads();
     if (threadIdx.x == 0) base += warp_incl[warps - 1];
     __syncthreads();
   }
-  for (int i = base + threadIdx.x; i < padded; i += blockDim.x) rows[i] = -1;
+  for (int i = min(base, padded) + threadIdx.x; i < padded; i += blockDim.x) rows[i] = -1;
 }
 
 // bf16 exactly as the CPU's to_bf16 (bf16_bits: denormals flushed, NaN kept quiet), not

@@ -1,6 +1,7 @@
 // The CUDA backend's fused LM head + cross-entropy (Backend::cross_entropy, kernels/ops.h): the
 // (N, V) logits never exist, only one chunk of them (cross_entropy_plan.h). Per call:
-//   rows    = the rows with a target, compacted in order by a prefix sum, padded with -1
+//   rows    = the rows with a target (`targeted` of them, counted by the caller), compacted in
+//             order by a prefix sum, padded with -1 to whole chunks
 //   per chunk of rows:
 //     xr      (r, C) = x[rows]                       (bf16 under bf16)
 //     logits  (r, V) = xr @ w^T                      (cuBLASLt, fp32 accumulation)
@@ -33,7 +34,7 @@ struct CrossEntropyArgs {
   const float* x;
   ConstDevPtr w;
   const int32_t* targets;
-  int N, C, V;
+  int N, targeted, C, V;  // targeted: rows whose target is not kIgnoreIndex
   float scale;
 };
 

@@ -67,10 +67,10 @@ void CudaBackend::matmul_backward(float* dx, float* dw, float* db, const float* 
 }
 
 void CudaBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const float* x,
-                                ConstDevPtr w, const int32_t* targets, int N, int C, int V,
-                                float scale) const {
-  cuda::cross_entropy({loss_sum, dx, dw, x, w, targets, N, C, V, scale}, bf16_, gemm_, ce_scratch_,
-                      native());
+                                ConstDevPtr w, const int32_t* targets, int N, int targeted, int C,
+                                int V, float scale) const {
+  cuda::cross_entropy({loss_sum, dx, dw, x, w, targets, N, targeted, C, V, scale}, bf16_, gemm_,
+                      ce_scratch_, native());
 }
 
 }  // namespace kiln
