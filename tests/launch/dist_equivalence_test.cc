@@ -145,8 +145,15 @@ TEST(DistBf16Reduce, FollowsTheFp32RunToBf16Precision) {
   const Setting s{1, 0.5};
   const auto ref = losses(train("bf16_ref", 1, "full_shard", s));
   ASSERT_EQ(ref.size(), 20u);
-  for (const char* strategy : {"full_shard", "no_shard"}) {
-    const auto got = losses(train(std::string("bf16_reduce_") + strategy, 2, strategy, s, 1,
+  struct Layout {
+    const char* strategy;
+    int world, nodes;
+  };
+  // hybrid_shard: two "nodes" of two workers, so bf16 crosses both the in-node reduce-scatter
+  // and the all-reduce across nodes.
+  for (const auto& [strategy, world, nodes] :
+       {Layout{"full_shard", 2, 1}, Layout{"no_shard", 2, 1}, Layout{"hybrid_shard", 4, 2}}) {
+    const auto got = losses(train(std::string("bf16_reduce_") + strategy, world, strategy, s, nodes,
                                   " dist.reduce_dtype=bf16"));
     ASSERT_EQ(got.size(), 20u) << strategy;
     double max_rel = 0;
