@@ -35,7 +35,7 @@ die() {
 }
 
 # Targets of the GPU check; the ones the build does not define yet are reported as missing.
-tests=(backend_parity_test cuda_backend_parity_test cuda_attention_test cuda_pointwise_test cuda_gemm_host_test nccl_test
+tests=(backend_parity_test cuda_backend_test cuda_attention_test cuda_pointwise_test cuda_gemm_host_test nccl_test
   nccl_gpu_test nccl_transport_test nccl_rendezvous_test gloo_staged_test doctor_test)
 
 # Libraries the GPU machine has itself (its driver and CUDA stack, glibc, the C++ runtime).

@@ -209,7 +209,7 @@ fi
 # --- 3 tests --------------------------------------------------------------------------------
 step 170
 read -r -a tests <<<"$(sed -n 's/^tests=//p' "$pack/pack.env")"
-((${#tests[@]})) || tests=(backend_parity_test cuda_backend_parity_test cuda_attention_test cuda_pointwise_test doctor_test)
+((${#tests[@]})) || tests=(backend_parity_test cuda_backend_test cuda_attention_test cuda_pointwise_test doctor_test)
 for t in "${tests[@]}"; do
   if ! have "$t"; then
     record "test $t" missing "not in the pack"

@@ -68,6 +68,22 @@ TEST_P(BackendParity, MatmulForward) {
 // The backward's variants in sequence on the same buffers, so each shows in the result:
 // (1) dx written, db added; (2) dx accumulated, db null; (3) dx null, db added. Afterwards
 // dx = 2 dout w, dw = dw0 + 3 dout^T x, db = db0 + 2 colsum(dout).
+// An fp32 bias sliced from a flat unit need not be 16-byte aligned (cuBLASLt's bias epilogue
+// has no alignment preference, so the CUDA backend stages it, else "misaligned address").
+TEST_P(BackendParity, MatmulBiasAtAnOddFloatOffset) {
+  const int N = 33, IC = 64, OC = 48;
+  const auto x = random_values(static_cast<size_t>(N) * IC, 21);
+  const auto w = random_values(static_cast<size_t>(OC) * IC, 22, 0.1f);
+  const auto padded_bias = random_values(OC + 1, 23);
+  expect_parity(be(), "matmul_forward, bias one float off", kProduct, [&](const Backend& b) {
+    DeviceScope d(b);
+    float* out = d.zeros<float>(static_cast<size_t>(N) * OC);
+    const float* bias = d.upload(padded_bias) + 1;  // 4 bytes past an aligned allocation
+    b.matmul_forward(out, d.upload(x), d.upload(w), bias, N, IC, OC);
+    return Outputs{{"out", d.download(out, static_cast<size_t>(N) * OC)}};
+  });
+}
+
 TEST_P(BackendParity, MatmulBackward) {
   const int N = kTokens;
   for (const LayerShape& s : kLayerShapes) {
@@ -113,7 +129,9 @@ std::vector<int32_t> doc_starts(int B, int T) {
 }
 
 std::vector<AttnShape> attention_shapes() {
-  std::vector<AttnShape> shapes = {{1, 5, 2, 1, 4}, {3, 7, 4, 2, 8}};
+  // Tiny ones, and rows longer than one 64-row tile of the flash kernels (head_dim 64 and 128).
+  std::vector<AttnShape> shapes = {
+      {1, 5, 2, 1, 4}, {3, 7, 4, 2, 8}, {2, 130, 4, 2, 64}, {1, 100, 2, 2, 128}};
   for (const LayerShape& s : kLayerShapes) {
     if (s.name != "tiny") shapes.push_back({2, 12, s.heads, s.kv_heads, s.head_dim});
   }
@@ -273,6 +291,31 @@ TEST_P(BackendParity, CrossEntropyAllIgnored) {
                    {"dx", d.download(dx, static_cast<size_t>(N) * C)},
                    {"dw", d.download(dw, dw0.size())}};
   });
+}
+
+// The same call twice gives the same loss and gradients bit for bit (no float atomics).
+TEST_P(BackendParity, CrossEntropyRepeatsBitForBit) {
+  const int N = 40, C = 16, V = 300;
+  const auto x = random_values(static_cast<size_t>(N) * C, 31);
+  const auto w = random_values(static_cast<size_t>(V) * C, 32);
+  const auto targets = targets_for(N, V);
+  const int targeted = rows_with_target(targets.data(), N);
+  std::vector<std::vector<double>> runs;
+  for (int rep = 0; rep < 2; ++rep) {
+    DeviceScope d(be());
+    double* loss = d.zeros<double>(1);
+    float* dx = d.zeros<float>(static_cast<size_t>(N) * C);
+    float* dw = d.zeros<float>(static_cast<size_t>(V) * C);
+    be().cross_entropy(loss, dx, dw, d.upload(x), d.upload(w), d.upload(targets), N, targeted, C, V,
+                       0.1f);
+    std::vector<double> all = d.download(loss, 1);
+    for (const auto& part :
+         {d.download(dx, static_cast<size_t>(N) * C), d.download(dw, static_cast<size_t>(V) * C)}) {
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    runs.push_back(std::move(all));
+  }
+  EXPECT_EQ(runs[0], runs[1]);
 }
 
 }  // namespace

@@ -24,6 +24,24 @@ TEST_P(BackendParity, CopiesAndFill) {
   });
 }
 
+// Pinned host memory, and a second stream ordered after the compute stream by an event: the
+// host sees the scaled values only after the copy it waited for (checked against the host).
+TEST_P(BackendParity, PinnedCopiesAndStreamOrder) {
+  const size_t n = 1000;
+  const auto src = random_values(n, 1);
+  DeviceScope d(be());
+  float* a = d.upload(src);
+  auto* pinned = static_cast<float*>(be().alloc_pinned(n * sizeof(float)));
+  const std::unique_ptr<Stream> other = be().create_stream();
+  be().scale(a, 2.0f, n);
+  other->wait(be().compute_stream().record());
+  other->synchronize();
+  be().copy_to_host(pinned, a, n * sizeof(float));
+  be().synchronize();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(pinned[i], 2.0f * src[i]) << i;
+  be().free_pinned(pinned);
+}
+
 TEST_P(BackendParity, Embedding) {
   for (const LayerShape& s : kLayerShapes) {
     const int V = 37, C = s.hidden, N = kTokens + 3;
