@@ -80,7 +80,7 @@ std::string error_of(const std::string& text, const std::vector<std::string>& ov
 TEST(Recipe, Defaults) {
   Recipe r = parse(kMinimal);
   EXPECT_EQ(r.model.path, "/models/qwen");
-  EXPECT_EQ(r.data.train, "/data/train.jsonl");
+  EXPECT_EQ(r.data.train, std::vector<std::string>{"/data/train.jsonl"});
   EXPECT_EQ(r.data.format, "tokens");
   EXPECT_EQ(r.data.tokenizer, "");
   EXPECT_EQ(r.data.seq_len, 512);
@@ -113,7 +113,7 @@ TEST(Recipe, Defaults) {
 
   Recipe expected;
   expected.model.path = "/models/qwen";
-  expected.data.train = "/data/train.jsonl";
+  expected.data.train = {"/data/train.jsonl"};
   expected.output.dir = "runs/a";
   EXPECT_EQ(r, expected);
 }
@@ -127,7 +127,7 @@ TEST(Recipe, EmptySectionsKeepDefaults) {
 TEST(Recipe, EveryKeyParsed) {
   Recipe r = parse(kFull);
   EXPECT_EQ(r.model.path, "/models/qwen2-0.5b");
-  EXPECT_EQ(r.data.train, "/base/data/train.jsonl");
+  EXPECT_EQ(r.data.train, std::vector<std::string>{"/base/data/train.jsonl"});
   EXPECT_EQ(r.data.format, "chat");
   EXPECT_EQ(r.data.tokenizer, "/base/tok/tokenizer.json");
   EXPECT_EQ(r.data.seq_len, 1024);
@@ -210,7 +210,7 @@ TEST(Recipe, Overrides) {
 TEST(Recipe, OverridesSupplyRequiredKeys) {
   Recipe r = parse("", {"model.path=/m", "data.train=/d.jsonl", "output.dir=out"});
   EXPECT_EQ(r.model.path, "/m");
-  EXPECT_EQ(r.data.train, "/d.jsonl");
+  EXPECT_EQ(r.data.train, std::vector<std::string>{"/d.jsonl"});
   EXPECT_EQ(r.output.dir, "out");
 }
 
@@ -218,14 +218,14 @@ TEST(Recipe, RelativeDataPath) {
   // In the file: against the recipe's directory, normalised.
   Recipe r = parse_recipe("model: {path: m}\ndata: {train: ../data/./t.jsonl}\noutput: {dir: o}\n",
                           "r.yaml", "/recipes/sub", {});
-  EXPECT_EQ(r.data.train, "/recipes/data/t.jsonl");
+  EXPECT_EQ(r.data.train, std::vector<std::string>{"/recipes/data/t.jsonl"});
   // An absolute path is kept.
   r = parse_recipe("model: {path: m}\ndata: {train: /abs/t.jsonl}\noutput: {dir: o}\n", "r.yaml",
                    "/recipes", {});
-  EXPECT_EQ(r.data.train, "/abs/t.jsonl");
+  EXPECT_EQ(r.data.train, std::vector<std::string>{"/abs/t.jsonl"});
   // On the command line: against the current directory.
   r = parse_recipe(kMinimal, "r.yaml", "/recipes", {"data.train=t.jsonl"});
-  EXPECT_EQ(r.data.train, (fs::current_path() / "t.jsonl").string());
+  EXPECT_EQ(r.data.train, std::vector<std::string>{(fs::current_path() / "t.jsonl").string()});
 }
 
 // A fresh directory for one test; the test removes it.
@@ -240,7 +240,7 @@ TEST(Recipe, LoadResolvesAgainstFileDirectory) {
   fs::path dir = temp_dir("load");
   write_file_atomic(dir / "r.yaml", kFull);
   Recipe r = load_recipe(dir / "r.yaml", {"train.seed=5"});
-  EXPECT_EQ(r.data.train, (dir / "data/train.jsonl").string());
+  EXPECT_EQ(r.data.train, std::vector<std::string>{(dir / "data/train.jsonl").string()});
   EXPECT_EQ(r.train.seed, 5u);
   fs::remove_all(dir);
 }
@@ -414,7 +414,7 @@ TEST(Recipe, Documentation) {
   begin += 8;
   std::string example = doc.substr(begin, doc.find("```", begin) - begin);
   Recipe r = parse_recipe(example, "docs/recipe.md", "/docs", {});
-  EXPECT_EQ(r.data.train, "/docs/data/train.jsonl");
+  EXPECT_EQ(r.data.train, std::vector<std::string>{"/docs/data/train.jsonl"});
   EXPECT_EQ(r.optimizer.betas[1], 0.95);
   EXPECT_EQ(r.output.dtype, "bf16");
 }

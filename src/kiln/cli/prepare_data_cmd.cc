@@ -12,6 +12,27 @@
 
 namespace kiln::cli {
 
+namespace {
+// One data.train file's counts and cache, one line each.
+void report_prepared(const TokenizedDataset& data, const std::string& file,
+                     const std::string& format) {
+  const DataStats& s = data.stats();
+  std::printf(
+      "%s: %lld examples, %lld tokens (%lld take loss); %lld truncated, %lld dropped, "
+      "%lld bad lines skipped\n",
+      file.c_str(), static_cast<long long>(s.examples), static_cast<long long>(s.tokens),
+      static_cast<long long>(s.targets), static_cast<long long>(s.truncated),
+      static_cast<long long>(s.dropped), static_cast<long long>(s.skipped));
+  if (!data.cache_path().empty()) {
+    std::printf("cache %s: %s\n", data.from_cache_hit() ? "hit" : "written",
+                data.cache_path().c_str());
+  } else {
+    std::printf("no cache (%s)\n",
+                format == "tokens" ? "format tokens is read directly" : "it could not be written");
+  }
+}
+}  // namespace
+
 Command add_prepare_data(CLI::App& app) {
   struct Opts {
     std::string recipe;
@@ -35,22 +56,10 @@ Command add_prepare_data(CLI::App& app) {
               KILN_LOG_WARN("{}: not found; token ids are not checked against a vocabulary",
                             config.string());
             }
-            const TokenizedDataset data = load_dataset(data_options(r), vocab_size);
-            const DataStats& s = data.stats();
-            std::printf(
-                "%s: %lld examples, %lld tokens (%lld take loss); %lld truncated, %lld dropped, "
-                "%lld bad lines skipped\n",
-                r.data.train.c_str(), static_cast<long long>(s.examples),
-                static_cast<long long>(s.tokens), static_cast<long long>(s.targets),
-                static_cast<long long>(s.truncated), static_cast<long long>(s.dropped),
-                static_cast<long long>(s.skipped));
-            if (!data.cache_path().empty()) {
-              std::printf("cache %s: %s\n", data.from_cache_hit() ? "hit" : "written",
-                          data.cache_path().c_str());
-            } else {
-              std::printf("no cache (%s)\n", r.data.format == "tokens"
-                                                 ? "format tokens is read directly"
-                                                 : "it could not be written");
+            DataOptions options = data_options(r);
+            for (const std::string& file : r.data.train) {
+              options.path = file;
+              report_prepared(load_dataset(options, vocab_size), file, r.data.format);
             }
             return 0;
           }};

@@ -54,6 +54,7 @@ const std::vector<std::string> kKeys = {
     "output.dir",
     "output.dtype",
     "output.tensorboard",
+    "output.overwrite",
     "dist.strategy",
     "dist.nproc_per_node",
     "dist.timeout_s",
@@ -372,7 +373,19 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
     if (!e || e->node.IsNull() || (e->node.IsScalar() && e->node.Scalar().empty())) return;
     out = data_path(*e, key);
   };
-  r.data.train = data_path(in.require("data.train"), "data.train");
+  {
+    const Entry& e = in.require("data.train");
+    if (!e.node.IsSequence()) {
+      r.data.train = {data_path(e, "data.train")};
+    } else {
+      if (e.node.size() == 0)
+        Reader::bad(e, "data.train", "expected a file or a list of files, got an empty list");
+      for (size_t i = 0; i < e.node.size(); ++i) {
+        Entry item{e.node[i], e.where, e.from_override};
+        r.data.train.push_back(data_path(item, fmt::format("data.train[{}]", i)));
+      }
+    }
+  }
   in.choice("data.format", r.data.format, kDataFormats);
   optional_path("data.tokenizer", r.data.tokenizer);
   in.integer("data.seq_len", r.data.seq_len, "> 1", [](int64_t v) { return v > 1; });
@@ -415,6 +428,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   r.output.dir = Reader::text(in.require("output.dir"), "output.dir");
   in.choice("output.dtype", r.output.dtype, {"f32", "bf16"});
   in.boolean("output.tensorboard", r.output.tensorboard);
+  in.boolean("output.overwrite", r.output.overwrite);
 
   in.choice("dist.strategy", r.dist.strategy,
             {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"});
@@ -473,7 +487,14 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "path" << YAML::Value << YAML::DoubleQuoted << r.model.path;
   end();
   section("data");
-  out << YAML::Key << "train" << YAML::Value << YAML::DoubleQuoted << r.data.train;
+  out << YAML::Key << "train" << YAML::Value;
+  if (r.data.train.size() == 1) {
+    out << YAML::DoubleQuoted << r.data.train[0];
+  } else {
+    out << YAML::BeginSeq;
+    for (const std::string& f : r.data.train) out << YAML::DoubleQuoted << f;
+    out << YAML::EndSeq;
+  }
   out << YAML::Key << "format" << YAML::Value << r.data.format;
   out << YAML::Key << "tokenizer" << YAML::Value << YAML::DoubleQuoted << r.data.tokenizer;
   out << YAML::Key << "seq_len" << YAML::Value << r.data.seq_len;
@@ -516,6 +537,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "dir" << YAML::Value << YAML::DoubleQuoted << r.output.dir;
   out << YAML::Key << "dtype" << YAML::Value << r.output.dtype;
   out << YAML::Key << "tensorboard" << YAML::Value << r.output.tensorboard;
+  out << YAML::Key << "overwrite" << YAML::Value << r.output.overwrite;
   end();
   section("dist");
   out << YAML::Key << "strategy" << YAML::Value << r.dist.strategy;

@@ -19,10 +19,11 @@ struct Recipe {
     bool operator==(const Model&) const = default;
   };
   struct Data {
-    // Required. A relative path in the recipe file resolves against the recipe file's directory,
-    // one given as an override against the current directory; stored absolute, so a recipe
-    // written by recipe_to_yaml loads the same data from anywhere.
-    std::string train;
+    // Required: one file, or a list of files read as one dataset in the order given (each with
+    // its own token cache). A relative path in the recipe file resolves against the recipe
+    // file's directory, one given as an override against the current directory; stored
+    // absolute, so a recipe written by recipe_to_yaml loads the same data from anywhere.
+    std::vector<std::string> train;
     std::string format = "tokens";  // see recipe_data_formats()
     // tokenizer.json or a directory holding one, for the text formats; empty: model.path.
     // Resolved and stored like `train`.
@@ -78,6 +79,9 @@ struct Recipe {
     std::string dir;            // required; relative to the current working directory
     std::string dtype = "f32";  // "f32" | "bf16": dtype of the saved Hugging Face weights
     bool tensorboard = true;    // event files under dir/tensorboard/
+    // A run with train.resume=none into a dir that holds checkpoints: refused unless true, when
+    // the old checkpoints and final model are deleted first.
+    bool overwrite = false;
     bool operator==(const Output&) const = default;
   };
 

@@ -10,7 +10,7 @@ namespace kiln {
 
 DataOptions data_options(const Recipe& r) {
   DataOptions o;
-  o.path = r.data.train;
+  o.path = r.data.train.at(0);
   const auto format = parse_data_format(r.data.format);
   KILN_CHECK(format.has_value(), "data.format '{}'", r.data.format);
   o.format = *format;
@@ -80,10 +80,20 @@ std::unique_ptr<TrainData> open_train_data(const Recipe& r, int64_t vocab_size,
   auto data = std::make_unique<TrainData>();
   const bool first = ctx.local_rank == 0;
   o.verbose = ctx.rank == 0;
-  if (first) data->dataset = load_dataset(o, vocab_size);
+  const auto load_all = [&] {
+    for (const std::string& f : r.data.train) {
+      o.path = f;
+      data->files.push_back(load_dataset(o, vocab_size));
+    }
+  };
+  if (first) load_all();
   ctx.comm->barrier();
-  if (!first) data->dataset = load_dataset(o, vocab_size);
-  data->sampler = make_sampler(data->dataset, r, ctx.rank, ctx.world_size);
+  if (!first) load_all();
+  std::vector<const ExampleSource*> parts;
+  for (const TokenizedDataset& f : data->files) parts.push_back(&f);
+  data->examples = std::make_unique<ConcatSource>(std::move(parts));
+  if (data->examples->size() == 0) fail("data.train: {} hold no examples", data->examples->what());
+  data->sampler = make_sampler(*data->examples, r, ctx.rank, ctx.world_size);
   return data;
 }
 

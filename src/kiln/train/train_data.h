@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "kiln/data/concat_source.h"
 #include "kiln/data/sampler.h"
 #include "kiln/data/text_dataset.h"
 #include "kiln/train/recipe.h"
@@ -12,12 +13,15 @@
 
 namespace kiln {
 
-// load_dataset's options for the recipe's data section (data.tokenizer defaults to model.path).
+// load_dataset's options for the recipe's data section (data.tokenizer defaults to model.path),
+// for its first data.train file; callers set `path` for the others.
 DataOptions data_options(const Recipe& recipe);
 
+// data.train's files (one or several, each through its own cache) read as one dataset.
 struct TrainData {
-  TokenizedDataset dataset;
-  std::unique_ptr<BatchSampler> sampler;  // reads `dataset`
+  std::vector<TokenizedDataset> files;     // one per data.train entry, in order
+  std::unique_ptr<ConcatSource> examples;  // reads `files`
+  std::unique_ptr<BatchSampler> sampler;   // reads `examples`
 };
 
 // The sampler of data.pack over `dataset` for rank `rank` of `world_size`.

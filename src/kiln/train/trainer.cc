@@ -27,6 +27,7 @@
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/metrics_log.h"
 #include "kiln/train/optimizer.h"
+#include "kiln/train/run_identity.h"
 #include "kiln/train/run_meta.h"
 #include "kiln/train/step_counters.h"
 #include "kiln/train/tensorboard.h"
@@ -92,6 +93,8 @@ class Trainer {
   void load_weights();
   void open_eval_data();
   void resume();
+  void claim_run_dir();
+  void check_same_run(const fs::path& checkpoint, bool refuse) const;
   StepMetrics train_step(int64_t step);
   double evaluate(int64_t step);
   void log_step(const StepMetrics& m, const std::optional<double>& eval_loss);
@@ -210,6 +213,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       step_scalars_host_(*backend_, 2),
       batches_(r.train.grad_accum_steps),
       tty_(::isatty(STDERR_FILENO) != 0) {
+  claim_run_dir();
   if (lead_) {
     fs::create_directories(run_dir_);
     write_file_atomic(run_dir_ / "recipe.yaml", recipe_yaml_);
@@ -220,7 +224,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
   // Every rank reads its own disjoint share of each epoch (the data is tokenized, or its cache
   // mapped, by the first worker of each node first; the loader logs the counts).
   data_ = open_train_data(r_, config_.vocab_size, ctx_);
-  max_steps_ = train_steps(r_, data_->dataset, ctx_);
+  max_steps_ = train_steps(r_, *data_->examples, ctx_);
   if (!r_.data.eval.empty()) open_eval_data();
   resume();
   if (lead_) {
@@ -279,6 +283,7 @@ void Trainer::resume() {
     from = fs::path(r_.train.resume);
   }
   if (from) {
+    check_same_run(*from, /*refuse=*/r_.train.resume == "auto");
     const CheckpointState st = load_checkpoint(*from, model_.layout(), fsdp_, opt_);
     data_->sampler->restore(st.sampler);
     start_step_ = st.step;
@@ -286,6 +291,47 @@ void Trainer::resume() {
   } else if (lead_) {
     KILN_LOG_INFO("train.resume=auto: no checkpoint in {}, starting fresh", ckpt_root.string());
   }
+}
+
+// A fresh run (train.resume=none) never writes over another run's checkpoints: it is refused,
+// or with output.overwrite=true the first worker of each node deletes them (and the old final
+// model) before anything is written. Restarts after a failure resume (train.resume=auto).
+void Trainer::claim_run_dir() {
+  const fs::path ckpt_root = run_dir_ / "checkpoints";
+  if (r_.train.resume != "none") return;
+  const auto latest = latest_checkpoint(ckpt_root);
+  if (latest && !r_.output.overwrite) {
+    fail(
+        "output.dir {} already holds checkpoints (newest: {}): train.resume=auto continues that "
+        "run, output.overwrite=true deletes them and starts over, or choose another output.dir",
+        run_dir_.string(), latest->dir.string());
+  }
+  if (latest && ctx_.local_rank == 0) {
+    KILN_LOG_WARN("output.overwrite=true: deleting {} and {} of the previous run",
+                  ckpt_root.string(), (run_dir_ / "final").string());
+    std::error_code ec;  // another node sharing the directory may be deleting it too
+    fs::remove_all(ckpt_root, ec);
+    fs::remove_all(run_dir_ / "final", ec);
+  }
+  world_.barrier();
+}
+
+// The checkpoint must be this run's (run_identity.h): train.resume=auto refuses another run's,
+// naming the key; an explicit checkpoint directory may start a different run from it (a
+// warning says what differs).
+void Trainer::check_same_run(const fs::path& checkpoint, bool refuse) const {
+  const auto change = run_identity_change(checkpoint_recipe(checkpoint), r_);
+  if (!change) return;
+  const std::string what =
+      fmt::format("{} was written by another run: {} was {}, is {}", checkpoint.string(),
+                  change->key, change->before, change->after);
+  if (refuse) {
+    fail(
+        "train.resume=auto: {} (resume with the old value; to start over use output.overwrite=true "
+        "or another output.dir)",
+        what);
+  }
+  if (lead_) KILN_LOG_WARN("train.resume: {}; continuing from it as asked", what);
 }
 
 CheckpointState Trainer::checkpoint_state(int64_t step, double loss,

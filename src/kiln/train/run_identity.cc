@@ -1,0 +1,71 @@
+#include "kiln/train/run_identity.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include "kiln/base/error.h"
+#include "kiln/base/json.h"
+
+namespace kiln {
+
+const std::vector<std::string>& run_identity_keys() {
+  static const std::vector<std::string> keys = {"model.path",
+                                                "data.train",
+                                                "data.format",
+                                                "data.tokenizer",
+                                                "data.seq_len",
+                                                "data.overlong",
+                                                "data.pack",
+                                                "data.shuffle",
+                                                "data.train_on_prompt",
+                                                "data.skip_bad_lines",
+                                                "optimizer.name",
+                                                "optimizer.lr",
+                                                "optimizer.weight_decay",
+                                                "optimizer.betas",
+                                                "optimizer.eps",
+                                                "optimizer.momentum",
+                                                "schedule.name",
+                                                "schedule.warmup_steps",
+                                                "schedule.min_lr_ratio",
+                                                "train.micro_batch_size",
+                                                "train.grad_accum_steps",
+                                                "train.grad_clip",
+                                                "train.seed",
+                                                "train.dtype"};
+  return keys;
+}
+
+namespace {
+// The value of a dotted key in recipe_to_yaml's document, as YAML text.
+std::string value_of(const YAML::Node& doc, const std::string& key) {
+  const size_t dot = key.find('.');
+  const YAML::Node v = doc[key.substr(0, dot)][key.substr(dot + 1)];
+  YAML::Emitter out;
+  out << YAML::Flow << v;
+  return out.c_str();
+}
+}  // namespace
+
+std::optional<RecipeKeyChange> run_identity_change(const Recipe& before, const Recipe& after) {
+  const YAML::Node a = YAML::Load(recipe_to_yaml(before)), b = YAML::Load(recipe_to_yaml(after));
+  for (const std::string& key : run_identity_keys()) {
+    std::string va = value_of(a, key), vb = value_of(b, key);
+    if (va != vb) return RecipeKeyChange{key, std::move(va), std::move(vb)};
+  }
+  return std::nullopt;
+}
+
+Recipe checkpoint_recipe(const fs::path& checkpoint_dir) {
+  const fs::path manifest = checkpoint_dir / "manifest.json";
+  const Json m = read_json_file(manifest);
+  if (!m.contains("recipe") || !m["recipe"].is_string()) {
+    fail("{}: no \"recipe\" (the recipe this checkpoint was written with)", manifest.string());
+  }
+  try {
+    return parse_recipe(m["recipe"].get<std::string>(), manifest.string() + " recipe", {}, {});
+  } catch (const Error& e) {
+    fail("{}: its recipe does not load: {}", manifest.string(), e.what());
+  }
+}
+
+}  // namespace kiln
