@@ -5,9 +5,10 @@
 #
 # configures build-gpu (Release, -DKILN_CUDA=ON -DKILN_CUDA_ARCHITECTURES=90 -DKILN_NATIVE=OFF:
 # the GPU machine's CPU differs, so no -march=native), builds kiln, bench/cuda_gemm_ceiling and
-# those of the GPU test binaries that exist (backend_parity_test, cuda_backend_test, cuda_attention_test,
-# cuda_pointwise_test, cuda_gemm_host_test, nccl_test, nccl_gpu_test, nccl_transport_test,
-# nccl_rendezvous_test, gloo_staged_test, doctor_test), strips them, and packs them with the
+# those of the GPU test binaries that exist (backend_parity_test, cuda_backend_test,
+# cuda_attention_test, cuda_pointwise_test, cuda_gemm_host_test, nccl_test, nccl_gpu_test,
+# nccl_transport_test, nccl_rendezvous_test, gloo_staged_test, doctor_test), strips them, and
+# packs them with the
 # non-CUDA shared libraries they load (ldd: OpenBLAS, oneDNN, Gloo, yaml-cpp, fmt, spdlog, pcre2, utf8proc,
 # protobuf, gomp, ...) into DIR/payload.tar.xz, beside DIR/run.sh (scripts/gpu_check_run.sh),
 # DIR/report.py (scripts/gpu_check_report.py) and DIR/pytorch_gpu_train_bench.py. The CUDA
