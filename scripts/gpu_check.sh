@@ -6,7 +6,7 @@
 # configures build-gpu (Release, -DKILN_CUDA=ON -DKILN_CUDA_ARCHITECTURES=90 -DKILN_NATIVE=OFF:
 # the GPU machine's CPU differs, so no -march=native), builds kiln, bench/cuda_gemm_ceiling and
 # those of the GPU test binaries that exist (backend_parity_test, cuda_backend_test,
-# cuda_attention_test, cuda_pointwise_test, cuda_gemm_host_test, nccl_test, nccl_gpu_test,
+# cuda_attention_test, cuda_pointwise_test, cuda_gemm_host_test, nccl_gpu_test,
 # nccl_transport_test, nccl_rendezvous_test, gloo_staged_test, doctor_test), strips them, and
 # packs them with the
 # non-CUDA shared libraries they load (ldd: OpenBLAS, oneDNN, Gloo, yaml-cpp, fmt, spdlog, pcre2, utf8proc,
@@ -36,7 +36,7 @@ die() {
 }
 
 # Targets of the GPU check; the ones the build does not define yet are reported as missing.
-tests=(backend_parity_test cuda_backend_test cuda_attention_test cuda_pointwise_test cuda_gemm_host_test nccl_test
+tests=(backend_parity_test cuda_backend_test cuda_attention_test cuda_pointwise_test cuda_gemm_host_test
   nccl_gpu_test nccl_transport_test nccl_rendezvous_test gloo_staged_test doctor_test)
 
 # Libraries the GPU machine has itself (its driver and CUDA stack, glibc, the C++ runtime).
