@@ -11,6 +11,7 @@
 #include <set>
 
 #include "kiln/base/error.h"
+#include "kiln/text/utf8.h"
 #include "kiln/base/file.h"
 
 namespace kiln {
@@ -220,6 +221,10 @@ class Reader {
   static std::string scalar(const Entry& e, const std::string& key, const char* expected) {
     if (!e.node.IsScalar()) {
       bad(e, key, fmt::format("expected {}, got {}", expected, describe(e.node)));
+    }
+    // YAML text is UTF-8; an ill-formed byte would not survive recipe_to_yaml's round trip.
+    if (const size_t at = text::find_invalid_utf8(e.node.Scalar()); at != std::string::npos) {
+      bad(e, key, fmt::format("not valid UTF-8 (byte {} of the value)", at));
     }
     return e.node.Scalar();
   }
