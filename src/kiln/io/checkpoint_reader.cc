@@ -128,8 +128,13 @@ void CheckpointReader::read_f32_range(std::string_view name,
     fail("{}: tensor {} has shape {}, expected {}", f.path().string(), t.name,
          format_shape(t.shape), format_shape(expected_shape));
   }
-  f.read_f32_range(t, begin, count, dst);
-  f.release(t, begin, count);
+  // In pieces, each given back once read: a large tensor is never resident all at once.
+  constexpr size_t kPiece = size_t{4} << 20;
+  for (size_t i = 0; i < count; i += kPiece) {
+    const size_t n = std::min(kPiece, count - i);
+    f.read_f32_range(t, begin + i, n, dst + i);
+    f.release(t, begin + i, n);
+  }
 }
 
 }  // namespace kiln

@@ -81,10 +81,14 @@ void assemble(const std::vector<ShardFile>& shards, const fs::path& dir, int uni
     if (t->dtype != DType::F32 || t->numel() != have.size()) {
       fail("{}: tensor u{}.{} has the wrong size or dtype", f.file->path().string(), unit, kind);
     }
-    std::memcpy(dst + (lo - want.begin),
-                reinterpret_cast<const float*>(f.file->data(*t)) + (lo - have.begin),
-                (hi - lo) * sizeof(float));
-    f.file->release(*t, lo - have.begin, hi - lo);  // read once: not kept resident
+    // In pieces, each given back once copied: what was read is not kept resident.
+    constexpr size_t kPiece = size_t{4} << 20;
+    const float* src = reinterpret_cast<const float*>(f.file->data(*t));
+    for (size_t i = lo; i < hi; i += kPiece) {
+      const size_t n = std::min(kPiece, hi - i);
+      std::memcpy(dst + (i - want.begin), src + (i - have.begin), n * sizeof(float));
+      f.file->release(*t, i - have.begin, n);
+    }
     covered += hi - lo;
   }
   if (covered != want.size()) {
