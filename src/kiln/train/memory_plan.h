@@ -22,7 +22,7 @@ namespace kiln {
 
 // The process before kiln allocates anything for the run (binary, libraries, thread pools),
 // measured for kiln's CPU build on Linux x86-64; the trainer uses its own reading instead.
-inline constexpr size_t kDefaultBaselineBytes = size_t{48} << 20;
+inline constexpr size_t kDefaultBaselineBytes = size_t{16} << 20;
 
 struct MemorySettings {
   int world_size = 1;
