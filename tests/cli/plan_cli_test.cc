@@ -59,8 +59,9 @@ TEST(PlanCli, JsonIsTheLibrarysPlanAndItsPartsAddUp) {
   for (const char* k : {"gathered_bytes", "grad_buffer_bytes", "comm_bytes"}) {
     pool += j.at(k).get<size_t>();
   }
-  for (const char* k : {"baseline_bytes", "params_bytes", "grads_bytes", "optimizer_bytes",
-                        "activations_bytes", "workspace_bytes", "snapshot_bytes"}) {
+  for (const char* k :
+       {"baseline_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "comm_scratch_bytes",
+        "activations_bytes", "workspace_bytes", "snapshot_bytes"}) {
     sum += j.at(k).get<size_t>();
   }
   EXPECT_EQ(j.at("peak_bytes").get<size_t>(),

@@ -49,13 +49,13 @@ TEST(MemoryPlan, ArithmeticOfATinyConfig) {
   // head; and each gradient's reduced shard.
   EXPECT_EQ(p.gathered, 4 * (E + 2 * Ly + H));
   EXPECT_EQ(p.grad_buffers, 4 * (E + 3 * Ly + H));
-  // Reduced shards, plus Gloo's reduce-scatter scratch: one of the largest shard at two ranks.
-  EXPECT_EQ(p.comm, 4 * (E + 3 * Ly + H) / 2 + 4 * Ly / 2);
+  EXPECT_EQ(p.comm, 4 * (E + 3 * Ly + H) / 2);
+  EXPECT_EQ(p.comm_scratch, 4 * Ly / 2);  // Gloo's partial sums: one largest shard at two ranks
   EXPECT_EQ(p.largest_unit, "layers.0");
   EXPECT_EQ(p.largest_gathered, 4 * Ly);
   EXPECT_EQ(p.final_save, 4 * kLayer);
   EXPECT_EQ(p.peak, 1000 + p.params + p.grads + p.optimizer + p.gathered + p.grad_buffers + p.comm +
-                        p.activations + p.workspace);
+                        p.comm_scratch + p.activations + p.workspace);
 
   // bf16 gathers half; recomputation keeps one layer; AdamW's state halves again at 4 ranks.
   s.bf16 = true;
@@ -66,7 +66,8 @@ TEST(MemoryPlan, ArithmeticOfATinyConfig) {
   EXPECT_EQ(b.activations, b.activations_recompute);
   EXPECT_EQ(p.activations, p.activations_full);
   s.world_size = s.shard_size = 4;
-  EXPECT_EQ(plan_memory(c, s).params, 4 * (pad(kEmbed, 4) + 4 * pad(kLayer, 4) + pad(kHeadTied, 4)) / 4);
+  EXPECT_EQ(plan_memory(c, s).params,
+            4 * (pad(kEmbed, 4) + 4 * pad(kLayer, 4) + pad(kHeadTied, 4)) / 4);
 
   // One process: no gathering in fp32, the whole model's state, no pool at all.
   MemorySettings one;
@@ -125,7 +126,6 @@ TEST(MemoryPlan, PoolIsWhatFsdpHolds) {
     s.strategy = pc.strategy;
     s.bf16 = pc.bf16;
     s.reduce_bf16 = pc.reduce_bf16;
-    s.gloo = false;  // the pool alone
     const MemoryPlan plan = plan_memory(c, s);
     auto store = std::make_shared<MemoryStore>();
     std::vector<size_t> held(2);

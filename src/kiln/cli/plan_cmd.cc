@@ -109,6 +109,7 @@ void print_text(const Qwen2Config& c, const Recipe& r, const MemoryPlan& p, int 
               p.largest_unit.c_str());
   line("gradient buffers", p.grad_buffers);
   line("communication buffers", p.comm);
+  line("  communicator scratch", p.comm_scratch);
   line("activations", p.activations);
   line("  recomputation off", p.activations_full);
   line("  recomputation on", p.activations_recompute);

@@ -105,7 +105,8 @@ MemoryPlan plan_memory(const Qwen2Config& c, const MemorySettings& s) {
   const FsdpPoolPlan pool = plan_fsdp_pool(ps);
   p.gathered = pool.gathered;
   p.grad_buffers = pool.grads;
-  p.comm = pool.comm + gloo_scratch_bytes(units, s);
+  p.comm = pool.comm;
+  p.comm_scratch = gloo_scratch_bytes(units, s);
   const size_t N = static_cast<size_t>(s.micro_batch) * static_cast<size_t>(s.seq_len);
   p.activations_full = activation_arena_bytes(c, N, false, s.bf16);
   p.activations_recompute = activation_arena_bytes(c, N, true, s.bf16);
@@ -123,7 +124,7 @@ MemoryPlan plan_memory(const Qwen2Config& c, const MemorySettings& s) {
   p.baseline = s.baseline;
   const size_t state = p.params + p.grads + p.optimizer;
   const size_t pool_bytes = p.gathered + p.grad_buffers + p.comm;
-  p.device_peak = state + pool_bytes + p.activations + p.workspace;
+  p.device_peak = state + pool_bytes + p.comm_scratch + p.activations + p.workspace;
   // The final save runs after Fsdp::release_buffers(): its unit replaces the pool, not adds.
   const size_t host_tail = std::max(pool_bytes, p.final_save) - pool_bytes;
   p.peak = s.on_cpu ? p.baseline + p.device_peak + p.snapshot + host_tail : p.device_peak;
@@ -162,6 +163,7 @@ Json MemoryPlan::to_json() const {
               {"largest_gathered_bytes", largest_gathered},
               {"grad_buffer_bytes", grad_buffers},
               {"comm_bytes", comm},
+              {"comm_scratch_bytes", comm_scratch},
               {"activations_bytes", activations},
               {"activations_full_bytes", activations_full},
               {"activations_recompute_bytes", activations_recompute},
@@ -174,11 +176,12 @@ Json MemoryPlan::to_json() const {
 std::string MemoryPlan::summary() const {
   return fmt::format(
       "params {:.0f} MiB, grads {:.0f}, optimizer {:.0f}; gathered units {:.0f} (largest {} "
-      "{:.0f}), gradient buffers {:.0f}, comm {:.0f}; activations {:.0f} (recompute off {:.0f} / "
+      "{:.0f}), gradient buffers {:.0f}, comm {:.0f} (+ scratch {:.0f}); activations {:.0f} "
+      "(recompute off {:.0f} / "
       "on {:.0f}), workspace {:.0f}; snapshot {:.0f}, final save {:.0f}, process {:.0f}; "
       "predicted peak {:.0f} MiB",
       mib(params), mib(grads), mib(optimizer), mib(gathered), largest_unit, mib(largest_gathered),
-      mib(grad_buffers), mib(comm), mib(activations), mib(activations_full),
+      mib(grad_buffers), mib(comm), mib(comm_scratch), mib(activations), mib(activations_full),
       mib(activations_recompute), mib(workspace), mib(snapshot), mib(final_save), mib(baseline),
       mib(peak));
 }

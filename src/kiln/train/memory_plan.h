@@ -50,12 +50,13 @@ struct MemoryPlan {
   size_t gathered = 0;                          // FSDP's pooled gathered units (all-gather outputs)
   size_t grad_buffers = 0;                      // whole-unit gradients (reduce-scatter inputs)
   size_t comm = 0;              // reduced shards and dtype copies (reduce-scatter outputs)
+  size_t comm_scratch = 0;      // the communicator's own (Gloo's reduce-scatter partial sums)
   size_t largest_gathered = 0;  // the largest unit as gathered (bf16 under train.dtype bf16)
   std::string largest_unit;     // its name
   size_t activations = 0;       // the arena for this run's recomputation setting
   size_t activations_full = 0, activations_recompute = 0;  // without and with recomputation
   size_t workspace = 0;  // cross-entropy chunk; on the CPU also the GEMM library's buffers
-  size_t snapshot = 0;  // host copy of the shard for background checkpoints
+  size_t snapshot = 0;   // host copy of the shard for background checkpoints
   // The final save's host buffer: the largest tensor of the shard file, on rank 0 the largest
   // unit of final/ (f32).
   size_t final_save = 0;
