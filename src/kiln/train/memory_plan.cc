@@ -63,6 +63,31 @@ size_t cpu_library_bytes(const Qwen2Config& c, size_t tokens) {
   return ce_chunk_rows(tokens, c.vocab_size) * c.vocab_size * kF32 + (size_t{8} << 20);
 }
 
+// The final save: every rank writes its shard one tensor at a time through a buffer of the
+// largest; then rank 0 assembles final/ one whole unit at a time (f32).
+size_t final_save_bytes(const std::vector<UnitGeometry>& units, bool writes_final) {
+  size_t largest_unit = 0, largest_part = 0;
+  for (const auto& u : units) {
+    largest_unit = std::max(largest_unit, u.numel);
+    largest_part = std::max(largest_part, std::min(u.numel, u.shard));
+  }
+  return (writes_final ? std::max(largest_unit, largest_part) : largest_part) * kF32;
+}
+
+// FSDP's pool for these settings (distributed/fsdp_pool_plan.h).
+FsdpPoolPlan pool_plan(const Qwen2Config& c, const std::vector<UnitGeometry>& units,
+                       const MemorySettings& s, size_t S) {
+  FsdpPoolSettings ps;
+  for (const auto& u : units) ps.unit_numel.push_back(u.numel);
+  ps.tied = c.tie_word_embeddings;
+  ps.strategy = s.strategy;
+  ps.shard_size = S;
+  ps.gather = s.bf16 ? DType::BF16 : DType::F32;
+  ps.reduce = s.reduce_bf16 ? DType::BF16 : DType::F32;
+  ps.prefetch = s.prefetch;
+  return plan_fsdp_pool(ps);
+}
+
 }  // namespace
 
 size_t activation_arena_bytes(const Qwen2Config& c, size_t N, bool recompute, bool bf16) {
@@ -94,15 +119,7 @@ MemoryPlan plan_memory(const Qwen2Config& c, const MemorySettings& s) {
   }
   p.grads = p.params;
   p.optimizer = numel_mine * kF32 * static_cast<size_t>(s.optimizer_states);
-  FsdpPoolSettings ps;
-  for (const auto& u : units) ps.unit_numel.push_back(u.numel);
-  ps.tied = c.tie_word_embeddings;
-  ps.strategy = s.strategy;
-  ps.shard_size = S;
-  ps.gather = s.bf16 ? DType::BF16 : DType::F32;
-  ps.reduce = s.reduce_bf16 ? DType::BF16 : DType::F32;
-  ps.prefetch = s.prefetch;
-  const FsdpPoolPlan pool = plan_fsdp_pool(ps);
+  const FsdpPoolPlan pool = pool_plan(c, units, s, S);
   p.gathered = pool.gathered;
   p.grad_buffers = pool.grads;
   p.comm = pool.comm;
@@ -113,14 +130,7 @@ MemoryPlan plan_memory(const Qwen2Config& c, const MemorySettings& s) {
   p.activations = s.recompute ? p.activations_recompute : p.activations_full;
   p.workspace = cross_entropy_bytes(c, N, s.bf16) + (s.on_cpu ? cpu_library_bytes(c, N) : 0);
   if (s.background_save) p.snapshot = numel_mine * kF32 * (1 + s.optimizer_states);
-  // The final save: every rank writes its shard one tensor at a time through a buffer of the
-  // largest; then rank 0 assembles final/ one whole unit at a time.
-  size_t largest_unit = 0, largest_part = 0;
-  for (const auto& u : units) {
-    largest_unit = std::max(largest_unit, u.numel);
-    largest_part = std::max(largest_part, std::min(u.numel, u.shard));
-  }
-  p.final_save = (s.writes_final ? std::max(largest_unit, largest_part) : largest_part) * kF32;
+  p.final_save = final_save_bytes(units, s.writes_final);
   p.baseline = s.baseline;
   const size_t state = p.params + p.grads + p.optimizer;
   const size_t pool_bytes = p.gathered + p.grad_buffers + p.comm;

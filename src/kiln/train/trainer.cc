@@ -480,10 +480,10 @@ void Trainer::log_memory(size_t pool_bytes) const {
 // committed first; the last one is written at once.
 void Trainer::save_final(TrainResult& result, const std::optional<double>& eval_loss) {
   saver_.flush();
+  fsdp_.release_buffers();  // the save's buffers take the pool's place, not their own
   saver_.save(checkpoint_state(max_steps_, result.last_loss, eval_loss), /*sync=*/true);
   const fs::path last_ckpt = saver_.last_committed();
   result.model_dir = final_model_dir(run_dir_);
-  fsdp_.release_buffers();  // the writer's unit takes the pool's place, not its own
   if (lead_) {
     CheckpointUnitReader reader(last_ckpt, model_.layout());
     const DType out_dtype = *dtype_from_cli(r_.output.dtype);
