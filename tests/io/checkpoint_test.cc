@@ -134,6 +134,38 @@ TEST(Checkpoint, ReadsBf16AsF32) {
   EXPECT_NEAR(got[1], 0.1f, 1e-3f);
 }
 
+// A rank reads only its part of a tensor: any element range equals that slice of the whole
+// tensor, in bf16 and across shard files, and reads again after its pages were given back.
+TEST(Checkpoint, RangesReadOnlyTheirElements) {
+  const fs::path dir = temp_dir();
+  std::vector<float> w(3000);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.01f * static_cast<float>(i) - 7.0f;
+  const std::vector<TensorToWrite> ts = {{"x", {30, 100}, w.data()}, {"y", {3000}, w.data()}};
+  write_checkpoint_dir(dir, ts, DType::BF16, 7000);  // one tensor per shard file
+  const CheckpointReader r(dir);
+  ASSERT_NE(r.file_of("x"), r.file_of("y"));
+  std::vector<float> whole(3000);
+  r.read_f32("x", std::vector<int64_t>{30, 100}, whole.data());
+  for (const auto& [b, n] : std::vector<std::pair<size_t, size_t>>{
+           {0, 3000}, {0, 1}, {1, 2047}, {2048, 952}, {2999, 1}, {1500, 0}}) {
+    for (const char* name : {"x", "y"}) {
+      const std::vector<int64_t> shape =
+          name[0] == 'x' ? std::vector<int64_t>{30, 100} : std::vector<int64_t>{3000};
+      std::vector<float> got(n + 1, 42.0f);
+      r.read_f32_range(name, shape, b, n, got.data());
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], whole[b + i]) << name << " " << b + i;
+      EXPECT_EQ(got[n], 42.0f) << "wrote past the range";
+    }
+  }
+  std::vector<float> buf(8);
+  EXPECT_ANY_THROW(r.read_f32_range("y", std::vector<int64_t>{3000}, 2995, 8, buf.data()));
+  expect_error(
+      [&] {
+        r.read_f32_range("y", std::vector<int64_t>{30, 100}, 0, 1, buf.data());
+      },
+      {"tensor y has shape [3000], expected [30, 100]"});
+}
+
 TEST(Checkpoint, MissingPathsNameThemselves) {
   const fs::path dir = temp_dir();
   expect_error([&] { CheckpointReader r(dir / "nope"); }, {(dir / "nope").string(), "no such"});

@@ -61,6 +61,15 @@ MappedFile::MappedFile(const fs::path& path) : path_(path) {
 
 MappedFile::~MappedFile() { reset(); }
 
+void MappedFile::release(const uint8_t* p, size_t n) const {
+  KILN_CHECK(p >= data_ && p + n <= data_ + size_, "{}: release outside the map", path_.string());
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  // Advice only: a failure leaves the pages resident, nothing else.
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 MappedFile::MappedFile(MappedFile&& o) noexcept
     : path_(std::move(o.path_)),
       data_(std::exchange(o.data_, nullptr)),

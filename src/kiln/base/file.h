@@ -29,6 +29,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const fs::path& path() const { return path_; }
+  // Gives the pages wholly inside [p, p + n) (p within the map) back to the kernel: they leave
+  // this process's resident set (a later read maps them again from the page cache). Readers
+  // call it once done with a range, so reading a large file piece by piece never holds it all.
+  void release(const uint8_t* p, size_t n) const;
 
  private:
   void reset();

@@ -15,6 +15,7 @@ Command add_init(CLI::App& app);
 Command add_train(CLI::App& app);
 Command add_eval(CLI::App& app);
 Command add_export(CLI::App& app);
+Command add_plan(CLI::App& app);
 Command add_bench(CLI::App& app);
 // `kiln bench comm`, registered under `kiln bench` (bench_comm.cc).
 Command add_bench_comm(CLI::App& bench);

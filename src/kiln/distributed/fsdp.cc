@@ -33,7 +33,7 @@ Fsdp::Fsdp(const ParamLayout& layout, const Backend& backend, ShardStrategy stra
            Communicator& shard, Communicator* replica, bool prefetch, DType reduce_dtype)
     : layout_(layout),
       be_(backend),
-      pool_(backend),
+      pool_(std::make_unique<DevicePool>(backend)),
       strategy_(strategy),
       gather_dtype_(backend.activation_dtype()),
       reduce_dtype_(reduce_dtype),
@@ -90,6 +90,37 @@ std::vector<ShardRange> Fsdp::shard_ranges() const {
   return out;
 }
 
+DeviceBuffer<float> Fsdp::take(size_t n) {
+  auto& [live, most] = pool_counts_[n];
+  if (++live > most) {
+    most = live;
+    pool_bytes_ += n * sizeof(float);
+  }
+  return pool_->take(n);
+}
+
+void Fsdp::give(DeviceBuffer<float> b) {
+  auto it = pool_counts_.find(b.size());
+  KILN_CHECK(it != pool_counts_.end() && it->second.first > 0, "give of a buffer not taken");
+  --it->second.first;
+  pool_->give(std::move(b));
+}
+
+void Fsdp::release_buffers() {
+  drain(0);
+  for (int u = 0; u < num_units(); ++u) {
+    units_[u].keep = false;
+    if (units_[u].in_use == 0) free_full(u);
+    if (units_[u].full_grad.size() > 0) give(std::move(units_[u].full_grad));
+    units_[u].full_grad = DeviceBuffer<float>();
+  }
+  be_.synchronize();  // nothing in flight uses a pooled buffer now
+  pool_ = std::make_unique<DevicePool>(be_);
+  for (auto& [n, c] : pool_counts_) c.second = c.first;  // a fresh pool holds only what is live
+  pool_bytes_ = 0;
+  for (const auto& [n, c] : pool_counts_) pool_bytes_ += c.second * n * sizeof(float);
+}
+
 void Fsdp::track_gathered(long delta) {
   gathered_ = static_cast<size_t>(static_cast<long>(gathered_) + delta);
   peak_gathered_ = std::max(peak_gathered_, gathered_);
@@ -102,7 +133,7 @@ void Fsdp::start_gather(int unit) {
   Unit& x = units_[unit];
   if (x.full.size() > 0 || !gathers()) return;
   const DType t = gather_dtype_;
-  x.full = pool_.take(storage_floats(x.padded, t));
+  x.full = take(storage_floats(x.padded, t));
   track_gathered(static_cast<long>(x.full.bytes()));
   Stream* after = &be_.compute_stream();
   if (t == DType::F32) {
@@ -125,7 +156,7 @@ void Fsdp::free_full(int unit) {
     x.gathering.reset();
   }
   track_gathered(-static_cast<long>(x.full.bytes()));
-  pool_.give(std::move(x.full));
+  give(std::move(x.full));
   x.full = DeviceBuffer<float>();
 }
 
@@ -162,7 +193,7 @@ float* Fsdp::grad(int unit) {
   Unit& x = units_[unit];
   if (strategy_ == ShardStrategy::kNoShard) return x.shard_grad.data();
   if (x.full_grad.size() == 0) {
-    x.full_grad = pool_.take(x.padded);
+    x.full_grad = take(x.padded);
     x.full_grad.zero();
   }
   return x.full_grad.data();
@@ -181,14 +212,14 @@ void Fsdp::grad_done(int unit) {
     p.work = shard_.all_reduce_async(x.shard_grad.data(), x.shard_size, t, ReduceOp::kSum, after);
   } else if (strategy_ == ShardStrategy::kNoShard) {
     // bf16: reduce a rounded copy; complete() writes the sum back over the local gradient.
-    p.out = pool_.take(storage_floats(x.shard_size, t));
+    p.out = take(storage_floats(x.shard_size, t));
     be_.cast_to_bf16(p.out.data(), x.shard_grad.data(), x.shard_size);
     p.work = shard_.all_reduce_async(p.out.data(), x.shard_size, t, ReduceOp::kSum, after);
   } else {
     KILN_CHECK(x.full_grad.size() > 0, "grad_done of unit {} without a gradient", unit);
     p.full_grad = to_reduce_dtype(std::move(x.full_grad), x.padded);
     x.full_grad = DeviceBuffer<float>();
-    p.out = pool_.take(storage_floats(x.shard_size, t));
+    p.out = take(storage_floats(x.shard_size, t));
     p.work = shard_.reduce_scatter_async(p.out.data(), p.full_grad.data(), x.shard_size, t,
                                          ReduceOp::kSum, after);
   }
@@ -198,9 +229,9 @@ void Fsdp::grad_done(int unit) {
 
 DeviceBuffer<float> Fsdp::to_reduce_dtype(DeviceBuffer<float> g, size_t n) {
   if (reduce_dtype_ == DType::F32) return g;
-  DeviceBuffer<float> g16 = pool_.take(storage_floats(n, DType::BF16));
+  DeviceBuffer<float> g16 = take(storage_floats(n, DType::BF16));
   be_.cast_to_bf16(g16.data(), g.data(), n);
-  pool_.give(std::move(g));  // reused only in stream order, after the cast
+  give(std::move(g));  // reused only in stream order, after the cast
   return g16;
 }
 
@@ -209,10 +240,10 @@ void Fsdp::add_reduced(float* shard_grad, DeviceBuffer<float>& src, size_t n) {
     be_.add(shard_grad, shard_grad, src.data(), n);
     return;
   }
-  DeviceBuffer<float> wide = pool_.take(n);
+  DeviceBuffer<float> wide = take(n);
   be_.cast_from_bf16(wide.data(), src.data(), n);
   be_.add(shard_grad, shard_grad, wide.data(), n);
-  pool_.give(std::move(wide));
+  give(std::move(wide));
 }
 
 void Fsdp::complete(Pending& p) {
@@ -222,7 +253,7 @@ void Fsdp::complete(Pending& p) {
   Unit& x = units_[p.unit];
   if (strategy_ == ShardStrategy::kNoShard) {  // bf16: the sum replaces the local gradient
     be_.cast_from_bf16(x.shard_grad.data(), p.out.data(), x.shard_size);
-    pool_.give(std::move(p.out));
+    give(std::move(p.out));
     return;
   }
   if (replica_ != nullptr) {
@@ -231,8 +262,8 @@ void Fsdp::complete(Pending& p) {
         ->wait(compute);
   }
   add_reduced(x.shard_grad.data(), p.out, x.shard_size);
-  pool_.give(std::move(p.full_grad));
-  pool_.give(std::move(p.out));
+  give(std::move(p.full_grad));
+  give(std::move(p.out));
 }
 
 void Fsdp::drain(size_t keep_at_most) {
@@ -274,12 +305,13 @@ void Fsdp::clip_grads(const double* sq_norm, double max_norm) {
   for (auto& x : units_) be_.clip_by_norm(x.shard_grad.data(), x.shard_size, sq_norm, max_norm);
 }
 
-void Fsdp::load_unit(int unit, const float* full) {
+void Fsdp::load_shard(int unit, size_t offset, const float* src, size_t n) {
   Unit& x = units_[unit];
-  const ShardRange r = shard_ranges()[unit];
-  x.shard.zero();
-  be_.copy_to_device(x.shard.data(), full + r.begin, r.size() * sizeof(float));
-  be_.synchronize();  // `full` is the caller's again
+  KILN_CHECK(offset <= x.shard_size && n <= x.shard_size - offset,
+             "unit {}: load of [{}, {}) outside the shard's {}", unit, offset, offset + n,
+             x.shard_size);
+  be_.copy_to_device(x.shard.data() + offset, src, n * sizeof(float));
+  be_.synchronize();  // `src` is the caller's again
 }
 
 size_t Fsdp::shard_bytes() const {

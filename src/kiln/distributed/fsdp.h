@@ -89,12 +89,19 @@ class Fsdp final : public UnitAccess {
   // Clips every gradient shard to max_norm given the device norm from grad_sq_norm().
   void clip_grads(const double* sq_norm, double max_norm);
 
-  // Sets this rank's shard from a whole unit in host memory (every rank passes the same values);
-  // returns once `full` may be reused.
-  void load_unit(int unit, const float* full);
+  // Sets elements [offset, offset + n) of this rank's shard of `unit` (offsets within the shard,
+  // i.e. from shard_ranges()[unit].begin) from host memory; returns once `src` may be reused.
+  // Loading a unit is one zero_shard() then its parts: no rank ever holds more than its own.
+  void load_shard(int unit, size_t offset, const float* src, size_t n);
+  void zero_shard(int unit) { units_[unit].shard.zero(); }
   // Bytes held in shards (params + grads) and the peak of gathered whole-unit buffers.
   size_t shard_bytes() const;
   size_t peak_gathered_bytes() const { return peak_gathered_; }
+  // Bytes the pool of gathered units and gradient buffers holds (it keeps what it made).
+  size_t pool_bytes() const { return pool_bytes_; }
+  // Hands the pool's buffers back (after the last step, before the final save): the next
+  // acquire or grad starts a fresh pool. Waits for outstanding work first.
+  void release_buffers();
 
  private:
   struct Unit {
@@ -132,8 +139,14 @@ class Fsdp final : public UnitAccess {
   void track_gathered(long delta);
 
   const ParamLayout& layout_;
+  // Every pooled buffer goes through take/give, so the pool's footprint is known.
+  DeviceBuffer<float> take(size_t n);
+  void give(DeviceBuffer<float> b);
+
   const Backend& be_;
-  DevicePool pool_;
+  std::unique_ptr<DevicePool> pool_;
+  std::map<size_t, std::pair<size_t, size_t>> pool_counts_;  // size -> (live, most live at once)
+  size_t pool_bytes_ = 0;
   ShardStrategy strategy_;
   DType gather_dtype_;
   DType reduce_dtype_;

@@ -113,6 +113,14 @@ std::string CheckpointReader::file_of(std::string_view name) const {
 
 void CheckpointReader::read_f32(std::string_view name, std::span<const int64_t> expected_shape,
                                 float* dst) const {
+  const auto n = checked_numel(expected_shape);
+  KILN_CHECK(n.has_value(), "tensor {}: bad expected shape", name);
+  read_f32_range(name, expected_shape, 0, static_cast<size_t>(*n), dst);
+}
+
+void CheckpointReader::read_f32_range(std::string_view name,
+                                      std::span<const int64_t> expected_shape, size_t begin,
+                                      size_t count, float* dst) const {
   const Entry& e = entry(name);
   const SafetensorsFile& f = files_[e.file];
   const TensorInfo& t = f.tensors()[e.tensor];
@@ -120,7 +128,13 @@ void CheckpointReader::read_f32(std::string_view name, std::span<const int64_t> 
     fail("{}: tensor {} has shape {}, expected {}", f.path().string(), t.name,
          format_shape(t.shape), format_shape(expected_shape));
   }
-  f.read_f32(t, dst);
+  // In pieces, each given back once read: a large tensor is never resident all at once.
+  constexpr size_t kPiece = size_t{4} << 20;
+  for (size_t i = 0; i < count; i += kPiece) {
+    const size_t n = std::min(kPiece, count - i);
+    f.read_f32_range(t, begin + i, n, dst + i);
+    f.release(t, begin + i, n);
+  }
 }
 
 }  // namespace kiln

@@ -36,6 +36,11 @@ class CheckpointReader {
   // Checks the tensor's shape against `expected_shape` and converts it to f32 into
   // dst[0, numel). Error: "<file>: tensor <name> has shape [a, b], expected [c, d]".
   void read_f32(std::string_view name, std::span<const int64_t> expected_shape, float* dst) const;
+  // Elements [begin, begin + count) of the flat tensor, converted to f32 into dst[0, count)
+  // (same shape check). Only that range's bytes are read, and its mapped pages are given back
+  // afterwards, so a rank that reads its part holds only that part.
+  void read_f32_range(std::string_view name, std::span<const int64_t> expected_shape, size_t begin,
+                      size_t count, float* dst) const;
 
  private:
   struct Entry {

@@ -270,23 +270,37 @@ const uint8_t* SafetensorsFile::data(const TensorInfo& t) const {
 }
 
 void SafetensorsFile::read_f32(const TensorInfo& t, float* dst) const {
-  const uint8_t* src = data(t);
+  read_f32_range(t, 0, t.numel(), dst);
+}
+
+void SafetensorsFile::read_f32_range(const TensorInfo& t, size_t begin, size_t count,
+                                     float* dst) const {
   const size_t n = t.numel();
+  KILN_CHECK(begin <= n && count <= n - begin, "{}: tensor {}: range [{}, {}) outside its {}",
+             path().string(), t.name, begin, begin + count, n);
   const size_t esize = dtype_size(t.dtype);
-  if (n == 0) return;
+  const uint8_t* src = data(t) + begin * esize;
+  if (count == 0) return;
   if (reinterpret_cast<uintptr_t>(src) % esize == 0) {
-    convert_to_f32(t.dtype, src, dst, n);
+    convert_to_f32(t.dtype, src, dst, count);
     return;
   }
   // Writers other than the reference one may leave the data section at an odd offset; copy
   // through an aligned bounce buffer rather than read misaligned 16-bit values.
   constexpr size_t kChunk = size_t{1} << 16;
   std::vector<uint32_t> bounce(kChunk);  // uint32_t: aligned for every dtype kiln reads
-  for (size_t i = 0; i < n; i += kChunk) {
-    const size_t m = std::min(kChunk, n - i);
+  for (size_t i = 0; i < count; i += kChunk) {
+    const size_t m = std::min(kChunk, count - i);
     std::memcpy(bounce.data(), src + i * esize, m * esize);
     convert_to_f32(t.dtype, bounce.data(), dst + i, m);
   }
+}
+
+void SafetensorsFile::release(const TensorInfo& t, size_t begin, size_t count) const {
+  const size_t esize = dtype_size(t.dtype);
+  KILN_CHECK(begin <= t.numel() && count <= t.numel() - begin, "{}: tensor {}: bad range",
+             path().string(), t.name);
+  file_.release(data(t) + begin * esize, count * esize);
 }
 
 }  // namespace kiln

@@ -69,6 +69,12 @@ class SafetensorsFile {
   const uint8_t* data(const TensorInfo& t) const;
   // Converts the tensor to f32 into dst[0, t.numel()), whatever the alignment of its bytes.
   void read_f32(const TensorInfo& t, float* dst) const;
+  // Elements [begin, begin + count) of the tensor (flat, row-major), converted to f32 into
+  // dst[0, count). Only the bytes of that range are touched.
+  void read_f32_range(const TensorInfo& t, size_t begin, size_t count, float* dst) const;
+  // Drops the mapped pages wholly inside elements [begin, begin + count) of `t` from this
+  // process's resident set (MappedFile::release).
+  void release(const TensorInfo& t, size_t begin, size_t count) const;
 
  private:
   MappedFile file_;

@@ -47,6 +47,17 @@ void HfWeightsReader::read_unit(int unit, float* out) const {
   }
 }
 
+void HfWeightsReader::read_range(int unit, ShardRange r, float* out) const {
+  const ParamUnit& u = layout_.units()[unit];
+  KILN_CHECK(r.begin <= r.end && r.end <= u.numel, "unit {}: range [{}, {}) outside its {}", unit,
+             r.begin, r.end, u.numel);
+  for (const auto& e : u.entries) {
+    const size_t lo = std::max(r.begin, e.offset), hi = std::min(r.end, e.offset + e.numel);
+    if (lo >= hi) continue;
+    reader_->read_f32_range(e.name, e.shape, lo - e.offset, hi - lo, out + (lo - r.begin));
+  }
+}
+
 void load_hf_weights(const fs::path& path, const ParamLayout& layout, ParamStore& store) {
   HfWeightsReader reader(path, layout);
   for (int u = 0; u < layout.num_units(); ++u) {

@@ -19,6 +19,10 @@ class HfWeightsReader {
   ~HfWeightsReader();
   // out: (layout.units()[unit].numel) floats
   void read_unit(int unit, float* out) const;
+  // Elements [r.begin, r.end) of the unit's flat buffer into out: (r.size()) floats. A unit is
+  // its tensors laid end to end, so the range is a tail of one tensor, whole tensors and a head
+  // of another: only those elements are read (and converted), nothing else of the unit.
+  void read_range(int unit, ShardRange r, float* out) const;
 
  private:
   std::unique_ptr<class CheckpointReader> reader_;

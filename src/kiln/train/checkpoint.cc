@@ -82,9 +82,14 @@ void assemble(const std::vector<ShardFile>& shards, const fs::path& dir, int uni
     if (t->dtype != DType::F32 || t->numel() != have.size()) {
       fail("{}: tensor u{}.{} has the wrong size or dtype", f.file->path().string(), unit, kind);
     }
-    std::memcpy(dst + (lo - want.begin),
-                reinterpret_cast<const float*>(f.file->data(*t)) + (lo - have.begin),
-                (hi - lo) * sizeof(float));
+    // In pieces, each given back once copied: what was read is not kept resident.
+    constexpr size_t kPiece = size_t{4} << 20;
+    const float* src = reinterpret_cast<const float*>(f.file->data(*t));
+    for (size_t i = lo; i < hi; i += kPiece) {
+      const size_t n = std::min(kPiece, hi - i);
+      std::memcpy(dst + (i - want.begin), src + (i - have.begin), n * sizeof(float));
+      f.file->release(*t, i - have.begin, n);
+    }
     covered += hi - lo;
   }
   if (covered != want.size()) {
@@ -159,20 +164,39 @@ struct ShardSource {
 };
 
 // Writes one rank's shard file (temporary name, fsync, rename). The "checkpoint" fault point
-// fires once about half of the file has been written. Returns the bytes written.
+// fires once about half of the file has been written. Returns the bytes written. `src` holds
+// host pointers (a snapshot), or, when `device` is given, that backend's device pointers: each
+// tensor is then read into one reused host buffer right before it is written, so a save written
+// at once holds one tensor of host memory, not a copy of the shard.
 uint64_t write_rank_file(const fs::path& path, int rank, int world_size, int64_t step,
-                         const std::vector<ShardRange>& ranges, const ShardSource& src) {
+                         const std::vector<ShardRange>& ranges, const ShardSource& src,
+                         const Backend* device = nullptr) {
   std::vector<TensorToWrite> tensors;
   std::map<std::string, std::string> meta = {{"rank", std::to_string(rank)},
                                              {"world_size", std::to_string(world_size)}};
+  size_t largest = 0;
+  for (const auto& r : ranges) largest = std::max(largest, r.size());
+  std::vector<float> stage(device != nullptr ? largest : 0);
+  auto add = [&](std::string name, int64_t n, const float* data) {
+    if (device == nullptr) {
+      tensors.push_back({std::move(name), {n}, data, {}});
+      return;
+    }
+    tensors.push_back({std::move(name), {n}, nullptr, [device, data, n, &stage] {
+                         device->copy_to_host(stage.data(), data,
+                                              static_cast<size_t>(n) * sizeof(float));
+                         device->synchronize();
+                         return static_cast<const float*>(stage.data());
+                       }});
+  };
   uint64_t bytes = 0;
   for (size_t u = 0; u < ranges.size(); ++u) {
     const int64_t n = static_cast<int64_t>(ranges[u].size());
     if (n == 0) continue;
     meta[fmt::format("u{}.begin", u)] = std::to_string(ranges[u].begin);
-    tensors.push_back({fmt::format("u{}.params", u), {n}, src.params[u], {}});
-    if (src.m[u] != nullptr) tensors.push_back({fmt::format("u{}.m", u), {n}, src.m[u], {}});
-    if (src.v[u] != nullptr) tensors.push_back({fmt::format("u{}.v", u), {n}, src.v[u], {}});
+    add(fmt::format("u{}.params", u), n, src.params[u]);
+    if (src.m[u] != nullptr) add(fmt::format("u{}.m", u), n, src.m[u]);
+    if (src.v[u] != nullptr) add(fmt::format("u{}.v", u), n, src.v[u]);
     bytes += static_cast<uint64_t>(n) * sizeof(float) *
              (1 + (src.m[u] != nullptr) + (src.v[u] != nullptr));
   }
@@ -181,9 +205,9 @@ uint64_t write_rank_file(const fs::path& path, int rank, int world_size, int64_t
     TensorToWrite& mid = tensors[tensors.size() / 2];
     const float* data = mid.data;
     mid.data = nullptr;
-    mid.source = [data, step] {
+    mid.source = [data, step, inner = std::move(mid.source)] {
       fault_point("checkpoint", step);
-      return data;
+      return inner ? inner() : data;
     };
   }
   write_safetensors(path, tensors, DType::F32, meta);
@@ -373,32 +397,44 @@ void CheckpointSaver::save(const CheckpointState& st, bool sync) {
       if (opt_.v(u).size() > 0) src.v[u] = opt_.v(u).data();
     }
     const fs::path file = p->tmp / rank_file_name(rank, W);
-    {
-      // Snapshot: one device read into host buffers reused by every save.
-      const Backend& be = fsdp_.backend();
-      size_t total = 0;
-      for (int u = 0; u < U; ++u) {
-        total += ranges[u].size() * (1 + (src.m[u] != nullptr) + (src.v[u] != nullptr));
+    const Backend& be = fsdp_.backend();
+    if (!p->background) {
+      // Written at once, straight from the device buffers, one tensor at a time.
+      const auto tw = Clock::now();
+      try {
+        p->bytes = write_rank_file(file, rank, W, st.step, ranges, src, &be);
+        p->state = 1;
+      } catch (const std::exception& e) {
+        p->error = e.what();
+        p->state = 2;
       }
-      if (arena_size_ != total) {
-        arena_.reset(new float[total]);
-        arena_size_ = total;
+      p->write_s = seconds_since(tw);
+    } else {
+      // In the background: one device read into host buffers reused by every save, since the
+      // optimizer moves on while the file is written.
+      {
+        size_t total = 0;
+        for (int u = 0; u < U; ++u) {
+          total += ranges[u].size() * (1 + (src.m[u] != nullptr) + (src.v[u] != nullptr));
+        }
+        if (arena_size_ != total) {
+          arena_.reset(new float[total]);
+          arena_size_ = total;
+        }
+        float* dst = arena_.get();
+        auto copy = [&](const float*& ptr, size_t n) {
+          if (ptr == nullptr) return;
+          be.copy_to_host(dst, ptr, n * sizeof(float));
+          ptr = dst;
+          dst += n;
+        };
+        for (int u = 0; u < U; ++u) {
+          copy(src.params[u], ranges[u].size());
+          copy(src.m[u], ranges[u].size());
+          copy(src.v[u], ranges[u].size());
+        }
+        be.synchronize();
       }
-      float* dst = arena_.get();
-      auto copy = [&](const float*& ptr, size_t n) {
-        if (ptr == nullptr) return;
-        be.copy_to_host(dst, ptr, n * sizeof(float));
-        ptr = dst;
-        dst += n;
-      };
-      for (int u = 0; u < U; ++u) {
-        copy(src.params[u], ranges[u].size());
-        copy(src.m[u], ranges[u].size());
-        copy(src.v[u], ranges[u].size());
-      }
-      be.synchronize();
-    }
-    if (p->background) {
       Pending* pp = p.get();
       p->thread = std::thread([pp, file, rank, W, ranges, src = std::move(src)] {
         const auto tw = Clock::now();
@@ -412,16 +448,6 @@ void CheckpointSaver::save(const CheckpointState& st, bool sync) {
           pp->state.store(2, std::memory_order_release);
         }
       });
-    } else {
-      const auto tw = Clock::now();
-      try {
-        p->bytes = write_rank_file(file, rank, W, st.step, ranges, src);
-        p->state = 1;
-      } catch (const std::exception& e) {
-        p->error = e.what();
-        p->state = 2;
-      }
-      p->write_s = seconds_since(tw);
     }
   }
   p->blocked_s = waited + seconds_since(t1);

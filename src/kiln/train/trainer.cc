@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/base/log.h"
+#include "kiln/base/process_memory.h"
 #include "kiln/data/sampler.h"
 #include "kiln/data/token_dataset.h"
 #include "kiln/distributed/communicator.h"
@@ -25,6 +27,7 @@
 #include "kiln/model/qwen2.h"
 #include "kiln/tensor/buffer.h"
 #include "kiln/train/checkpoint.h"
+#include "kiln/train/memory_plan.h"
 #include "kiln/train/metrics_log.h"
 #include "kiln/train/optimizer.h"
 #include "kiln/train/run_identity.h"
@@ -45,19 +48,6 @@ std::string format_duration(double s) {
   if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60);
   if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
   return fmt::format("{}s", t);
-}
-
-// Peak resident set size of this process (VmHWM).
-size_t peak_rss_bytes() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (f == nullptr) return 0;
-  char line[256];
-  size_t kb = 0;
-  while (std::fgets(line, sizeof line, f)) {
-    if (std::sscanf(line, "VmHWM: %zu kB", &kb) == 1) break;
-  }
-  std::fclose(f);
-  return kb * 1024;
 }
 
 }  // namespace
@@ -98,7 +88,8 @@ class Trainer {
   StepMetrics train_step(int64_t step);
   double evaluate(int64_t step);
   void log_step(const StepMetrics& m, const std::optional<double>& eval_loss);
-  void log_memory() const;
+  MemoryPlan plan_memory_use() const;
+  void log_memory(size_t pool_bytes) const;
   double model_flops_utilization(const StepMetrics& m) const;
   CheckpointState checkpoint_state(int64_t step, double loss,
                                    const std::optional<double>& eval_loss) const;
@@ -112,6 +103,7 @@ class Trainer {
   const std::string recipe_yaml_;  // the effective recipe, for recipe.yaml and every manifest
   const Qwen2Config config_;
   const ShardStrategy strategy_;
+  const size_t start_rss_;  // before the backend, model and shards exist: the plan's baseline
   std::unique_ptr<Backend> backend_;
   Qwen2Model model_;
   Fsdp fsdp_;
@@ -133,6 +125,7 @@ class Trainer {
   Clock::time_point t_start_;
   const bool tty_;
   mutable double peak_flops_ = -1;  // the backend's, asked at the first step's log (< 0: not yet)
+  MemoryPlan plan_;                 // this rank's predicted memory, printed before step 1
 };
 
 const Recipe& Trainer::checked(const Recipe& r) {
@@ -200,6 +193,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       recipe_yaml_(recipe_to_yaml(r)),
       config_(read_config(fs::path(r.model.path) / "config.json")),
       strategy_(strategy_for(r, ctx)),
+      start_rss_(resident_bytes()),
       backend_(make_backend(parse_device_request(r.train.device),
                             parse_compute_dtype(r.train.dtype), ctx.local_rank)),
       model_(config_, *backend_),
@@ -220,6 +214,8 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
   }
   // Transports into run_meta.json and the log; a dist.require_transport mismatch stops here.
   record_run_start(r_, ctx_, strategy_name(strategy_));
+  plan_ = plan_memory_use();
+  KILN_LOG_INFO("rank {}: memory plan: {}", ctx_.rank, plan_.summary());
   load_weights();
   // Every rank reads its own disjoint share of each epoch (the data is tokenized, or its cache
   // mapped, by the first worker of each node first; the loader logs the counts).
@@ -236,13 +232,20 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
 }
 
 void Trainer::load_weights() {
-  // Unit by unit: memory bounded by one whole unit, each rank keeps its shard.
+  // Each rank reads only its own shard's elements, in pieces of at most kLoadChunk floats through
+  // one host buffer: no rank holds a unit it does not own, nor more of the file than a piece.
+  constexpr size_t kLoadChunk = size_t{4} << 20;  // 16 MiB of f32
   const ParamLayout& layout = model_.layout();
   HfWeightsReader reader(r_.model.path, layout);
+  const auto ranges = fsdp_.shard_ranges();
+  Buffer<float> piece(kLoadChunk);
   for (int u = 0; u < layout.num_units(); ++u) {
-    Buffer<float> full(layout.units()[u].numel);
-    reader.read_unit(u, full.data());
-    fsdp_.load_unit(u, full.data());
+    fsdp_.zero_shard(u);  // padding past the unit's end stays zero
+    for (size_t b = ranges[u].begin; b < ranges[u].end; b += kLoadChunk) {
+      const size_t e = std::min(ranges[u].end, b + kLoadChunk);
+      reader.read_range(u, {b, e}, piece.data());
+      fsdp_.load_shard(u, b - ranges[u].begin, piece.data(), e - b);
+    }
   }
   if (lead_) {
     std::string why_cpu;  // the notice train.device=auto owes when it falls back to the CPU
@@ -447,7 +450,7 @@ void Trainer::log_step(const StepMetrics& m, const std::optional<double>& eval_l
            {"step_s", m.step_seconds},
            {"epoch", data_->sampler->epoch()}};
   if (eval_loss) row["eval_loss"] = *eval_loss;
-  row["peak_rss_mib"] = peak_rss_bytes() / 1048576.0;
+  row["peak_rss_mib"] = peak_resident_bytes() / 1048576.0;
   const DeviceMemoryStats mem = backend_->memory_stats();
   row["device_mem_mib"] = mem.in_use / 1048576.0;
   row["device_peak_mib"] = mem.peak / 1048576.0;
@@ -484,18 +487,38 @@ double Trainer::model_flops_utilization(const StepMetrics& m) const {
   return flops / m.step_seconds / (peak_flops_ * ctx_.world_size);
 }
 
-// Memory figures per rank: what sharding saves is visible in every run's log.
-void Trainer::log_memory() const {
+// This rank's memory plan: the recipe's settings on this group and backend, from the process's
+// own resident memory at the start.
+MemoryPlan Trainer::plan_memory_use() const {
+  const bool on_cpu = backend_->device() == Device::kCpu;
+  MemorySettings s = memory_settings(r_, ctx_.world_size, ctx_.local_world_size, on_cpu);
+  s.bf16 = backend_->activation_dtype() == DType::BF16;
+  s.writes_final = lead_;
+  s.baseline = start_rss_;
+  return plan_memory(config_, s);
+}
+
+// Memory figures per rank, after the final save: what sharding saves, and the plan beside the
+// measured peak (RSS on the CPU, the backend's device peak on a GPU).
+void Trainer::log_memory(size_t pool_bytes) const {
   size_t opt_bytes = 0;
   for (int u = 0; u < fsdp_.num_units(); ++u) {
     opt_bytes += opt_.m(u).bytes() + opt_.v(u).bytes();
   }
+  const bool on_cpu = backend_->device() == Device::kCpu;
+  const double measured =
+      static_cast<double>(on_cpu ? peak_resident_bytes() : backend_->memory_stats().peak);
+  const double predicted = static_cast<double>(plan_.peak);
   KILN_LOG_INFO(
-      "rank {}: peak RSS {:.0f} MiB; sharded params+grads {:.0f} MiB, optimizer state {:.0f} "
-      "MiB, peak gathered units {:.0f} MiB, activations {:.0f} MiB",
-      ctx_.rank, peak_rss_bytes() / 1048576.0, fsdp_.shard_bytes() / 1048576.0,
-      opt_bytes / 1048576.0, fsdp_.peak_gathered_bytes() / 1048576.0,
-      model_.activation_bytes() / 1048576.0);
+      "rank {}: peak {} {:.0f} MiB, predicted {:.0f} MiB ({:+.1f}%); peak RSS {:.0f} MiB; sharded "
+      "params+grads {:.0f} MiB, optimizer state {:.0f} MiB, peak gathered units {:.0f} MiB, "
+      "FSDP pool {:.0f} MiB (predicted {:.0f}), activations {:.0f} MiB (predicted {:.0f})",
+      ctx_.rank, on_cpu ? "RSS" : "device memory", measured / 1048576.0, predicted / 1048576.0,
+      measured > 0 ? 100.0 * (predicted - measured) / measured : 0.0,
+      peak_resident_bytes() / 1048576.0, fsdp_.shard_bytes() / 1048576.0, opt_bytes / 1048576.0,
+      fsdp_.peak_gathered_bytes() / 1048576.0, pool_bytes / 1048576.0,
+      (plan_.gathered + plan_.grad_buffers + plan_.comm) / 1048576.0,
+      model_.activation_bytes() / 1048576.0, plan_.activations / 1048576.0);
 }
 
 // The final state as a sharded checkpoint (no rank gathers the model), then rank 0 streams it
@@ -503,6 +526,7 @@ void Trainer::log_memory() const {
 // committed first; the last one is written at once.
 void Trainer::save_final(TrainResult& result, const std::optional<double>& eval_loss) {
   saver_.flush();
+  fsdp_.release_buffers();  // the save's buffers take the pool's place, not their own
   saver_.save(checkpoint_state(max_steps_, result.last_loss, eval_loss), /*sync=*/true);
   const fs::path last_ckpt = saver_.last_committed();
   result.model_dir = final_model_dir(run_dir_);
@@ -553,9 +577,10 @@ TrainResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step)
     world_.barrier();
     return result;
   }
-  log_memory();
   if (has_eval && !final_eval_loss) final_eval_loss = evaluate(max_steps_);  // resumed at the end
+  const size_t pool_bytes = fsdp_.pool_bytes();
   save_final(result, final_eval_loss);
+  log_memory(pool_bytes);
   return result;
 }
 

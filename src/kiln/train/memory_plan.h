@@ -1,0 +1,83 @@
+// The memory plan: what one rank of a training run holds at its peak, predicted before step 1
+// from the model's config and the run's settings, part by part, so a run that will not fit is
+// known before it loads a byte. The trainer prints it on every rank and, at the end, beside the
+// measured peak; `kiln plan` prints it for a recipe without weights.
+//
+// The parts follow the code that allocates them: the shards (Fsdp, Optimizer), FSDP's pool of
+// gathered units and whole-unit gradients (the peak count of each buffer size, since the pool
+// keeps what it made), the model's activation arena (Qwen2Model::plan_buffers), the fused
+// cross-entropy's chunk, the checkpoint snapshot (background saves) and rank 0's one unit at the
+// final Hugging Face save.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "kiln/base/json.h"
+#include "kiln/distributed/fsdp.h"
+#include "kiln/model/config.h"
+#include "kiln/train/recipe.h"
+
+namespace kiln {
+
+// The process before kiln allocates anything for the run (binary, libraries, thread pools),
+// measured for kiln's CPU build on Linux x86-64; the trainer uses its own reading instead.
+inline constexpr size_t kDefaultBaselineBytes = size_t{16} << 20;
+
+struct MemorySettings {
+  int world_size = 1;
+  // Ranks each unit is sharded over: the world (full_shard, shard_grad_op), the node
+  // (hybrid_shard); 1 under no_shard (and for one process).
+  int shard_size = 1;
+  ShardStrategy strategy = ShardStrategy::kNoShard;
+  bool bf16 = false;         // train.dtype bf16: units gathered and product inputs kept in bf16
+  bool reduce_bf16 = false;  // dist.reduce_dtype bf16
+  bool prefetch = true;      // dist.prefetch: the next unit is gathered while one computes
+  int micro_batch = 1;
+  int seq_len = 512;
+  bool recompute = false;        // train.activation_checkpointing
+  int optimizer_states = 2;      // per parameter: AdamW m and v (2), SGD with momentum 1, else 0
+  bool background_save = false;  // checkpoint.every_steps > 0 with checkpoint.background
+  bool writes_final = true;      // this rank writes final/ (rank 0)
+  bool on_cpu = true;            // device memory is this process's RAM
+  bool gloo = true;              // collectives through Gloo (its reduce-scatter keeps scratch)
+  size_t baseline = kDefaultBaselineBytes;
+};
+
+// Bytes per rank.
+struct MemoryPlan {
+  size_t params = 0, grads = 0, optimizer = 0;  // this rank's fp32 shards (padded units)
+  size_t gathered = 0;                          // FSDP's pooled gathered units (all-gather outputs)
+  size_t grad_buffers = 0;                      // whole-unit gradients (reduce-scatter inputs)
+  size_t comm = 0;              // reduced shards and dtype copies (reduce-scatter outputs)
+  size_t comm_scratch = 0;      // the communicator's own (Gloo's reduce-scatter partial sums)
+  size_t largest_gathered = 0;  // the largest unit as gathered (bf16 under train.dtype bf16)
+  std::string largest_unit;     // its name
+  size_t activations = 0;       // the arena for this run's recomputation setting
+  size_t activations_full = 0, activations_recompute = 0;  // without and with recomputation
+  size_t workspace = 0;  // cross-entropy chunk; on the CPU also the GEMM library's buffers
+  size_t snapshot = 0;   // host copy of the shard for background checkpoints
+  // The final save's host buffer: the largest tensor of the shard file, on rank 0 the largest
+  // unit of final/ (f32).
+  size_t final_save = 0;
+  size_t baseline = 0;
+  size_t device_peak = 0;  // device memory at the peak (on the CPU, part of the RSS)
+  size_t peak = 0;         // the predicted peak for the device: RSS on the CPU, else GPU memory
+
+  Json to_json() const;
+  std::string summary() const;  // one line, MiB
+};
+
+MemoryPlan plan_memory(const Qwen2Config& config, const MemorySettings& s);
+
+// The settings of rank 0 of a run of `r` over `world_size` ranks, `per_node` of them on each
+// node (hybrid_shard shards over a node), on the CPU or a GPU.
+MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bool on_cpu);
+
+// Bytes of Qwen2Model's activation arena for N = micro_batch x seq_len tokens (training).
+size_t activation_arena_bytes(const Qwen2Config& c, size_t tokens, bool recompute, bool bf16);
+
+// "24GiB", "512MiB", "1.5GB", "1000000": bytes. Errors name `what` (the option or field).
+size_t parse_memory_size(const std::string& text, const std::string& what);
+
+}  // namespace kiln

@@ -1,0 +1,114 @@
+// `kiln plan`: the JSON object is the library's plan for the recipe's rank 0 and its parts add
+// up to peak_bytes; text and settings that fit; bad input fails in one line naming the field.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "common/run_kiln.h"
+#include "kiln/base/file.h"
+#include "kiln/base/json.h"
+#include "kiln/model/config.h"
+#include "kiln/train/memory_plan.h"
+
+namespace kiln {
+namespace {
+
+using testing::run_kiln;
+
+fs::path temp_dir() {
+  const fs::path d =
+      fs::temp_directory_path() / ("kiln_plan_cli_" + std::to_string(::getpid()) + "_" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// A recipe whose model is `model` (a preset name or a directory); no data file is read.
+fs::path write_recipe(const fs::path& dir, const std::string& model) {
+  const fs::path p = dir / "recipe.yaml";
+  write_file_atomic(p, "model: {path: " + model + "}\n" +
+                           "data: {train: " + (dir / "none.jsonl").string() +
+                           ", seq_len: 128}\n"
+                           "train: {micro_batch_size: 2, dtype: bf16}\n"
+                           "output: {dir: " +
+                           (dir / "run").string() + "}\n");
+  return p;
+}
+
+Json plan_json(const std::string& args) {
+  const auto r = run_kiln("plan " + args + " --json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  return Json::parse(r.out);
+}
+
+TEST(PlanCli, JsonIsTheLibrarysPlanAndItsPartsAddUp) {
+  const fs::path dir = temp_dir();
+  const fs::path recipe = write_recipe(dir, "25m");
+  const Json j =
+      plan_json(recipe.string() + " dist.nproc_per_node=2 train.activation_checkpointing=true");
+  const Recipe r =
+      load_recipe(recipe, {"dist.nproc_per_node=2", "train.activation_checkpointing=true"});
+  const MemoryPlan p = plan_memory(preset_config("25m"), memory_settings(r, 2, 2, true));
+  EXPECT_EQ(j.at("peak_bytes").get<size_t>(), p.peak);
+  EXPECT_EQ(j.at("world_size").get<int>(), 2);
+  EXPECT_EQ(j.at("activations_bytes").get<size_t>(), p.activations_recompute);
+  EXPECT_LT(j.at("activations_recompute_bytes").get<size_t>(),
+            j.at("activations_full_bytes").get<size_t>());
+  EXPECT_EQ(j.at("largest_gathered_unit").get<std::string>(), "embed");
+  size_t pool = 0, sum = 0;
+  for (const char* k : {"gathered_bytes", "grad_buffer_bytes", "comm_bytes"}) {
+    pool += j.at(k).get<size_t>();
+  }
+  for (const char* k :
+       {"baseline_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "comm_scratch_bytes",
+        "activations_bytes", "workspace_bytes", "snapshot_bytes"}) {
+    sum += j.at(k).get<size_t>();
+  }
+  EXPECT_EQ(j.at("peak_bytes").get<size_t>(),
+            sum + std::max(pool, j.at("final_save_bytes").get<size_t>()));
+  // Sharding halves the state: twice the ranks, half the params.
+  const Json four = plan_json(recipe.string() + " dist.nproc_per_node=4");
+  EXPECT_LT(four.at("params_bytes").get<size_t>(), j.at("params_bytes").get<size_t>());
+  ASSERT_TRUE(j.at("settings").is_array());
+  EXPECT_EQ(j.at("settings").size(), 6u);  // 3 strategies x recomputation off/on
+}
+
+TEST(PlanCli, ReadsAModelDirectoryAndSaysWhatFits) {
+  const fs::path dir = temp_dir();
+  ASSERT_EQ(run_kiln("init --config tiny --out " + (dir / "m").string()).code, 0);
+  const fs::path recipe = write_recipe(dir, (dir / "m").string());
+  const Json from_dir = plan_json(recipe.string());
+  const Json from_preset = plan_json(write_recipe(dir, "tiny").string());
+  EXPECT_EQ(from_dir.at("peak_bytes"), from_preset.at("peak_bytes"));
+
+  auto r = run_kiln("plan " + recipe.string() + " --memory-per-device 1MiB");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("predicted peak"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("does NOT fit"), std::string::npos) << r.out;
+  r = run_kiln("plan " + recipe.string() + " --memory-per-device 64GiB");
+  EXPECT_NE(r.out.find(": fits"), std::string::npos) << r.out;
+  EXPECT_TRUE(plan_json(recipe.string() + " --memory-per-device 64GiB").at("fits").get<bool>());
+}
+
+TEST(PlanCli, BadInputNamesTheField) {
+  const fs::path dir = temp_dir();
+  const std::string recipe = write_recipe(dir, "25m").string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {recipe + " --memory-per-device 12XB", "--memory-per-device"},
+      {recipe + " --memory-per-device -1GiB", "--memory-per-device"},
+      {recipe + " model.path=" + (dir / "nope").string(), "model.path"},
+      {recipe + " dist.nproc_per_node=2 dist.strategy=bogus", "dist.strategy"},
+      {recipe + " train.micro_batch_size=0", "train.micro_batch_size"},
+      {recipe + " train.no_such_key=1", "train.no_such_key"},
+      {recipe + " --device tpu", "--device"},
+  };
+  for (const auto& [args, field] : cases) {
+    const auto r = run_kiln("plan " + args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_NE(r.out.find(field), std::string::npos) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("error"), std::string::npos) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
