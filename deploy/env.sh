@@ -8,8 +8,9 @@
 # its own below, and a value set in the environment wins over the profile's.
 #   p4d  p4d.24xlarge: 8 x A100 40 GB, 96 vCPUs, 1152 GiB, 4 EFA with GPUDirect RDMA (the default)
 #   p5   p5.48xlarge: 8 x H100 80 GB, 192 vCPUs, 2048 GiB, 32 EFA with GPUDirect RDMA
-#   g6   g6.12xlarge: 4 x L4 24 GB, 48 vCPUs, 192 GiB, one ENA; run here without EFA (pod traffic
-#        over TCP, NCCL's socket transport) and without GPUDirect RDMA
+#   g6   g6.12xlarge: 4 x L4 24 GB, 48 vCPUs, 192 GiB; run here without EFA (pod traffic over
+#        the ENA interface, TCP: NCCL's socket transport) and without GPUDirect RDMA. EC2 lists
+#        EFA for g6.8xlarge and larger, one interface: EFA_PER_NODE=1 turns it on (docs/deploy.md)
 # The defaults are the reference shape: 2 nodes x 4 GPUs on p4d.24xlarge in us-east-1.
 # Sourced by render.sh (bash); each line keeps a value that is already set.
 
@@ -39,7 +40,7 @@ case $PROFILE in
   g6)
     : "${INSTANCE_TYPE:=g6.12xlarge}"
     : "${GPUS_PER_NODE:=4}"         # all 4 L4s (24 GB each)
-    : "${EFA_PER_NODE:=0}"          # no EFA: nothing requested, efaEnabled false, no transport=efa
+    : "${EFA_PER_NODE:=0}"          # EFA off: nothing requested, efaEnabled false, no transport=efa
     : "${CPUS_PER_NODE:=44}"        # of 48 vCPUs: the rest for the kubelet and the DaemonSets
     : "${MEMORY_PER_NODE:=160Gi}"   # of 192 GiB, less what the node reserves
     : "${SHM_SIZE:=32Gi}"           # counts against MEMORY_PER_NODE
