@@ -6,6 +6,10 @@
 # It refuses (exit 1, nothing on stdout) when a placeholder has no value, when a value that must
 # be a whole number is not one, or when anything that looks like a placeholder is left over.
 # Only ${NAME} with NAME in upper case is a placeholder; pure bash, no envsubst needed.
+# A template line ending in the comment `# render:if NAME` is kept (without that comment) only
+# when NAME is set and neither empty nor 0; otherwise it is dropped, placeholders and all. That
+# is how a profile without EFA requests no EFA devices and a job without a Kueue queue carries
+# no queue label.
 set -euo pipefail
 
 usage() {
@@ -38,17 +42,30 @@ source "$env_file"
 # some of them at least 1.
 integers=" NNODES GPUS_PER_NODE EFA_PER_NODE CPUS_PER_NODE MAX_RESTARTS BACKOFF_LIMIT
   WORKER_REPLICAS MASTER_PORT THREADS_PER_WORKER SEQ_LEN MAX_STEPS SIGTERM_GRACE_S
-  TERMINATION_GRACE_S "
+  TERMINATION_GRACE_S CHECKPOINT_EVERY FI_EFA_USE_DEVICE_RDMA "
 positive=" NNODES GPUS_PER_NODE CPUS_PER_NODE MASTER_PORT THREADS_PER_WORKER SEQ_LEN MAX_STEPS
-  SIGTERM_GRACE_S TERMINATION_GRACE_S "
+  SIGTERM_GRACE_S TERMINATION_GRACE_S CHECKPOINT_EVERY "
+# Placeholders that must be one of a few words.
+booleans=" SUSPEND EFA_ENABLED "
 
 output=""
 problems=()
 for template in "$@"; do
   [[ -r $template ]] || die "cannot read $template"
-  content=$(<"$template")
+  content=""
+  conditional='^(.*[^[:space:]])[[:space:]]+#[[:space:]]*render:if[[:space:]]+([A-Z_][A-Z0-9_]*)[[:space:]]*$'
+  while IFS= read -r line || [[ -n $line ]]; do
+    if [[ $line =~ $conditional ]]; then
+      cond=${BASH_REMATCH[2]}
+      cond_value=${!cond:-}
+      [[ -z $cond_value || $cond_value == 0 ]] && continue
+      line=${BASH_REMATCH[1]}
+    fi
+    content+=$line$'\n'
+  done <"$template"
+  content=${content%$'\n'}
   # shellcheck disable=SC2016  # a literal ${ to search for
-  mapfile -t names < <(grep -o '\${[A-Z_][A-Z0-9_]*}' "$template" | sort -u | sed 's/^\${\(.*\)}$/\1/')
+  mapfile -t names < <(grep -o '\${[A-Z_][A-Z0-9_]*}' <<<"$content" | sort -u | sed 's/^\${\(.*\)}$/\1/')
   reported=" "
   for name in "${names[@]}"; do
     value=${!name:-}
@@ -64,6 +81,11 @@ for template in "$@"; do
     fi
     if [[ $integers == *" $name "* && ! $value =~ ^[0-9]+$ ]]; then
       problems+=("$template: $name='$value' is not a whole number")
+      reported+="\${$name} "
+      continue
+    fi
+    if [[ $booleans == *" $name "* && $value != true && $value != false ]]; then
+      problems+=("$template: $name='$value' is not true or false")
       reported+="\${$name} "
       continue
     fi

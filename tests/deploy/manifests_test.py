@@ -5,8 +5,14 @@ command and arguments, GPU and EFA resources (requests = limits = the shape), th
 kiln's launcher reads (KILN_NNODES / MASTER_ADDR / MASTER_PORT, or the operator's PET_*), the
 memory-backed /dev/shm, the recipe and data volumes, the headless Service, the restart and
 failure policies, and the recipe's keys against kiln's own list. Also checks that render.sh
-refuses unfilled or invalid placeholders. Two shapes: the reference (2 x 4 GPUs on p4d) and a
-p5 one, so nothing is hard-coded.
+refuses unfilled or invalid placeholders. Three shapes: the reference (2 x 4 GPUs on p4d, every
+value given), and env.sh's p5 and g6 profiles (PROFILE=..., the rest from the profile), so
+nothing is hard-coded: with EFA (p4d, p5) the pods request EFA devices, set GPUDirect RDMA and
+require transport efa; without it (g6: g6.12xlarge, 4 x L4) they request none, set
+FI_EFA_USE_DEVICE_RDMA=0 and require nothing. Also: the recipe resumes (train.resume auto) and
+checkpoints, the JobSet and the TrainJob carry Kueue's queue label and start suspended when a
+queue is set, and the Kubeflow Trainer v2 TrainJob (with its TrainingRuntime) gives the pods what
+the other variants give them.
 
 Standard library plus PyYAML (Debian's python3-yaml, installed by scripts/setup.sh). Prints
 "N passed, M failed"; exits non-zero when anything failed.
@@ -59,13 +65,32 @@ BASE = {
     "SOCKET_IFNAME": "eth0",
     "MAX_RESTARTS": "3",
 }
+# Per shape: what the environment sets ("env"), and what the manifests must then hold
+# ("expect": env plus what the profile in deploy/env.sh derives).
 SHAPES = {
-    "reference": {"NNODES": "2", "GPUS_PER_NODE": "4", "EFA_PER_NODE": "4",
-                  "INSTANCE_TYPE": "p4d.24xlarge", "CPUS_PER_NODE": "44"},
-    "p5": {"NNODES": "4", "GPUS_PER_NODE": "8", "EFA_PER_NODE": "32",
-           "INSTANCE_TYPE": "p5.48xlarge", "CPUS_PER_NODE": "184", "MEMORY_PER_NODE": "1800Gi",
-           "SIGTERM_GRACE_S": "100"},
+    "reference": {
+        "env": {"NNODES": "2", "GPUS_PER_NODE": "4", "EFA_PER_NODE": "4",
+                "INSTANCE_TYPE": "p4d.24xlarge", "CPUS_PER_NODE": "44", "MEMORY_PER_NODE": "500Gi"},
+        "expect": {"HUGEPAGES_2MI": "5120Mi", "FI_EFA_USE_DEVICE_RDMA": "1",
+                   "REQUIRE_TRANSPORT": "efa"},
+    },
+    "p5": {
+        "env": {"PROFILE": "p5", "NNODES": "4", "SIGTERM_GRACE_S": "100"},
+        "expect": {"INSTANCE_TYPE": "p5.48xlarge", "GPUS_PER_NODE": "8", "EFA_PER_NODE": "32",
+                   "CPUS_PER_NODE": "184", "MEMORY_PER_NODE": "1800Gi", "HUGEPAGES_2MI": "5120Mi",
+                   "FI_EFA_USE_DEVICE_RDMA": "1", "REQUIRE_TRANSPORT": "efa"},
+    },
+    "g6": {
+        "env": {"PROFILE": "g6", "NNODES": "3"},
+        "expect": {"INSTANCE_TYPE": "g6.12xlarge", "GPUS_PER_NODE": "4", "EFA_PER_NODE": "0",
+                   "CPUS_PER_NODE": "44", "MEMORY_PER_NODE": "160Gi", "HUGEPAGES_2MI": "0",
+                   "FI_EFA_USE_DEVICE_RDMA": "0", "REQUIRE_TRANSPORT": ""},
+    },
 }
+
+
+def has_efa(values):
+    return int(values["EFA_PER_NODE"]) > 0
 
 
 def render(files, values, extra_args=()):
@@ -104,10 +129,28 @@ def env_map(container):
     return {e["name"]: e for e in container.get("env", [])}
 
 
+def check_resources(label, req, values):
+    """GPUs always; EFA devices and huge pages only where the profile has them (a request for
+    a resource the node does not advertise keeps the pod Pending)."""
+    gpus, efa = int(values["GPUS_PER_NODE"]), int(values["EFA_PER_NODE"])
+    check_eq(f"{label}: nvidia.com/gpu", req.get("nvidia.com/gpu"), gpus)
+    if efa:
+        check_eq(f"{label}: vpc.amazonaws.com/efa", req.get("vpc.amazonaws.com/efa"), efa)
+    else:
+        check(f"{label}: no EFA device requested (profile without EFA)",
+              "vpc.amazonaws.com/efa" not in req, f"requests {req}")
+    if values["HUGEPAGES_2MI"] != "0":
+        check_eq(f"{label}: hugepages-2Mi", req.get("hugepages-2Mi"), values["HUGEPAGES_2MI"])
+    else:
+        check(f"{label}: no huge pages requested", "hugepages-2Mi" not in req, f"requests {req}")
+    check_eq(f"{label}: cpu", req.get("cpu"), int(values["CPUS_PER_NODE"]))
+    check_eq(f"{label}: memory", req.get("memory"), values["MEMORY_PER_NODE"])
+
+
 def check_pod(label, pod, values, container_name, expect_env, forbid_env=()):
     """The checks every variant's pod template must pass."""
     spec = pod["spec"]
-    gpus, efa = int(values["GPUS_PER_NODE"]), int(values["EFA_PER_NODE"])
+    gpus = int(values["GPUS_PER_NODE"])
     containers = [c for c in spec.get("containers", []) if c.get("name") == container_name]
     if not check(f"{label}: one container named {container_name}", len(containers) == 1):
         return
@@ -125,10 +168,7 @@ def check_pod(label, pod, values, container_name, expect_env, forbid_env=()):
     res = c.get("resources", {})
     req, lim = res.get("requests", {}), res.get("limits", {})
     check_eq(f"{label}: resources requests == limits", req, lim)
-    check_eq(f"{label}: nvidia.com/gpu", req.get("nvidia.com/gpu"), gpus)
-    check_eq(f"{label}: vpc.amazonaws.com/efa", req.get("vpc.amazonaws.com/efa"), efa)
-    for r in ("hugepages-2Mi", "cpu", "memory"):
-        check(f"{label}: {r} requested", r in req, f"requests {req}")
+    check_resources(label, req, values)
 
     envs = env_map(c)
     names = [e["name"] for e in c.get("env", [])]
@@ -216,6 +256,22 @@ def check_common(docs, values, label):
              int(values["CPUS_PER_NODE"]) // gpus)
     check_eq(f"{label}: recipe failure.sigterm_grace_s", flat.get("failure.sigterm_grace_s"),
              int(values.get("SIGTERM_GRACE_S", 25)))
+    # A pod restarted by Kubernetes runs this recipe again into the same output.dir: it must
+    # resume (kiln refuses resume=none over existing checkpoints), and checkpoints must exist.
+    check_eq(f"{label}: recipe train.resume auto (a restarted pod continues)",
+             flat.get("train.resume"), "auto")
+    every = flat.get("checkpoint.every_steps")
+    check(f"{label}: recipe checkpoint.every_steps on ({every})",
+          isinstance(every, int) and every > 0, f"{every!r}")
+    check(f"{label}: recipe does not overwrite earlier checkpoints",
+          flat.get("output.overwrite") in (None, False), f"{flat.get('output.overwrite')!r}")
+    if has_efa(values):
+        check_eq(f"{label}: recipe dist.require_transport efa", flat.get("dist.require_transport"),
+                 "efa")
+    else:
+        check(f"{label}: recipe requires no transport (no EFA)",
+              flat.get("dist.require_transport") in (None, ""),
+              f"{flat.get('dist.require_transport')!r}")
     check_eq(f"{label}: PVC name", pvc["metadata"]["name"], values["DATA_PVC"])
     check_eq(f"{label}: PVC ReadWriteMany", pvc["spec"].get("accessModes"), ["ReadWriteMany"])
     check_eq(f"{label}: PVC storage class", pvc["spec"].get("storageClassName"),
@@ -230,6 +286,20 @@ def check_namespaces(docs, values, label):
                  values["NAMESPACE"])
 
 
+def check_kueue(label, obj, values):
+    """Kueue's queue label, and spec.suspend true exactly when a queue is set (Kueue admits the
+    job by unsuspending it; without Kueue a suspended job would never start)."""
+    queue = values.get("KUEUE_QUEUE", "")
+    labels = obj.get("metadata", {}).get("labels", {})
+    if queue:
+        check_eq(f"{label}: Kueue queue label", labels.get("kueue.x-k8s.io/queue-name"), queue)
+        check_eq(f"{label}: spec.suspend (Kueue admits it)", obj["spec"].get("suspend"), True)
+    else:
+        check(f"{label}: no Kueue queue label without a queue",
+              "kueue.x-k8s.io/queue-name" not in labels, f"{labels}")
+        check_eq(f"{label}: spec.suspend false without a queue", obj["spec"].get("suspend"), False)
+
+
 def check_jobset(docs, values, label):
     sets = by_kind(docs, "JobSet")
     if not check(f"{label}: one JobSet", len(sets) == 1):
@@ -242,6 +312,7 @@ def check_jobset(docs, values, label):
     check_eq(f"{label}: network.subdomain (the headless Service)", net.get("subdomain"), job)
     check_eq(f"{label}: failurePolicy.maxRestarts",
              js["spec"].get("failurePolicy", {}).get("maxRestarts"), int(values["MAX_RESTARTS"]))
+    check_kueue(label, js, values)
     rjs = js["spec"].get("replicatedJobs", [])
     if not check(f"{label}: one replicated job", len(rjs) == 1):
         return
@@ -260,7 +331,8 @@ def check_jobset(docs, values, label):
         "KILN_NNODES": str(nnodes), "MASTER_ADDR": master,
         "MASTER_PORT": values["MASTER_PORT"], "KILN_STORE_TOKEN": None,
         "KILN_SOCKET_IFNAME": values["SOCKET_IFNAME"], "NCCL_SOCKET_IFNAME": values["SOCKET_IFNAME"],
-        "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_DEBUG": None,
+        "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": values["FI_EFA_USE_DEVICE_RDMA"],
+        "NCCL_DEBUG": None,
     })
 
 
@@ -297,7 +369,8 @@ def check_indexed_job(docs, values, label):
         "KILN_NNODES": str(nnodes), "MASTER_ADDR": f"{name}-0.{svc['metadata']['name']}",
         "MASTER_PORT": values["MASTER_PORT"], "KILN_STORE_TOKEN": None,
         "KILN_SOCKET_IFNAME": values["SOCKET_IFNAME"], "NCCL_SOCKET_IFNAME": values["SOCKET_IFNAME"],
-        "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_DEBUG": None,
+        "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": values["FI_EFA_USE_DEVICE_RDMA"],
+        "NCCL_DEBUG": None,
     }, forbid_env=("JOB_COMPLETION_INDEX",))
 
 
@@ -329,9 +402,96 @@ def check_pytorchjob(docs, values, label):
         check_pod(f"{label} {rtype} pod", pod, values, "pytorch", {
             "KILN_STORE_TOKEN": None, "KILN_SOCKET_IFNAME": values["SOCKET_IFNAME"],
             "NCCL_SOCKET_IFNAME": values["SOCKET_IFNAME"], "FI_PROVIDER": "efa",
-            "FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_DEBUG": None,
+            "FI_EFA_USE_DEVICE_RDMA": values["FI_EFA_USE_DEVICE_RDMA"], "NCCL_DEBUG": None,
         }, forbid_env=("PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR",
                        "PET_MASTER_PORT", "MASTER_ADDR", "MASTER_PORT", "KILN_NNODES"))
+
+
+TRAINER_API = "trainer.kubeflow.org/v1alpha1"
+# Set by Kubeflow Trainer's Torch policy on the `node` container; a TrainJob must not set them.
+PET_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",
+           "PET_MASTER_PORT")
+TRAINER_PORT = 29500  # Trainer's fixed PET_MASTER_PORT and the container port it adds
+
+
+def check_trainjob(docs, values, label):
+    """The TrainJob and its TrainingRuntime; then the pod Trainer builds from them (the
+    runtime's pod template with the TrainJob's image, command, args and resources on the
+    container named `node`, plus the port Trainer adds) passes the checks every variant's pod
+    passes."""
+    runtimes, jobs = by_kind(docs, "TrainingRuntime"), by_kind(docs, "TrainJob")
+    if not check(f"{label}: one TrainingRuntime and one TrainJob",
+                 len(runtimes) == 1 and len(jobs) == 1):
+        return
+    rt, tj = runtimes[0], jobs[0]
+    nnodes, gpus = int(values["NNODES"]), int(values["GPUS_PER_NODE"])
+    check_eq(f"{label}: TrainJob apiVersion", tj.get("apiVersion"), TRAINER_API)
+    check_eq(f"{label}: TrainingRuntime apiVersion", rt.get("apiVersion"), TRAINER_API)
+    check_eq(f"{label}: TrainJob name", tj["metadata"]["name"], values["JOB_NAME"])
+    spec = tj.get("spec", {})
+    check_eq(f"{label}: runtimeRef names the TrainingRuntime", spec.get("runtimeRef"),
+             {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
+              "name": rt["metadata"]["name"]})
+    check_eq(f"{label}: runtime in the TrainJob's namespace", rt["metadata"].get("namespace"),
+             tj["metadata"].get("namespace"))
+    check_kueue(label, tj, values)
+    tr = spec.get("trainer", {})
+    image = (f"{values['AWS_ACCOUNT_ID']}.dkr.ecr.{values['AWS_REGION']}.amazonaws.com/kiln:"
+             f"{values['IMAGE_TAG']}")
+    check_eq(f"{label}: trainer.image", tr.get("image"), image)
+    check_eq(f"{label}: trainer.command", tr.get("command"), ["kiln-entrypoint"])
+    check_eq(f"{label}: trainer.args (the kiln command)", tr.get("args"),
+             ["kiln", "train", "/config/recipe.yaml", f"dist.nproc_per_node={gpus}"])
+    check_eq(f"{label}: trainer.numNodes", tr.get("numNodes"), nnodes)
+    check_eq(f"{label}: trainer.numProcPerNode (GPUs per node)", tr.get("numProcPerNode"), gpus)
+    check(f"{label}: trainer.env sets none of Trainer's reserved PET_* names",
+          not {e.get("name") for e in tr.get("env", [])} & set(PET_ENV), f"{tr.get('env')}")
+    res = tr.get("resourcesPerNode", {})
+    check_eq(f"{label}: resourcesPerNode requests == limits", res.get("requests"), res.get("limits"))
+    check_resources(f"{label} resourcesPerNode", res.get("requests", {}), values)
+    allowed = {"runtimeRef", "initializer", "trainer", "suspend", "managedBy",
+               "podTemplateOverrides", "activeDeadlineSeconds"}
+    check(f"{label}: only TrainJob spec fields of trainer.kubeflow.org/v1alpha1",
+          set(spec) <= allowed, f"{sorted(set(spec) - allowed)}")
+    check(f"{label}: only Trainer fields of v1alpha1",
+          set(tr) <= {"image", "command", "args", "env", "numNodes", "resourcesPerNode",
+                      "numProcPerNode"}, f"{sorted(tr)}")
+
+    ml = rt.get("spec", {}).get("mlPolicy", {})
+    check_eq(f"{label}: runtime mlPolicy.numNodes", ml.get("numNodes"), nnodes)
+    check_eq(f"{label}: runtime mlPolicy.torch.numProcPerNode",
+             ml.get("torch", {}).get("numProcPerNode"), gpus)
+    js = rt.get("spec", {}).get("template", {}).get("spec", {})
+    check_eq(f"{label}: runtime failurePolicy.maxRestarts",
+             js.get("failurePolicy", {}).get("maxRestarts"), int(values["MAX_RESTARTS"]))
+    rjs = [r for r in js.get("replicatedJobs", []) if r.get("name") == "node"]
+    if not check(f"{label}: runtime has the replicated job `node`", len(rjs) == 1):
+        return
+    rj = rjs[0]
+    check_eq(f"{label}: `node` is the trainer step",
+             rj["template"].get("metadata", {}).get("labels", {})
+             .get("trainer.kubeflow.org/trainjob-ancestor-step"), "trainer")
+    jspec = rj["template"]["spec"]
+    check_eq(f"{label}: backoffLimit 0 (the JobSet restarts the group)", jspec.get("backoffLimit"), 0)
+    pod = jspec["template"]
+    check_eq(f"{label}: restartPolicy", pod["spec"].get("restartPolicy"), "Never")
+    nodes = [c for c in pod["spec"].get("containers", []) if c.get("name") == "node"]
+    if not check(f"{label}: runtime container named `node` (Trainer's trainer container)",
+                 len(nodes) == 1):
+        return
+    # What Trainer does: the TrainJob's trainer fields onto the `node` container, and its port.
+    built = yaml.safe_load(yaml.safe_dump(pod))
+    c = [c for c in built["spec"]["containers"] if c["name"] == "node"][0]
+    check(f"{label}: runtime container sets no PET_* (Trainer does)",
+          not {e["name"] for e in c.get("env", [])} & set(PET_ENV))
+    c.update({"image": tr.get("image"), "command": tr.get("command"), "args": tr.get("args"),
+              "resources": tr.get("resourcesPerNode", {})})
+    c.setdefault("ports", []).append({"containerPort": TRAINER_PORT})
+    check_pod(f"{label} pod", built, {**values, "MASTER_PORT": str(TRAINER_PORT)}, "node", {
+        "KILN_STORE_TOKEN": None, "KILN_SOCKET_IFNAME": values["SOCKET_IFNAME"],
+        "NCCL_SOCKET_IFNAME": values["SOCKET_IFNAME"], "FI_PROVIDER": "efa",
+        "FI_EFA_USE_DEVICE_RDMA": values["FI_EFA_USE_DEVICE_RDMA"], "NCCL_DEBUG": None,
+    }, forbid_env=PET_ENV + ("MASTER_ADDR", "MASTER_PORT", "KILN_NNODES"))
 
 
 def check_doctor(docs, values, label):
@@ -342,14 +502,14 @@ def check_doctor(docs, values, label):
     check_eq(f"{label}: restartPolicy", spec.get("restartPolicy"), "Never")
     c = spec["containers"][0]
     check_eq(f"{label}: command is the image's entrypoint", c.get("command"), ["kiln-entrypoint"])
-    check_eq(f"{label}: args", c.get("args"),
-             ["kiln", "doctor", "--require", "transport=efa", "--require",
-              f"gpus={values['GPUS_PER_NODE']}"])
+    require = ["--require", "transport=efa"] if has_efa(values) else []
+    check_eq(f"{label}: args (transport=efa only with EFA)", c.get("args"),
+             ["kiln", "doctor", *require, "--require", f"gpus={values['GPUS_PER_NODE']}"])
     res = c.get("resources", {})
     check_eq(f"{label}: resources requests == limits", res.get("requests"), res.get("limits"))
-    check_eq(f"{label}: GPUs and EFA of a job pod",
-             (res.get("limits", {}).get("nvidia.com/gpu"), res.get("limits", {}).get("vpc.amazonaws.com/efa")),
-             (int(values["GPUS_PER_NODE"]), int(values["EFA_PER_NODE"])))
+    check_resources(label, res.get("limits", {}), values)
+    check_eq(f"{label}: env FI_EFA_USE_DEVICE_RDMA", env_map(c).get("FI_EFA_USE_DEVICE_RDMA", {}).get("value"),
+             values["FI_EFA_USE_DEVICE_RDMA"])
     envs = env_map(c)
     check_eq(f"{label}: env FI_PROVIDER", envs.get("FI_PROVIDER", {}).get("value"), "efa")
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
@@ -372,33 +532,46 @@ def check_cluster(docs, values, label):
     if not check(f"{label}: one {values['INSTANCE_TYPE']} node group", len(gpu) == 1):
         return
     g = gpu[0]
-    check_eq(f"{label}: GPU group efaEnabled", g.get("efaEnabled"), True)
+    check_eq(f"{label}: GPU group efaEnabled (only with EFA)", g.get("efaEnabled"), has_efa(values))
     check_eq(f"{label}: GPU group desiredCapacity", g.get("desiredCapacity"), int(values["NNODES"]))
     check_eq(f"{label}: GPU group in one availability zone", len(g.get("availabilityZones", [])), 1)
 
 
 def main():
     templates = sorted(p.name for p in K8S.glob("*.yaml"))
-    check_eq("deploy/k8s holds the common file, three variants and the doctor pod", templates,
-             ["common.yaml", "doctor.yaml", "indexed-job.yaml", "jobset.yaml", "pytorchjob.yaml"])
+    check_eq("deploy/k8s holds the common file, four variants and the doctor pod", templates,
+             ["common.yaml", "doctor.yaml", "indexed-job.yaml", "jobset.yaml", "pytorchjob.yaml",
+              "trainjob.yaml"])
 
-    for shape, extra in SHAPES.items():
-        values = {**BASE, **extra, "MEMORY_PER_NODE": extra.get("MEMORY_PER_NODE", "500Gi")}
-        common = load([K8S / "common.yaml"], values, f"{shape} common")
+    variants = (("jobset", check_jobset), ("indexed-job", check_indexed_job),
+                ("pytorchjob", check_pytorchjob), ("trainjob", check_trainjob))
+    for shape, spec in SHAPES.items():
+        env = {**BASE, **spec["env"]}
+        values = {**env, **spec["expect"]}
+        common = load([K8S / "common.yaml"], env, f"{shape} common")
         check_common(common, values, f"{shape} common")
         check_namespaces(common, values, f"{shape} common")
-        for variant, fn in (("jobset", check_jobset), ("indexed-job", check_indexed_job),
-                            ("pytorchjob", check_pytorchjob)):
-            docs = load([K8S / f"{variant}.yaml"], values, f"{shape} {variant}")
+        for variant, fn in variants:
+            docs = load([K8S / f"{variant}.yaml"], env, f"{shape} {variant}")
             check_namespaces(docs, values, f"{shape} {variant}")
             fn(docs, values, f"{shape} {variant}")
-        doctor = load([K8S / "doctor.yaml"], values, f"{shape} doctor")
+        doctor = load([K8S / "doctor.yaml"], env, f"{shape} doctor")
         check_namespaces(doctor, values, f"{shape} doctor")
         check_doctor(doctor, values, f"{shape} doctor")
-        check_cluster(load([CLUSTER], values, f"{shape} eks"), values, f"{shape} eks")
+        check_cluster(load([CLUSTER], env, f"{shape} eks"), values, f"{shape} eks")
+
+    # Kueue: a queue set in env.sh (or the environment) labels the JobSet and the TrainJob and
+    # suspends them until Kueue admits them.
+    for shape in ("reference", "g6"):
+        env = {**BASE, **SHAPES[shape]["env"], "KUEUE_QUEUE": "team-a"}
+        values = {**env, **SHAPES[shape]["expect"]}
+        check_jobset(load([K8S / "jobset.yaml"], env, f"{shape} kueue jobset"), values,
+                     f"{shape} kueue jobset")
+        check_trainjob(load([K8S / "trainjob.yaml"], env, f"{shape} kueue trainjob"), values,
+                       f"{shape} kueue trainjob")
 
     # Rendering several templates at once gives one stream with every document.
-    both = load([K8S / "common.yaml", K8S / "jobset.yaml"], {**BASE, **SHAPES["reference"]},
+    both = load([K8S / "common.yaml", K8S / "jobset.yaml"], {**BASE, **SHAPES["reference"]["env"]},
                 "common+jobset")
     check_eq("common+jobset: kinds in order", [d["kind"] for d in both],
              ["ConfigMap", "PersistentVolumeClaim", "JobSet"])
@@ -414,6 +587,34 @@ def main():
         check_eq("defaults: the reference shape (4 GPUs, 4 EFA per pod)",
                  (res["limits"]["nvidia.com/gpu"], res["limits"]["vpc.amazonaws.com/efa"]), (4, 4))
         check_eq("defaults: 2 nodes", js["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"], 2)
+        check_eq("defaults: p4d.24xlarge", js["spec"]["replicatedJobs"][0]["template"]["spec"]
+                 ["template"]["spec"]["nodeSelector"]["node.kubernetes.io/instance-type"],
+                 "p4d.24xlarge")
+    p = render(all_templates, {"AWS_ACCOUNT_ID": "123456789012", "PROFILE": "g6"})
+    check("defaults: every template renders with PROFILE=g6", p.returncode == 0, p.stderr.strip())
+    if p.returncode == 0:
+        out = p.stdout
+        check("PROFILE=g6: no EFA device anywhere", "vpc.amazonaws.com/efa" not in out)
+        docs = [d for d in yaml.safe_load_all(out) if d]
+        recipe = yaml.safe_load(by_kind(docs, "ConfigMap")[0]["data"]["recipe.yaml"])
+        doctor = by_kind(docs, "Pod")[0]["spec"]["containers"][0]["args"]
+        check("PROFILE=g6: nothing requires transport=efa (recipe, doctor)",
+              "require_transport" not in recipe.get("dist", {}) and "transport=efa" not in doctor,
+              f"{recipe.get('dist')} {doctor}")
+        efa_enabled = [g.get("efaEnabled") for d in by_kind(docs, "ClusterConfig")
+                       for g in d.get("managedNodeGroups", []) if "efaEnabled" in g]
+        check_eq("PROFILE=g6: the GPU node group is not efaEnabled", efa_enabled, [False])
+        check("PROFILE=g6: g6.12xlarge nodes", "instance-type: g6.12xlarge" in out
+              and "instanceType: g6.12xlarge" in out)
+    # Each profile value is still overridable from the environment.
+    p = render([K8S / "jobset.yaml"], {"AWS_ACCOUNT_ID": "123456789012", "PROFILE": "g6",
+                                       "EFA_PER_NODE": "1"})
+    check("PROFILE=g6 EFA_PER_NODE=1: the override wins (one EFA device requested)",
+          p.returncode == 0 and "vpc.amazonaws.com/efa: 1" in p.stdout, p.stderr.strip())
+    p = render([K8S / "jobset.yaml"], {"AWS_ACCOUNT_ID": "123456789012", "PROFILE": "p4d",
+                                       "FI_EFA_USE_DEVICE_RDMA": "0"})
+    check("PROFILE=p4d FI_EFA_USE_DEVICE_RDMA=0: the override wins",
+          p.returncode == 0 and 'value: "0"' in p.stdout, p.stderr.strip())
 
     # Refusals: nothing on stdout, exit 1, the culprit named.
     p = render([K8S / "jobset.yaml"], {})
@@ -423,6 +624,12 @@ def main():
     p = render([K8S / "jobset.yaml"], {**BASE, "NNODES": "two"})
     check("refuses: NNODES not a number",
           p.returncode == 1 and p.stdout == "" and "NNODES='two'" in p.stderr, p.stderr.strip())
+    p = render([K8S / "jobset.yaml"], {**BASE, "PROFILE": "g7"})
+    check("refuses: an unknown PROFILE",
+          p.returncode == 1 and p.stdout == "" and "PROFILE='g7'" in p.stderr, p.stderr.strip())
+    p = render([K8S / "jobset.yaml"], {**BASE, "SUSPEND": "yes"})
+    check("refuses: SUSPEND not true or false",
+          p.returncode == 1 and p.stdout == "" and "SUSPEND='yes'" in p.stderr, p.stderr.strip())
     p = render([K8S / "indexed-job.yaml"], {**BASE, "GPUS_PER_NODE": "0"})
     check("refuses: GPUS_PER_NODE 0",
           p.returncode == 1 and p.stdout == "" and "GPUS_PER_NODE='0'" in p.stderr, p.stderr.strip())
@@ -433,6 +640,14 @@ def main():
         check("refuses: a placeholder env.sh does not define",
               p.returncode == 1 and p.stdout == "" and "NOT_DEFINED_ANYWHERE" in p.stderr
               and "${lower_case}" in p.stderr, p.stderr.strip())
+        cond = Path(tmp) / "cond.yaml"
+        cond.write_text("a: ${JOB_NAME}\nb: ${OPT_A}  # render:if OPT_A\n"
+                        "c: ${UNSET_ANYWHERE}  # render:if UNSET_ANYWHERE\nd: 1  # render:if OPT_0\n")
+        p = render([cond], {**BASE, "OPT_A": "x", "OPT_0": "0"})
+        check("render:if keeps a line whose variable is set (without the marker), drops it when "
+              "empty, unset or 0, placeholders and all",
+              p.returncode == 0 and p.stdout.endswith("a: qwen-ft\nb: x\n"), 
+              f"rc {p.returncode} {p.stdout!r} {p.stderr.strip()!r}")
         envf = Path(tmp) / "other-env.sh"
         envf.write_text(': "${JOB_NAME:=from-env-file}"\n')
         ok = Path(tmp) / "ok.yaml"
