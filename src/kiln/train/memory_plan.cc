@@ -96,11 +96,15 @@ size_t activation_arena_bytes(const Qwen2Config& c, size_t N, bool recompute, bo
   const size_t act = bf16 ? 2 : 4;  // xn1, xn2, h: only feed products
   auto f = [](size_t n) { return aligned64(n * kF32); };
   auto a = [&](size_t n) { return aligned64(n * act); };
-  // Qwen2Model::plan_buffers, piece by piece.
+  // Qwen2Model::plan_buffers, piece by piece (MemoryPlan.ActivationsAreTheModelsArena holds the
+  // two equal): per layer xn1, rstd1, q, k, v, y, lse, xmid, xn2, rstd2, gate_up, h; the shared
+  // q/k/v product; the backward's dxf, dres, dxn, dq, dk, dv, dy, dgate_up, dh.
   const size_t layer = a(N * C) + f(N) + f(N * Q) + 2 * f(N * KV) + f(N * Q) + f(N * H) + f(N * C) +
-                       a(N * C) + f(N) + 2 * f(N * I) + a(N * I);
-  const size_t grads = 3 * f(N * C) + f(N * Q) + 2 * f(N * KV) + f(N * Q) + 3 * f(N * I);
-  return f((L + 1) * N * C) + (recompute ? 1 : L) * layer + f(N * C) + f(N) + grads + f(4 * N);
+                       a(N * C) + f(N) + f(2 * N * I) + a(N * I);
+  const size_t qkv = f(N * (Q + 2 * KV));
+  const size_t grads = 3 * f(N * C) + f(N * Q) + 2 * f(N * KV) + f(N * Q) + f(2 * N * I) + f(N * I);
+  return f((L + 1) * N * C) + (recompute ? 1 : L) * layer + qkv + f(N * C) + f(N) + grads +
+         f(4 * N);
 }
 
 MemoryPlan plan_memory(const Qwen2Config& c, const MemorySettings& s) {
