@@ -1,7 +1,8 @@
 // PhaseTimedBackend charges each op's time to its phase: on the synchronous CPU backend and on
-// the stream emulation (where ops run later, on the stream's thread), the phases add up to the
-// compute stream's time, a product lands in "gemm", attention in "attention", and an add in
-// "other". Outside start()/stop() nothing is recorded.
+// the stream emulation (where ops run later, on the stream's thread), the phases add up to no
+// more than the wall time around them, a product lands in "gemm", attention in "attention", and
+// an add in "other"; phases without an op get nothing. (No comparison between phases' times: a
+// busy machine can stall any op.) Outside start()/stop() nothing is recorded.
 #include "kiln/kernels/phase_timed_backend.h"
 
 #include <gtest/gtest.h>
@@ -26,8 +27,8 @@ void expect_phases_follow_ops(const Backend& inner) {
   be.copy_to_device(w.data(), host.data(), w.bytes());
   be.matmul_forward(out.data(), x.data(), w.data(), nullptr, N, C, OC);  // untimed
 
+  const auto t0 = std::chrono::steady_clock::now();  // before the start mark: total <= wall
   be.start();
-  const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 4; ++i) be.matmul_forward(out.data(), x.data(), w.data(), nullptr, N, C, OC);
   be.add(sum.data(), out.data(), out.data(), out.size());
   const AttnShape s{1, 64, 4, 2, 64};  // q (64, 4, 64) and k, v (64, 2, 64) fit in x
@@ -40,7 +41,6 @@ void expect_phases_follow_ops(const Backend& inner) {
   EXPECT_GT(p[Phase::kAttention], 0.0);
   EXPECT_EQ(p[Phase::kLmHead], 0.0);
   EXPECT_EQ(p[Phase::kOptimizer], 0.0);
-  EXPECT_GT(p[Phase::kGemm], p[Phase::kOther]);  // 4 products of 256^3 against one add
   EXPECT_LE(p.total(), wall);
   EXPECT_THROW(be.stop(), Error);  // not started again
 }
