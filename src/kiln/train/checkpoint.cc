@@ -159,15 +159,13 @@ void write_checkpoint_config(const fs::path& dir, const Json& model_config,
   write_file_atomic(dir / "config.json", hf_config_json(files.base, "float32").dump(2) + "\n");
 }
 
-// A shard's digest as kDigestSlots doubles {written, bytes, high and low 32 bits of the
-// checksum}: exact, and all-reduced (max) from the one rank that wrote it.
-constexpr size_t kDigestSlots = 4;
+// A shard's digest as kDigestSlots doubles {written, its digest}, all-reduced (max) from the one
+// rank that wrote it.
+constexpr size_t kDigestSlots = 1 + kDigestDoubles;
 
 void put_digest(const FileDigest& d, double* out) {
   out[0] = 1;
-  out[1] = static_cast<double>(d.bytes);
-  out[2] = static_cast<double>(d.xxh3 >> 32);
-  out[3] = static_cast<double>(d.xxh3 & 0xffffffffu);
+  digest_to_doubles(d, out + 1);
 }
 
 // "files": the shards of the ranks that wrote one, in rank order.
@@ -176,9 +174,8 @@ Json shard_entries(const double* digests, int world_size) {
   for (int r = 0; r < world_size; ++r) {
     const double* d = digests + kDigestSlots * r;
     if (d[0] == 0) continue;
-    const uint64_t h = (static_cast<uint64_t>(d[2]) << 32) | static_cast<uint64_t>(d[3]);
     files.push_back(
-        manifest_file_entry({rank_file_name(r, world_size), {static_cast<uint64_t>(d[1]), h}}));
+        manifest_file_entry({rank_file_name(r, world_size), digest_from_doubles(d + 1)}));
   }
   return files;
 }

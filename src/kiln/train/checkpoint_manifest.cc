@@ -83,6 +83,17 @@ Json manifest_file_entry(const ManifestFile& f) {
   return {{"name", f.name}, {"bytes", f.digest.bytes}, {"xxh3", xxh3_hex(f.digest.xxh3)}};
 }
 
+void digest_to_doubles(const FileDigest& d, double* out) {
+  out[0] = static_cast<double>(d.bytes);
+  out[1] = static_cast<double>(d.xxh3 >> 32);
+  out[2] = static_cast<double>(d.xxh3 & 0xffffffffu);
+}
+
+FileDigest digest_from_doubles(const double* in) {
+  return {static_cast<uint64_t>(in[0]),
+          (static_cast<uint64_t>(in[1]) << 32) | static_cast<uint64_t>(in[2])};
+}
+
 ManifestRead read_manifest(const fs::path& dir, const ParamLayout& layout) {
   ManifestRead r;
   const fs::path path = dir / "manifest.json";

@@ -32,6 +32,12 @@ struct ManifestFile {
 
 Json manifest_file_entry(const ManifestFile& f);
 
+// A digest as kDigestDoubles doubles {bytes, high and low 32 bits of the checksum}, each exact,
+// so that it travels through a (max) all-reduce from the one rank that has it.
+inline constexpr size_t kDigestDoubles = 3;
+void digest_to_doubles(const FileDigest& d, double* out);
+FileDigest digest_from_doubles(const double* in);
+
 struct ManifestRead {
   enum Status { kOk, kDamaged, kIncompatible };
   Status status = kOk;

@@ -12,8 +12,8 @@ namespace kiln {
 
 namespace {
 
-// One file's verdict as four doubles, all-reduced (max) from the one rank that checked it:
-// every value is exact in a double (the checksum travels as two 32-bit halves).
+// One file's verdict as kVerdictSize doubles {code, the file's digest}, all-reduced (max) from
+// the one rank that checked it.
 enum FileCode {
   kFileOk = 0,
   kFileMissing,
@@ -22,13 +22,11 @@ enum FileCode {
   kFileMismatch,
   kFileUnreadable
 };
-constexpr size_t kVerdictSize = 4;
+constexpr size_t kVerdictSize = 1 + kDigestDoubles;
 
 void put_verdict(double* out, FileCode code, const FileDigest& actual) {
   out[0] = static_cast<double>(code);
-  out[1] = static_cast<double>(actual.bytes);
-  out[2] = static_cast<double>(actual.xxh3 >> 32);
-  out[3] = static_cast<double>(actual.xxh3 & 0xffffffffu);
+  digest_to_doubles(actual, out + 1);
 }
 
 // Checks one file on this rank: the cheap checks first, the checksum last.
@@ -53,7 +51,8 @@ void check_file(const fs::path& dir, const ManifestFile& f, double* out) {
 
 std::string describe(const fs::path& dir, const ManifestFile& f, const double* v, int checker) {
   const std::string path = (dir / f.name).string();
-  const auto bytes = static_cast<uint64_t>(v[1]);
+  const FileDigest actual = digest_from_doubles(v + 1);
+  const uint64_t bytes = actual.bytes;
   switch (static_cast<int>(v[0])) {
     case kFileMissing:
       return fmt::format("{}: missing (the manifest lists it)", path);
@@ -66,11 +65,9 @@ std::string describe(const fs::path& dir, const ManifestFile& f, const double* v
                            f.digest.bytes);
       }
       return fmt::format("{}: {} bytes, the manifest records {}", path, bytes, f.digest.bytes);
-    case kFileMismatch: {
-      const uint64_t h = (static_cast<uint64_t>(v[2]) << 32) | static_cast<uint64_t>(v[3]);
+    case kFileMismatch:
       return fmt::format("{}: checksum mismatch: the manifest records xxh3 {}, the file has {}",
-                         path, xxh3_hex(f.digest.xxh3), xxh3_hex(h));
-    }
+                         path, xxh3_hex(f.digest.xxh3), xxh3_hex(actual.xxh3));
     default:
       return fmt::format("{}: cannot be read (rank {} logged why)", path, checker);
   }
