@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
       save_w = std::min(save_w, sync_saver.last_stats().write_s);
       drop_cache_dir(sync_saver.last_committed());
       const auto t1 = Clock::now();
-      kiln::load_checkpoint(sync_saver.last_committed(), layout, fsdp, opt);
+      kiln::load_checkpoint(sync_saver.last_committed(), layout, fsdp, opt, *comm);
       load_t = std::min(load_t, seconds_since(t1));
 
       // Background: training waits for the snapshot copy and, once the write is durable, the

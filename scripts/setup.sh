@@ -14,6 +14,7 @@ PACKAGES=(
   libfmt-dev libspdlog-dev    # formatting and logging
   libpcre2-dev                # tokenizer: the pre-tokenizer's split regex
   libutf8proc-dev             # tokenizer: NFC normalisation
+  libxxhash-dev               # XXH3-64 checksums of checkpoint files
   libprotobuf-dev protobuf-compiler  # TensorBoard event files (Event/Summary messages)
   libgtest-dev libgmock-dev   # tests
   libbenchmark-dev            # micro-benchmarks

@@ -193,8 +193,8 @@ TEST(Checkpoint, BadManifestsAreOneLineErrorsAndFilesStayInside) {
   ASSERT_EQ(r.code, 0) << r.out;
   const fs::path ck = d / "run/checkpoints/step-00000005";
   const Json good = read_json_file(ck / "manifest.json");
-  write_file_atomic(d / "outside.safetensors",
-                    read_file(ck / good.at("files")[0].get<std::string>()));
+  const std::string shard = good.at("files")[0].at("name").get<std::string>();
+  write_file_atomic(d / "outside.safetensors", read_file(ck / shard));
   auto export_error = [&](const Json& m) {
     write_file_atomic(ck / "manifest.json", m.dump());
     auto e = run_kiln("export --checkpoint " + ck.string() + " --out " + (d / "out").string());
@@ -211,14 +211,27 @@ TEST(Checkpoint, BadManifestsAreOneLineErrorsAndFilesStayInside) {
   m["units"] = "many";
   EXPECT_NE(export_error(m).find((ck / "manifest.json").string()), std::string::npos);
   for (const Json& bad :
-       {Json("../../outside.safetensors"), Json("/etc/passwd"), Json(".."), Json(7)}) {
-    m = good;
-    m["files"] = Json::array({bad});
-    out = export_error(m);
-    EXPECT_NE(out.find("files entry " + bad.dump() + " is not a file name inside the checkpoint"),
-              std::string::npos)
-        << out;
+       {Json("../../outside.safetensors"), Json("/etc/passwd"), Json(".."), Json(7), Json()}) {
+    for (const char* list : {"files", "other_files"}) {
+      m = good;
+      Json entry = m[list][0];
+      entry["name"] = bad;
+      m[list][0] = entry;
+      out = export_error(m);
+      EXPECT_NE(
+          out.find("files entry " + entry.dump() + " is not a file name inside the checkpoint"),
+          std::string::npos)
+          << out;
+    }
   }
+  // A plain name that is a link out of the checkpoint is refused too, whatever it points to.
+  fs::rename(ck / shard, d / "moved.safetensors");
+  fs::create_symlink(d / "outside.safetensors", ck / shard);
+  write_file_atomic(ck / "manifest.json", good.dump());
+  out = export_error(good);
+  EXPECT_NE(out.find((ck / shard).string() + ": not a regular file"), std::string::npos) << out;
+  fs::remove(ck / shard);
+  fs::rename(d / "moved.safetensors", ck / shard);
   write_file_atomic(ck / "manifest.json", good.dump());
   auto e = run_kiln("export --checkpoint " + ck.string() + " --out " + (d / "out").string());
   EXPECT_EQ(e.code, 0) << e.out;

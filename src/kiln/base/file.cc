@@ -107,6 +107,7 @@ AtomicFileWriter::~AtomicFileWriter() {
 
 void AtomicFileWriter::write(const void* data, size_t n) {
   KILN_CHECK(fd_ >= 0, "write after commit");
+  digest_.update(data, n);
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     ssize_t w = ::write(fd_, p, n);
@@ -119,7 +120,7 @@ void AtomicFileWriter::write(const void* data, size_t n) {
   }
 }
 
-void AtomicFileWriter::commit() {
+FileDigest AtomicFileWriter::commit() {
   KILN_CHECK(fd_ >= 0, "commit twice");
   if (::fsync(fd_) != 0) fail("{}: fsync failed: {}", path_.string(), std::strerror(errno));
   int fd = std::exchange(fd_, -1);
@@ -133,12 +134,13 @@ void AtomicFileWriter::commit() {
     fail("{}: rename failed: {}", path_.string(), std::strerror(e));
   }
   fsync_dir(path_.has_parent_path() ? path_.parent_path() : fs::path("."));
+  return digest_.digest();
 }
 
-void write_file_atomic(const fs::path& path, std::string_view contents) {
+FileDigest write_file_atomic(const fs::path& path, std::string_view contents) {
   AtomicFileWriter w(path);
   w.write(contents);
-  w.commit();
+  return w.commit();
 }
 
 void fsync_dir(const fs::path& dir) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "kiln/base/checksum.h"
+
 namespace kiln {
 
 namespace fs = std::filesystem;
@@ -43,7 +45,8 @@ class MappedFile {
 
 // Writes a file atomically: the data goes to "<path>.tmp.<pid>", is fsynced, then renamed over
 // `path`, and the directory is fsynced. On any error the temporary file is removed and the old
-// file (if any) is untouched.
+// file (if any) is untouched. The bytes written are digested as they go (XXH3-64), so a
+// checkpoint records its files' checksums without reading them back.
 class AtomicFileWriter {
  public:
   explicit AtomicFileWriter(fs::path path);
@@ -53,15 +56,17 @@ class AtomicFileWriter {
 
   void write(const void* data, size_t n);
   void write(std::string_view s) { write(s.data(), s.size()); }
-  void commit();
+  // Makes the file durable under its name; returns the digest of everything written.
+  FileDigest commit();
 
  private:
   fs::path path_;
   fs::path tmp_;
   int fd_ = -1;
+  Xxh3Stream digest_;
 };
 
-void write_file_atomic(const fs::path& path, std::string_view contents);
+FileDigest write_file_atomic(const fs::path& path, std::string_view contents);
 
 // fsync a directory so a rename inside it is durable.
 void fsync_dir(const fs::path& dir);

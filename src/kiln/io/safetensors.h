@@ -102,7 +102,8 @@ uint64_t check_tensors_to_write(std::span<const TensorToWrite> tensors, DType dt
 // Tensors are laid out in the given order; the header is compact JSON padded with spaces to a
 // multiple of 8 bytes, as the reference writer does. Data is streamed tensor by tensor in
 // bounded chunks, never assembled in memory. An empty `metadata` writes no "__metadata__".
-void write_safetensors(const fs::path& path, std::span<const TensorToWrite> tensors, DType dtype,
-                       const std::map<std::string, std::string>& metadata = {});
+// Returns the file's length and checksum, digested while writing.
+FileDigest write_safetensors(const fs::path& path, std::span<const TensorToWrite> tensors,
+                             DType dtype, const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace kiln

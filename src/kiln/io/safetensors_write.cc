@@ -38,8 +38,8 @@ uint64_t check_tensors_to_write(std::span<const TensorToWrite> tensors, DType dt
   return total;
 }
 
-void write_safetensors(const fs::path& path, std::span<const TensorToWrite> tensors, DType dtype,
-                       const std::map<std::string, std::string>& metadata) {
+FileDigest write_safetensors(const fs::path& path, std::span<const TensorToWrite> tensors,
+                             DType dtype, const std::map<std::string, std::string>& metadata) {
   const std::string what = path.string();
   check_tensors_to_write(tensors, dtype, what);
   const size_t esize = dtype_size(dtype);
@@ -87,7 +87,7 @@ void write_safetensors(const fs::path& path, std::span<const TensorToWrite> tens
       out.write(chunk.data(), m * esize);
     }
   }
-  out.commit();
+  return out.commit();
 }
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include "kiln/base/error.h"
 #include "kiln/base/fault.h"
@@ -14,14 +15,13 @@
 #include "kiln/base/log.h"
 #include "kiln/distributed/fsdp.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/train/checkpoint_manifest.h"
+#include "kiln/train/checkpoint_verify.h"
 #include "kiln/train/optimizer.h"
 
 namespace kiln {
 
 namespace {
-
-// 2: a layer unit holds wq, wk, wv, then bq, bk, bv (1 interleaved each weight with its bias).
-constexpr int kFormatVersion = 2;
 
 std::string rank_file_name(int rank, int world) {
   return fmt::format("rank-{:05}-of-{:05}.safetensors", rank, world);
@@ -39,18 +39,13 @@ struct ShardFile {
   std::vector<ShardRange> ranges;  // per unit; empty range when the file holds none of it
 };
 
-std::vector<ShardFile> open_shards(const fs::path& dir, const Json& manifest, int num_units) {
+// The shards of a verified checkpoint, their headers parsed.
+std::vector<ShardFile> open_shards(const CheckpointCheck& c, int num_units) {
+  if (!c.intact()) fail("{}", c.summary());
   std::vector<ShardFile> out;
-  for (const auto& entry : manifest.at("files")) {
-    // A shard is a file of this directory: a name with a '/' or a ".." would reach outside it.
-    const std::string name = entry.is_string() ? entry.get<std::string>() : entry.dump();
-    if (!entry.is_string() || name.empty() || name == "." || name == ".." ||
-        name.find('/') != std::string::npos || name.find('\0') != std::string::npos) {
-      fail("{}/manifest.json: files entry {} is not a file name inside the checkpoint",
-           dir.string(), entry.dump());
-    }
+  for (size_t k = 0; k < c.manifest.num_shards; ++k) {
     ShardFile f;
-    f.file = std::make_unique<SafetensorsFile>(dir / name);
+    f.file = std::make_unique<SafetensorsFile>(c.dir / c.manifest.files[k].name);
     f.ranges.resize(num_units);
     const auto& meta = f.file->metadata();
     for (int u = 0; u < num_units; ++u) {
@@ -98,45 +93,6 @@ void assemble(const std::vector<ShardFile>& shards, const fs::path& dir, int uni
   }
 }
 
-Json read_manifest_fields(const fs::path& dir, const ParamLayout& layout) {
-  Json m = read_json_file(dir / "manifest.json");
-  if (m.value("format_version", 0) != kFormatVersion) {
-    fail("{}/manifest.json: unsupported checkpoint format version {} (this kiln reads version {})",
-         dir.string(), m.value("format_version", 0), kFormatVersion);
-  }
-  const auto& units = m.at("units");
-  if (!units.is_array()) {
-    fail("{}/manifest.json: units is {}, expected a list of units", dir.string(), units.dump());
-  }
-  if (static_cast<int>(units.size()) != layout.num_units()) {
-    fail("{}: checkpoint has {} units, this model {} (a different model?)", dir.string(),
-         units.size(), layout.num_units());
-  }
-  for (int u = 0; u < layout.num_units(); ++u) {
-    const size_t n = units[u].at("numel").get<size_t>();
-    if (n != layout.units()[u].numel) {
-      fail("{}: unit {} has {} elements in the checkpoint, {} in this model (a different model?)",
-           dir.string(), layout.units()[u].name, n, layout.units()[u].numel);
-    }
-  }
-  return m;
-}
-
-// A manifest with a field missing or of the wrong type: one error naming the file, never
-// nlohmann's bare exception.
-template <typename Fn>
-auto manifest_fields(const fs::path& dir, Fn fn) {
-  try {
-    return fn();
-  } catch (const Json::exception& e) {
-    fail("{}/manifest.json: {}", dir.string(), e.what());
-  }
-}
-
-Json read_manifest(const fs::path& dir, const ParamLayout& layout) {
-  return manifest_fields(dir, [&] { return read_manifest_fields(dir, layout); });
-}
-
 }  // namespace
 
 std::string checkpoint_dir_name(int64_t step) { return fmt::format("step-{:08}", step); }
@@ -164,13 +120,15 @@ struct ShardSource {
 };
 
 // Writes one rank's shard file (temporary name, fsync, rename). The "checkpoint" fault point
-// fires once about half of the file has been written. Returns the bytes written. `src` holds
-// host pointers (a snapshot), or, when `device` is given, that backend's device pointers: each
-// tensor is then read into one reused host buffer right before it is written, so a save written
-// at once holds one tensor of host memory, not a copy of the shard.
-uint64_t write_rank_file(const fs::path& path, int rank, int world_size, int64_t step,
-                         const std::vector<ShardRange>& ranges, const ShardSource& src,
-                         const Backend* device = nullptr) {
+// fires once about half of the file has been written. Returns the tensor bytes written and the
+// file's digest. `src` holds host pointers (a snapshot), or, when `device` is given, that
+// backend's device pointers: each tensor is then read into one reused host buffer right before
+// it is written, so a save written at once holds one tensor of host memory, not a copy of the
+// shard.
+std::pair<uint64_t, FileDigest> write_rank_file(const fs::path& path, int rank, int world_size,
+                                                int64_t step, const std::vector<ShardRange>& ranges,
+                                                const ShardSource& src,
+                                                const Backend* device = nullptr) {
   std::vector<TensorToWrite> tensors;
   std::map<std::string, std::string> meta = {{"rank", std::to_string(rank)},
                                              {"world_size", std::to_string(world_size)}};
@@ -210,8 +168,8 @@ uint64_t write_rank_file(const fs::path& path, int rank, int world_size, int64_t
       return inner ? inner() : data;
     };
   }
-  write_safetensors(path, tensors, DType::F32, meta);
-  return bytes;
+  const FileDigest digest = write_safetensors(path, tensors, DType::F32, meta);
+  return {bytes, digest};
 }
 
 // config.json (and, from a base model, its tokenizer and generation files) beside the shards.
@@ -223,6 +181,44 @@ void write_checkpoint_config(const fs::path& dir, const Json& model_config,
   }
   write_hf_model_files(dir, files);
   write_file_atomic(dir / "config.json", hf_config_json(files.base, "float32").dump(2) + "\n");
+}
+
+// A shard's digest as kDigestSlots doubles {written, its digest}, all-reduced (max) from the one
+// rank that wrote it.
+constexpr size_t kDigestSlots = 1 + kDigestDoubles;
+
+void put_digest(const FileDigest& d, double* out) {
+  out[0] = 1;
+  digest_to_doubles(d, out + 1);
+}
+
+// "files": the shards of the ranks that wrote one, in rank order.
+Json shard_entries(const double* digests, int world_size) {
+  Json files = Json::array();
+  for (int r = 0; r < world_size; ++r) {
+    const double* d = digests + kDigestSlots * r;
+    if (d[0] == 0) continue;
+    files.push_back(
+        manifest_file_entry({rank_file_name(r, world_size), digest_from_doubles(d + 1)}));
+  }
+  return files;
+}
+
+// "other_files": config.json and the tokenizer and generation files beside the shards, by name.
+// They are small, so they are digested from disk once written.
+Json other_file_entries(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && !name.starts_with("rank-") && name != "manifest.json") {
+      names.push_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  Json files = Json::array();
+  for (const auto& name : names)
+    files.push_back(manifest_file_entry({name, digest_file(dir / name)}));
+  return files;
 }
 
 }  // namespace
@@ -238,6 +234,7 @@ struct CheckpointSaver::Pending {
   std::string error;          // set before state becomes 2
   double write_s = 0, blocked_s = 0;
   uint64_t bytes = 0;
+  FileDigest digest;  // of this rank's shard file
   bool background = false;
   void join() {
     if (thread.joinable()) thread.join();
@@ -283,20 +280,19 @@ void CheckpointSaver::finalize() {
   p.join();  // on failure elsewhere this rank's write must end before the directory goes
   const int rank = world_.rank();
   std::string err = p.state.load() == 2 ? p.error : std::string();
-  // Which rank (if any) failed: the others must not commit.
-  double bad = err.empty() ? 0 : rank + 1;
-  world_.all_reduce(&bad, 1, ReduceOp::kMax);
+  // Which rank (if any) failed, the others must not commit; and each shard's digest, for the
+  // manifest.
+  std::vector<double> v(1 + kDigestSlots * world_.world_size(), 0.0);
+  v[0] = err.empty() ? 0 : rank + 1;
+  if (write_shard_ && err.empty()) put_digest(p.digest, &v[1 + kDigestSlots * rank]);
+  world_.all_reduce(v.data(), v.size(), ReduceOp::kMax);
+  double bad = v[0];
   if (bad == 0 && rank == 0) {
     try {
-      Json files = Json::array();
-      for (const auto& e : fs::directory_iterator(p.tmp)) {
-        const std::string name = e.path().filename().string();
-        if (name.starts_with("rank-") && name.ends_with(".safetensors")) files.push_back(name);
-      }
-      std::sort(files.begin(), files.end());
       Json manifest = p.manifest;
-      manifest["files"] = files;
+      manifest["files"] = shard_entries(v.data() + 1, world_.world_size());
       write_checkpoint_config(p.tmp, p.model_config, p.hf_files);
+      manifest["other_files"] = other_file_entries(p.tmp);
       commit_checkpoint_dir(p.tmp, p.final_dir, root_,
                             {{"manifest.json", manifest.dump(2) + "\n"}});
     } catch (const std::exception& e) {
@@ -368,7 +364,7 @@ void CheckpointSaver::save(const CheckpointState& st, bool sync) {
   // write.
   Json units = Json::array();
   for (const auto& u : layout_.units()) units.push_back({{"name", u.name}, {"numel", u.numel}});
-  p->manifest = {{"format_version", kFormatVersion},
+  p->manifest = {{"format_version", kCheckpointFormatVersion},
                  {"kiln_version", "0.1.0"},
                  {"step", st.step},
                  {"world_size", W},
@@ -402,7 +398,7 @@ void CheckpointSaver::save(const CheckpointState& st, bool sync) {
       // Written at once, straight from the device buffers, one tensor at a time.
       const auto tw = Clock::now();
       try {
-        p->bytes = write_rank_file(file, rank, W, st.step, ranges, src, &be);
+        std::tie(p->bytes, p->digest) = write_rank_file(file, rank, W, st.step, ranges, src, &be);
         p->state = 1;
       } catch (const std::exception& e) {
         p->error = e.what();
@@ -439,7 +435,7 @@ void CheckpointSaver::save(const CheckpointState& st, bool sync) {
       p->thread = std::thread([pp, file, rank, W, ranges, src = std::move(src)] {
         const auto tw = Clock::now();
         try {
-          pp->bytes = write_rank_file(file, rank, W, pp->step, ranges, src);
+          std::tie(pp->bytes, pp->digest) = write_rank_file(file, rank, W, pp->step, ranges, src);
           pp->write_s = seconds_since(tw);
           pp->state.store(1, std::memory_order_release);
         } catch (const std::exception& e) {
@@ -463,17 +459,16 @@ fs::path save_checkpoint(const fs::path& root, const CheckpointState& st, const 
   return saver.last_committed();
 }
 
-CheckpointState load_checkpoint(const fs::path& dir, const ParamLayout& layout, Fsdp& fsdp,
-                                Optimizer& opt) {
-  const Json m = read_manifest(dir, layout);
-  const auto shards = manifest_fields(dir, [&] { return open_shards(dir, m, layout.num_units()); });
+CheckpointState load_checkpoint(const CheckpointCheck& checked, const ParamLayout& layout,
+                                Fsdp& fsdp, Optimizer& opt) {
+  const auto shards = open_shards(checked, layout.num_units());
   const auto ranges = fsdp.shard_ranges();
   const Backend& be = fsdp.backend();
   std::vector<float> host;
   // Each piece through host memory: assembled from the old shards, then copied to the device.
   auto load = [&](int u, const char* kind, float* device) {
     host.resize(ranges[u].size());
-    assemble(shards, dir, u, kind, ranges[u], host.data());
+    assemble(shards, checked.dir, u, kind, ranges[u], host.data());
     be.copy_to_device(device, host.data(), host.size() * sizeof(float));
     be.synchronize();
   };
@@ -482,17 +477,13 @@ CheckpointState load_checkpoint(const fs::path& dir, const ParamLayout& layout, 
     if (opt.m(u).size() > 0) load(u, "m", opt.m(u).data());
     if (opt.v(u).size() > 0) load(u, "v", opt.v(u).data());
   }
-  return manifest_fields(dir, [&] {
-    opt.set_step_count(m.at("optimizer_steps").get<int64_t>());
-    CheckpointState st;
-    st.step = m.at("step").get<int64_t>();
-    st.sampler.epoch = m.at("sampler").at("epoch").get<uint64_t>();
-    st.sampler.index = m.at("sampler").at("index").get<uint64_t>();
-    st.strategy = m.at("strategy").get<std::string>();
-    st.recipe_yaml = m.at("recipe").get<std::string>();
-    st.metrics = m.at("metrics");
-    return st;
-  });
+  opt.set_step_count(checked.manifest.optimizer_steps);
+  return checked.manifest.state;
+}
+
+CheckpointState load_checkpoint(const fs::path& dir, const ParamLayout& layout, Fsdp& fsdp,
+                                Optimizer& opt, Communicator& world) {
+  return load_checkpoint(check_checkpoint(dir, layout, world), layout, fsdp, opt);
 }
 
 std::vector<CheckpointInfo> list_checkpoints(const fs::path& root) {
@@ -574,10 +565,10 @@ struct CheckpointUnitReader::Impl {
 
 CheckpointUnitReader::CheckpointUnitReader(const fs::path& dir, const ParamLayout& layout)
     : impl_(std::make_unique<Impl>()) {
-  manifest_ = read_manifest(dir, layout);
+  const CheckpointCheck checked = check_checkpoint(dir, layout, *make_local_communicator());
+  manifest_ = checked.manifest.manifest;
   impl_->dir = dir;
-  impl_->shards =
-      manifest_fields(dir, [&] { return open_shards(dir, manifest_, layout.num_units()); });
+  impl_->shards = open_shards(checked, layout.num_units());
   impl_->layout = &layout;
 }
 

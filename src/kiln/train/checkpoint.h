@@ -3,9 +3,10 @@
 // element range [begin, end), recorded in the file's metadata), in parallel, never gathering the
 // model. Rank 0 then writes manifest.json (step, world size, strategy, unit layout, each rank's
 // ranges, data-loader position, optimizer step count, recipe and its hash, kiln version, the
-// step's metrics) and only then renames "step-NNNNNNNN.tmp" to "step-NNNNNNNN": a checkpoint
-// exists once its directory has its final name, so a kill or a full disk at any instant leaves
-// the previous checkpoints intact and loadable.
+// step's metrics, every file's length and XXH3-64: checkpoint_manifest.h) and only then renames
+// "step-NNNNNNNN.tmp" to "step-NNNNNNNN": a checkpoint exists once its directory has its final
+// name, so a kill or a full disk at any instant leaves the previous checkpoints intact and
+// loadable. Every load verifies the files against the manifest first (checkpoint_verify.h).
 //
 // Loading reshards: each rank assembles its new ranges from whichever old shards overlap them,
 // so a 4-worker run continues on 2 (or any other world size or strategy).
@@ -35,6 +36,7 @@ namespace kiln {
 
 class Fsdp;
 class Optimizer;
+struct CheckpointCheck;
 
 struct CheckpointInfo {
   fs::path dir;
@@ -139,8 +141,14 @@ class CheckpointSaver {
 };
 
 // Loads `dir` into this rank's shards (resharding as needed). Returns the manifest's state.
+// Collective over `world` (every rank that loads): the checkpoint is verified first
+// (check_checkpoint, checkpoint_verify.h), and a damaged one is an error on every rank naming each
+// damaged file and why (for a checksum, the recorded and the actual value).
 CheckpointState load_checkpoint(const fs::path& dir, const ParamLayout& layout, Fsdp& fsdp,
-                                Optimizer& opt);
+                                Optimizer& opt, Communicator& world);
+// The same from a checkpoint already verified; throws unless `checked` is intact.
+CheckpointState load_checkpoint(const CheckpointCheck& checked, const ParamLayout& layout,
+                                Fsdp& fsdp, Optimizer& opt);
 
 // Complete checkpoints under `root` (directories named step-N holding manifest.json), oldest
 // first. Incomplete ".tmp" directories are ignored.
@@ -159,7 +167,8 @@ std::vector<fs::path> best_checkpoints(const fs::path& root, int n, const std::s
 // prune_checkpoints(root, policy.keep_last, best_checkpoints(...)).
 void apply_retention(const fs::path& root, const RetentionPolicy& policy);
 
-// Reads a checkpoint's parameters unit by unit (memory bounded by one unit): for export.
+// Reads a checkpoint's parameters unit by unit (memory bounded by one unit): for export. The
+// checkpoint is verified first (every file's checksum, on this process); damage is an error.
 class CheckpointUnitReader {
  public:
   CheckpointUnitReader(const fs::path& dir, const ParamLayout& layout);

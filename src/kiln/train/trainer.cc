@@ -27,6 +27,7 @@
 #include "kiln/model/qwen2.h"
 #include "kiln/tensor/buffer.h"
 #include "kiln/train/checkpoint.h"
+#include "kiln/train/checkpoint_verify.h"
 #include "kiln/train/memory_plan.h"
 #include "kiln/train/metrics_log.h"
 #include "kiln/train/optimizer.h"
@@ -279,18 +280,19 @@ void Trainer::open_eval_data() {
 void Trainer::resume() {
   if (r_.train.resume == "none") return;
   const fs::path ckpt_root = run_dir_ / "checkpoints";
-  std::optional<fs::path> from;
+  // Verified first, collectively; under auto a damaged checkpoint is skipped for an older one.
+  std::optional<CheckpointCheck> from;
   if (r_.train.resume == "auto") {
-    if (auto latest = latest_checkpoint(ckpt_root)) from = latest->dir;
+    from = newest_intact_checkpoint(ckpt_root, model_.layout(), world_);
   } else {
-    from = fs::path(r_.train.resume);
+    from = check_checkpoint(fs::path(r_.train.resume), model_.layout(), world_);
   }
   if (from) {
-    check_same_run(*from, /*refuse=*/r_.train.resume == "auto");
+    check_same_run(from->dir, /*refuse=*/r_.train.resume == "auto");
     const CheckpointState st = load_checkpoint(*from, model_.layout(), fsdp_, opt_);
     data_->sampler->restore(st.sampler);
     start_step_ = st.step;
-    if (lead_) KILN_LOG_INFO("resumed from {} (step {})", from->string(), st.step);
+    if (lead_) KILN_LOG_INFO("resumed from {} (step {})", from->dir.string(), st.step);
   } else if (lead_) {
     KILN_LOG_INFO("train.resume=auto: no checkpoint in {}, starting fresh", ckpt_root.string());
   }
