@@ -25,7 +25,8 @@ std::string string_of(const OrderedJson& v, const std::string& what) {
 template <size_t N>
 void only_fields(const OrderedJson& obj, const std::array<const char*, N>& allowed,
                  const std::string& what) {
-  for (const auto& [key, value] : obj.items()) {
+  for (const auto& item : obj.items()) {
+    const std::string& key = item.key();  // a binding, not captured (clang 14 cannot)
     if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; })) {
       std::string list;
       for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
