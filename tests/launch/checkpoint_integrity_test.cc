@@ -5,11 +5,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "common/run_kiln.h"
+#include "common/run_losses.h"
 #include "kiln/base/checksum.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
@@ -45,15 +45,6 @@ testing::CmdResult train(const fs::path& d, const std::string& run, const std::s
   return run_kiln(
       "train " + (d / "recipe.yaml").string() + " output.dir=" + (d / run).string() + " " + args,
       env);
-}
-
-std::vector<double> losses(const fs::path& run) {
-  std::vector<double> out;
-  std::ifstream f(run / "metrics.jsonl");
-  for (std::string line; std::getline(f, line);) {
-    out.push_back(parse_json(line, "metrics").at("loss").get<double>());
-  }
-  return out;
 }
 
 void flip_bit(const fs::path& p, size_t at) {
@@ -125,7 +116,7 @@ TEST(CheckpointIntegrity, ResumeAutoSkipsATruncatedNewestCheckpointAndEndsBitIde
   EXPECT_TRUE(has(resumed.out,
                   "resumed from " + (d / "cut/checkpoints/step-00000010").string() + " (step 10)"))
       << resumed.out;
-  const auto a = losses(d / "full"), b = losses(d / "cut");
+  const auto a = testing::run_losses(d / "full"), b = testing::run_losses(d / "cut");
   ASSERT_EQ(a.size(), 20u);
   ASSERT_EQ(b.size(), 20u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;
@@ -147,7 +138,7 @@ TEST(CheckpointIntegrity, ResumeAutoWithEveryCheckpointDamagedIsAnErrorListingEa
   flip_bit(ck / "step-00000005" / kShard1, 4000);
   fs::remove(ck / "step-00000010/rank-00000-of-00002.safetensors");
   write_file_atomic(ck / "step-00000015/manifest.json", "{\"step\": 15, ");
-  const auto rows_before = losses(d / "run").size();
+  const auto rows_before = testing::run_losses(d / "run").size();
   auto again = train(d, "run", "train.max_steps=20 train.resume=auto");
   EXPECT_NE(again.code, 0);
   EXPECT_TRUE(has(again.out, "kiln: error: train.resume=auto: no intact checkpoint in " +
@@ -163,7 +154,7 @@ TEST(CheckpointIntegrity, ResumeAutoWithEveryCheckpointDamagedIsAnErrorListingEa
       << again.out;
   EXPECT_TRUE(has(again.out, "train.resume=none")) << again.out;
   EXPECT_FALSE(has(again.out, "resumed from")) << again.out;
-  EXPECT_EQ(losses(d / "run").size(), rows_before);
+  EXPECT_EQ(testing::run_losses(d / "run").size(), rows_before);
   if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
 

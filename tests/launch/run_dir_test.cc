@@ -4,12 +4,10 @@
 // as their concatenation in one file.
 #include <gtest/gtest.h>
 
-#include <fstream>
-
 #include "common/run_kiln.h"
+#include "common/run_losses.h"
 #include "common/tiny_run.h"
 #include "kiln/base/file.h"
-#include "kiln/base/json.h"
 
 namespace kiln {
 namespace {
@@ -85,17 +83,9 @@ TEST(RunDir, TrainOnAListOfFilesIsTrainingOnTheirConcatenation) {
                (d / "a.jsonl").string() + "," + (d / "b.jsonl").string() +
                "] output.dir=" + (d / "two").string());
   ASSERT_EQ(r.code, 0) << r.out;
-  const auto losses = [](const fs::path& run) {
-    std::vector<double> out;
-    std::ifstream f(run / "metrics.jsonl");
-    for (std::string line; std::getline(f, line);) {
-      out.push_back(parse_json(line, "metrics").at("loss").get<double>());
-    }
-    return out;
-  };
-  const auto one = losses(d / "one");
+  const auto one = testing::run_losses(d / "one");
   ASSERT_EQ(one.size(), 4u);
-  EXPECT_EQ(losses(d / "two"), one);
+  EXPECT_EQ(testing::run_losses(d / "two"), one);
   // prepare-data reports each file.
   r = run_kiln("prepare-data " + (d / "recipe.yaml").string() + " data.train=[" +
                (d / "a.jsonl").string() + "," + (d / "b.jsonl").string() + "]");
