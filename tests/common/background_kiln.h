@@ -105,6 +105,23 @@ inline std::vector<pid_t> children_of(pid_t parent) {
   return out;
 }
 
+// The kiln workers among `root`'s descendants (KILN_WORKER=1 in their environment): the agent's
+// children, or its grandchildren when the agent re-ran itself in a private network.
+inline std::vector<pid_t> workers_under(pid_t root) {
+  std::vector<pid_t> out, todo = {root};
+  while (!todo.empty()) {
+    const pid_t p = todo.back();
+    todo.pop_back();
+    for (pid_t c : children_of(p)) {
+      todo.push_back(c);
+      std::ifstream f("/proc/" + std::to_string(c) + "/environ");
+      std::string env((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      if (env.find(std::string("KILN_WORKER=1\0", 14)) != std::string::npos) out.push_back(c);
+    }
+  }
+  return out;
+}
+
 // True while `pid` exists and is not a zombie.
 inline bool alive(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");

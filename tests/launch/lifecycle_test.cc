@@ -18,19 +18,19 @@ namespace {
 using std::chrono::milliseconds;
 using testing::alive;
 using testing::BackgroundKiln;
-using testing::children_of;
 using testing::run_kiln;
+using testing::workers_under;
 using Clock = std::chrono::steady_clock;
 
 #define EXPECT_HAS(haystack, needle) \
   EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
 
-// Waits until `agent` has `n` worker children and rank 0 has written a metrics row; the workers.
+// Waits until `agent` has `n` workers and rank 0 has written a metrics row; the workers.
 std::vector<pid_t> wait_for_training(BackgroundKiln& agent, size_t n, const fs::path& metrics) {
   const auto deadline = Clock::now() + milliseconds(60000);
   std::vector<pid_t> workers;
   while (Clock::now() < deadline) {
-    workers = children_of(agent.pid());
+    workers = workers_under(agent.pid());
     if (workers.size() >= n && fs::exists(metrics) && fs::file_size(metrics) > 0) return workers;
     std::this_thread::sleep_for(milliseconds(50));
   }

@@ -49,6 +49,7 @@ Command add_train(CLI::App& app) {
             lo.sigterm_grace_s = r.failure.sigterm_grace_s;
             lo.device = parse_device_request(r.train.device);
             lo.communicator = parse_comm_request(r.dist.communicator);
+            lo.private_network = parse_private_network(r.dist.private_network);
             return launch(lo, [&](WorkerContext& ctx) {
               TrainResult res = train(r, ctx);
               if (res.stopped) {

@@ -9,6 +9,7 @@
 #include "kiln/base/log.h"
 #include "kiln/base/stop_request.h"
 #include "kiln/launch/agent.h"
+#include "kiln/launch/private_network.h"
 #include "kiln/launch/store_token.h"
 #include "kiln/launch/worker.h"
 
@@ -37,12 +38,25 @@ std::string hang_dir(const LaunchOptions& o) {
 int launch(const LaunchOptions& o, const TrainFn& fn) {
   const char* spawned = std::getenv("KILN_WORKER");
   const Topology t = discover_topology(o.flags);
+  const bool agent = spawned == nullptr && t.agent_spawns_workers;
+  const int nproc = o.flags.nproc_per_node.value_or(t.local_world_size > 1 ? t.local_world_size
+                                                                           : o.nproc_per_node);
   // Global rank 0's process holds the output directory; workers it spawns inherit the lock.
+  // In a private network the supervisor that re-ran this agent holds it, and so do we: the
+  // descriptor is inherited.
   std::optional<DirLock> lock;
-  if (!o.lock_dir.empty() && spawned == nullptr && t.rank == 0) {
+  if (!o.lock_dir.empty() && spawned == nullptr && t.rank == 0 && !in_private_network()) {
     lock.emplace(o.lock_dir, "output.dir");
   }
-  if (spawned != nullptr || !t.agent_spawns_workers) {
+  // A single-node group's agent re-runs itself in a network namespace of its own
+  // (private_network.h), before it listens or spawns anything.
+  if (agent && t.num_nodes == 1 && nproc > 1 && o.private_network != PrivateNetwork::kOff &&
+      !in_private_network()) {
+    if (const auto status = run_in_private_network(o.private_network)) {
+      return *status;
+    }
+  }
+  if (!agent) {
     if (t.world_size == 1 && spawned == nullptr) return single_process(o, fn, t.source);
     WorkerSpec w;
     w.rank = t.rank;
@@ -86,8 +100,6 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
     return run_worker(w, fn);
   }
   // This process is the node agent.
-  const int nproc = o.flags.nproc_per_node.value_or(t.local_world_size > 1 ? t.local_world_size
-                                                                           : o.nproc_per_node);
   if (nproc == 1 && t.num_nodes == 1) return single_process(o, fn, t.source);
   AgentSpec a;
   a.nproc_per_node = nproc;

@@ -14,6 +14,7 @@
 #include "kiln/distributed/comm_choice.h"
 #include "kiln/distributed/topology.h"
 #include "kiln/kernels/backend.h"
+#include "kiln/launch/private_network.h"
 #include "kiln/train/runtime.h"
 
 namespace kiln {
@@ -48,6 +49,9 @@ struct LaunchOptions {
   // (distributed/comm_choice.h) and, on CUDA, makes GPU local_rank its current device first.
   DeviceRequest device = DeviceRequest::kCpu;
   CommRequest communicator = CommRequest::kAuto;
+  // A single-node group's agent runs it in a private network namespace (private_network.h);
+  // kiln train: dist.private_network.
+  PrivateNetwork private_network = PrivateNetwork::kAuto;
 };
 
 int launch(const LaunchOptions& opts, const TrainFn& fn);

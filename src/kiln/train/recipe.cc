@@ -11,8 +11,8 @@
 #include <set>
 
 #include "kiln/base/error.h"
-#include "kiln/text/utf8.h"
 #include "kiln/base/file.h"
+#include "kiln/text/utf8.h"
 
 namespace kiln {
 
@@ -64,6 +64,7 @@ const std::vector<std::string> kKeys = {
     "dist.require_transport",
     "dist.communicator",
     "dist.reduce_dtype",
+    "dist.private_network",
     "eval.every_steps",
     "eval.max_batches",
     "checkpoint.every_steps",
@@ -456,6 +457,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
 
   in.choice("dist.communicator", r.dist.communicator, {"auto", "nccl", "gloo"});
   in.choice("dist.reduce_dtype", r.dist.reduce_dtype, {"fp32", "bf16"});
+  in.choice("dist.private_network", r.dist.private_network, {"auto", "on", "off"});
 
   auto non_negative = [](int64_t v) { return v >= 0; };
   in.integer("checkpoint.every_steps", r.checkpoint.every_steps, ">= 0", non_negative);
@@ -554,6 +556,7 @@ std::string recipe_to_yaml(const Recipe& r) {
       << r.dist.require_transport;
   out << YAML::Key << "communicator" << YAML::Value << r.dist.communicator;
   out << YAML::Key << "reduce_dtype" << YAML::Value << r.dist.reduce_dtype;
+  out << YAML::Key << "private_network" << YAML::Value << r.dist.private_network;
   end();
   section("eval");
   out << YAML::Key << "every_steps" << YAML::Value << r.eval.every_steps;

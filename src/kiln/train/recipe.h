@@ -102,6 +102,10 @@ struct Recipe {
     // "fp32" | "bf16": the dtype gradients are reduce-scattered (all-reduced for no_shard and
     // across hybrid_shard's nodes) in; bf16 halves the bytes, sums are then rounded to bf16.
     std::string reduce_dtype = "fp32";
+    // "auto" | "on" | "off": a single-node group runs in a network namespace of its own, out of
+    // reach of the host's processes (src/kiln/launch/private_network.h). auto: when the kernel
+    // allows one, else a warning; on: refuse to start without one.
+    std::string private_network = "auto";
     bool operator==(const Dist&) const = default;
   };
 

@@ -1,0 +1,194 @@
+#include "kiln/launch/private_network.h"
+
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "kiln/base/error.h"
+#include "kiln/base/log.h"
+
+extern char** environ;
+
+namespace kiln {
+
+namespace {
+
+constexpr const char* kMarker = "KILN_PRIVATE_NETWORK";
+
+// The supervisor's child, for the signal handler that forwards SIGINT/SIGTERM to it (a handler
+// can reach nothing else). Written once, before the handler is installed.
+volatile std::sig_atomic_t g_child = 0;
+void forward_signal(int sig) {
+  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
+}
+
+// What the child reports through its pipe when a step before exec fails.
+struct ChildFailure {
+  int step = 0;  // index into kSteps
+  int error = 0;
+};
+constexpr const char* kSteps[] = {"unshare(CLONE_NEWNET)", "unshare(CLONE_NEWUSER | CLONE_NEWNET)",
+                                  "/proc/self/setgroups",  "/proc/self/uid_map",
+                                  "/proc/self/gid_map",    "bringing up lo",
+                                  "exec /proc/self/exe"};
+
+// Everything the child needs, built before fork: the parent may have threads, so the child
+// must not allocate before exec.
+struct ChildPlan {
+  std::vector<std::string> args, env;
+  std::vector<char*> argv, envp;
+  std::string uid_map, gid_map;
+};
+
+// This process's own arguments, program name included, exactly as it was started.
+std::vector<std::string> own_arguments() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  std::string a;
+  while (std::getline(f, a, '\0')) args.push_back(a);
+  if (args.empty()) fail("private network: cannot read /proc/self/cmdline");
+  return args;
+}
+
+ChildPlan plan_child() {
+  ChildPlan p;
+  p.args = own_arguments();
+  p.env = {std::string(kMarker) + "=1"};
+  for (char** e = environ; *e != nullptr; ++e) p.env.emplace_back(*e);
+  for (auto& a : p.args) p.argv.push_back(a.data());
+  p.argv.push_back(nullptr);
+  for (auto& e : p.env) p.envp.push_back(e.data());
+  p.envp.push_back(nullptr);
+  // This uid and gid map to themselves: files the group writes keep their owner.
+  p.uid_map = std::to_string(::geteuid()) + " " + std::to_string(::geteuid()) + " 1";
+  p.gid_map = std::to_string(::getegid()) + " " + std::to_string(::getegid()) + " 1";
+  return p;
+}
+
+// Async-signal-safe: open, write, close.
+bool write_proc_file(const char* path, const std::string& text) {
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+
+bool bring_up_loopback() {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  struct ifreq ifr {};
+  std::memcpy(ifr.ifr_name, "lo", 3);
+  bool ok = ::ioctl(fd, SIOCGIFFLAGS, &ifr) == 0;
+  ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP | IFF_RUNNING);
+  ok = ok && ::ioctl(fd, SIOCSIFFLAGS, &ifr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+[[noreturn]] void report_failure(int report_fd, int step) {
+  const ChildFailure f{step, errno};
+  (void)!::write(report_fd, &f, sizeof f);
+  ::_exit(127);
+}
+
+// In the forked child: enter the namespaces and exec, or report the failing step and exit.
+[[noreturn]] void become_private(ChildPlan& p, int report_fd, pid_t parent) {
+  auto report = [report_fd](int step) { report_failure(report_fd, step); };
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(128 + SIGKILL);
+  // Root (in the host's user namespace) needs only the network namespace; anyone else makes a
+  // user namespace of their own first, in which they may.
+  if (::unshare(CLONE_NEWNET) != 0) {
+    if (errno != EPERM) report(0);
+    if (::unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) report(1);
+    if (!write_proc_file("/proc/self/setgroups", "deny")) report(2);
+    if (!write_proc_file("/proc/self/uid_map", p.uid_map)) report(3);
+    if (!write_proc_file("/proc/self/gid_map", p.gid_map)) report(4);
+  }
+  if (!bring_up_loopback()) report(5);
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
+  ::execve("/proc/self/exe", p.argv.data(), p.envp.data());
+  report_failure(report_fd, 6);
+}
+
+// Waits for the child, forwarding SIGINT/SIGTERM; returns its status as a shell would.
+int supervise(pid_t child) {
+  g_child = child;
+  struct sigaction sa {};
+  sa.sa_handler = forward_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) fail("private network: waitpid failed: {}", std::strerror(errno));
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+}  // namespace
+
+PrivateNetwork parse_private_network(const std::string& value) {
+  if (value == "auto") return PrivateNetwork::kAuto;
+  if (value == "on") return PrivateNetwork::kOn;
+  if (value == "off") return PrivateNetwork::kOff;
+  fail("dist.private_network is '{}'; it must be auto, on or off", value);
+}
+
+bool in_private_network() {
+  const char* v = std::getenv(kMarker);
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+std::optional<int> run_in_private_network(PrivateNetwork mode) {
+  ChildPlan plan = plan_child();
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) fail("private network: pipe failed: {}", std::strerror(errno));
+  const pid_t parent = ::getpid();
+  const pid_t child = ::fork();
+  if (child < 0) fail("private network: fork failed: {}", std::strerror(errno));
+  if (child == 0) {
+    ::close(fds[0]);
+    become_private(plan, fds[1], parent);
+  }
+  ::close(fds[1]);
+  ChildFailure f;
+  ssize_t n;
+  do {
+    n = ::read(fds[0], &f, sizeof f);  // 0 bytes: the exec succeeded and closed the pipe
+  } while (n < 0 && errno == EINTR);
+  ::close(fds[0]);
+  if (n == 0) return supervise(child);
+  ::waitpid(child, nullptr, 0);
+  const std::string why = n == sizeof f
+                              ? fmt::format("{}: {}", kSteps[f.step], std::strerror(f.error))
+                              : std::string("the child exited before saying why");
+  if (mode == PrivateNetwork::kOn) {
+    fail("dist.private_network is on, but no private network can be made ({})", why);
+  }
+  KILN_LOG_WARN(
+      "agent: no private network for the group ({}); its collectives listen on the host's "
+      "loopback, where any local process can connect and fail the group's formation "
+      "(docs/security.md). dist.private_network=off silences this",
+      why);
+  return std::nullopt;
+}
+
+}  // namespace kiln

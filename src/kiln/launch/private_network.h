@@ -1,0 +1,37 @@
+// A single-node worker group in a network namespace of its own, so that no process outside the
+// job can connect to its listeners.
+//
+// Gloo's TCP pairs (and NCCL's bootstrap) listen on ephemeral ports and take the first
+// connection that arrives as their peer, with no handshake: on the host's loopback any local
+// process, of any uid, can connect first and fail the group's formation. The agent of a
+// single-node group therefore re-runs itself, before it starts the store or a worker, in a new
+// network namespace (Linux `unshare(CLONE_NEWNET)`, inside a new user namespace when not root)
+// whose only interface is its own loopback. The store, every worker and every collective then
+// live there, out of reach of the host's processes. The process that was started stays as a
+// thin supervisor: it forwards SIGINT/SIGTERM, returns the group's exit status, and takes the
+// group down with it when it is killed (the agent runs with PR_SET_PDEATHSIG).
+//
+// Several nodes need the host's network, so this applies to one node only; docs/security.md
+// says what protects a multi-node job.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace kiln {
+
+// dist.private_network: "auto" (a private network when the kernel allows one, else a warning and
+// the host's), "on" (refuse to start without one), "off" (the host's network).
+enum class PrivateNetwork { kAuto, kOn, kOff };
+PrivateNetwork parse_private_network(const std::string& value);
+
+// True in the process that runs_in_private_network() started (it sets KILN_PRIVATE_NETWORK=1).
+bool in_private_network();
+
+// Re-runs this program (/proc/self/exe with the arguments it was started with) in a new network
+// namespace and waits for it. Returns its exit status (128 + N when killed by signal
+// N). Returns std::nullopt when no namespace could be made and `mode` is kAuto, after a warning
+// naming why (the caller then goes on in the host's network); fails when `mode` is kOn.
+std::optional<int> run_in_private_network(PrivateNetwork mode);
+
+}  // namespace kiln

@@ -1,0 +1,263 @@
+// A stray or hostile local process cannot fail a single-node group's formation: the group runs
+// in a network namespace of its own (src/kiln/launch/private_network.h). The hostile process
+// here does what a watcher on a shared host can: it connects to every new listener on the
+// host's loopback, sends 64 random bytes and hangs up. On the host's network that fails Gloo's
+// rendezvous (a pair takes the first connection as its peer); in the private network it
+// reaches nothing.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "common/run_kiln.h"
+#include "common/tiny_run.h"
+#include "kiln/base/file.h"
+
+namespace kiln {
+namespace {
+
+using testing::run_kiln;
+
+#define EXPECT_HAS(haystack, needle) \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+
+bool bring_up_loopback() {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ifreq ifr{};
+  std::strcpy(ifr.ifr_name, "lo");
+  bool ok = fd >= 0 && ::ioctl(fd, SIOCGIFFLAGS, &ifr) == 0;
+  ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP | IFF_RUNNING);
+  ok = ok && ::ioctl(fd, SIOCSIFFLAGS, &ifr) == 0;
+  if (fd >= 0) ::close(fd);
+  return ok;
+}
+
+// The ports of the host's listening TCP sockets on 127.0.0.1 or any address (/proc/net/tcp).
+std::set<int> loopback_listeners() {
+  std::set<int> ports;
+  std::ifstream f("/proc/net/tcp");
+  std::string line;
+  std::getline(f, line);  // the header
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string slot, local, remote, state;
+    in >> slot >> local >> remote >> state;
+    const std::string addr = local.substr(0, local.find(':'));
+    if (state == "0A" && (addr == "0100007F" || addr == "00000000")) {
+      ports.insert(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
+    }
+  }
+  return ports;
+}
+
+// Connects to every listener that appears after it started, sends 64 random bytes, hangs up.
+class HostileWatcher {
+ public:
+  HostileWatcher() : seen_(loopback_listeners()), thread_([this] { run(); }) {}
+  ~HostileWatcher() {
+    stop_ = true;
+    thread_.join();
+  }
+  int hits() const { return hits_; }
+
+ private:
+  void run() {
+    std::mt19937 rng(7);
+    while (!stop_) {
+      for (int port : loopback_listeners()) {
+        if (!seen_.insert(port).second) continue;
+        if (poke(port, rng)) ++hits_;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  static bool poke(int port, std::mt19937& rng) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool connected = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    if (connected) {
+      char junk[64];
+      for (char& c : junk) c = static_cast<char>(rng());
+      (void)!::send(fd, junk, sizeof junk, MSG_NOSIGNAL);
+    }
+    ::close(fd);
+    return connected;
+  }
+
+  std::set<int> seen_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> hits_{0};
+  std::thread thread_;
+};
+
+struct WatchedRun {
+  int code;
+  std::string out;
+  int hits;
+};
+
+// Makes this process's network a fresh one with only its loopback (as root, or in a user
+// namespace of its own), so that the watcher below attacks nothing but its own test's group
+// while other tests run beside it.
+bool enter_sealed_network() {
+  if (::unshare(CLONE_NEWNET) == 0) return bring_up_loopback();
+  const std::string uid = std::to_string(::geteuid()), gid = std::to_string(::getegid());
+  if (::unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) return false;
+  std::ofstream("/proc/self/setgroups") << "deny";
+  std::ofstream("/proc/self/uid_map") << uid + " " + uid + " 1";
+  std::ofstream("/proc/self/gid_map") << gid + " " + gid + " 1";
+  return bring_up_loopback();
+}
+
+// Trains `d`'s recipe with dist.private_network=`mode` while a HostileWatcher runs, both in a
+// child process inside a sealed network (its "host"): the run's exit code, output and the
+// listeners the watcher reached.
+WatchedRun train_watched(const fs::path& d, const std::string& mode, const std::string& out) {
+  const fs::path result = d / (out + ".result");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (!enter_sealed_network()) ::_exit(126);
+    int hits = 0;
+    testing::CmdResult r;
+    {
+      HostileWatcher watcher;
+      r = run_kiln("train " + (d / "recipe.yaml").string() + " dist.private_network=" + mode +
+                   " output.dir=" + (d / out).string());
+      hits = watcher.hits();
+    }
+    write_file_atomic(result, std::to_string(r.code) + " " + std::to_string(hits) + "\n" + r.out);
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    ADD_FAILURE() << "the watched run could not be made (exit " << status << ")";
+    return {-1, "", 0};
+  }
+  std::istringstream in(read_file(result));
+  WatchedRun w{};
+  in >> w.code >> w.hits;
+  in.get();
+  w.out.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return w;
+}
+
+TEST(PrivateNetwork, AHostileWatcherFailsAGroupOnTheHostsLoopback) {
+  // The watcher races the real peer and wins about half the time here, so it is given six
+  // tries: the point is that it is a real threat, which the test below shows the private
+  // network removes.
+  const fs::path d = testing::setup_tiny_run("kiln_privnet", "host", {.max_steps = 2});
+  int failed = 0;
+  for (int i = 0; i < 6 && failed == 0; ++i) {
+    const WatchedRun r = train_watched(d, "off", "run" + std::to_string(i));
+    std::fprintf(stderr, "host network, try %d: exit %d, watcher hit %d listener(s)\n", i, r.code,
+                 r.hits);
+    if (r.code != 0) {
+      EXPECT_HAS(r.out, "gloo rendezvous");
+      ++failed;
+    }
+  }
+  EXPECT_EQ(failed, 1) << "the watcher never failed a group on the host's network";
+  fs::remove_all(d);
+}
+
+TEST(PrivateNetwork, AGroupFormsAndTrainsDespiteAHostileWatcher) {
+  const fs::path d = testing::setup_tiny_run("kiln_privnet", "private", {.max_steps = 2});
+  for (int i = 0; i < 3; ++i) {
+    const WatchedRun r = train_watched(d, "auto", "run" + std::to_string(i));
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_HAS(r.out, "trained 2 steps");
+    EXPECT_EQ(r.out.find("no private network"), std::string::npos) << r.out;
+    // Its listeners were never on the host's loopback for the watcher to find.
+    EXPECT_EQ(r.hits, 0) << r.out;
+  }
+  fs::remove_all(d);
+}
+
+// Runs kiln with `args` under a seccomp filter that fails unshare(2) with EPERM, as a container
+// without the privilege or a kernel without unprivileged user namespaces would.
+testing::CmdResult run_kiln_without_unshare(const std::string& args) {
+  const std::string log =
+      (fs::temp_directory_path() / ("kiln_privnet_" + std::to_string(::getpid()) + ".log"))
+          .string();
+  const std::string cmd =
+      std::string(KILN_BINARY_DIR) + "/bin/kiln " + args + " > " + log + " 2>&1";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_unshare, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+      ::_exit(126);
+    }
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  testing::CmdResult r{WIFEXITED(status) ? WEXITSTATUS(status) : 128, read_file(log)};
+  fs::remove(log);
+  return r;
+}
+
+TEST(PrivateNetwork, AutoWarnsAndTrainsOnTheHostsNetworkWhenNoneCanBeMade) {
+  const fs::path d = testing::setup_tiny_run("kiln_privnet", "denied", {.max_steps = 2});
+  const auto r = run_kiln_without_unshare("train " + (d / "recipe.yaml").string());
+  ASSERT_NE(r.code, 126) << "could not install the seccomp filter";
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_HAS(r.out,
+             "agent: no private network for the group (unshare(CLONE_NEWUSER | "
+             "CLONE_NEWNET): Operation not permitted)");
+  EXPECT_HAS(r.out, "trained 2 steps");
+  fs::remove_all(d);
+}
+
+TEST(PrivateNetwork, OnRefusesToStartWhenNoneCanBeMade) {
+  const fs::path d = testing::setup_tiny_run("kiln_privnet", "required", {.max_steps = 2});
+  const auto r = run_kiln_without_unshare("train " + (d / "recipe.yaml").string() +
+                                          " dist.private_network=on");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_HAS(r.out,
+             "kiln: error: dist.private_network is on, but no private network can be "
+             "made (unshare(CLONE_NEWUSER | CLONE_NEWNET): Operation not permitted)");
+  EXPECT_FALSE(fs::exists(d / "run/metrics.jsonl"));
+  fs::remove_all(d);
+}
+
+TEST(PrivateNetwork, ABadValueIsAnErrorNamingTheKey) {
+  const fs::path d = testing::setup_tiny_run("kiln_privnet", "bad", {.max_steps = 2});
+  const auto r = run_kiln("train " + (d / "recipe.yaml").string() + " dist.private_network=yes");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_HAS(r.out, "dist.private_network");
+  fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace kiln
