@@ -27,12 +27,6 @@ std::string rank_file_name(int rank, int world) {
   return fmt::format("rank-{:05}-of-{:05}.safetensors", rank, world);
 }
 
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 // One old shard file: its per-unit element ranges and tensors.
 struct ShardFile {
   std::unique_ptr<SafetensorsFile> file;
@@ -362,19 +356,7 @@ void CheckpointSaver::save(const CheckpointState& st, bool sync) {
 
   // Everything the manifest records is taken now: the optimizer moves on during a background
   // write.
-  Json units = Json::array();
-  for (const auto& u : layout_.units()) units.push_back({{"name", u.name}, {"numel", u.numel}});
-  p->manifest = {{"format_version", kCheckpointFormatVersion},
-                 {"kiln_version", "0.1.0"},
-                 {"step", st.step},
-                 {"world_size", W},
-                 {"strategy", st.strategy},
-                 {"units", units},
-                 {"sampler", {{"epoch", st.sampler.epoch}, {"index", st.sampler.index}}},
-                 {"optimizer_steps", opt_.step_count()},
-                 {"recipe", st.recipe_yaml},
-                 {"recipe_hash", fmt::format("{:016x}", fnv1a(st.recipe_yaml))},
-                 {"metrics", st.metrics}};
+  p->manifest = manifest_json(st, layout_, W, opt_.step_count());
   p->model_config = st.model_config;
   p->hf_files = st.hf_files;
 
