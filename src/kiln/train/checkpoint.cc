@@ -478,7 +478,14 @@ std::vector<CheckpointInfo> list_checkpoints(const fs::path& root) {
     if (!fs::exists(e.path() / "manifest.json")) continue;
     try {
       Json m = read_json_file(e.path() / "manifest.json");
-      out.push_back({e.path(), m.at("step").get<int64_t>(), std::move(m)});
+      // As read_manifest reads it: get<int64_t>() of 1e300 would be an undefined cast.
+      const Json& step = m.at("step");
+      if (!step.is_number_unsigned() ||
+          step.get<uint64_t>() > static_cast<uint64_t>(kMaxCheckpointStep)) {
+        fail("manifest.json: step is {}, expected an integer in [0, {}]", step.dump(),
+             kMaxCheckpointStep);
+      }
+      out.push_back({e.path(), step.get<int64_t>(), std::move(m)});
     } catch (const std::exception& ex) {
       KILN_LOG_WARN("ignoring {}: {}", e.path().string(), ex.what());
     }
