@@ -10,6 +10,7 @@
 #include <set>
 
 #include "common/run_kiln.h"
+#include "common/run_losses.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/io/checkpoint_reader.h"
@@ -18,6 +19,8 @@ namespace kiln {
 namespace {
 
 using testing::run_kiln;
+using testing::run_losses;
+using testing::run_metric_rows;
 
 fs::path make_run(const std::string& name, const std::string& extra = "") {
   const fs::path d =
@@ -36,14 +39,6 @@ fs::path make_run(const std::string& name, const std::string& extra = "") {
                         "dist:\n  timeout_s: 30\n  threads_per_worker: 1\n" +
                         extra);
   return d;
-}
-
-std::vector<double> losses(const fs::path& run) {
-  std::vector<double> out;
-  std::ifstream f(run / "metrics.jsonl");
-  std::string line;
-  while (std::getline(f, line)) out.push_back(parse_json(line, "metrics").at("loss").get<double>());
-  return out;
 }
 
 // Max |a - b| over every tensor of two HF directories.
@@ -78,7 +73,7 @@ TEST(Checkpoint, ResumeIsBitIdenticalToAnUninterruptedRun) {
                "OMP_NUM_THREADS=1");
   ASSERT_EQ(resumed.code, 0) << resumed.out;
   EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
-  const auto a = losses(d / "full"), b = losses(d / "cut");
+  const auto a = run_losses(d / "full"), b = run_losses(d / "cut");
   ASSERT_EQ(a.size(), 20u);
   ASSERT_EQ(b.size(), 20u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;
@@ -137,7 +132,7 @@ TEST(Checkpoint, ResumeAtAnotherWorldSizeContinuesTheSameRun) {
                       (d / "four/checkpoints/step-00000010").string() +
                       " output.dir=" + (d / "two").string());
   ASSERT_EQ(two.code, 0) << two.out;
-  const auto a = losses(d / "four"), b = losses(d / "two");
+  const auto a = run_losses(d / "four"), b = run_losses(d / "two");
   ASSERT_EQ(a.size(), 20u);
   ASSERT_EQ(b.size(), 10u);  // steps 11..20
   for (size_t i = 0; i < b.size(); ++i) {
@@ -149,7 +144,7 @@ TEST(Checkpoint, ResumeAtAnotherWorldSizeContinuesTheSameRun) {
                       " train.resume=" + (d / "four/checkpoints/step-00000015").string() +
                       " output.dir=" + (d / "one").string());
   ASSERT_EQ(one.code, 0) << one.out;
-  const auto c = losses(d / "one");
+  const auto c = run_losses(d / "one");
   ASSERT_EQ(c.size(), 5u);
   for (size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], a[15 + i], 1e-5 * std::fabs(a[15 + i]));
   if (!::testing::Test::HasFailure()) fs::remove_all(d);
@@ -365,13 +360,6 @@ std::string checkpoint_name(int64_t step) {
   return buf;
 }
 
-std::vector<Json> metric_rows(const fs::path& run) {
-  std::vector<Json> out;
-  std::ifstream f(run / "metrics.jsonl");
-  for (std::string line; std::getline(f, line);) out.push_back(parse_json(line, "metrics"));
-  return out;
-}
-
 double kiln_eval(const fs::path& model, const fs::path& data) {
   auto e = run_kiln(
       "eval --model " + model.string() + " --data " + data.string() + " --seq-len 64 --json",
@@ -408,7 +396,7 @@ TEST(Checkpoint, EvalLossMatchesKilnEvalAndKeepBestKeepsTheBest) {
   auto r = run_kiln(train + (d / "run").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("| eval_loss "), std::string::npos) << r.out;
-  const auto rows = metric_rows(d / "run");
+  const auto rows = run_metric_rows(d / "run");
   ASSERT_EQ(rows.size(), 12u);
   std::map<int64_t, double> evals;
   for (const auto& row : rows) {
@@ -449,7 +437,7 @@ TEST(Checkpoint, EvalLossMatchesKilnEvalAndKeepBestKeepsTheBest) {
                       " train.max_steps=3 data.eval=" + (d / "eval.jsonl").string() +
                       " eval.max_batches=2 output.dir=" + (d / "one").string());
   ASSERT_EQ(one.code, 0) << one.out;
-  const auto one_rows = metric_rows(d / "one");
+  const auto one_rows = run_metric_rows(d / "one");
   ASSERT_EQ(one_rows.size(), 3u);
   EXPECT_FALSE(one_rows[1].contains("eval_loss"));  // eval.every_steps=0: only after the last
   ASSERT_TRUE(one_rows[2].contains("eval_loss"));

@@ -7,19 +7,19 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <fstream>
 #include <thread>
 
 #include "common/run_kiln.h"
+#include "common/run_losses.h"
 #include "common/weight_diff.h"
 #include "kiln/base/file.h"
-#include "kiln/base/json.h"
 #include "kiln/io/checkpoint_reader.h"
 
 namespace kiln {
 namespace {
 
 using testing::run_kiln;
+using testing::run_losses;
 
 const fs::path& work_dir() {
   static const fs::path d = [] {
@@ -90,16 +90,8 @@ fs::path train(const std::string& name, int world, const std::string& strategy, 
   return out;
 }
 
-std::vector<double> losses(const fs::path& run) {
-  std::vector<double> out;
-  std::ifstream f(run / "metrics.jsonl");
-  std::string line;
-  while (std::getline(f, line)) out.push_back(parse_json(line, "metrics").at("loss").get<double>());
-  return out;
-}
-
 void expect_same_run(const fs::path& ref, const fs::path& got) {
-  const auto a = losses(ref), b = losses(got);
+  const auto a = run_losses(ref), b = run_losses(got);
   ASSERT_EQ(a.size(), 20u);
   ASSERT_EQ(b.size(), 20u) << got;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -123,7 +115,7 @@ class DistEquivalence : public ::testing::TestWithParam<Setting> {};
 TEST_P(DistEquivalence, EveryStrategyAndWorldSizeMatchesOneProcess) {
   const Setting s = GetParam();
   const fs::path ref = train("single", 1, "full_shard", s);
-  const auto ref_losses = losses(ref);
+  const auto ref_losses = run_losses(ref);
   ASSERT_EQ(ref_losses.size(), 20u);
   EXPECT_LT(ref_losses.back(), ref_losses.front());
   for (const char* strategy : {"full_shard", "shard_grad_op", "no_shard"}) {
@@ -143,7 +135,7 @@ TEST_P(DistEquivalence, EveryStrategyAndWorldSizeMatchesOneProcess) {
 // one to bf16 precision, not bit for bit (and must differ from it: the key has to take effect).
 TEST(DistBf16Reduce, FollowsTheFp32RunToBf16Precision) {
   const Setting s{1, 0.5};
-  const auto ref = losses(train("bf16_ref", 1, "full_shard", s));
+  const auto ref = run_losses(train("bf16_ref", 1, "full_shard", s));
   ASSERT_EQ(ref.size(), 20u);
   struct Layout {
     const char* strategy;
@@ -153,8 +145,8 @@ TEST(DistBf16Reduce, FollowsTheFp32RunToBf16Precision) {
   // and the all-reduce across nodes.
   for (const auto& [strategy, world, nodes] :
        {Layout{"full_shard", 2, 1}, Layout{"no_shard", 2, 1}, Layout{"hybrid_shard", 4, 2}}) {
-    const auto got = losses(train(std::string("bf16_reduce_") + strategy, world, strategy, s, nodes,
-                                  " dist.reduce_dtype=bf16"));
+    const auto got = run_losses(train(std::string("bf16_reduce_") + strategy, world, strategy, s,
+                                      nodes, " dist.reduce_dtype=bf16"));
     ASSERT_EQ(got.size(), 20u) << strategy;
     double max_rel = 0;
     for (size_t i = 0; i < ref.size(); ++i) {

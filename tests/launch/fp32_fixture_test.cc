@@ -20,6 +20,7 @@
 #include <fstream>
 
 #include "common/run_kiln.h"
+#include "common/run_losses.h"
 #include "common/weight_diff.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
@@ -29,6 +30,7 @@ namespace kiln {
 namespace {
 
 using testing::run_kiln;
+using testing::run_losses;
 
 const fs::path kFixtureDir = fs::path(KILN_SOURCE_DIR) / "tests/fixtures/fp32_run";
 
@@ -73,15 +75,6 @@ std::string weights_hash(const fs::path& model_dir) {
   return fmt::format("{:016x}", h);
 }
 
-std::vector<double> losses(const fs::path& run) {
-  std::vector<double> out;
-  std::ifstream f(run / "metrics.jsonl");
-  for (std::string line; std::getline(f, line);) {
-    out.push_back(parse_json(line, "metrics").at("loss").get<double>());
-  }
-  return out;
-}
-
 fs::path run_fixture_recipe(const std::string& extra_env) {
   const fs::path d = fs::temp_directory_path() / fmt::format("kiln_fp32_fixture_{}", ::getpid());
   fs::remove_all(d);
@@ -108,7 +101,7 @@ fs::path run_fixture_recipe(const std::string& extra_env) {
 void expect_matches_fixture(const fs::path& run, const std::string& how) {
   const Json fx = read_json_file(kFixtureDir / "fixture.json");
   const auto want_losses = fx.at("losses").get<std::vector<double>>();
-  const auto got_losses = losses(run);
+  const auto got_losses = run_losses(run);
   ASSERT_EQ(got_losses.size(), want_losses.size()) << how;
   std::printf("fp32 fixture made on '%s'; this machine is '%s'\n",
               fx.at("machine").get<std::string>().c_str(), machine_key().c_str());
@@ -137,7 +130,7 @@ TEST(Fp32Fixture, TwoWorkerRunFollowsTheRecordedOne) {
                   fs::copy_options::overwrite_existing);
     const Json fx{{"machine", machine_key()},
                   {"weights_hash", weights_hash(run / "final")},
-                  {"losses", losses(run)},
+                  {"losses", run_losses(run)},
                   {"made_by", "main e8b25f3, before the backend seam"}};
     write_file_atomic(kFixtureDir / "fixture.json", fx.dump(2) + "\n");
     GTEST_SKIP() << "wrote " << kFixtureDir;

@@ -10,12 +10,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "common/run_kiln.h"
+#include "common/run_losses.h"
 #include "common/tiny_run.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
@@ -79,15 +79,6 @@ std::string torchrun_env(int r, int n, int master_port) {
   return e.str();
 }
 
-std::vector<double> losses(const fs::path& metrics) {
-  std::vector<double> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    out.push_back(parse_json(line, metrics.string()).at("loss").get<double>());
-  }
-  return out;
-}
-
 TEST(Torchrun, NoPythonLineTrainsLikeTheKilnLauncher) {
   const fs::path d = testing::setup_tiny_run("kiln_torchrun", "ok", {});
   const std::string recipe = (d / "recipe.yaml").string();
@@ -114,9 +105,9 @@ TEST(Torchrun, NoPythonLineTrainsLikeTheKilnLauncher) {
   const testing::CmdResult own =
       testing::run_kiln("train " + recipe + " output.dir=" + (d / "own").string());
   ASSERT_EQ(own.code, 0) << own.out;
-  const std::vector<double> a = losses(d / "torchrun/metrics.jsonl");
+  const std::vector<double> a = testing::run_losses(d / "torchrun");
   ASSERT_EQ(a.size(), 6u);
-  EXPECT_EQ(a, losses(d / "own/metrics.jsonl"));
+  EXPECT_EQ(a, testing::run_losses(d / "own"));
   fs::remove_all(d);
 }
 

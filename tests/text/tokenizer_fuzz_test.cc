@@ -6,53 +6,30 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "kiln/base/error.h"
-#include "kiln/base/file.h"
+#include "common/fuzz_driver.h"
 #include "kiln/base/json.h"
 #include "kiln/text/tokenizer.h"
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace kiln {
 namespace {
 
+using testing::FuzzTally;
+
 const fs::path kSeeds = fs::path(KILN_SOURCE_DIR) / "fuzz/corpus/tokenizer_json";
 
-struct Tally {
-  int loaded = 0;
-  int rejected = 0;
-};
-
-void run_one(const std::string& input, const std::string& label, Tally& tally) {
-  const std::vector<uint8_t> buf(input.begin(), input.end());
-  try {
-    LLVMFuzzerTestOneInput(buf.data(), buf.size());
-    Tokenizer::from_json_text(input, "fuzz.json");
-    ++tally.loaded;
-  } catch (const Error& e) {
-    ++tally.rejected;
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << label << ": multi-line error: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << label << ": a non-kiln exception escaped: " << e.what();
-  } catch (...) {
-    ADD_FAILURE() << label << ": an unknown exception escaped";
-  }
+// The entry point, then the loader itself to count loaded and rejected inputs.
+void run_one(const std::string& input, const std::string& label, FuzzTally& tally) {
+  testing::run_fuzz_input(input, label, &tally, [](const std::string& text) {
+    Tokenizer::from_json_text(text, "fuzz.json");
+    return true;
+  });
 }
 
-std::vector<std::string> seeds() {
-  std::vector<fs::path> paths;
-  for (const auto& e : fs::directory_iterator(kSeeds)) paths.push_back(e.path());
-  std::sort(paths.begin(), paths.end());
-  std::vector<std::string> out;
-  for (const auto& p : paths) out.push_back(read_file(p));
-  return out;
-}
+std::vector<std::string> seeds() { return testing::fuzz_seeds(kSeeds); }
 
 // Every node of a JSON document, as a JSON pointer.
 void collect(const Json& j, const Json::json_pointer& at, std::vector<Json::json_pointer>& out) {
@@ -66,7 +43,7 @@ void collect(const Json& j, const Json::json_pointer& at, std::vector<Json::json
 }
 
 TEST(TokenizerFuzz, SeedsLoadOrFailCleanly) {
-  Tally tally;
+  FuzzTally tally;
   for (const std::string& s : seeds()) run_one(s, "seed", tally);
   EXPECT_GE(tally.loaded, 5);
   EXPECT_GE(tally.rejected, 1);  // bad_model_type.json
@@ -74,32 +51,13 @@ TEST(TokenizerFuzz, SeedsLoadOrFailCleanly) {
 
 TEST(TokenizerFuzz, ByteMutations) {
   std::mt19937_64 rng(1);
-  Tally tally;
+  FuzzTally tally;
   for (const std::string& seed : seeds()) {
-    for (size_t len = 0; len < seed.size(); len += 1 + len / 8) {
-      run_one(seed.substr(0, len), "truncate", tally);
+    for (const std::string& t : testing::fuzz_truncations(seed, /*sparse=*/true)) {
+      run_one(t, "truncate", tally);
     }
     for (int round = 0; round < 300; ++round) {
-      std::string s = seed;
-      for (int k = 0; k < 1 + static_cast<int>(rng() % 4); ++k) {
-        const size_t at = rng() % s.size();
-        switch (rng() % 4) {
-          case 0:
-            s[at] = static_cast<char>(s[at] ^ (1 << (rng() % 8)));
-            break;
-          case 1:
-            s[at] = "{}[]\",:0-1 \\ua\xC3\xFF"[rng() % 17];
-            break;
-          case 2:
-            s.erase(at, 1 + rng() % 8);
-            break;
-          default:
-            s.insert(at, s.substr(rng() % s.size(), 1 + rng() % 16));
-            break;
-        }
-        if (s.empty()) s.push_back('{');  // (not s = "{": a GCC 12 -Wrestrict false positive)
-      }
-      run_one(s, "byte edit", tally);
+      run_one(testing::fuzz_mutate(seed, rng, "{}[]\",:0-1 \\ua\xC3\xFF"), "byte edit", tally);
     }
   }
   EXPECT_GT(tally.rejected, 0);
@@ -113,7 +71,7 @@ TEST(TokenizerFuzz, JsonMutations) {
                                        "replacements");
 
   std::mt19937_64 rng(2);
-  Tally tally;
+  FuzzTally tally;
   for (const std::string& seed : seeds()) {
     const Json doc = parse_json(seed, "seed");
     std::vector<Json::json_pointer> nodes;
@@ -140,7 +98,7 @@ TEST(TokenizerFuzz, JsonMutations) {
 
 TEST(TokenizerFuzz, HostileRegexes) {
   Json doc = read_json_file(kSeeds / "qwen_like_pairs.json");
-  Tally tally;
+  FuzzTally tally;
   for (const char* re : {"(", "[", "\\", "(?<=a+)b", "(a*)*b", "(a|a)*c", "", "x*", "\\b", "$",
                          "(?=a)", "\\p{Nope}", "(?i)\\X+", "[^\\s\\S]", "\\K", "(?<=\\K)a"}) {
     doc["pre_tokenizer"]["pretokenizers"][0]["pattern"] = Json::object({{"Regex", re}});

@@ -1,61 +1,43 @@
 // Runs the libFuzzer entry point of the recipe loader (fuzz/recipe_yaml_fuzz.cc, linked in) in
-// the ordinary test suite: over the seed corpus, every truncation of each seed, seeded random
-// byte edits, and hostile values spliced in for each key's value (deep nesting, huge and
-// non-finite numbers, wrong types, long strings). The entry point aborts when a loaded recipe
-// does not round-trip; anything but kiln::Error escaping is a failure here.
+// the ordinary test suite (tests/common/fuzz_driver.h): over the seed corpus, every truncation of
+// each seed, seeded byte edits, and hostile values spliced in for each key's value (deep nesting,
+// huge and non-finite numbers, wrong types, long strings). The entry point aborts when a loaded
+// recipe does not round-trip; any exception escaping it is a failure here.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "kiln/base/file.h"
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+#include "common/fuzz_driver.h"
 
 namespace kiln {
 namespace {
 
+using testing::fuzz_mutate;
+using testing::fuzz_truncations;
+
 const fs::path kSeeds = fs::path(KILN_SOURCE_DIR) / "fuzz/corpus/recipe";
 
 void run_one(const std::string& input, const std::string& label) {
-  try {
-    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()), input.size());
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << label << ": an exception escaped: " << e.what() << "\ninput:\n" << input;
-  } catch (...) {
-    ADD_FAILURE() << label << ": an unknown exception escaped";
-  }
+  testing::run_fuzz_input(input, label);
 }
 
-std::vector<std::string> seeds() {
-  std::vector<fs::path> paths;
-  for (const auto& e : fs::directory_iterator(kSeeds)) paths.push_back(e.path());
-  std::sort(paths.begin(), paths.end());
-  std::vector<std::string> out;
-  for (const auto& p : paths) out.push_back(read_file(p));
-  return out;
-}
+std::vector<std::string> seeds() { return testing::fuzz_seeds(kSeeds); }
 
 TEST(RecipeFuzz, SeedsAndTheirTruncations) {
   const auto all = seeds();
   ASSERT_GE(all.size(), 2u);
   for (const std::string& s : all) {
-    for (size_t n = 0; n <= s.size(); ++n) run_one(s.substr(0, n), "truncated");
+    for (const std::string& t : fuzz_truncations(s)) run_one(t, "truncated");
   }
 }
 
 TEST(RecipeFuzz, RandomByteEdits) {
-  std::mt19937 rng(7);
+  std::mt19937_64 rng(7);
   for (const std::string& s : seeds()) {
-    for (int i = 0; i < 2000; ++i) {
-      std::string m = s;
-      for (int k = 0; k < 1 + static_cast<int>(rng() % 4); ++k) {
-        m[rng() % m.size()] = static_cast<char>(rng() % 256);
-      }
-      run_one(m, "byte edit");
-    }
+    for (int i = 0; i < 2000; ++i)
+      run_one(fuzz_mutate(s, rng, ":-[]{}#&*!|>'\"%@`,? \n"), "byte edit");
   }
 }
 

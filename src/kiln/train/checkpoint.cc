@@ -27,12 +27,6 @@ std::string rank_file_name(int rank, int world) {
   return fmt::format("rank-{:05}-of-{:05}.safetensors", rank, world);
 }
 
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 // One old shard file: its per-unit element ranges and tensors.
 struct ShardFile {
   std::unique_ptr<SafetensorsFile> file;
@@ -362,19 +356,7 @@ void CheckpointSaver::save(const CheckpointState& st, bool sync) {
 
   // Everything the manifest records is taken now: the optimizer moves on during a background
   // write.
-  Json units = Json::array();
-  for (const auto& u : layout_.units()) units.push_back({{"name", u.name}, {"numel", u.numel}});
-  p->manifest = {{"format_version", kCheckpointFormatVersion},
-                 {"kiln_version", "0.1.0"},
-                 {"step", st.step},
-                 {"world_size", W},
-                 {"strategy", st.strategy},
-                 {"units", units},
-                 {"sampler", {{"epoch", st.sampler.epoch}, {"index", st.sampler.index}}},
-                 {"optimizer_steps", opt_.step_count()},
-                 {"recipe", st.recipe_yaml},
-                 {"recipe_hash", fmt::format("{:016x}", fnv1a(st.recipe_yaml))},
-                 {"metrics", st.metrics}};
+  p->manifest = manifest_json(st, layout_, W, opt_.step_count());
   p->model_config = st.model_config;
   p->hf_files = st.hf_files;
 
@@ -496,7 +478,14 @@ std::vector<CheckpointInfo> list_checkpoints(const fs::path& root) {
     if (!fs::exists(e.path() / "manifest.json")) continue;
     try {
       Json m = read_json_file(e.path() / "manifest.json");
-      out.push_back({e.path(), m.at("step").get<int64_t>(), std::move(m)});
+      // As read_manifest reads it: get<int64_t>() of 1e300 would be an undefined cast.
+      const Json& step = m.at("step");
+      if (!step.is_number_unsigned() ||
+          step.get<uint64_t>() > static_cast<uint64_t>(kMaxCheckpointStep)) {
+        fail("manifest.json: step is {}, expected an integer in [0, {}]", step.dump(),
+             kMaxCheckpointStep);
+      }
+      out.push_back({e.path(), step.get<int64_t>(), std::move(m)});
     } catch (const std::exception& ex) {
       KILN_LOG_WARN("ignoring {}: {}", e.path().string(), ex.what());
     }

@@ -8,11 +8,38 @@ namespace kiln {
 
 namespace {
 
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// An unsigned integer field. nlohmann's get<uint64_t>() would take -1 as 2^64 - 1 and 1e300
+// through an undefined float-to-integer cast: only a JSON unsigned integer is a count.
+uint64_t get_count(const fs::path& dir, const Json& obj, const char* key) {
+  const Json& v = obj.at(key);
+  if (!v.is_number_unsigned()) {
+    fail("{}/manifest.json: {} is {}, expected an unsigned integer", dir.string(), key, v.dump());
+  }
+  return v.get<uint64_t>();
+}
+
+int64_t get_step(const fs::path& dir, const Json& obj, const char* key) {
+  const uint64_t v = get_count(dir, obj, key);
+  if (v > static_cast<uint64_t>(kMaxCheckpointStep)) {
+    fail("{}/manifest.json: {} {} is out of range (at most {})", dir.string(), key, v,
+         kMaxCheckpointStep);
+  }
+  return static_cast<int64_t>(v);
+}
+
+// Only an integer version is one (get<int>() would read 3.5 as 3): another value is another format.
 void check_version(const fs::path& dir, const Json& m) {
-  const int version = m.value("format_version", 0);
-  if (version != kCheckpointFormatVersion) {
+  const auto it = m.find("format_version");
+  const bool integer = it != m.end() && it->is_number_integer();
+  if (!integer || it->get<int64_t>() != kCheckpointFormatVersion) {
     fail("{}/manifest.json: unsupported checkpoint format version {} (this kiln reads version {})",
-         dir.string(), version, kCheckpointFormatVersion);
+         dir.string(), it == m.end() ? "0" : it->dump(), kCheckpointFormatVersion);
   }
 }
 
@@ -21,20 +48,22 @@ void check_units_listed(const fs::path& dir, const Json& m) {
   if (!units.is_array()) {
     fail("{}/manifest.json: units is {}, expected a list of units", dir.string(), units.dump());
   }
-  for (const auto& u : units) u.at("numel").get<size_t>();
+  for (const auto& u : units) get_count(dir, u, "numel");
 }
 
 void check_units_match(const fs::path& dir, const Json& m, const ParamLayout& layout) {
   const auto& units = m.at("units");
   if (static_cast<int>(units.size()) != layout.num_units()) {
-    fail("{}: checkpoint has {} units, this model {} (a different model?)", dir.string(),
-         units.size(), layout.num_units());
+    fail("{}/manifest.json: checkpoint has {} units, this model {} (a different model?)",
+         dir.string(), units.size(), layout.num_units());
   }
   for (int u = 0; u < layout.num_units(); ++u) {
     const size_t n = units[u].at("numel").get<size_t>();
     if (n != layout.units()[u].numel) {
-      fail("{}: unit {} has {} elements in the checkpoint, {} in this model (a different model?)",
-           dir.string(), layout.units()[u].name, n, layout.units()[u].numel);
+      fail(
+          "{}/manifest.json: unit {} has {} elements in the checkpoint, {} in this model (a "
+          "different model?)",
+          dir.string(), layout.units()[u].name, n, layout.units()[u].numel);
     }
   }
 }
@@ -48,11 +77,12 @@ ManifestFile parse_file_entry(const fs::path& dir, const Json& entry) {
     fail("{}/manifest.json: files entry {} is not a file name inside the checkpoint", dir.string(),
          entry.dump());
   }
-  const auto h = parse_xxh3_hex(entry.at("xxh3").get<std::string>());
+  const Json& hex = entry.at("xxh3");
+  const auto h = hex.is_string() ? parse_xxh3_hex(hex.get<std::string>()) : std::nullopt;
   if (!h) {
     fail("{}/manifest.json: files entry {}: xxh3 is not 16 hex digits", dir.string(), s);
   }
-  return {s, {entry.at("bytes").get<uint64_t>(), *h}};
+  return {s, {get_count(dir, entry, "bytes"), *h}};
 }
 
 void read_file_list(const fs::path& dir, const Json& list, const char* key, ManifestRead& r) {
@@ -66,18 +96,35 @@ void read_files(const fs::path& dir, ManifestRead& r) {
   read_file_list(dir, r.manifest.at("other_files"), "other_files", r);
 }
 
-void read_state(ManifestRead& r) {
+void read_state(const fs::path& dir, ManifestRead& r) {
   const Json& m = r.manifest;
-  r.optimizer_steps = m.at("optimizer_steps").get<int64_t>();
-  r.state.step = m.at("step").get<int64_t>();
-  r.state.sampler.epoch = m.at("sampler").at("epoch").get<uint64_t>();
-  r.state.sampler.index = m.at("sampler").at("index").get<uint64_t>();
+  r.optimizer_steps = get_step(dir, m, "optimizer_steps");
+  r.state.step = get_step(dir, m, "step");
+  r.state.sampler.epoch = get_count(dir, m.at("sampler"), "epoch");
+  r.state.sampler.index = get_count(dir, m.at("sampler"), "index");
   r.state.strategy = m.at("strategy").get<std::string>();
   r.state.recipe_yaml = m.at("recipe").get<std::string>();
   r.state.metrics = m.at("metrics");
 }
 
 }  // namespace
+
+Json manifest_json(const CheckpointState& st, const ParamLayout& layout, int world_size,
+                   int64_t optimizer_steps) {
+  Json units = Json::array();
+  for (const auto& u : layout.units()) units.push_back({{"name", u.name}, {"numel", u.numel}});
+  return {{"format_version", kCheckpointFormatVersion},
+          {"kiln_version", "0.1.0"},
+          {"step", st.step},
+          {"world_size", world_size},
+          {"strategy", st.strategy},
+          {"units", units},
+          {"sampler", {{"epoch", st.sampler.epoch}, {"index", st.sampler.index}}},
+          {"optimizer_steps", optimizer_steps},
+          {"recipe", st.recipe_yaml},
+          {"recipe_hash", fmt::format("{:016x}", fnv1a(st.recipe_yaml))},
+          {"metrics", st.metrics}};
+}
 
 Json manifest_file_entry(const ManifestFile& f) {
   return {{"name", f.name}, {"bytes", f.digest.bytes}, {"xxh3", xxh3_hex(f.digest.xxh3)}};
@@ -95,6 +142,22 @@ FileDigest digest_from_doubles(const double* in) {
 }
 
 ManifestRead read_manifest(const fs::path& dir, const ParamLayout& layout) {
+  const fs::path path = dir / "manifest.json";
+  std::string text;
+  try {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) fail("{}: missing", path.string());
+    text = read_file(path);
+  } catch (const std::exception& e) {
+    ManifestRead r;
+    r.status = ManifestRead::kDamaged;
+    r.error = e.what();
+    return r;
+  }
+  return parse_manifest(text, dir, layout);
+}
+
+ManifestRead parse_manifest(std::string_view text, const fs::path& dir, const ParamLayout& layout) {
   ManifestRead r;
   const fs::path path = dir / "manifest.json";
   // Each stage runs only while all before it passed; a field missing or of the wrong type is
@@ -112,9 +175,7 @@ ManifestRead read_manifest(const fs::path& dir, const ParamLayout& layout) {
     }
   };
   stage(ManifestRead::kDamaged, [&] {
-    std::error_code ec;
-    if (!fs::is_regular_file(path, ec)) fail("{}: missing", path.string());
-    r.manifest = read_json_file(path);
+    r.manifest = parse_json(text, path.string());
     if (!r.manifest.is_object()) fail("{}: not a JSON object", path.string());
   });
   stage(ManifestRead::kIncompatible, [&] { check_version(dir, r.manifest); });
@@ -122,8 +183,12 @@ ManifestRead read_manifest(const fs::path& dir, const ParamLayout& layout) {
   stage(ManifestRead::kIncompatible, [&] { check_units_match(dir, r.manifest, layout); });
   stage(ManifestRead::kDamaged, [&] {
     read_files(dir, r);
-    read_state(r);
+    read_state(dir, r);
   });
+  if (r.status != ManifestRead::kOk) {
+    r.files.clear();
+    r.num_shards = 0;
+  }
   return r;
 }
 

@@ -7,11 +7,13 @@
 // Format 3: "files" (the rank shards) and "other_files" (config.json, tokenizer and generation
 // files) list {"name", "bytes", "xxh3"} per file: its length and the XXH3-64 of its bytes as
 // 16 hex digits, digested while writing. Every name is a plain file name inside the checkpoint
-// directory.
+// directory. "step" and "optimizer_steps" are integers in [0, kMaxCheckpointStep]; the sampler's
+// epoch and index and every file's "bytes" are unsigned integers.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/base/checksum.h"
@@ -24,6 +26,10 @@ namespace kiln {
 // 2: a layer unit holds wq, wk, wv, then bq, bk, bv (1 interleaved each weight with its bias).
 // 3: every file's length and XXH3-64 in "files" and "other_files".
 inline constexpr int kCheckpointFormatVersion = 3;
+
+// The largest step (and optimizer step count) a manifest may record: 2^53, exact as a double, far
+// beyond any run, and far enough from INT64_MAX that the trainer's step arithmetic cannot overflow.
+inline constexpr int64_t kMaxCheckpointStep = int64_t{1} << 53;
 
 struct ManifestFile {
   std::string name;  // a file of the checkpoint directory
@@ -49,7 +55,13 @@ struct ManifestRead {
   int64_t optimizer_steps = 0;
 };
 
+// manifest.json's fields but "files" and "other_files", as rank 0 writes them for `state`.
+Json manifest_json(const CheckpointState& state, const ParamLayout& layout, int world_size,
+                   int64_t optimizer_steps);
+
 // Reads and checks dir/manifest.json against `layout`; never throws for what the file holds.
 ManifestRead read_manifest(const fs::path& dir, const ParamLayout& layout);
+// The same for manifest text already read (errors still name dir/manifest.json).
+ManifestRead parse_manifest(std::string_view text, const fs::path& dir, const ParamLayout& layout);
 
 }  // namespace kiln
