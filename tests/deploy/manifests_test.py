@@ -12,7 +12,9 @@ require transport efa; without it (g6: g6.12xlarge, 4 x L4) they request none, s
 FI_EFA_USE_DEVICE_RDMA=0 and require nothing. Also: the recipe resumes (train.resume auto) and
 checkpoints, the JobSet and the TrainJob carry Kueue's queue label and start suspended when a
 queue is set, and the Kubeflow Trainer v2 TrainJob (with its TrainingRuntime) gives the pods what
-the other variants give them.
+the other variants give them. And the stream a user applies (common.yaml with one variant)
+holds the job's NetworkPolicy: it selects that variant's pods, and only this job's, admits
+ingress from exactly those pods on every port, and leaves egress alone.
 
 Standard library plus PyYAML (Debian's python3-yaml, installed by scripts/setup.sh). Prints
 "N passed, M failed"; exits non-zero when anything failed.
@@ -522,6 +524,81 @@ def check_doctor(docs, values, label):
              values["INSTANCE_TYPE"])
 
 
+def pod_templates(docs):
+    """(where, pod template) for every pod template a workload in `docs` carries: what the
+    controllers (JobSet, Job, the training operator, Trainer) make the job's pods from."""
+    out = []
+    for d in docs:
+        kind, spec = d.get("kind"), d.get("spec", {})
+        if kind == "JobSet":
+            for rj in spec.get("replicatedJobs", []):
+                out.append((f"JobSet {rj.get('name')}", rj["template"]["spec"]["template"]))
+        elif kind == "Job":
+            out.append(("Job", spec["template"]))
+        elif kind == "PyTorchJob":
+            for rtype, r in spec.get("pytorchReplicaSpecs", {}).items():
+                out.append((f"PyTorchJob {rtype}", r["template"]))
+        elif kind == "TrainingRuntime":
+            for rj in spec.get("template", {}).get("spec", {}).get("replicatedJobs", []):
+                out.append((f"TrainingRuntime {rj.get('name')}", rj["template"]["spec"]["template"]))
+        elif kind == "Pod":
+            out.append(("Pod", d))
+    return out
+
+
+def selects(selector, labels):
+    """Kubernetes' LabelSelector semantics (matchLabels and matchExpressions); an empty
+    selector selects every pod."""
+    if not all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, vals = e.get("key"), e.get("operator"), e.get("values") or []
+        ok = {"In": key in labels and labels[key] in vals,
+              "NotIn": key not in labels or labels[key] not in vals,
+              "Exists": key in labels, "DoesNotExist": key not in labels}.get(op)
+        if not ok:
+            return False
+    return True
+
+
+def check_network_policy(docs, values, label):
+    """The stream a user applies (common.yaml and one variant) holds the job's NetworkPolicy:
+    it selects every pod template of the variant, and only this job's pods (not all of the
+    namespace, nor another job's), and admits ingress from exactly those pods, on every port
+    (Gloo's pairs listen on ephemeral ports); egress is not restricted."""
+    pols = by_kind(docs, "NetworkPolicy")
+    if not check(f"{label}: one NetworkPolicy", len(pols) == 1, f"{len(pols)}"):
+        return
+    pol = pols[0]
+    check_eq(f"{label}: NetworkPolicy apiVersion", pol.get("apiVersion"), "networking.k8s.io/v1")
+    spec = pol.get("spec", {})
+    check_eq(f"{label}: NetworkPolicy policyTypes [Ingress] (egress left open)",
+             spec.get("policyTypes"), ["Ingress"])
+    check(f"{label}: NetworkPolicy has no egress rules", "egress" not in spec, f"{spec.get('egress')}")
+    sel = spec.get("podSelector")
+    check(f"{label}: NetworkPolicy podSelector is not empty (empty selects the whole namespace)",
+          isinstance(sel, dict) and bool(sel.get("matchLabels") or sel.get("matchExpressions")),
+          f"{sel!r}")
+    sel = sel if isinstance(sel, dict) else {}
+    templates = pod_templates(docs)
+    check(f"{label}: the variant has pod templates", bool(templates))
+    for where, pod in templates:
+        labels = pod.get("metadata", {}).get("labels") or {}
+        check(f"{label}: NetworkPolicy podSelector selects the {where} pods",
+              selects(sel, labels), f"selector {sel} vs labels {labels}")
+        other = {**labels, "app.kubernetes.io/instance": values["JOB_NAME"] + "-other"}
+        check(f"{label}: NetworkPolicy podSelector does not select another job's {where} pods",
+              not selects(sel, other), f"selector {sel} vs labels {other}")
+    ingress = spec.get("ingress")
+    if not check(f"{label}: NetworkPolicy has one ingress rule",
+                 isinstance(ingress, list) and len(ingress) == 1, f"{ingress!r}"):
+        return
+    rule = ingress[0]
+    check(f"{label}: ingress rule on every port (no `ports`)", "ports" not in rule, f"{rule}")
+    check_eq(f"{label}: ingress admits exactly the pods the policy selects (same namespace)",
+             rule.get("from"), [{"podSelector": sel}])
+
+
 def check_cluster(docs, values, label):
     if not check(f"{label}: one ClusterConfig", len(docs) == 1 and docs[0].get("kind") == "ClusterConfig"):
         return
@@ -555,9 +632,23 @@ def main():
             docs = load([K8S / f"{variant}.yaml"], env, f"{shape} {variant}")
             check_namespaces(docs, values, f"{shape} {variant}")
             fn(docs, values, f"{shape} {variant}")
+            # What a user applies: common.yaml with the variant, one stream; the variant's
+            # pods must be the ones common.yaml's NetworkPolicy isolates.
+            stream = load([K8S / "common.yaml", K8S / f"{variant}.yaml"], env,
+                          f"{shape} common+{variant}")
+            check_network_policy(stream, values, f"{shape} common+{variant}")
         doctor = load([K8S / "doctor.yaml"], env, f"{shape} doctor")
         check_namespaces(doctor, values, f"{shape} doctor")
         check_doctor(doctor, values, f"{shape} doctor")
+        # The doctor pod is no job pod: the job's policy does not select it (nor does the job's
+        # one-pod-per-node anti-affinity count it), and its one network check is a Gloo group
+        # of two ranks inside the pod.
+        pols = by_kind(common, "NetworkPolicy")
+        if pols:
+            sel = pols[0].get("spec", {}).get("podSelector") or {}
+            for where, pod in pod_templates(doctor):
+                check(f"{shape} doctor: the job's NetworkPolicy does not select the doctor {where}",
+                      not selects(sel, pod.get("metadata", {}).get("labels") or {}))
         check_cluster(load([CLUSTER], env, f"{shape} eks"), values, f"{shape} eks")
 
     # Kueue: a queue set in env.sh (or the environment) labels the JobSet and the TrainJob and
@@ -574,7 +665,7 @@ def main():
     both = load([K8S / "common.yaml", K8S / "jobset.yaml"], {**BASE, **SHAPES["reference"]["env"]},
                 "common+jobset")
     check_eq("common+jobset: kinds in order", [d["kind"] for d in both],
-             ["ConfigMap", "PersistentVolumeClaim", "JobSet"])
+             ["ConfigMap", "PersistentVolumeClaim", "NetworkPolicy", "JobSet"])
 
     # env.sh's defaults fill every placeholder once the account is known.
     all_templates = [K8S / t for t in templates] + [CLUSTER]
