@@ -19,7 +19,8 @@ using std::chrono::milliseconds;
 using Body = std::function<void(Communicator&, int)>;
 
 // Runs body(comm, rank) on `world` threads; any exception fails the test naming the rank.
-void run_ranks(int world, const Body& body, milliseconds timeout = milliseconds(20000)) {
+// shm: the group may use shared memory between its ranks (all on this host), else TCP only.
+void run_ranks(bool shm, int world, const Body& body, milliseconds timeout = milliseconds(20000)) {
   auto store = std::make_shared<MemoryStore>();
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
@@ -28,6 +29,7 @@ void run_ranks(int world, const Body& body, milliseconds timeout = milliseconds(
       try {
         GlooOptions o;
         o.timeout = timeout;
+        o.same_host_shm = shm;
         auto comm = make_gloo_communicator(store, r, world, o);
         body(*comm, r);
       } catch (const std::exception& e) {
@@ -38,6 +40,14 @@ void run_ranks(int world, const Body& body, milliseconds timeout = milliseconds(
   for (auto& t : threads) t.join();
   for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r << " of " << world;
 }
+
+// Every test runs twice: bulk collectives over shared memory (every rank is on this host), and
+// over TCP only (GlooOptions::same_host_shm off), as between hosts.
+class Gloo : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Paths, Gloo, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Shm" : "Tcp";
+                         });
 
 float value(int rank, size_t i) {
   return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 101) - 50) / 4.0f;
@@ -59,9 +69,9 @@ float reduce_ref(int world, size_t i, ReduceOp op) {
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax};
 const size_t kSizes[] = {1, 7, 1001};
 
-TEST(Gloo, AllReduceF32) {
+TEST_P(Gloo, AllReduceF32) {
   for (int world = 1; world <= 4; ++world) {
-    run_ranks(world, [&](Communicator& c, int rank) {
+    run_ranks(GetParam(), world, [&](Communicator& c, int rank) {
       EXPECT_EQ(c.rank(), rank);
       EXPECT_EQ(c.world_size(), world);
       for (ReduceOp op : kOps) {
@@ -78,9 +88,9 @@ TEST(Gloo, AllReduceF32) {
   }
 }
 
-TEST(Gloo, AllGatherF32InAndOutOfPlace) {
+TEST_P(Gloo, AllGatherF32InAndOutOfPlace) {
   for (int world = 1; world <= 4; ++world) {
-    run_ranks(world, [&](Communicator& c, int rank) {
+    run_ranks(GetParam(), world, [&](Communicator& c, int rank) {
       for (size_t n : kSizes) {
         const auto in = input(rank, n);
         std::vector<float> out(world * n, -1.0f);
@@ -100,8 +110,8 @@ TEST(Gloo, AllGatherF32InAndOutOfPlace) {
 }
 
 // in (world * n): rank r's block b holds value(r, b * n + i); out (n) on rank b is block b reduced.
-void check_reduce_scatter(int world, size_t n, bool in_place) {
-  run_ranks(world, [&](Communicator& c, int rank) {
+void check_reduce_scatter(bool shm, int world, size_t n, bool in_place) {
+  run_ranks(shm, world, [&](Communicator& c, int rank) {
     for (ReduceOp op : kOps) {
       auto in = input(rank, world * n);
       std::vector<float> out(n, -1.0f);
@@ -114,20 +124,20 @@ void check_reduce_scatter(int world, size_t n, bool in_place) {
   });
 }
 
-TEST(Gloo, ReduceScatterF32) {
+TEST_P(Gloo, ReduceScatterF32) {
   for (int world = 1; world <= 4; ++world) {
-    for (size_t n : kSizes) check_reduce_scatter(world, n, false);
-    check_reduce_scatter(world, 7, true);
+    for (size_t n : kSizes) check_reduce_scatter(GetParam(), world, n, false);
+    check_reduce_scatter(GetParam(), world, 7, true);
   }
 }
 
-TEST(Gloo, ReduceScatterF32Big) {
-  check_reduce_scatter(2, 1 << 20, false);
-  check_reduce_scatter(3, (1 << 20) + 3, true);
+TEST_P(Gloo, ReduceScatterF32Big) {
+  check_reduce_scatter(GetParam(), 2, 1 << 20, false);
+  check_reduce_scatter(GetParam(), 3, (1 << 20) + 3, true);
 }
 
-TEST(Gloo, AllReduceF32Big) {
-  run_ranks(3, [&](Communicator& c, int rank) {
+TEST_P(Gloo, AllReduceF32Big) {
+  run_ranks(GetParam(), 3, [&](Communicator& c, int rank) {
     const size_t n = (1 << 20) + 5;
     auto x = input(rank, n);
     c.all_reduce(x.data(), n, ReduceOp::kSum);
@@ -135,9 +145,9 @@ TEST(Gloo, AllReduceF32Big) {
   });
 }
 
-TEST(Gloo, BroadcastF32EveryRoot) {
+TEST_P(Gloo, BroadcastF32EveryRoot) {
   for (int world = 1; world <= 4; ++world) {
-    run_ranks(world, [&](Communicator& c, int rank) {
+    run_ranks(GetParam(), world, [&](Communicator& c, int rank) {
       for (int root = 0; root < world; ++root) {
         auto x = input(rank, 1001);
         c.broadcast(x.data(), x.size(), root);
@@ -163,9 +173,9 @@ float half_value(DType t, int rank, size_t i) {
 
 // Reductions of half types compute in f32 and round once per ring hop: error within
 // world * ulp(|partial sums|), with ulp 2^-8 (bf16) or 2^-11 (f16) relative.
-void check_half(DType t, int world) {
+void check_half(bool shm, DType t, int world) {
   const float eps = t == DType::BF16 ? 1.0f / 256 : 1.0f / 2048;
-  run_ranks(world, [&](Communicator& c, int rank) {
+  run_ranks(shm, world, [&](Communicator& c, int rank) {
     const size_t n = 1001;
     std::vector<float> mine(world * n), sum(world * n, 0.0f), mag(world * n, 0.0f);
     for (size_t i = 0; i < world * n; ++i) {
@@ -213,14 +223,14 @@ void check_half(DType t, int world) {
   });
 }
 
-TEST(Gloo, BF16) {
-  for (int world = 1; world <= 4; ++world) check_half(DType::BF16, world);
+TEST_P(Gloo, BF16) {
+  for (int world = 1; world <= 4; ++world) check_half(GetParam(), DType::BF16, world);
 }
 
-TEST(Gloo, F16) { check_half(DType::F16, 3); }
+TEST_P(Gloo, F16) { check_half(GetParam(), DType::F16, 3); }
 
-TEST(Gloo, BarrierAndDoubleAllReduce) {
-  run_ranks(4, [&](Communicator& c, int rank) {
+TEST_P(Gloo, BarrierAndDoubleAllReduce) {
+  run_ranks(GetParam(), 4, [&](Communicator& c, int rank) {
     c.barrier();
     double x[3] = {1.0 + rank, 0.1 * rank, -static_cast<double>(rank)};
     c.all_reduce(x, 3, ReduceOp::kSum);
@@ -237,10 +247,10 @@ TEST(Gloo, BarrierAndDoubleAllReduce) {
   });
 }
 
-TEST(Gloo, AsyncOpsRunInIssueOrderAndWaitOutOfOrder) {
+TEST_P(Gloo, AsyncOpsRunInIssueOrderAndWaitOutOfOrder) {
   const int world = 3;
   const size_t n = 100003;
-  run_ranks(world, [&](Communicator& c, int rank) {
+  run_ranks(GetParam(), world, [&](Communicator& c, int rank) {
     auto a = input(rank, n);
     const auto g_in = input(rank, n);
     std::vector<float> g(world * n);
@@ -269,9 +279,9 @@ TEST(Gloo, AsyncOpsRunInIssueOrderAndWaitOutOfOrder) {
   });
 }
 
-TEST(Gloo, SubGroups) {
-  run_ranks(4, [&](Communicator& c, int rank) {
-    EXPECT_EQ(c.transport(), "gloo-tcp lo 127.0.0.1");
+TEST_P(Gloo, SubGroups) {
+  run_ranks(GetParam(), 4, [&](Communicator& c, int rank) {
+    EXPECT_EQ(c.transport(), GetParam() ? "gloo-tcp lo 127.0.0.1 shm" : "gloo-tcp lo 127.0.0.1");
     // Hybrid sharding: intra-node {0,1},{2,3}, inter-node {0,2},{1,3}.
     const int node = rank / 2, local = rank % 2;
     auto intra = c.split(node == 0 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, "intra");
@@ -306,7 +316,7 @@ TEST(Gloo, SubGroups) {
 
 // A rank whose communicator is gone: the others' next collective fails promptly (its sockets
 // closed), naming it, and the communicator then refuses further work instead of hanging.
-TEST(Gloo, DeadPeerIsNamed) {
+TEST_P(Gloo, DeadPeerIsNamed) {
   // As run_worker does: a write to the dead rank's closed socket must fail the collective, not
   // kill this whole test process with SIGPIPE (it did, now and then, under load).
   ::signal(SIGPIPE, SIG_IGN);
@@ -318,6 +328,7 @@ TEST(Gloo, DeadPeerIsNamed) {
     threads.emplace_back([&, r] {
       GlooOptions o;
       o.timeout = milliseconds(2000);
+      o.same_host_shm = GetParam();
       auto c = make_gloo_communicator(store, r, 3, o);
       std::vector<float> x(1000, 1.0f);
       c->all_reduce(x.data(), x.size(), ReduceOp::kSum);
@@ -351,7 +362,7 @@ TEST(Gloo, DeadPeerIsNamed) {
 }
 
 // A rank that is alive but never calls: the others time out and name it.
-TEST(Gloo, HungPeerTimesOut) {
+TEST_P(Gloo, HungPeerTimesOut) {
   auto store = std::make_shared<MemoryStore>();
   std::vector<std::string> errors(3);
   std::atomic<int> finished{0};
@@ -360,6 +371,7 @@ TEST(Gloo, HungPeerTimesOut) {
     threads.emplace_back([&, r] {
       GlooOptions o;
       o.timeout = milliseconds(1500);
+      o.same_host_shm = GetParam();
       auto c = make_gloo_communicator(store, r, 3, o);
       std::vector<float> g(3 * 10);
       std::vector<float> x(10, 1.0f);
@@ -384,9 +396,10 @@ TEST(Gloo, HungPeerTimesOut) {
   }
 }
 
-TEST(Gloo, RendezvousTimeoutNamesTheGroup) {
+TEST_P(Gloo, RendezvousTimeoutNamesTheGroup) {
   GlooOptions o;
   o.timeout = milliseconds(300);
+  o.same_host_shm = GetParam();
   o.group_name = "job7";
   try {
     make_gloo_communicator(std::make_shared<MemoryStore>(), 0, 2, o);
@@ -398,9 +411,9 @@ TEST(Gloo, RendezvousTimeoutNamesTheGroup) {
   }
 }
 
-TEST(Gloo, DISABLED_Bandwidth64MiB) {
+TEST_P(Gloo, DISABLED_Bandwidth64MiB) {
   const size_t n = (64 << 20) / 4;
-  run_ranks(2, [&](Communicator& c, int rank) {
+  run_ranks(GetParam(), 2, [&](Communicator& c, int rank) {
     std::vector<float> x(n, 1.0f), g(2 * n);
     auto time = [&](const char* what, const std::function<void()>& f) {
       f();

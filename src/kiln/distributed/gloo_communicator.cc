@@ -28,6 +28,7 @@
 #include "kiln/distributed/net_iface.h"
 #include "kiln/distributed/pinned_pool.h"
 #include "kiln/distributed/progress_reporter.h"
+#include "kiln/distributed/shm_lane.h"
 #include "kiln/distributed/sub_group.h"
 
 namespace kiln {
@@ -186,6 +187,7 @@ struct GroupSpec {
   std::shared_ptr<HangWatchdog> watchdog;  // may be null
   const Backend* staging = nullptr;        // GlooOptions::staging_backend
   std::shared_ptr<PinnedPool> pool;        // staging's pinned buffers, shared with sub-groups
+  bool shm = true;                         // GlooOptions::same_host_shm
 };
 
 // An operation's buffers: out (out_bytes) and in (in_bytes), which may alias out or lie in it.
@@ -208,6 +210,7 @@ class GlooCommunicator final : public Communicator {
       try {
         StoreAdapter adapter(store_, g_.timeout);
         context_->connectFullMesh(adapter, g_.device);
+        if (g_.shm) lane_ = ShmLane::open(*store_, g_.rank, g_.size, g_.timeout);
       } catch (const std::exception& e) {
         fail("gloo rendezvous of {} over {} failed: {}", where(), transport(), e.what());
       }
@@ -235,27 +238,32 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return g_.rank; }
   int world_size() const override { return g_.size; }
   std::string transport() const override {
-    return fmt::format("gloo-tcp {} {}{}", g_.iface, g_.address,
+    return fmt::format("gloo-tcp {} {}{}{}", g_.iface, g_.address, lane_ ? " shm" : "",
                        g_.staging != nullptr ? " staged" : "");
   }
 
   std::unique_ptr<Work> all_reduce_async(void* data, size_t n, DType t, ReduceOp op,
                                          Stream* after) override {
     const size_t bytes = n * dtype_size(t);
-    return submit("all_reduce", after, {data, bytes, data, bytes},
-                  [=, this](void* buf, const void*) {
-                    if (n == 0 || g_.size == 1) return;
-                    gloo::AllreduceOptions o(context_);
-                    o.setTimeout(g_.timeout);
-                    if (t == DType::F32) {
-                      o.setOutput(static_cast<float*>(buf), n);
-                    } else {
-                      o.setOutput(static_cast<uint16_t*>(buf), n);
-                    }
-                    o.setReduceFunction(gloo_detail::reduce_fn(t, op));
-                    gloo::allreduce(o);
-                    if (op == ReduceOp::kMean) gloo_detail::divide_by(buf, n, t, g_.size);
-                  });
+    return submit(
+        "all_reduce", after, {data, bytes, data, bytes}, [=, this](void* buf, const void*) {
+          if (n == 0 || g_.size == 1) return;
+          if (lane_) {
+            lane_->all_reduce(buf, n, dtype_size(t), gloo_detail::reduce_fn(t, op), deadline());
+            if (op == ReduceOp::kMean) gloo_detail::divide_by(buf, n, t, g_.size);
+            return;
+          }
+          gloo::AllreduceOptions o(context_);
+          o.setTimeout(g_.timeout);
+          if (t == DType::F32) {
+            o.setOutput(static_cast<float*>(buf), n);
+          } else {
+            o.setOutput(static_cast<uint16_t*>(buf), n);
+          }
+          o.setReduceFunction(gloo_detail::reduce_fn(t, op));
+          gloo::allreduce(o);
+          if (op == ReduceOp::kMean) gloo_detail::divide_by(buf, n, t, g_.size);
+        });
   }
 
   std::unique_ptr<Work> all_gather_async(void* out, const void* in, size_t n, DType t,
@@ -270,6 +278,7 @@ class GlooCommunicator final : public Communicator {
                       if (!in_place) std::memmove(out8, in8, bytes);
                       return;
                     }
+                    if (lane_) return lane_->all_gather(out8, in8, bytes, deadline());
                     gloo::AllgatherOptions o(context_);
                     o.setTimeout(g_.timeout);
                     if (!in_place) o.setInput(in8, bytes);
@@ -283,9 +292,14 @@ class GlooCommunicator final : public Communicator {
     const size_t bytes = n * dtype_size(t);
     return submit("reduce_scatter", after, {out, bytes, in, bytes * g_.size},
                   [=, this](void* o_buf, const void* i_buf) {
-                    gloo_detail::ring_reduce_scatter(context_, o_buf, i_buf, n, t,
-                                                     gloo_detail::reduce_fn(t, op), g_.timeout,
-                                                     scratch_);
+                    if (lane_ && g_.size > 1) {
+                      lane_->reduce_scatter(o_buf, i_buf, n, dtype_size(t),
+                                            gloo_detail::reduce_fn(t, op), deadline());
+                    } else {
+                      gloo_detail::ring_reduce_scatter(context_, o_buf, i_buf, n, t,
+                                                       gloo_detail::reduce_fn(t, op), g_.timeout,
+                                                       scratch_);
+                    }
                     if (op == ReduceOp::kMean && g_.size > 1)
                       gloo_detail::divide_by(o_buf, n, t, g_.size);
                   });
@@ -356,6 +370,9 @@ class GlooCommunicator final : public Communicator {
     std::function<void()> fn;
     std::shared_ptr<OpState> state;
   };
+
+  // An operation's deadline, as Gloo's timeout counts it: from when it starts.
+  ShmLane::Clock::time_point deadline() const { return ShmLane::Clock::now() + g_.timeout; }
 
   std::string where() const {
     return fmt::format("group {}, rank {} of {}", g_.name, g_.rank, g_.size);
@@ -465,6 +482,7 @@ class GlooCommunicator final : public Communicator {
         context_->closeConnections();
       } catch (const std::exception&) {
       }
+      if (lane_) lane_->abort();
       const std::string who = diagnose(op.seq);
       broken_ = fmt::format("the group failed at {} #{} ({})", op.name, op.seq, who);
       try {
@@ -540,7 +558,8 @@ class GlooCommunicator final : public Communicator {
   int wd_group_ = -1;  // this group's index in the watchdog
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::map<std::string, int> split_count_;
-  std::vector<uint8_t> scratch_;  // reduce-scatter's, used on the communication thread only
+  std::vector<uint8_t> scratch_;   // reduce-scatter's, used on the communication thread only
+  std::unique_ptr<ShmLane> lane_;  // same-host data path, null when the group has none
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -565,6 +584,7 @@ std::unique_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> stor
   g.size = world_size;
   g.watchdog = opts.watchdog;
   g.staging = opts.staging_backend;
+  g.shm = opts.same_host_shm;
   if (g.staging != nullptr) g.pool = std::make_shared<PinnedPool>(*g.staging);
   for (int r = 0; r < world_size; ++r) g.world_ranks.push_back(r);
 

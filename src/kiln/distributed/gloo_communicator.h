@@ -1,9 +1,10 @@
-// The Gloo communicator: CPU collectives over TCP (Gloo's tcp transport), bootstrapped through a
-// kiln::Store. Each communicator owns one communication thread that runs its operations in issue
-// order, so the caller's compute overlaps the transfers; Work::wait() rethrows an operation's
-// failure as kiln::Error naming the operation, its sequence number in the group and the ranks
-// that never arrived at it. With a staging backend (GlooOptions::staging_backend) it also takes
-// device buffers, staged through pinned host memory.
+// The Gloo communicator: CPU collectives over TCP (Gloo's tcp transport), or shared memory for
+// the bulk ones when every rank is on one host (GlooOptions::same_host_shm), bootstrapped
+// through a kiln::Store. Each communicator owns one communication thread that runs its operations
+// in issue order, so the caller's compute overlaps the transfers; Work::wait() rethrows an
+// operation's failure as kiln::Error naming the operation, its sequence number in the group and the
+// ranks that never arrived at it. With a staging backend (GlooOptions::staging_backend) it also
+// takes device buffers, staged through pinned host memory.
 #pragma once
 
 #include <chrono>
@@ -40,6 +41,10 @@ struct GlooOptions {
   // Ops with `after` null still take host buffers. The backend must outlive the communicator
   // and its sub-groups. Tests set the CPU stream emulation here to run this path without a GPU.
   const Backend* staging_backend = nullptr;
+  // Bulk collectives (all-gather, reduce-scatter, all-reduce of f32/bf16/f16) among ranks that
+  // share a host go through shared memory instead of TCP (shm_lane.h); the group uses it only
+  // when every rank could map the segment. Off: always TCP.
+  bool same_host_shm = true;
 };
 
 // Connects `world_size` ranks full-mesh (blocking until all have joined or the timeout passes).

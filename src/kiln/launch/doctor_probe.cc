@@ -336,6 +336,7 @@ GlooProbe probe_gloo_loopback(const std::string& ifname, uint64_t bytes, int ite
     o.ifname = ifname;
     o.timeout = std::chrono::seconds(30);
     o.group_name = "doctor";
+    o.same_host_shm = false;  // the probe measures the network path
     auto comm = make_gloo_communicator(store, rank, kWorld, o);
     if (rank == 0) out.transport = comm->transport();
     // Small integers: the sum is exact, so the check compares with ==.

@@ -87,6 +87,8 @@ int run_worker(const WorkerSpec& s, const TrainFn& fn) {
   const char* attempt = std::getenv("KILN_RESTART_ATTEMPT");
   if (attempt != nullptr) go.group_name = std::string("world-") + attempt;
   if (const char* ifname = std::getenv("KILN_SOCKET_IFNAME")) go.ifname = ifname;
+  // KILN_GLOO_SHM=0: bulk collectives over TCP even between ranks of one host.
+  if (const char* shm = std::getenv("KILN_GLOO_SHM")) go.same_host_shm = std::string(shm) != "0";
   go.timeout = timeout;
   // The hang watchdog polls the store on a connection of its own, so a request of the
   // communication thread never delays it.
