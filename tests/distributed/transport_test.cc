@@ -16,6 +16,10 @@ TEST(Transport, Kinds) {
   EXPECT_TRUE(transport_satisfies(eth, "socket"));
   EXPECT_FALSE(transport_satisfies(lo, "socket"));
   EXPECT_FALSE(transport_satisfies(eth, "efa"));
+  // Ranks of one host with the shared memory lane: still Gloo over loopback for the rest.
+  EXPECT_TRUE(transport_satisfies(lo + " shm", "gloo-tcp"));
+  EXPECT_TRUE(transport_satisfies(lo + " shm", "loopback"));
+  EXPECT_FALSE(transport_satisfies(lo + " shm", "socket"));
   // One process talks to nobody: no network transport at all.
   for (const char* k : {"gloo-tcp", "socket", "loopback", "efa"}) {
     EXPECT_FALSE(transport_satisfies("local", k)) << k;

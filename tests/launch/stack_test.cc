@@ -60,7 +60,7 @@ TEST(DoctorCli, UnmetRequirementFailsWithOneLine) {
 TEST(BenchComm, TwoWorkersNoWrongElements) {
   auto r = run_kiln("bench comm --nproc 2 --max-bytes 64KiB --iters 2 --warmup 1");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_HAS(r.out, "# kiln bench comm: 2 rank(s) over gloo-tcp lo 127.0.0.1, f32");
+  EXPECT_HAS(r.out, "# kiln bench comm: 2 rank(s) over gloo-tcp lo 127.0.0.1 shm, f32");
   for (const char* op : {"# all_reduce (sum)", "# all_gather", "# reduce_scatter (sum)"}) {
     EXPECT_HAS(r.out, op);
   }
@@ -114,19 +114,21 @@ TEST(RequireTransport, EfaFailsBeforeStepOneNamingTheTransport) {
   // What was in use is on record all the same.
   const Json meta = read_json_file(d / "run/run_meta.json");
   EXPECT_EQ(meta.at("require_transport"), "efa");
-  EXPECT_EQ(meta.at("transport"), "gloo-tcp lo 127.0.0.1");
+  EXPECT_EQ(meta.at("transport"), "gloo-tcp lo 127.0.0.1 shm");
 }
 
 TEST(RequireTransport, GlooTcpPassesAndRunMetaRecordsIt) {
   const fs::path d = setup_run("gloo");
   auto r = run_kiln("train " + (d / "recipe.yaml").string() + " dist.require_transport=gloo-tcp");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_HAS(r.out, "transport: gloo-tcp lo 127.0.0.1 (rank 0); 2 rank(s)");
+  // Both ranks on this host: bulk collectives go through shared memory (shm_lane.h).
+  EXPECT_HAS(r.out, "transport: gloo-tcp lo 127.0.0.1 shm (rank 0); 2 rank(s)");
   const Json meta = read_json_file(d / "run/run_meta.json");
   EXPECT_EQ(meta.at("world_size"), 2);
   EXPECT_EQ(meta.at("strategy"), "full_shard");
-  EXPECT_EQ(meta.at("transport"), "gloo-tcp lo 127.0.0.1");
-  EXPECT_EQ(meta.at("transports"), Json({"gloo-tcp lo 127.0.0.1", "gloo-tcp lo 127.0.0.1"}));
+  EXPECT_EQ(meta.at("transport"), "gloo-tcp lo 127.0.0.1 shm");
+  EXPECT_EQ(meta.at("transports"),
+            Json({"gloo-tcp lo 127.0.0.1 shm", "gloo-tcp lo 127.0.0.1 shm"}));
   EXPECT_EQ(meta.at("require_transport"), "gloo-tcp");
   EXPECT_EQ(meta.at("topology_source"), "default");
   EXPECT_EQ(meta.at("launcher"), "kiln-agent");
