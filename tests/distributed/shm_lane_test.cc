@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/base/error.h"
+#include "kiln/distributed/gloo_collectives.h"
 #include "kiln/distributed/store.h"
 
 namespace kiln {

@@ -38,9 +38,6 @@ size_t data_offset(int size) {
   const size_t head = kLine + static_cast<size_t>(size) * 2 * kLine;
   return (head + 4095) / 4096 * 4096;
 }
-size_t segment_bytes(int size, size_t slot_bytes) {
-  return data_offset(size) + static_cast<size_t>(size) * 2 * slot_bytes;
-}
 
 uint32_t* ready_counter(void* base, int r) {
   return reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(base) + kLine + r * 2 * kLine);
@@ -125,6 +122,10 @@ void* map_segment(const std::string& name, size_t bytes) {
 }
 
 }  // namespace
+
+size_t ShmLane::segment_bytes(int size, size_t slot_bytes) {
+  return data_offset(size) + static_cast<size_t>(size) * 2 * slot_bytes;
+}
 
 std::unique_ptr<ShmLane> ShmLane::open(Store& store, int rank, int size, milliseconds timeout,
                                        size_t slot_bytes) {
@@ -215,8 +216,8 @@ void ShmLane::all_gather(void* out, const void* in, size_t bytes, Clock::time_po
   }
 }
 
-void ShmLane::reduce_scatter(void* out, const void* in, size_t n, size_t elem,
-                             gloo_detail::ReduceFn fn, Clock::time_point deadline) {
+void ShmLane::reduce_scatter(void* out, const void* in, size_t n, size_t elem, ReduceFn fn,
+                             Clock::time_point deadline) {
   const size_t part = n * elem;
   const auto* in8 = static_cast<const uint8_t*>(in);
   auto* out8 = static_cast<uint8_t*>(out);
@@ -237,7 +238,7 @@ void ShmLane::reduce_scatter(void* out, const void* in, size_t n, size_t elem,
   }
 }
 
-void ShmLane::all_reduce(void* data, size_t n, size_t elem, gloo_detail::ReduceFn fn,
+void ShmLane::all_reduce(void* data, size_t n, size_t elem, ReduceFn fn,
                          Clock::time_point deadline) {
   auto* d8 = static_cast<uint8_t*>(data);
   const size_t bytes = n * elem;

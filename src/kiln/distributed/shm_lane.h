@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <memory>
 
-#include "kiln/distributed/gloo_collectives.h"
 #include "kiln/distributed/store.h"
 
 namespace kiln {
@@ -33,13 +32,19 @@ namespace kiln {
 class ShmLane {
  public:
   using Clock = std::chrono::steady_clock;
+  // c[i] = a[i] (op) b[i] for n elements; c may alias a or b (gloo_detail::ReduceFn).
+  using ReduceFn = void (*)(void* c, const void* a, const void* b, size_t n);
+  static constexpr size_t kDefaultSlotBytes = size_t{2} << 20;
+
+  // The segment a group of `size` ranks maps (each rank touches all of it): for the memory plan.
+  static size_t segment_bytes(int size, size_t slot_bytes = kDefaultSlotBytes);
 
   // Collective over the group (`store`: its namespace): rank 0 creates the segment, the others
   // map it, and all agree. Returns null on every rank unless every rank could map it. Throws
   // kiln::Error when a peer does not answer within `timeout`.
   static std::unique_ptr<ShmLane> open(Store& store, int rank, int size,
                                        std::chrono::milliseconds timeout,
-                                       size_t slot_bytes = size_t{2} << 20);
+                                       size_t slot_bytes = kDefaultSlotBytes);
   ~ShmLane();
   ShmLane(const ShmLane&) = delete;
   ShmLane& operator=(const ShmLane&) = delete;
@@ -48,11 +53,10 @@ class ShmLane {
   void all_gather(void* out, const void* in, size_t bytes, Clock::time_point deadline);
   // out (n elements of elem bytes) = fold over ranks of in[rank * n, (rank + 1) * n); in holds
   // size * n elements; out may alias in + rank * n.
-  void reduce_scatter(void* out, const void* in, size_t n, size_t elem, gloo_detail::ReduceFn fn,
+  void reduce_scatter(void* out, const void* in, size_t n, size_t elem, ReduceFn fn,
                       Clock::time_point deadline);
   // data (n elements) = fold over ranks of data, on every rank.
-  void all_reduce(void* data, size_t n, size_t elem, gloo_detail::ReduceFn fn,
-                  Clock::time_point deadline);
+  void all_reduce(void* data, size_t n, size_t elem, ReduceFn fn, Clock::time_point deadline);
   // After a failed operation: every peer's wait fails now instead of at its deadline.
   void abort();
 

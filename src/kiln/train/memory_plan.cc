@@ -7,6 +7,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/distributed/fsdp_pool_plan.h"
+#include "kiln/distributed/shm_lane.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/layout.h"
 
@@ -48,6 +49,7 @@ size_t cross_entropy_bytes(const Qwen2Config& c, size_t tokens, bool bf16) {
 // Gloo's ring reduce-scatter keeps partial sums of min(2, S - 1) shards in scratch it reuses,
 // grown to the largest shard (gloo_collectives.cc).
 size_t gloo_scratch_bytes(const std::vector<UnitGeometry>& units, const MemorySettings& s) {
+  if (s.gloo && s.shm_lane) return ShmLane::segment_bytes(s.world_size);
   if (!s.gloo || s.strategy == ShardStrategy::kNoShard || s.shard_size < 2) return 0;
   size_t largest = 0;
   for (const auto& u : units) largest = std::max(largest, u.shard);
@@ -163,6 +165,7 @@ MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bo
   s.writes_final = true;
   s.on_cpu = on_cpu;
   s.gloo = on_cpu || r.dist.communicator == "gloo";
+  s.shm_lane = s.gloo && world_size > 1 && per_node == world_size;
   return s;
 }
 

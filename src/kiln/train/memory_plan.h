@@ -41,6 +41,9 @@ struct MemorySettings {
   bool writes_final = true;      // this rank writes final/ (rank 0)
   bool on_cpu = true;            // device memory is this process's RAM
   bool gloo = true;              // collectives through Gloo (its reduce-scatter keeps scratch)
+  // Gloo's bulk collectives through the same-host shared memory lane (every rank on one host):
+  // its segment replaces the reduce-scatter's scratch.
+  bool shm_lane = false;
   size_t baseline = kDefaultBaselineBytes;
 };
 
@@ -50,7 +53,8 @@ struct MemoryPlan {
   size_t gathered = 0;                          // FSDP's pooled gathered units (all-gather outputs)
   size_t grad_buffers = 0;                      // whole-unit gradients (reduce-scatter inputs)
   size_t comm = 0;              // reduced shards and dtype copies (reduce-scatter outputs)
-  size_t comm_scratch = 0;      // the communicator's own (Gloo's reduce-scatter partial sums)
+  size_t comm_scratch = 0;      // the communicator's own (Gloo's reduce-scatter partial sums, or
+                                // the shared memory lane's segment)
   size_t largest_gathered = 0;  // the largest unit as gathered (bf16 under train.dtype bf16)
   std::string largest_unit;     // its name
   size_t activations = 0;       // the arena for this run's recomputation setting

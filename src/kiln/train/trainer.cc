@@ -495,6 +495,10 @@ MemoryPlan Trainer::plan_memory_use() const {
   const bool on_cpu = backend_->device() == Device::kCpu;
   MemorySettings s = memory_settings(r_, ctx_.world_size, ctx_.local_world_size, on_cpu);
   s.bf16 = backend_->activation_dtype() == DType::BF16;
+  // The group itself says whether it got the shared memory lane ("... shm", shm_lane.h).
+  const std::string transport = ctx_.comm->transport();
+  s.shm_lane =
+      s.gloo && (transport.ends_with(" shm") || transport.find(" shm ") != std::string::npos);
   s.writes_final = lead_;
   s.baseline = start_rss_;
   return plan_memory(config_, s);
