@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,8 +25,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Segment layout: the header line, then per rank a cache line for `ready` and one for `done`,
-// then (page-aligned) two slots per rank.
+// Segment layout: the header line, then per rank a cache line each for `ready`, `done` and its
+// Post, then (page-aligned) two slots per rank.
 struct Header {
   uint64_t cookie;
   uint64_t slot_bytes;
@@ -33,17 +34,46 @@ struct Header {
   uint32_t aborted;  // set by a rank whose operation failed: peers stop waiting
 };
 constexpr size_t kLine = 64;
+constexpr size_t kLinesPerRank = 3;
+
+// Where a rank's part of the current direct all-gather lies in its own address space.
+struct Post {
+  uint64_t address;
+  uint64_t bytes;
+  int32_t pid;
+};
 
 size_t data_offset(int size) {
-  const size_t head = kLine + static_cast<size_t>(size) * 2 * kLine;
+  const size_t head = kLine + static_cast<size_t>(size) * kLinesPerRank * kLine;
   return (head + 4095) / 4096 * 4096;
 }
 
+uint8_t* rank_lines(void* base, int r) {
+  return static_cast<uint8_t*>(base) + kLine + r * kLinesPerRank * kLine;
+}
 uint32_t* ready_counter(void* base, int r) {
-  return reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(base) + kLine + r * 2 * kLine);
+  return reinterpret_cast<uint32_t*>(rank_lines(base, r));
 }
 uint32_t* done_counter(void* base, int r) {
-  return reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(base) + kLine + r * 2 * kLine + kLine);
+  return reinterpret_cast<uint32_t*>(rank_lines(base, r) + kLine);
+}
+Post* post(void* base, int r) { return reinterpret_cast<Post*>(rank_lines(base, r) + 2 * kLine); }
+
+// Copies `bytes` from `address` in process `pid` to `out` in one pass (cross-memory attach):
+// false with errno set when the kernel refuses.
+bool read_peer(pid_t pid, uint64_t address, void* out, size_t bytes) {
+  size_t done = 0;
+  while (done < bytes) {
+    iovec local{static_cast<uint8_t*>(out) + done, bytes - done};
+    iovec remote{reinterpret_cast<void*>(address + done), bytes - done};
+    const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      if (n == 0) errno = EFAULT;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
 }
 Header* header(void* base) { return static_cast<Header*>(base); }
 
@@ -128,7 +158,7 @@ size_t ShmLane::segment_bytes(int size, size_t slot_bytes) {
 }
 
 std::unique_ptr<ShmLane> ShmLane::open(Store& store, int rank, int size, milliseconds timeout,
-                                       size_t slot_bytes) {
+                                       size_t slot_bytes, bool allow_direct) {
   const size_t bytes = segment_bytes(size, slot_bytes);
   std::string name;
   uint64_t cookie = 0;
@@ -162,7 +192,35 @@ std::unique_ptr<ShmLane> ShmLane::open(Store& store, int rank, int size, millise
     if (base != nullptr) ::munmap(base, bytes);
     return nullptr;
   }
-  return std::unique_ptr<ShmLane>(new ShmLane(base, bytes, rank, size, slot_bytes));
+  std::unique_ptr<ShmLane> lane(new ShmLane(base, bytes, rank, size, slot_bytes));
+  lane->direct_ = allow_direct && probe_direct_reads(store, rank, size, cookie, base, timeout);
+  return lane;
+}
+
+// Whether every rank can read every peer's memory directly (process_vm_readv: same uid, and
+// not refused by a seccomp policy or Yama): each reads a probe word every peer posted, and all
+// agree. The probe lives on this frame until every rank has answered.
+bool ShmLane::probe_direct_reads(Store& store, int rank, int size, uint64_t cookie, void* base,
+                                 milliseconds timeout) {
+  const uint64_t probe = cookie ^ static_cast<uint64_t>(rank);
+  *post(base, rank) = Post{reinterpret_cast<uint64_t>(&probe), sizeof probe, ::getpid()};
+  store.set("shm/post/" + std::to_string(rank), to_bytes(std::string("1")));
+  bool ok = true;
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    (void)store.get("shm/post/" + std::to_string(q), timeout);
+    const Post p = *post(base, q);
+    uint64_t seen = 0;
+    ok = ok && read_peer(p.pid, p.address, &seen, sizeof seen) &&
+         seen == (cookie ^ static_cast<uint64_t>(q));
+  }
+  if (!ok) KILN_LOG_DEBUG("shm lane: no direct reads between ranks: {}", std::strerror(errno));
+  store.set("shm/direct/" + std::to_string(rank), to_bytes(std::string(ok ? "1" : "0")));
+  bool all = true;
+  for (int q = 0; q < size; ++q) {
+    all = to_string(store.get("shm/direct/" + std::to_string(q), timeout)) == "1" && all;
+  }
+  return all;
 }
 
 ShmLane::ShmLane(void* base, size_t bytes, int rank, int size, size_t slot_bytes)
@@ -205,6 +263,7 @@ void ShmLane::all_gather(void* out, const void* in, size_t bytes, Clock::time_po
   const auto* in8 = static_cast<const uint8_t*>(in);
   if (in8 != out8 + rank_ * bytes) std::memmove(out8 + rank_ * bytes, in8, bytes);
   const uint8_t* mine = out8 + rank_ * bytes;
+  if (direct_ && bytes >= kDirectMinBytes) return all_gather_direct(out8, mine, bytes, deadline);
   for (size_t off = 0; off < bytes; off += slot_bytes_) {
     const size_t len = std::min(slot_bytes_, bytes - off);
     std::memcpy(begin_round(deadline), mine + off, len);
@@ -213,6 +272,28 @@ void ShmLane::all_gather(void* out, const void* in, size_t bytes, Clock::time_po
       if (q != rank_) std::memcpy(out8 + q * bytes + off, slot(q, round_), len);
     }
     end_round();
+  }
+}
+
+// One round: every rank posts where its part lies, and each reads its peers' parts straight
+// from their memory (one copy instead of two through the slots); a rank returns only once
+// every peer has read its part, which the caller may then change.
+void ShmLane::all_gather_direct(uint8_t* out, const uint8_t* mine, size_t bytes,
+                                Clock::time_point deadline) {
+  ++round_;
+  *post(base_, rank_) = Post{reinterpret_cast<uint64_t>(mine), bytes, ::getpid()};
+  publish_and_wait(deadline);
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    const Post p = *post(base_, q);
+    if (p.bytes != bytes || !read_peer(p.pid, p.address, out + q * bytes, bytes)) {
+      fail("shm lane: cannot read rank {}'s part ({} bytes posted, {} expected): {}", q, p.bytes,
+           bytes, std::strerror(errno));
+    }
+  }
+  end_round();
+  for (int q = 0; q < size_; ++q) {
+    if (q != rank_) wait_reach(base_, done_counter(base_, q), round_, deadline, q);
   }
 }
 

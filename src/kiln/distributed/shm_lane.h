@@ -12,6 +12,10 @@
 // every peer's slot once their ready reaches g, and publishes done = g. The counters are futexes
 // in the segment: a waiting rank sleeps in the kernel, not on the CPU its compute needs.
 //
+// Direct reads: where every rank may read its peers' memory (process_vm_readv, as MPI's
+// cross-memory attach), a large all-gather is one round in which each rank copies its peers'
+// parts straight out of their buffers: one copy per byte instead of two.
+//
 // Results: reductions fold the ranks' contributions in rank order (0, 1, ..., size - 1) with the
 // reduction Gloo would use, so every rank computes the same bits for the same element and an
 // all-reduce leaves every rank identical.
@@ -42,9 +46,11 @@ class ShmLane {
   // Collective over the group (`store`: its namespace): rank 0 creates the segment, the others
   // map it, and all agree. Returns null on every rank unless every rank could map it. Throws
   // kiln::Error when a peer does not answer within `timeout`.
+  // allow_direct false: never read peers' memory directly (tests of the slot path).
   static std::unique_ptr<ShmLane> open(Store& store, int rank, int size,
                                        std::chrono::milliseconds timeout,
-                                       size_t slot_bytes = kDefaultSlotBytes);
+                                       size_t slot_bytes = kDefaultSlotBytes,
+                                       bool allow_direct = true);
   ~ShmLane();
   ShmLane(const ShmLane&) = delete;
   ShmLane& operator=(const ShmLane&) = delete;
@@ -57,6 +63,8 @@ class ShmLane {
                       Clock::time_point deadline);
   // data (n elements) = fold over ranks of data, on every rank.
   void all_reduce(void* data, size_t n, size_t elem, ReduceFn fn, Clock::time_point deadline);
+  // Whether large all-gathers read peers' memory directly (see above).
+  bool direct() const { return direct_; }
   // After a failed operation: every peer's wait fails now instead of at its deadline.
   void abort();
 
@@ -68,12 +76,19 @@ class ShmLane {
   // Publishes this rank's slot for the current round, then waits for every peer's.
   void publish_and_wait(Clock::time_point deadline);
   void end_round();
+  void all_gather_direct(uint8_t* out, const uint8_t* mine, size_t bytes,
+                         Clock::time_point deadline);
+  static bool probe_direct_reads(Store& store, int rank, int size, uint64_t cookie, void* base,
+                                 std::chrono::milliseconds timeout);
+  // Below this an all-gather goes through the slots: one round either way, and no syscall.
+  static constexpr size_t kDirectMinBytes = size_t{64} << 10;
 
   void* base_;
   size_t bytes_;
   int rank_, size_;
   size_t slot_bytes_;
   uint32_t round_ = 0;
+  bool direct_ = false;  // every rank may read every peer's memory (probe_direct_reads)
 };
 
 }  // namespace kiln
