@@ -58,6 +58,30 @@ TEST_P(BackendParity, Embedding) {
                       return Outputs{{"out", d.download(out, static_cast<size_t>(N) * C)}};
                     });
     }
+    // A table sharded at offsets inside rows: the parts' lookups sum to the whole table's, in
+    // f32 and bf16-rounded (as FSDP's embed_rows and a bf16 gather read it).
+    const size_t VC = static_cast<size_t>(V) * C;
+    const std::vector<size_t> cuts = {0, VC / 3 + 5, 2 * VC / 3 - 7, VC};
+    for (bool round : {false, true}) {
+      expect_parity(be(), s.name + " embedding_forward_part" + (round ? " bf16" : ""), kExact,
+                    [&](const Backend& b) {
+                      DeviceScope d(b);
+                      const float* table = d.upload(wte);
+                      std::vector<double> sum(static_cast<size_t>(N) * C, 0.0);
+                      for (size_t p = 0; p + 1 < cuts.size(); ++p) {
+                        float* out = d.zeros<float>(sum.size());
+                        b.embedding_forward_part(out, d.upload(ids), table + cuts[p], cuts[p],
+                                                 cuts[p + 1] - cuts[p], N, C, round);
+                        const auto part = d.download(out, sum.size());
+                        for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+                      }
+                      float* whole = d.zeros<float>(sum.size());
+                      b.embedding_forward(whole, d.upload(ids),
+                                          d.upload_as(wte, round ? DType::BF16 : DType::F32), N, C);
+                      EXPECT_EQ(sum, d.download(whole, sum.size())) << s.name;
+                      return Outputs{{"sum", sum}};
+                    });
+    }
     expect_parity(be(), s.name + " embedding_backward", kExact, [&](const Backend& b) {
       DeviceScope d(b);
       float* dwte = d.upload(dwte0);

@@ -126,6 +126,8 @@ TEST(MemoryPlan, PoolIsWhatFsdpHolds) {
     s.strategy = pc.strategy;
     s.bf16 = pc.bf16;
     s.reduce_bf16 = pc.reduce_bf16;
+    s.micro_batch = 2;  // the batch below: embed_rows' buffers follow its tokens
+    s.seq_len = 4;
     const MemoryPlan plan = plan_memory(c, s);
     auto store = std::make_shared<MemoryStore>();
     std::vector<size_t> held(2);

@@ -182,6 +182,35 @@ ConstDevPtr Fsdp::acquire(int unit) {
   return {x.full.data(), gather_dtype_};
 }
 
+void Fsdp::embed_rows(int unit, const int32_t* ids, int N, int C, float* out) {
+  Unit& x = units_[unit];
+  const size_t S = static_cast<size_t>(shard_.world_size());
+  const size_t rows = x.numel / static_cast<size_t>(C);
+  if (strategy_ == ShardStrategy::kNoShard || S == 1 || S * N >= rows) {
+    const ConstDevPtr w = acquire(unit);
+    be_.embedding_forward(out, ids, w, N, C);
+    release(unit);
+    return;
+  }
+  Stream* after = &be_.compute_stream();
+  // Token ids travel as 4-byte elements: an all-gather only copies them.
+  DeviceBuffer<float> all_ids = take(S * N);
+  shard_.all_gather_async(all_ids.data(), ids, N, DType::F32, after)->wait(*after);
+  DeviceBuffer<float> parts = take(S * N * C);
+  const size_t begin = static_cast<size_t>(shard_.rank()) * x.shard_size;
+  const size_t held = begin < x.numel ? std::min(x.shard_size, x.numel - begin) : 0;
+  be_.embedding_forward_part(parts.data(), reinterpret_cast<const int32_t*>(all_ids.data()),
+                             x.shard.data(), begin, held, static_cast<int>(S * N), C,
+                             gather_dtype_ == DType::BF16);
+  shard_
+      .reduce_scatter_async(out, parts.data(), static_cast<size_t>(N) * C, DType::F32,
+                            ReduceOp::kSum, after)
+      ->wait(*after);
+  // Pooled buffers are reused in stream order (see start_gather).
+  give(std::move(all_ids));
+  give(std::move(parts));
+}
+
 void Fsdp::release(int unit) {
   Unit& x = units_[unit];
   KILN_CHECK(x.in_use > 0, "release of unit {} that was not acquired", unit);

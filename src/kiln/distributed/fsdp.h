@@ -64,6 +64,11 @@ class Fsdp final : public UnitAccess {
   void release(int unit) override;
   float* grad(int unit) override;
   void grad_done(int unit) override;
+  // When the group's tokens are fewer than the table's rows (S * N < V): every rank looks up
+  // all ranks' tokens in its own shard (zeros where another rank holds the element) and a
+  // reduce-scatter of those (S * N, C) rows sums each rank's rows, instead of gathering the
+  // whole (V, C) table. Otherwise the table is acquired as usual.
+  void embed_rows(int unit, const int32_t* ids, int N, int C, float* out) override;
 
   // Gradient accumulation: with sync off (micro-steps before the last), strategies that can
   // keep whole-unit gradients (no_shard, shard_grad_op) skip communication and accumulate

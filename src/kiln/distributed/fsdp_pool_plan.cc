@@ -72,6 +72,19 @@ class Replay {
   void release(int u) {
     if (--units_[u].in_use == 0 && !units_[u].keep) free_full(u);
   }
+  // Fsdp::embed_rows: every rank's ids and rows (S * N, C) while the lookup runs, or the table.
+  void embed_rows(int u) {
+    const size_t S = s_.shard_size, N = s_.tokens, rows = s_.unit_numel[u] / s_.hidden;
+    if (no_shard() || S == 1 || S * N >= rows) {
+      acquire(u);
+      release(u);
+      return;
+    }
+    books_.take(S * N, Kind::kComm);
+    books_.take(S * N * s_.hidden, Kind::kComm);
+    books_.give(S * N, Kind::kComm);
+    books_.give(S * N * s_.hidden, Kind::kComm);
+  }
   void grad(int u) {
     if (no_shard() || units_[u].grad) return;
     books_.take(units_[u].padded, Kind::kGrads);
@@ -157,8 +170,7 @@ class Replay {
 // One micro-batch of Qwen2Model::forward_backward, as it calls its UnitAccess.
 void forward_backward(Replay& r, int layers, bool tied) {
   const int embed = 0, head = layers + 1;
-  r.acquire(embed);
-  r.release(embed);
+  r.embed_rows(embed);
   for (int l = 0; l < layers; ++l) {
     r.acquire(1 + l);
     r.release(1 + l);

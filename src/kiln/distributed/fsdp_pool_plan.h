@@ -23,6 +23,8 @@ struct FsdpPoolSettings {
   DType gather = DType::F32;
   DType reduce = DType::F32;
   bool prefetch = true;
+  // A training micro-batch's tokens per rank and the hidden size: Fsdp::embed_rows' buffers.
+  size_t tokens = 1, hidden = 1;
 };
 
 // Bytes the pool holds, by the kind of buffer that first needed each: gathered units, whole-unit

@@ -127,6 +127,13 @@ class Backend {
   // out: (N, C) = wte[ids[n]]; wte: (V, C)
   virtual void embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N,
                                  int C) const = 0;
+  // out: (N, C) = the part of wte[ids[n]] held in `part`, a slice of the flattened (V, C) table:
+  // element e = ids[n] * C + c is part[e - part_begin] when part_begin <= e < part_begin +
+  // part_len (rounded to bf16 and back when round_bf16), else 0. Summed over the ranks of a
+  // sharded table it is embedding_forward of the whole (FSDP's Fsdp::embed_rows).
+  virtual void embedding_forward_part(float* out, const int32_t* ids, const float* part,
+                                      size_t part_begin, size_t part_len, int N, int C,
+                                      bool round_bf16) const = 0;
   // dwte[ids[n]] += dout[n]
   virtual void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
                                   int C) const = 0;

@@ -81,6 +81,13 @@ void PhaseTimedBackend::embedding_forward(float* out, const int32_t* ids, ConstD
   mark(Phase::kOther);
 }
 
+void PhaseTimedBackend::embedding_forward_part(float* out, const int32_t* ids, const float* part,
+                                               size_t part_begin, size_t part_len, int N, int C,
+                                               bool round_bf16) const {
+  inner_.embedding_forward_part(out, ids, part, part_begin, part_len, N, C, round_bf16);
+  mark(Phase::kOther);
+}
+
 void PhaseTimedBackend::embedding_backward(float* dwte, const float* dout, const int32_t* ids,
                                            int N, int C) const {
   inner_.embedding_backward(dwte, dout, ids, N, C);

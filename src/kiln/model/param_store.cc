@@ -23,6 +23,11 @@ ConstDevPtr ParamStore::acquire(int unit) {
   return {c.data.data(), DType::BF16};
 }
 
+void ParamStore::embed_rows(int unit, const int32_t* ids, int N, int C, float* out) {
+  const DeviceBuffer<float>& t = params_[unit];
+  be_.embedding_forward_part(out, ids, t.data(), 0, t.size(), N, C, dtype_ == DType::BF16);
+}
+
 void ParamStore::release(int unit) {
   if (dtype_ == DType::F32) return;
   Bf16Copy& c = copies_[unit];

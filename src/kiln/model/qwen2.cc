@@ -188,12 +188,17 @@ void Qwen2Model::layer_backward(ConstDevPtr w, float* dw, const float* x_in, con
   be_.rmsnorm_backward(dres, dw + o.ln1, dxn_, x_in, w.at(o.ln1), a.rstd1, N, C, true);
 }
 
-void Qwen2Model::forward_trunk(const Batch& batch, UnitAccess& params) {
+void Qwen2Model::forward_trunk(const Batch& batch, UnitAccess& params, bool training) {
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size);
   const size_t NC = static_cast<size_t>(N) * C;
   const int L = static_cast<int>(config_.num_hidden_layers);
-  {
+  if (training) {
+    // Every rank's training batch is (micro_batch_size, seq_len): the same N, as embed_rows
+    // asks of a sharded table.
+    params.embed_rows(layout_.embed_unit(), ids_, N, C, res_);
+  } else {
+    // Evaluation batches differ between ranks (the last ones are short).
     const ConstDevPtr w = params.acquire(layout_.embed_unit());
     be_.embedding_forward(res_, ids_, w, N, C);
     params.release(layout_.embed_unit());
@@ -207,7 +212,7 @@ void Qwen2Model::forward_trunk(const Batch& batch, UnitAccess& params) {
 
 void Qwen2Model::forward(const Batch& batch, UnitAccess& params, double* loss_sum) {
   prepare(batch, /*recompute=*/true, /*training=*/false);
-  forward_trunk(batch, params);
+  forward_trunk(batch, params, /*training=*/false);
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
   const int L = static_cast<int>(config_.num_hidden_layers);
@@ -238,7 +243,7 @@ double Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, floa
 void Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, float scale,
                                   bool recompute, double* loss_sum) {
   prepare(batch, recompute, /*training=*/true);
-  forward_trunk(batch, params);
+  forward_trunk(batch, params, /*training=*/true);
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
   const int L = static_cast<int>(config_.num_hidden_layers);

@@ -65,7 +65,8 @@ class Qwen2Model {
   void layer_backward(ConstDevPtr w, float* dw, const float* x_in, const LayerActs& a,
                       const Batch& batch);
   // Embedding and every layer's forward: fills res_ (and the saved activations).
-  void forward_trunk(const Batch& batch, UnitAccess& params);
+  // training: the embedding rows come from UnitAccess::embed_rows (every rank's N alike).
+  void forward_trunk(const Batch& batch, UnitAccess& params, bool training);
 
   Qwen2Config config_;
   ParamLayout layout_;

@@ -21,6 +21,10 @@ class UnitAccess {
   virtual void release(int unit) = 0;
   virtual float* grad(int unit) = 0;  // the whole unit's gradient, accumulated with +=
   virtual void grad_done(int unit) = 0;
+  // out (N, C) = rows ids (N, device memory) of `unit`'s (V, C) table, with the values acquire()
+  // would give (bf16-rounded under bf16), without handing out the table. With sharded
+  // parameters this is a collective: every rank of the group calls it with the same N.
+  virtual void embed_rows(int unit, const int32_t* ids, int N, int C, float* out) = 0;
 };
 
 // Every unit's parameters and gradients held whole in this process (world size 1), in device
@@ -34,6 +38,7 @@ class ParamStore final : public UnitAccess {
   void release(int unit) override;
   float* grad(int unit) override { return grads_[unit].data(); }
   void grad_done(int) override {}
+  void embed_rows(int unit, const int32_t* ids, int N, int C, float* out) override;
 
   int num_units() const { return static_cast<int>(params_.size()); }
   // Device buffers. On the CPU backend they are host memory, which tests read and write

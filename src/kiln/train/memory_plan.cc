@@ -87,6 +87,8 @@ FsdpPoolPlan pool_plan(const Qwen2Config& c, const std::vector<UnitGeometry>& un
   ps.gather = s.bf16 ? DType::BF16 : DType::F32;
   ps.reduce = s.reduce_bf16 ? DType::BF16 : DType::F32;
   ps.prefetch = s.prefetch;
+  ps.tokens = static_cast<size_t>(s.micro_batch) * static_cast<size_t>(s.seq_len);
+  ps.hidden = c.hidden_size;
   return plan_fsdp_pool(ps);
 }
 

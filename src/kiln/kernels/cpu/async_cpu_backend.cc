@@ -53,6 +53,12 @@ class AsyncCpuBackend final : public Backend {
                          int C) const override {
     run([=, this] { cpu_.embedding_forward(out, ids, wte, N, C); });
   }
+  void embedding_forward_part(float* out, const int32_t* ids, const float* part, size_t part_begin,
+                              size_t part_len, int N, int C, bool round_bf16) const override {
+    run([=, this] {
+      cpu_.embedding_forward_part(out, ids, part, part_begin, part_len, N, C, round_bf16);
+    });
+  }
   void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
                           int C) const override {
     run([=, this] { cpu_.embedding_backward(dwte, dout, ids, N, C); });

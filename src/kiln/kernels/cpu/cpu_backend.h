@@ -56,6 +56,8 @@ class CpuBackend final : public Backend {
 
   void embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N,
                          int C) const override;
+  void embedding_forward_part(float* out, const int32_t* ids, const float* part, size_t part_begin,
+                              size_t part_len, int N, int C, bool round_bf16) const override;
   void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
                           int C) const override;
   void rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w, int N, int C,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kiln/base/error.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
@@ -59,6 +60,27 @@ void CpuBackend::embedding_forward(float* out, const int32_t* ids, ConstDevPtr w
       } else {
         std::memcpy(out + n * C, wte.f32() + row, sizeof(float) * C);
       }
+    }
+  });
+}
+
+void CpuBackend::embedding_forward_part(float* out, const int32_t* ids, const float* part,
+                                        size_t part_begin, size_t part_len, int N, int C,
+                                        bool round_bf16) const {
+  const size_t part_end = part_begin + part_len;
+  for_ranges(N, static_cast<size_t>(N) * C, [&](size_t n0, size_t n1) {
+    std::vector<uint16_t> rounded(round_bf16 ? C : 0);
+    for (size_t n = n0; n < n1; ++n) {
+      const size_t row = static_cast<size_t>(ids[n]) * C;
+      float* dst = out + n * C;
+      for (int c = 0; c < C; ++c) {
+        const size_t e = row + c;
+        dst[c] = e >= part_begin && e < part_end ? part[e - part_begin] : 0.0f;
+      }
+      if (!round_bf16) continue;
+      // As cast_to_bf16 rounds a gathered unit, so both paths give the same activations.
+      to_bf16(rounded.data(), dst, C);
+      for (int c = 0; c < C; ++c) dst[c] = bf16_to_float(rounded[c]);
     }
   });
 }

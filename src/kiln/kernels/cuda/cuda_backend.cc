@@ -119,6 +119,11 @@ void CudaBackend::embedding_forward(float* out, const int32_t* ids, ConstDevPtr 
                                     int C) const {
   cuda::embedding_forward(out, ids, wte, N, C, native());
 }
+void CudaBackend::embedding_forward_part(float* out, const int32_t* ids, const float* part,
+                                         size_t part_begin, size_t part_len, int N, int C,
+                                         bool round_bf16) const {
+  cuda::embedding_forward_part(out, ids, part, part_begin, part_len, N, C, round_bf16, native());
+}
 void CudaBackend::embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
                                      int C) const {
   cuda::embedding_backward(dwte, dout, ids, N, C, native());

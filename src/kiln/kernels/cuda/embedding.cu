@@ -19,6 +19,21 @@ __global__ void __launch_bounds__(kThreads)
   for (int c = threadIdx.x; c < C; c += kThreads) out[n * C + c] = load_f32(wte, row + c);
 }
 
+// One block per token: out row n = the elements of wte row ids[n] that lie in the slice
+// [begin, begin + len) of the flattened table, 0 elsewhere.
+__global__ void __launch_bounds__(kThreads)
+    embedding_forward_part_kernel(float* out, const int32_t* ids, const float* part, size_t begin,
+                                  size_t len, int C, bool round_bf16) {
+  const size_t n = blockIdx.x;
+  const size_t row = static_cast<size_t>(ids[n]) * C;
+  for (int c = threadIdx.x; c < C; c += kThreads) {
+    const size_t e = row + c;
+    float v = e >= begin && e < begin + len ? part[e - begin] : 0.0f;
+    if (round_bf16) v = bf16_value(bf16_bits(v));
+    out[n * C + c] = v;
+  }
+}
+
 // Each thread owns column c of the ids in one bucket (id % kIdBuckets == blockIdx.y) and walks
 // every token in order: a row of dwte is only ever touched by the threads of its bucket, each
 // column by one thread, so repeated ids add in token order with no race and no atomics. The
@@ -56,6 +71,14 @@ void embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N, i
     embedding_forward_kernel<T>
         <<<N, kThreads, 0, stream>>>(out, ids, static_cast<const T*>(wte.data), C);
   });
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void embedding_forward_part(float* out, const int32_t* ids, const float* part, size_t part_begin,
+                            size_t part_len, int N, int C, bool round_bf16, cudaStream_t stream) {
+  if (N == 0 || C == 0) return;
+  embedding_forward_part_kernel<<<N, kThreads, 0, stream>>>(out, ids, part, part_begin, part_len, C,
+                                                            round_bf16);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

@@ -20,6 +20,8 @@ namespace kiln::cuda {
 void embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N, int C,
                        cudaStream_t stream);
 // Deterministic: no float atomics; repeated ids add in token order.
+void embedding_forward_part(float* out, const int32_t* ids, const float* part, size_t part_begin,
+                            size_t part_len, int N, int C, bool round_bf16, cudaStream_t stream);
 void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N, int C,
                         cudaStream_t stream);
 
