@@ -61,6 +61,8 @@ TEST(CheckpointManifestFuzz, EachInvalidSeedIsRejectedForItsFlaw) {
       {"bad_negative_bytes.json", {ManifestRead::kDamaged, "bytes is -1"}},
       {"bad_float_step.json", {ManifestRead::kDamaged, "step is 1e+300"}},
       {"bad_short_xxh3.json", {ManifestRead::kDamaged, "xxh3 is not 16 hex digits"}},
+      // Found by checkpoint_manifest_fuzz: a name with a newline (and a short xxh3).
+      {"bad_name_with_newline.json", {ManifestRead::kDamaged, "not a file name inside"}},
   };
   int valid = 0;
   for (const auto& e : fs::directory_iterator(kSeeds)) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kiln/base/error.h"
 
 namespace kiln {
@@ -68,19 +70,23 @@ void check_units_match(const fs::path& dir, const Json& m, const ParamLayout& la
   }
 }
 
-// A file is named by a plain name of this directory: a '/' or a ".." would reach outside it.
+// A file is named by a plain name of this directory: a '/' or a ".." would reach outside it,
+// and a control character (a newline) is no name kiln writes.
 ManifestFile parse_file_entry(const fs::path& dir, const Json& entry) {
   const Json* name = entry.is_object() && entry.contains("name") ? &entry.at("name") : nullptr;
   const std::string s = name != nullptr && name->is_string() ? name->get<std::string>() : "";
-  if (s.empty() || s == "." || s == ".." || s.find('/') != std::string::npos ||
-      s.find('\0') != std::string::npos) {
+  const bool control = std::any_of(s.begin(), s.end(), [](char ch) {
+    return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f;
+  });
+  if (s.empty() || s == "." || s == ".." || s.find('/') != std::string::npos || control) {
     fail("{}/manifest.json: files entry {} is not a file name inside the checkpoint", dir.string(),
          entry.dump());
   }
   const Json& hex = entry.at("xxh3");
   const auto h = hex.is_string() ? parse_xxh3_hex(hex.get<std::string>()) : std::nullopt;
   if (!h) {
-    fail("{}/manifest.json: files entry {}: xxh3 is not 16 hex digits", dir.string(), s);
+    fail("{}/manifest.json: files entry {}: xxh3 is not 16 hex digits", dir.string(),
+         Json(s).dump());
   }
   return {s, {get_count(dir, entry, "bytes"), *h}};
 }
