@@ -82,6 +82,20 @@ TEST_P(BackendParity, Embedding) {
                       return Outputs{{"sum", sum}};
                     });
     }
+    // The backward into the same parts: together they make the whole table's gradient.
+    expect_parity(be(), s.name + " embedding_backward_part", kExact, [&](const Backend& b) {
+      DeviceScope d(b);
+      float* parts = d.upload(dwte0);
+      for (size_t p = 0; p + 1 < cuts.size(); ++p) {
+        b.embedding_backward_part(parts + cuts[p], d.upload(dout), d.upload(ids), cuts[p],
+                                  cuts[p + 1] - cuts[p], N, C);
+      }
+      float* whole = d.upload(dwte0);
+      b.embedding_backward(whole, d.upload(dout), d.upload(ids), N, C);
+      const auto got = d.download(parts, dwte0.size());
+      EXPECT_EQ(got, d.download(whole, dwte0.size())) << s.name;
+      return Outputs{{"dparts", got}};
+    });
     expect_parity(be(), s.name + " embedding_backward", kExact, [&](const Backend& b) {
       DeviceScope d(b);
       float* dwte = d.upload(dwte0);

@@ -100,7 +100,7 @@ TEST(CudaPointwiseHost, UnsupportedDtypeIsAnErrorNamingTheOp) {
 TEST(CudaPointwiseHost, EmptyOpsLaunchNothing) {
   const float* none = nullptr;
   cuda::embedding_forward(nullptr, nullptr, none, 0, 8, nullptr);
-  cuda::embedding_backward(nullptr, nullptr, nullptr, 0, 8, nullptr);
+  cuda::embedding_backward(nullptr, nullptr, nullptr, 0, SIZE_MAX, 0, 8, nullptr);
   cuda::rmsnorm_forward(static_cast<float*>(nullptr), nullptr, nullptr, none, 0, 8, 1e-6f, nullptr);
   cuda::add_rmsnorm_forward(nullptr, static_cast<float*>(nullptr), nullptr, nullptr, nullptr, none,
                             0, 8, 1e-6f, nullptr);
@@ -182,7 +182,7 @@ TEST_F(CudaPointwise, EmbeddingWithRepeatedIds) {
   std::vector<float> first;
   for (int run = 0; run < 2; ++run) {
     Gpu<float> dwte(dwte0);
-    cuda::embedding_backward(dwte.get(), dout_d.get(), ids_d.get(), N, C, stream);
+    cuda::embedding_backward(dwte.get(), dout_d.get(), ids_d.get(), 0, SIZE_MAX, N, C, stream);
     const std::vector<float> got = dwte.read();
     EXPECT_EQ(got, want) << "token-order float sums, as the CPU adds them";
     if (run == 0) first = got;

@@ -182,20 +182,41 @@ ConstDevPtr Fsdp::acquire(int unit) {
   return {x.full.data(), gather_dtype_};
 }
 
+bool Fsdp::rows_path(const Unit& x, int N, int C, bool backward) const {
+  const size_t S = static_cast<size_t>(shard_.world_size());
+  if (S == 1) return false;
+  if (backward) {
+    // no_shard all-reduces the whole gradient in place: once this micro-step's grad_done has
+    // (a tied head's part), the rows must come by rows or the sum would count it twice; before
+    // (untied, or deferred while accumulating), they are added locally and reduced with the
+    // rest. hybrid_shard never goes by rows: the other nodes' rows would be missing.
+    if (strategy_ == ShardStrategy::kNoShard) return x.reduced;
+    if (strategy_ == ShardStrategy::kHybridShard) return false;
+  } else if (strategy_ == ShardStrategy::kNoShard) {
+    return false;
+  }
+  return S * static_cast<size_t>(N) < x.numel / static_cast<size_t>(C);
+}
+
+DeviceBuffer<float> Fsdp::gather_ids(const int32_t* ids, int N) {
+  Stream* after = &be_.compute_stream();
+  // Token ids travel as 4-byte elements: an all-gather only copies them.
+  DeviceBuffer<float> all = take(static_cast<size_t>(shard_.world_size()) * N);
+  shard_.all_gather_async(all.data(), ids, N, DType::F32, after)->wait(*after);
+  return all;
+}
+
 void Fsdp::embed_rows(int unit, const int32_t* ids, int N, int C, float* out) {
   Unit& x = units_[unit];
-  const size_t S = static_cast<size_t>(shard_.world_size());
-  const size_t rows = x.numel / static_cast<size_t>(C);
-  if (strategy_ == ShardStrategy::kNoShard || S == 1 || S * N >= rows) {
+  if (!rows_path(x, N, C, false)) {
     const ConstDevPtr w = acquire(unit);
     be_.embedding_forward(out, ids, w, N, C);
     release(unit);
     return;
   }
+  const size_t S = static_cast<size_t>(shard_.world_size());
   Stream* after = &be_.compute_stream();
-  // Token ids travel as 4-byte elements: an all-gather only copies them.
-  DeviceBuffer<float> all_ids = take(S * N);
-  shard_.all_gather_async(all_ids.data(), ids, N, DType::F32, after)->wait(*after);
+  DeviceBuffer<float> all_ids = gather_ids(ids, N);
   DeviceBuffer<float> parts = take(S * N * C);
   const size_t begin = static_cast<size_t>(shard_.rank()) * x.shard_size;
   const size_t held = begin < x.numel ? std::min(x.shard_size, x.numel - begin) : 0;
@@ -209,6 +230,34 @@ void Fsdp::embed_rows(int unit, const int32_t* ids, int N, int C, float* out) {
   // Pooled buffers are reused in stream order (see start_gather).
   give(std::move(all_ids));
   give(std::move(parts));
+}
+
+void Fsdp::embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N, int C) {
+  Unit& x = units_[unit];
+  const bool rows = rows_path(x, N, C, true);
+  x.reduced = false;
+  if (!rows) {
+    be_.embedding_backward(grad(unit), dout, ids, N, C);
+    grad_done(unit);
+    return;
+  }
+  // What the unit's grad_done reduced lands in its gradient shard first (no_shard in bf16
+  // overwrites it), then the rows add on top, in stream order.
+  drain(0);
+  const size_t S = static_cast<size_t>(shard_.world_size());
+  Stream* after = &be_.compute_stream();
+  DeviceBuffer<float> all_ids = gather_ids(ids, N);
+  DeviceBuffer<float> all_rows = take(S * N * C);
+  shard_.all_gather_async(all_rows.data(), dout, static_cast<size_t>(N) * C, DType::F32, after)
+      ->wait(*after);
+  const bool whole = strategy_ == ShardStrategy::kNoShard;
+  const size_t begin = whole ? 0 : static_cast<size_t>(shard_.rank()) * x.shard_size;
+  const size_t held = begin < x.numel ? std::min(x.shard_size, x.numel - begin) : 0;
+  be_.embedding_backward_part(x.shard_grad.data(), all_rows.data(),
+                              reinterpret_cast<const int32_t*>(all_ids.data()), begin, held,
+                              static_cast<int>(S * N), C);
+  give(std::move(all_ids));
+  give(std::move(all_rows));
 }
 
 void Fsdp::release(int unit) {
@@ -233,6 +282,7 @@ void Fsdp::grad_done(int unit) {
   const bool can_defer =
       strategy_ == ShardStrategy::kNoShard || strategy_ == ShardStrategy::kShardGradOp;
   if (!sync_ && can_defer) return;  // accumulate locally until the last micro-step
+  x.reduced = true;
   Stream* after = &be_.compute_stream();
   const DType t = reduce_dtype_;
   Pending p;
@@ -306,6 +356,7 @@ void Fsdp::finish_backward() {
   drain(0);
   if (!order_known_ && !order_.empty()) order_known_ = true;
   order_pos_ = 0;
+  for (auto& x : units_) x.reduced = false;
   if (sync_) {
     for (int u = 0; u < num_units(); ++u) {
       units_[u].keep = false;

@@ -69,6 +69,11 @@ class Fsdp final : public UnitAccess {
   // reduce-scatter of those (S * N, C) rows sums each rank's rows, instead of gathering the
   // whole (V, C) table. Otherwise the table is acquired as usual.
   void embed_rows(int unit, const int32_t* ids, int N, int C, float* out) override;
+  // The same choice: every rank's ids and dout rows are gathered and each rank adds those that
+  // fall in its shard (all of them under no_shard) straight into its gradient shard, after
+  // what the unit's earlier grad_done reduced. Otherwise (and for hybrid_shard, whose other
+  // nodes' rows these would miss) a whole-unit gradient is made and reduced as usual.
+  void embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N, int C) override;
 
   // Gradient accumulation: with sync off (micro-steps before the last), strategies that can
   // keep whole-unit gradients (no_shard, shard_grad_op) skip communication and accumulate
@@ -117,6 +122,7 @@ class Fsdp final : public UnitAccess {
     int in_use = 0;
     bool keep = false;              // shard_grad_op: keep until finish_backward()
     DeviceBuffer<float> full_grad;  // whole-unit gradient during backward (and across micro-steps)
+    bool reduced = false;           // grad_done issued its reduction in this micro-step
   };
   // A unit's gradient on its way from the whole-unit buffer into the shard: the reduce-scatter
   // (and, for hybrid_shard, the all-reduce across replicas) in flight.
@@ -132,6 +138,11 @@ class Fsdp final : public UnitAccess {
   bool gathers() const {
     return strategy_ != ShardStrategy::kNoShard || gather_dtype_ != DType::F32;
   }
+  // Whether a lookup of N tokens per rank in `unit` goes by rows (embed_rows) rather than by
+  // gathering the table; `backward`: for embed_rows_backward.
+  bool rows_path(const Unit& x, int N, int C, bool backward) const;
+  // all (S * N) = every rank's ids (N), in rank order, in a pooled buffer.
+  DeviceBuffer<float> gather_ids(const int32_t* ids, int N);
   void start_gather(int unit);
   void free_full(int unit);
   void complete(Pending& p);

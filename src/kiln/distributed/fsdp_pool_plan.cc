@@ -74,16 +74,24 @@ class Replay {
   }
   // Fsdp::embed_rows: every rank's ids and rows (S * N, C) while the lookup runs, or the table.
   void embed_rows(int u) {
-    const size_t S = s_.shard_size, N = s_.tokens, rows = s_.unit_numel[u] / s_.hidden;
-    if (no_shard() || S == 1 || S * N >= rows) {
+    if (!rows_path(u, false)) {
       acquire(u);
       release(u);
       return;
     }
-    books_.take(S * N, Kind::kComm);
-    books_.take(S * N * s_.hidden, Kind::kComm);
-    books_.give(S * N, Kind::kComm);
-    books_.give(S * N * s_.hidden, Kind::kComm);
+    rows_buffers();
+  }
+  // Fsdp::embed_rows_backward: the same buffers, or a whole-unit gradient.
+  void embed_rows_backward(int u) {
+    const bool rows = rows_path(u, true);
+    units_[u].reduced = false;
+    if (!rows) {
+      grad(u);
+      grad_done(u);
+      return;
+    }
+    drain(0);
+    rows_buffers();
   }
   void grad(int u) {
     if (no_shard() || units_[u].grad) return;
@@ -92,6 +100,7 @@ class Replay {
   }
   void grad_done(int u) {
     Unit& x = units_[u];
+    x.reduced = true;
     Pending p{u, 0, 0};
     if (no_shard() && bf16(s_.reduce)) {
       p.out = storage_floats(x.shard, DType::BF16);
@@ -112,6 +121,7 @@ class Replay {
   }
   void finish_backward() {
     drain(0);
+    for (auto& x : units_) x.reduced = false;
     known_ = known_ || !order_.empty();
     pos_ = 0;
     for (size_t u = 0; u < units_.size(); ++u) {
@@ -124,7 +134,7 @@ class Replay {
  private:
   struct Unit {
     size_t padded = 0, shard = 0;
-    bool full = false, keep = false, grad = false;
+    bool full = false, keep = false, grad = false, reduced = false;
     int in_use = 0;
   };
   struct Pending {
@@ -132,6 +142,21 @@ class Replay {
     size_t grad, out;  // floats of the pooled buffers it holds (0: none)
   };
   static bool bf16(DType t) { return t == DType::BF16; }
+  // Fsdp::rows_path.
+  bool rows_path(int u, bool backward) const {
+    const size_t S = s_.group_size;
+    if (S == 1) return false;
+    if (backward && no_shard()) return units_[u].reduced;
+    if (no_shard() || (backward && s_.strategy == ShardStrategy::kHybridShard)) return false;
+    return S * s_.tokens < s_.unit_numel[u] / s_.hidden;
+  }
+  void rows_buffers() {
+    const size_t S = s_.group_size, N = s_.tokens;
+    books_.take(S * N, Kind::kComm);
+    books_.take(S * N * s_.hidden, Kind::kComm);
+    books_.give(S * N, Kind::kComm);
+    books_.give(S * N * s_.hidden, Kind::kComm);
+  }
   bool no_shard() const { return s_.strategy == ShardStrategy::kNoShard; }
   bool gathers() const { return !no_shard() || s_.gather != DType::F32; }
   void gather(int u) {
@@ -181,6 +206,7 @@ void forward_backward(Replay& r, int layers, bool tied) {
     r.acquire(embed);
     r.grad(embed);
     r.release(embed);
+    r.grad_done(embed);
   }
   r.release(head);
   r.grad_done(head);
@@ -190,8 +216,7 @@ void forward_backward(Replay& r, int layers, bool tied) {
     r.release(1 + l);
     r.grad_done(1 + l);
   }
-  r.grad(embed);
-  r.grad_done(embed);
+  r.embed_rows_backward(embed);
   r.finish_backward();
 }
 

@@ -23,8 +23,9 @@ struct FsdpPoolSettings {
   DType gather = DType::F32;
   DType reduce = DType::F32;
   bool prefetch = true;
-  // A training micro-batch's tokens per rank and the hidden size: Fsdp::embed_rows' buffers.
-  size_t tokens = 1, hidden = 1;
+  // A training micro-batch's tokens per rank and the hidden size, and the ranks of FSDP's shard
+  // communicator (the world under no_shard): Fsdp::embed_rows' buffers.
+  size_t tokens = 1, hidden = 1, group_size = 1;
 };
 
 // Bytes the pool holds, by the kind of buffer that first needed each: gathered units, whole-unit

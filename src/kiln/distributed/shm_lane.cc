@@ -302,16 +302,21 @@ void ShmLane::reduce_scatter(void* out, const void* in, size_t n, size_t elem, R
   const size_t part = n * elem;
   const auto* in8 = static_cast<const uint8_t*>(in);
   auto* out8 = static_cast<uint8_t*>(out);
+  // The fold below writes `out` before a rank above 1 adds its own contribution: when `out`
+  // aliases that contribution, it is read from a copy in this rank's slot.
+  const bool own_copied = rank_ >= 2 && out8 == in8 + rank_ * part;
   // A slot carries a piece of every rank's part; pieces stay whole elements and cache lines.
   const size_t piece = std::max(elem, slot_bytes_ / size_ / (kLine * elem) * (kLine * elem));
   for (size_t off = 0; off < part; off += piece) {
     const size_t len = std::min(piece, part - off);
     uint8_t* mine = begin_round(deadline);
-    // Every rank's piece, this rank's own too: `out` may alias it, and the fold below
-    // overwrites it before a rank above 1 adds its own contribution.
-    for (int p = 0; p < size_; ++p) std::memcpy(mine + p * piece, in8 + p * part + off, len);
+    for (int p = 0; p < size_; ++p) {
+      if (p != rank_ || own_copied) std::memcpy(mine + p * piece, in8 + p * part + off, len);
+    }
     publish_and_wait(deadline);
-    auto src = [&](int q) -> const void* { return slot(q, round_) + rank_ * piece; };
+    auto src = [&](int q) -> const void* {
+      return q == rank_ && !own_copied ? in8 + rank_ * part + off : slot(q, round_) + rank_ * piece;
+    };
     // In rank order, from the first two.
     fn(out8 + off, src(0), src(1), len / elem);
     for (int q = 2; q < size_; ++q) fn(out8 + off, out8 + off, src(q), len / elem);

@@ -137,6 +137,11 @@ class Backend {
   // dwte[ids[n]] += dout[n]
   virtual void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
                                   int C) const = 0;
+  // The same into `dpart`, a slice of the flattened (V, C) gradient: element e = ids[n] * C + c
+  // adds into dpart[e - part_begin] when part_begin <= e < part_begin + part_len, and is
+  // dropped otherwise (another rank's shard).
+  virtual void embedding_backward_part(float* dpart, const float* dout, const int32_t* ids,
+                                       size_t part_begin, size_t part_len, int N, int C) const = 0;
 
   // out: (N, C) = x * rstd * w, rstd: (N) = 1/sqrt(mean(x^2) + eps); x: (N, C), w: (C). out
   // may be stored in bf16 (rounded to nearest even).

@@ -94,6 +94,13 @@ void PhaseTimedBackend::embedding_backward(float* dwte, const float* dout, const
   mark(Phase::kOther);
 }
 
+void PhaseTimedBackend::embedding_backward_part(float* dpart, const float* dout, const int32_t* ids,
+                                                size_t part_begin, size_t part_len, int N,
+                                                int C) const {
+  inner_.embedding_backward_part(dpart, dout, ids, part_begin, part_len, N, C);
+  mark(Phase::kOther);
+}
+
 void PhaseTimedBackend::rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w,
                                         int N, int C, float eps) const {
   inner_.rmsnorm_forward(out, rstd, x, w, N, C, eps);

@@ -65,6 +65,8 @@ class PhaseTimedBackend final : public Backend {
                               size_t part_len, int N, int C, bool round_bf16) const override;
   void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
                           int C) const override;
+  void embedding_backward_part(float* dpart, const float* dout, const int32_t* ids,
+                               size_t part_begin, size_t part_len, int N, int C) const override;
   void rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w, int N, int C,
                        float eps) const override;
   void add_rmsnorm_forward(float* sum, DevPtr out, float* rstd, const float* a, const float* b,

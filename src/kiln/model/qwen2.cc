@@ -261,7 +261,12 @@ void Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, float 
         tied ? params.acquire(layout_.embed_unit()) : hw.at(layout_.lm_head_offset());
     float* gh = tied ? params.grad(layout_.embed_unit()) : hg + layout_.lm_head_offset();
     be_.cross_entropy(loss_sum, dxf_, gh, xf_, wh, targets_, N, targeted(batch), C, V, scale);
-    if (tied) params.release(layout_.embed_unit());
+    if (tied) {
+      params.release(layout_.embed_unit());
+      // The LM head's part of the table's gradient is complete: FSDP reduces it while the
+      // layers' backward runs; the lookup's rows follow through embed_rows_backward.
+      params.grad_done(layout_.embed_unit());
+    }
     be_.rmsnorm_backward(dres_, hg + layout_.final_norm_offset(), dxf_, res_ + L * NC,
                          hw.at(layout_.final_norm_offset()), rstdf_, N, C, false);
     params.release(hu);
@@ -275,11 +280,7 @@ void Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, float 
     params.release(u);
     params.grad_done(u);
   }
-  {
-    const int eu = layout_.embed_unit();
-    be_.embedding_backward(params.grad(eu), dres_, ids_, N, C);
-    params.grad_done(eu);
-  }
+  params.embed_rows_backward(layout_.embed_unit(), ids_, dres_, N, C);
 }
 
 }  // namespace kiln

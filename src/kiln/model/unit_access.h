@@ -25,6 +25,12 @@ class UnitAccess {
   // would give (bf16-rounded under bf16), without handing out the table. With sharded
   // parameters this is a collective: every rank of the group calls it with the same N.
   virtual void embed_rows(int unit, const int32_t* ids, int N, int C, float* out) = 0;
+  // The lookup's backward: `unit`'s gradient += dout (N, C) rows at ids, and the unit's
+  // gradient for the micro-batch is complete: it stands for embedding_backward into grad(unit)
+  // and grad_done(unit). A unit whose table another op also reads (a tied LM head) has had
+  // grad_done for that part already. With sharded parameters a collective, as embed_rows.
+  virtual void embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N,
+                                   int C) = 0;
 };
 
 // Every unit's parameters and gradients held whole in this process (world size 1), in device
@@ -39,6 +45,9 @@ class ParamStore final : public UnitAccess {
   float* grad(int unit) override { return grads_[unit].data(); }
   void grad_done(int) override {}
   void embed_rows(int unit, const int32_t* ids, int N, int C, float* out) override;
+  void embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N, int C) override {
+    be_.embedding_backward(grads_[unit].data(), dout, ids, N, C);
+  }
 
   int num_units() const { return static_cast<int>(params_.size()); }
   // Device buffers. On the CPU backend they are host memory, which tests read and write

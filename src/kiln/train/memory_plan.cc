@@ -89,6 +89,7 @@ FsdpPoolPlan pool_plan(const Qwen2Config& c, const std::vector<UnitGeometry>& un
   ps.prefetch = s.prefetch;
   ps.tokens = static_cast<size_t>(s.micro_batch) * static_cast<size_t>(s.seq_len);
   ps.hidden = c.hidden_size;
+  ps.group_size = s.strategy == ShardStrategy::kNoShard ? static_cast<size_t>(s.world_size) : S;
   return plan_fsdp_pool(ps);
 }
 

@@ -63,6 +63,10 @@ class AsyncCpuBackend final : public Backend {
                           int C) const override {
     run([=, this] { cpu_.embedding_backward(dwte, dout, ids, N, C); });
   }
+  void embedding_backward_part(float* dpart, const float* dout, const int32_t* ids,
+                               size_t part_begin, size_t part_len, int N, int C) const override {
+    run([=, this] { cpu_.embedding_backward_part(dpart, dout, ids, part_begin, part_len, N, C); });
+  }
   void rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w, int N, int C,
                        float eps) const override {
     run([=, this] { cpu_.rmsnorm_forward(out, rstd, x, w, N, C, eps); });

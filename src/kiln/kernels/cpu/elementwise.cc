@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -87,12 +88,20 @@ void CpuBackend::embedding_forward_part(float* out, const int32_t* ids, const fl
 
 void CpuBackend::embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
                                     int C) const {
+  embedding_backward_part(dwte, dout, ids, 0, SIZE_MAX, N, C);
+}
+
+void CpuBackend::embedding_backward_part(float* dpart, const float* dout, const int32_t* ids,
+                                         size_t part_begin, size_t part_len, int N, int C) const {
   // Threads own disjoint column ranges, so repeated ids never race and the sum order is fixed.
   for_ranges(C, static_cast<size_t>(N) * C, [&](size_t c0, size_t c1) {
     for (int n = 0; n < N; ++n) {
-      float* dst = dwte + static_cast<size_t>(ids[n]) * C;
+      const size_t row = static_cast<size_t>(ids[n]) * C;
       const float* src = dout + static_cast<size_t>(n) * C;
-      for (size_t c = c0; c < c1; ++c) dst[c] += src[c];
+      for (size_t c = c0; c < c1; ++c) {
+        const size_t at = row + c - part_begin;  // wraps above part_len when below part_begin
+        if (at < part_len) dpart[at] += src[c];
+      }
     }
   });
 }

@@ -4,6 +4,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include "kiln/base/error.h"
 #include "kiln/kernels/cuda/attention_ops.h"
 #include "kiln/kernels/cuda/cuda_check.h"
@@ -126,7 +128,11 @@ void CudaBackend::embedding_forward_part(float* out, const int32_t* ids, const f
 }
 void CudaBackend::embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
                                      int C) const {
-  cuda::embedding_backward(dwte, dout, ids, N, C, native());
+  cuda::embedding_backward(dwte, dout, ids, 0, SIZE_MAX, N, C, native());
+}
+void CudaBackend::embedding_backward_part(float* dpart, const float* dout, const int32_t* ids,
+                                          size_t part_begin, size_t part_len, int N, int C) const {
+  cuda::embedding_backward(dpart, dout, ids, part_begin, part_len, N, C, native());
 }
 void CudaBackend::rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w, int N,
                                   int C, float eps) const {

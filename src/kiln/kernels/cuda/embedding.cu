@@ -43,7 +43,8 @@ constexpr int kIdBuckets = 16;
 constexpr int kColumnsPerBlock = 128;
 
 __global__ void __launch_bounds__(kColumnsPerBlock)
-    embedding_backward_kernel(float* dwte, const float* dout, const int32_t* ids, int N, int C) {
+    embedding_backward_kernel(float* dpart, const float* dout, const int32_t* ids, int N, int C,
+                              size_t begin, size_t len) {
   __shared__ int32_t tile[kColumnsPerBlock];
   const int c = blockIdx.x * kColumnsPerBlock + threadIdx.x;
   const int bucket = static_cast<int>(blockIdx.y);
@@ -55,7 +56,9 @@ __global__ void __launch_bounds__(kColumnsPerBlock)
       for (int j = 0; j < count; ++j) {
         const int32_t id = tile[j];
         if (id % kIdBuckets != bucket) continue;
-        dwte[static_cast<size_t>(id) * C + c] += dout[static_cast<size_t>(n0 + j) * C + c];
+        // Wraps above len when the element lies below the slice.
+        const size_t at = static_cast<size_t>(id) * C + c - begin;
+        if (at < len) dpart[at] += dout[static_cast<size_t>(n0 + j) * C + c];
       }
     }
     __syncthreads();  // the tile is reloaded only once every thread has walked it
@@ -82,11 +85,12 @@ void embedding_forward_part(float* out, const int32_t* ids, const float* part, s
   KILN_CUDA_CHECK_LAUNCH();
 }
 
-void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N, int C,
-                        cudaStream_t stream) {
+void embedding_backward(float* dpart, const float* dout, const int32_t* ids, size_t part_begin,
+                        size_t part_len, int N, int C, cudaStream_t stream) {
   if (N == 0 || C == 0) return;
   const dim3 grid((C + kColumnsPerBlock - 1) / kColumnsPerBlock, kIdBuckets);
-  embedding_backward_kernel<<<grid, kColumnsPerBlock, 0, stream>>>(dwte, dout, ids, N, C);
+  embedding_backward_kernel<<<grid, kColumnsPerBlock, 0, stream>>>(dpart, dout, ids, N, C,
+                                                                   part_begin, part_len);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

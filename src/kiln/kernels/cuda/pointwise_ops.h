@@ -22,8 +22,9 @@ void embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N, i
 // Deterministic: no float atomics; repeated ids add in token order.
 void embedding_forward_part(float* out, const int32_t* ids, const float* part, size_t part_begin,
                             size_t part_len, int N, int C, bool round_bf16, cudaStream_t stream);
-void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N, int C,
-                        cudaStream_t stream);
+// Into the slice [part_begin, part_begin + part_len) of the flattened dwte (0, SIZE_MAX: all).
+void embedding_backward(float* dpart, const float* dout, const int32_t* ids, size_t part_begin,
+                        size_t part_len, int N, int C, cudaStream_t stream);
 
 void rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w, int N, int C,
                      float eps, cudaStream_t stream);
