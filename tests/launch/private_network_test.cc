@@ -87,7 +87,7 @@ class HostileWatcher {
         if (!seen_.insert(port).second) continue;
         if (poke(port, rng)) ++hits_;
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      std::this_thread::yield();
     }
   }
   static bool poke(int port, std::mt19937& rng) {
@@ -165,17 +165,20 @@ WatchedRun train_watched(const fs::path& d, const std::string& mode, const std::
 }
 
 TEST(PrivateNetwork, AHostileWatcherFailsAGroupOnTheHostsLoopback) {
-  // The watcher races the real peer and wins about half the time here, so it is given six
-  // tries: the point is that it is a real threat, which the test below shows the private
-  // network removes.
+  // The watcher races the real peer and wins about half the time here (less under load), so it
+  // is given twelve tries: the point is that it is a real threat, which the test below shows the
+  // private network removes. It wins either at the rendezvous (its bytes read as an address, a
+  // refused connection) or at the first collective (a pair connected to it).
   const fs::path d = testing::setup_tiny_run("kiln_privnet", "host", {.max_steps = 2});
   int failed = 0;
-  for (int i = 0; i < 6 && failed == 0; ++i) {
+  for (int i = 0; i < 12 && failed == 0; ++i) {
     const WatchedRun r = train_watched(d, "off", "run" + std::to_string(i));
     std::fprintf(stderr, "host network, try %d: exit %d, watcher hit %d listener(s)\n", i, r.code,
                  r.hits);
     if (r.code != 0) {
-      EXPECT_HAS(r.out, "gloo rendezvous");
+      EXPECT_TRUE(r.out.find("gloo rendezvous") != std::string::npos ||
+                  r.out.find("Connection closed by peer") != std::string::npos)
+          << r.out;
       ++failed;
     }
   }

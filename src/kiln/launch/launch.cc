@@ -8,6 +8,7 @@
 #include "kiln/base/dir_lock.h"
 #include "kiln/base/log.h"
 #include "kiln/base/stop_request.h"
+#include "kiln/kernels/gpu_assignment.h"
 #include "kiln/launch/agent.h"
 #include "kiln/launch/private_network.h"
 #include "kiln/launch/store_token.h"
@@ -26,6 +27,14 @@ int single_process(const LaunchOptions& o, const TrainFn& fn, const std::string&
   ctx.run_dir = o.run_dir;
   ctx.keep_last = o.keep_last;
   return fn(ctx);
+}
+
+// auto: CPU groups only. NCCL inside the namespace (loopback only) has never run on a GPU, so a
+// GPU group keeps the host's network unless dist.private_network is on.
+bool wants_private_network(PrivateNetwork mode, DeviceRequest device) {
+  if (mode != PrivateNetwork::kAuto) return mode == PrivateNetwork::kOn;
+  return device == DeviceRequest::kCpu ||
+         (device == DeviceRequest::kAuto && visible_gpu_count() == 0);
 }
 
 std::string hang_dir(const LaunchOptions& o) {
@@ -50,8 +59,8 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
   }
   // A single-node group's agent re-runs itself in a network namespace of its own
   // (private_network.h), before it listens or spawns anything.
-  if (agent && t.num_nodes == 1 && nproc > 1 && o.private_network != PrivateNetwork::kOff &&
-      !in_private_network()) {
+  if (agent && t.num_nodes == 1 && nproc > 1 && !in_private_network() &&
+      wants_private_network(o.private_network, o.device)) {
     if (const auto status = run_in_private_network(o.private_network)) {
       return *status;
     }

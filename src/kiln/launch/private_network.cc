@@ -66,8 +66,14 @@ std::vector<std::string> own_arguments() {
 ChildPlan plan_child() {
   ChildPlan p;
   p.args = own_arguments();
-  p.env = {std::string(kMarker) + "=1"};
-  for (char** e = environ; *e != nullptr; ++e) p.env.emplace_back(*e);
+  // The namespace's only interface is lo: an interface named for the host's network (eth0 in a
+  // container's environment) would not be found there.
+  p.env = {std::string(kMarker) + "=1", "KILN_SOCKET_IFNAME=lo", "NCCL_SOCKET_IFNAME=lo"};
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    if (kv.starts_with("KILN_SOCKET_IFNAME=") || kv.starts_with("NCCL_SOCKET_IFNAME=")) continue;
+    p.env.push_back(kv);
+  }
   for (auto& a : p.args) p.argv.push_back(a.data());
   p.argv.push_back(nullptr);
   for (auto& e : p.env) p.envp.push_back(e.data());

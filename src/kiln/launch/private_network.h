@@ -20,8 +20,10 @@
 
 namespace kiln {
 
-// dist.private_network: "auto" (a private network when the kernel allows one, else a warning and
-// the host's), "on" (refuse to start without one), "off" (the host's network).
+// dist.private_network: "auto" (for a CPU group, a private network when the kernel allows one,
+// else a warning and the host's; a GPU group keeps the host's: NCCL inside the namespace has not
+// run on a GPU yet), "on" (refuse to start without one), "off" (the host's network). Inside,
+// KILN_SOCKET_IFNAME and NCCL_SOCKET_IFNAME are lo, the only interface there.
 enum class PrivateNetwork { kAuto, kOn, kOff };
 PrivateNetwork parse_private_network(const std::string& value);
 
