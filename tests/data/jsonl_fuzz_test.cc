@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fuzz_json.h"
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
@@ -46,16 +47,6 @@ std::vector<std::string> seed_lines() {
     }
   }
   return lines;
-}
-
-// Every node of a JSON document, as a JSON pointer.
-void collect(const Json& j, const Json::json_pointer& at, std::vector<Json::json_pointer>& out) {
-  out.push_back(at);
-  if (j.is_object()) {
-    for (const auto& [k, v] : j.items()) collect(v, at / k, out);
-  } else if (j.is_array()) {
-    for (size_t i = 0; i < j.size(); ++i) collect(j[i], at / i, out);
-  }
 }
 
 TEST(JsonlFuzz, SeedsLoadOrFailCleanly) {
@@ -127,7 +118,7 @@ TEST(JsonlFuzz, JsonMutations) {
       continue;  // the deliberately bad seed lines
     }
     std::vector<Json::json_pointer> nodes;
-    collect(doc, Json::json_pointer(), nodes);
+    testing::fuzz_json_nodes(doc, Json::json_pointer(), nodes);
     for (const auto& at : nodes) {
       for (const Json& r : replacements) {
         Json m = doc;

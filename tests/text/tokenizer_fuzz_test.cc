@@ -11,12 +11,15 @@
 #include <vector>
 
 #include "common/fuzz_driver.h"
+#include "common/fuzz_json.h"
 #include "kiln/base/json.h"
 #include "kiln/text/tokenizer.h"
 
 namespace kiln {
 namespace {
 
+using testing::fuzz_json_edit;
+using testing::fuzz_json_nodes;
 using testing::FuzzTally;
 
 const fs::path kSeeds = fs::path(KILN_SOURCE_DIR) / "fuzz/corpus/tokenizer_json";
@@ -30,17 +33,6 @@ void run_one(const std::string& input, const std::string& label, FuzzTally& tall
 }
 
 std::vector<std::string> seeds() { return testing::fuzz_seeds(kSeeds); }
-
-// Every node of a JSON document, as a JSON pointer.
-void collect(const Json& j, const Json::json_pointer& at, std::vector<Json::json_pointer>& out) {
-  out.push_back(at);
-  if (j.is_object()) {
-    for (const auto& [k, v] : j.items()) collect(v, at / k, out);
-  } else if (j.is_array()) {
-    // Only the first few elements of a long array: the vocabulary has hundreds.
-    for (size_t i = 0; i < std::min<size_t>(j.size(), 4); ++i) collect(j[i], at / i, out);
-  }
-}
 
 TEST(TokenizerFuzz, SeedsLoadOrFailCleanly) {
   FuzzTally tally;
@@ -75,21 +67,9 @@ TEST(TokenizerFuzz, JsonMutations) {
   for (const std::string& seed : seeds()) {
     const Json doc = parse_json(seed, "seed");
     std::vector<Json::json_pointer> nodes;
-    collect(doc, Json::json_pointer(), nodes);
+    fuzz_json_nodes(doc, Json::json_pointer(), nodes, 4);
     for (int round = 0; round < 400; ++round) {
-      Json j = doc;
-      for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) {
-        const Json::json_pointer& at = nodes[rng() % nodes.size()];
-        if (!j.contains(at)) continue;
-        if (at.empty()) {
-          j = replacements[rng() % replacements.size()];
-        } else if (rng() % 4 == 0 && j.at(at.parent_pointer()).is_object()) {
-          j.at(at.parent_pointer()).erase(at.back());
-        } else {
-          j.at(at) = replacements[rng() % replacements.size()];
-        }
-      }
-      run_one(j.dump(), "json edit", tally);
+      run_one(fuzz_json_edit(doc, nodes, replacements, rng).dump(), "json edit", tally);
     }
   }
   EXPECT_GT(tally.loaded, 100);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/fuzz_driver.h"
+#include "common/fuzz_json.h"
 #include "kiln/base/json.h"
 #include "kiln/model/config.h"
 #include "kiln/model/layout.h"
@@ -20,6 +21,8 @@
 namespace kiln {
 namespace {
 
+using testing::fuzz_json_edit;
+using testing::fuzz_json_nodes;
 using testing::fuzz_mutate;
 using testing::fuzz_seeds;
 using testing::fuzz_truncations;
@@ -40,16 +43,6 @@ bool loads(const std::string& text) {
 
 void run_one(const std::string& input, const std::string& label, FuzzTally& tally) {
   run_fuzz_input(input, label, &tally, loads);
-}
-
-// Every node of a JSON document, as a JSON pointer.
-void collect(const Json& j, const Json::json_pointer& at, std::vector<Json::json_pointer>& out) {
-  out.push_back(at);
-  if (j.is_object()) {
-    for (const auto& [k, v] : j.items()) collect(v, at / k, out);
-  } else if (j.is_array()) {
-    for (size_t i = 0; i < j.size(); ++i) collect(j[i], at / i, out);
-  }
 }
 
 TEST(CheckpointManifestFuzz, EachInvalidSeedIsRejectedForItsFlaw) {
@@ -143,21 +136,9 @@ TEST(CheckpointManifestFuzz, JsonEdits) {
   for (const std::string& seed : fuzz_seeds(kSeeds)) {
     const Json doc = parse_json(seed, "seed");
     std::vector<Json::json_pointer> nodes;
-    collect(doc, Json::json_pointer(), nodes);
+    fuzz_json_nodes(doc, Json::json_pointer(), nodes);
     for (int round = 0; round < 600; ++round) {
-      Json j = doc;
-      for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) {
-        const Json::json_pointer& at = nodes[rng() % nodes.size()];
-        if (!j.contains(at)) continue;
-        if (at.empty()) {
-          j = replacements[rng() % replacements.size()];
-        } else if (rng() % 4 == 0 && j.at(at.parent_pointer()).is_object()) {
-          j.at(at.parent_pointer()).erase(at.back());
-        } else {
-          j.at(at) = replacements[rng() % replacements.size()];
-        }
-      }
-      run_one(j.dump(), "json edit", tally);
+      run_one(fuzz_json_edit(doc, nodes, replacements, rng).dump(), "json edit", tally);
     }
   }
   EXPECT_GT(tally.loaded, 200);
