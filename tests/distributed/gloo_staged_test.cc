@@ -9,6 +9,7 @@
 #include <functional>
 #include <thread>
 
+#include "common/rank_threads.h"
 #include "kiln/distributed/gloo_communicator.h"
 #include "kiln/kernels/cpu/async_cpu_backend.h"
 
@@ -19,24 +20,14 @@ using Body = std::function<void(Communicator&, const Backend&, int)>;
 
 void run_ranks(int world, const Body& body) {
   auto store = std::make_shared<MemoryStore>();
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto backend = make_async_cpu_backend(false);
-        GlooOptions o;
-        o.timeout = std::chrono::milliseconds(20000);
-        o.staging_backend = backend.get();
-        auto comm = make_gloo_communicator(store, r, world, o);
-        body(*comm, *backend, r);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  testing::run_rank_threads(world, [&](int r) {
+    auto backend = make_async_cpu_backend(false);
+    GlooOptions o;
+    o.timeout = std::chrono::milliseconds(20000);
+    o.staging_backend = backend.get();
+    auto comm = make_gloo_communicator(store, r, world, o);
+    body(*comm, *backend, r);
+  });
 }
 
 float value(int rank, size_t i) {

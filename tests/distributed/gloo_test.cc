@@ -9,6 +9,7 @@
 #include <functional>
 #include <thread>
 
+#include "common/rank_threads.h"
 #include "kiln/base/error.h"
 #include "kiln/distributed/gloo_communicator.h"
 
@@ -22,23 +23,13 @@ using Body = std::function<void(Communicator&, int)>;
 // shm: the group may use shared memory between its ranks (all on this host), else TCP only.
 void run_ranks(bool shm, int world, const Body& body, milliseconds timeout = milliseconds(20000)) {
   auto store = std::make_shared<MemoryStore>();
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        GlooOptions o;
-        o.timeout = timeout;
-        o.same_host_shm = shm;
-        auto comm = make_gloo_communicator(store, r, world, o);
-        body(*comm, r);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r << " of " << world;
+  testing::run_rank_threads(world, [&](int r) {
+    GlooOptions o;
+    o.timeout = timeout;
+    o.same_host_shm = shm;
+    auto comm = make_gloo_communicator(store, r, world, o);
+    body(*comm, r);
+  });
 }
 
 // Every test runs twice: bulk collectives over shared memory (every rank is on this host), and

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/rank_threads.h"
 #include "kiln/base/error.h"
 #include "kiln/distributed/gloo_collectives.h"
 #include "kiln/distributed/store.h"
@@ -23,21 +24,10 @@ using Body = std::function<void(ShmLane*, int)>;
 void run_lane(int world, const std::vector<size_t>& slot_bytes, const Body& body,
               bool allow_direct = true) {
   auto store = std::make_shared<MemoryStore>();
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto lane =
-            ShmLane::open(*store, r, world, milliseconds(5000), slot_bytes[r], allow_direct);
-        body(lane.get(), r);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  testing::run_rank_threads(world, [&](int r) {
+    auto lane = ShmLane::open(*store, r, world, milliseconds(5000), slot_bytes[r], allow_direct);
+    body(lane.get(), r);
+  });
 }
 
 ShmLane::Clock::time_point soon() { return ShmLane::Clock::now() + milliseconds(5000); }
