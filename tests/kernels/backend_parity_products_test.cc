@@ -3,6 +3,7 @@
 // with cross-entropy. On a bf16 backend the inputs that feed products are also given in bf16, as
 // FSDP gathers them; the reference gets the same values in fp32.
 #include "backend_parity_shapes.h"
+#include "common/test_backend.h"
 
 namespace kiln::parity {
 namespace {
@@ -291,6 +292,67 @@ TEST_P(BackendParity, CrossEntropyAllIgnored) {
                    {"dx", d.download(dx, static_cast<size_t>(N) * C)},
                    {"dw", d.download(dw, dw0.size())}};
   });
+}
+
+// The split-vocabulary passes (ce_part_max, ce_part_sumexp, ce_part_grad) over two blocks of
+// logits with a leading dimension wider than either, as Fsdp::head_cross_entropy calls them.
+void split_vocabulary_loss(const Backend& b, float* logits, double* loss, float* row_max,
+                           float* sums, const int32_t* targets, int n, int V, int split,
+                           int loss_begin, int loss_end, float scale) {
+  const int ld = V + 3;
+  b.ce_part_max(row_max, logits, n, split, ld, false);
+  b.ce_part_max(row_max, logits + split, n, V - split, ld, true);
+  b.ce_part_sumexp(sums, logits, row_max, targets, 0, n, split, ld);
+  b.ce_part_sumexp(sums, logits + split, row_max, targets, split, n, V - split, ld);
+  b.ce_part_grad(logits, loss, row_max, sums, targets, 0, n, split, ld, scale, loss_begin,
+                 loss_end);
+  b.ce_part_grad(logits + split, nullptr, row_max, sums, targets, split, n, V - split, ld, scale, 0,
+                 0);
+}
+
+TEST_P(BackendParity, CrossEntropySplitVocabulary) {
+  const int n = 37, V = 301, split = 120, ld = V + 3;
+  const auto logits = random_values(static_cast<size_t>(n) * ld, 61, 3.0f);
+  const auto targets = targets_for(n, V);
+  expect_parity(be(), "ce_part_max, ce_part_sumexp, ce_part_grad", kProduct, [&](const Backend& b) {
+    DeviceScope d(b);
+    float* lg = d.upload(logits);
+    double* loss = d.zeros<double>(1);
+    float* row_max = d.zeros<float>(n);
+    float* sums = d.zeros<float>(2 * static_cast<size_t>(n));
+    split_vocabulary_loss(b, lg, loss, row_max, sums, d.upload(targets), n, V, split, 5, 30, 0.25f);
+    return Outputs{{"loss", d.download(loss, 1)},
+                   {"row_max", d.download(row_max, n)},
+                   {"sums", d.download(sums, 2 * static_cast<size_t>(n))},
+                   {"grad", d.download(lg, logits.size())}};
+  });
+}
+
+// The passes are the cross-entropy: against cross_entropy with x the identity (N = C), whose
+// logits are w^T and whose dw is the transposed logit gradient, on the CPU reference.
+TEST(CrossEntropySplitVocabulary, IsTheFusedCrossEntropy) {
+  const int n = 24, V = 53, split = 20, ld = V + 3;
+  const Backend& b = testing::cpu_fp32();
+  const auto w = random_values(static_cast<size_t>(V) * n, 62, 2.0f);
+  std::vector<float> x(static_cast<size_t>(n) * n, 0.0f), logits(static_cast<size_t>(n) * ld);
+  for (int i = 0; i < n; ++i) {
+    x[static_cast<size_t>(i) * n + i] = 1.0f;
+    for (int v = 0; v < V; ++v) logits[static_cast<size_t>(i) * ld + v] = w[v * n + i];
+  }
+  const auto targets = targets_for(n, V);
+  const float scale = 0.5f;
+  double fused = 0, split_loss = 0;
+  std::vector<float> dx(x.size()), dw(w.size(), 0.0f), row_max(n), sums(2 * n, 0.0f);
+  b.cross_entropy(&fused, dx.data(), dw.data(), x.data(), w.data(), targets.data(), n,
+                  rows_with_target(targets.data(), n), n, V, scale);
+  split_vocabulary_loss(b, logits.data(), &split_loss, row_max.data(), sums.data(), targets.data(),
+                        n, V, split, 0, n, scale);
+  EXPECT_NEAR(split_loss, fused, 1e-5 * std::fabs(fused));
+  for (int i = 0; i < n; ++i) {
+    for (int v = 0; v < V; ++v) {
+      EXPECT_NEAR(logits[static_cast<size_t>(i) * ld + v], dw[v * n + i], 1e-6) << i << " " << v;
+    }
+  }
 }
 
 // The same call twice gives the same loss and gradients bit for bit (no float atomics).

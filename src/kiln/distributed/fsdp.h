@@ -50,6 +50,12 @@ enum class ShardStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
 ShardStrategy parse_strategy(const std::string& name);
 const char* strategy_name(ShardStrategy s);
 
+// Fsdp::head_cross_entropy's split vocabulary: the rows of logits it computes at once for
+// `rows` rows over a shard of `shard_size` elements of a table with rows of C, and the floats of
+// its per-chunk scratch (also fsdp_pool_plan.cc's).
+size_t vocab_head_logit_rows(size_t rows, size_t shard_size, size_t C);
+size_t vocab_head_scratch_floats(size_t chunk_rows, size_t group_size);
+
 class Fsdp final : public UnitAccess {
  public:
   // shard: the group parameters are sharded over (the world, or the node for hybrid);
@@ -74,6 +80,18 @@ class Fsdp final : public UnitAccess {
   // what the unit's earlier grad_done reduced. Otherwise (and for hybrid_shard, whose other
   // nodes' rows these would miss) a whole-unit gradient is made and reduced as usual.
   void embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N, int C) override;
+  // Under full_shard and shard_grad_op, when the group's tokens are fewer than the table's rows
+  // and every shard holds at least a row: the vocabulary is split along the shards (Megatron's
+  // vocabulary-parallel head). Every rank's rows of x and targets are gathered, each rank
+  // computes the logits of its own part of the table for all of them, the ranks combine each
+  // row's max and sum of exponentials (two small all-reduces per chunk of rows), and each adds
+  // its part's gradient straight into its gradient shard; a reduce-scatter of the (S * N, C)
+  // input gradients gives each rank dx. Neither the table nor its whole gradient is ever held.
+  // Rows cut by a shard boundary are completed by a third small all-reduce (fsdp_vocab_head.cc).
+  // Otherwise the table is acquired and its gradient reduced as usual.
+  void head_cross_entropy(int unit, double* loss_sum, float* dx, const float* x,
+                          const int32_t* targets, int N, int targeted, int C, int V,
+                          float scale) override;
 
   // Gradient accumulation: with sync off (micro-steps before the last), strategies that can
   // keep whole-unit gradients (no_shard, shard_grad_op) skip communication and accumulate
@@ -141,6 +159,11 @@ class Fsdp final : public UnitAccess {
   // Whether a lookup of N tokens per rank in `unit` goes by rows (embed_rows) rather than by
   // gathering the table; `backward`: for embed_rows_backward.
   bool rows_path(const Unit& x, int N, int C, bool backward) const;
+  // Whether head_cross_entropy of N tokens per rank splits the vocabulary (see there).
+  bool vocab_path(const Unit& x, int N, int C) const;
+  // head_cross_entropy's split vocabulary.
+  void vocab_head(Unit& x, double* loss_sum, float* dx, const float* xin, const int32_t* targets,
+                  int N, int C, int V, float scale);
   // all (S * N) = every rank's ids (N), in rank order, in a pooled buffer.
   DeviceBuffer<float> gather_ids(const int32_t* ids, int N);
   void start_gather(int unit);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <vector>
 
 #include "kiln/kernels/device_buffer.h"
 
@@ -93,6 +94,24 @@ class Replay {
     drain(0);
     rows_buffers();
   }
+  // Fsdp::head_cross_entropy: the split vocabulary's buffers, or the table and its gradient.
+  void head_cross_entropy(int u) {
+    if (!vocab_path(u)) {
+      acquire(u);
+      grad(u);
+      release(u);
+      grad_done(u);
+      return;
+    }
+    const size_t S = s_.shard_size, Nt = S * s_.tokens, C = s_.hidden, P = units_[u].shard;
+    const size_t rows = vocab_head_logit_rows(Nt, P, C);
+    std::vector<size_t> sizes = {Nt * C, Nt};
+    if (bf16(s_.gather)) sizes.push_back(storage_floats(P, DType::BF16));
+    sizes.insert(sizes.end(), {storage_floats(2 * C, s_.gather), 2 * C, Nt * C, rows * (P / C),
+                               vocab_head_scratch_floats(rows, S)});
+    for (size_t n : sizes) books_.take(n, Kind::kComm);
+    for (size_t n : sizes) books_.give(n, Kind::kComm);
+  }
   void grad(int u) {
     if (no_shard() || units_[u].grad) return;
     books_.take(units_[u].padded, Kind::kGrads);
@@ -150,6 +169,15 @@ class Replay {
     if (no_shard() || (backward && s_.strategy == ShardStrategy::kHybridShard)) return false;
     return S * s_.tokens < s_.unit_numel[u] / s_.hidden;
   }
+  // Fsdp::vocab_path.
+  bool vocab_path(int u) const {
+    const size_t S = s_.shard_size;
+    if (S == 1) return false;
+    if (s_.strategy != ShardStrategy::kFullShard && s_.strategy != ShardStrategy::kShardGradOp) {
+      return false;
+    }
+    return units_[u].shard >= s_.hidden && S * s_.tokens < s_.unit_numel[u] / s_.hidden;
+  }
   void rows_buffers() {
     const size_t S = s_.group_size, N = s_.tokens;
     books_.take(S * N, Kind::kComm);
@@ -202,12 +230,7 @@ void forward_backward(Replay& r, int layers, bool tied) {
   }
   r.acquire(head);
   r.grad(head);
-  if (tied) {
-    r.acquire(embed);
-    r.grad(embed);
-    r.release(embed);
-    r.grad_done(embed);
-  }
+  if (tied) r.head_cross_entropy(embed);
   r.release(head);
   r.grad_done(head);
   for (int l = layers - 1; l >= 0; --l) {

@@ -161,7 +161,8 @@ class Backend {
   virtual void matmul_forward(float* out, ConstDevPtr x, ConstDevPtr w, ConstDevPtr b, int N,
                               int IC, int OC) const = 0;
   // dx: (N, IC) = dout @ w (written, or added when accumulate); dw (OC, IC) += dout^T @ x;
-  // db (OC) += column sums of dout (skipped when null). dx may be null (no input gradient).
+  // db (OC) += column sums of dout (skipped when null). dx may be null (no input gradient), and
+  // dw (no weight gradient).
   virtual void matmul_backward(float* dx, float* dw, float* db, const float* dout, ConstDevPtr x,
                                ConstDevPtr w, int N, int IC, int OC, bool accumulate) const = 0;
 
@@ -218,6 +219,25 @@ class Backend {
   virtual void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,
                              const int32_t* targets, int N, int targeted, int C, int V,
                              float scale) const = 0;
+
+  // The cross-entropy of a vocabulary split across ranks (FSDP's Fsdp::head_cross_entropy),
+  // in three passes over blocks of logits: logits (n, m), rows ld floats apart, whose column j
+  // is vocabulary id v0 + j. Between the passes the caller combines the ranks' partial results
+  // (a max, then a sum). Rows whose target is kIgnoreIndex take part in the statistics but get
+  // no loss and a zero gradient.
+  // row_max (n) = the max of each row (with accumulate, of row_max and the row).
+  virtual void ce_part_max(float* row_max, const float* logits, int n, int m, int ld,
+                           bool accumulate) const = 0;
+  // sums (n, 2) += (sum over the row of exp(logit - row_max), the logit of the row's target when
+  // it lies in [v0, v0 + m)).
+  virtual void ce_part_sumexp(float* sums, const float* logits, const float* row_max,
+                              const int32_t* targets, int v0, int n, int m, int ld) const = 0;
+  // Given the whole vocabulary's row_max and sums: logits becomes the loss gradient, scale *
+  // (softmax - onehot(target)), zero on ignored rows; with loss_sum, *loss_sum (one device
+  // double) += the sum of -log softmax[target] over the targeted rows in [loss_begin, loss_end).
+  virtual void ce_part_grad(float* logits, double* loss_sum, const float* row_max,
+                            const float* sums, const int32_t* targets, int v0, int n, int m, int ld,
+                            float scale, int loss_begin, int loss_end) const = 0;
 
   // *sum (one device double) += sum of squares of x (n), accumulated in double in fixed blocks
   // (the result does not depend on the thread count).

@@ -201,6 +201,27 @@ void PhaseTimedBackend::cross_entropy(double* loss_sum, float* dx, float* dw, co
   mark(Phase::kLmHead);
 }
 
+void PhaseTimedBackend::ce_part_max(float* row_max, const float* logits, int n, int m, int ld,
+                                    bool accumulate) const {
+  inner_.ce_part_max(row_max, logits, n, m, ld, accumulate);
+  mark(Phase::kLmHead);
+}
+
+void PhaseTimedBackend::ce_part_sumexp(float* sums, const float* logits, const float* row_max,
+                                       const int32_t* targets, int v0, int n, int m, int ld) const {
+  inner_.ce_part_sumexp(sums, logits, row_max, targets, v0, n, m, ld);
+  mark(Phase::kLmHead);
+}
+
+void PhaseTimedBackend::ce_part_grad(float* logits, double* loss_sum, const float* row_max,
+                                     const float* sums, const int32_t* targets, int v0, int n,
+                                     int m, int ld, float scale, int loss_begin,
+                                     int loss_end) const {
+  inner_.ce_part_grad(logits, loss_sum, row_max, sums, targets, v0, n, m, ld, scale, loss_begin,
+                      loss_end);
+  mark(Phase::kLmHead);
+}
+
 void PhaseTimedBackend::sum_squares(double* sum, const float* x, size_t n) const {
   inner_.sum_squares(sum, x, n);
   mark(Phase::kOptimizer);

@@ -28,6 +28,14 @@ void ParamStore::embed_rows(int unit, const int32_t* ids, int N, int C, float* o
   be_.embedding_forward_part(out, ids, t.data(), 0, t.size(), N, C, dtype_ == DType::BF16);
 }
 
+void ParamStore::head_cross_entropy(int unit, double* loss_sum, float* dx, const float* x,
+                                    const int32_t* targets, int N, int targeted, int C, int V,
+                                    float scale) {
+  const ConstDevPtr w = acquire(unit);
+  be_.cross_entropy(loss_sum, dx, grads_[unit].data(), x, w, targets, N, targeted, C, V, scale);
+  release(unit);
+}
+
 void ParamStore::release(int unit) {
   if (dtype_ == DType::F32) return;
   Bf16Copy& c = copies_[unit];

@@ -257,15 +257,15 @@ void Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, float 
     float* hg = params.grad(hu);
     be_.rmsnorm_forward(xf_, rstdf_, res_ + L * NC, hw.at(layout_.final_norm_offset()), N, C,
                         static_cast<float>(config_.rms_norm_eps));
-    const ConstDevPtr wh =
-        tied ? params.acquire(layout_.embed_unit()) : hw.at(layout_.lm_head_offset());
-    float* gh = tied ? params.grad(layout_.embed_unit()) : hg + layout_.lm_head_offset();
-    be_.cross_entropy(loss_sum, dxf_, gh, xf_, wh, targets_, N, targeted(batch), C, V, scale);
     if (tied) {
-      params.release(layout_.embed_unit());
-      // The LM head's part of the table's gradient is complete: FSDP reduces it while the
-      // layers' backward runs; the lookup's rows follow through embed_rows_backward.
-      params.grad_done(layout_.embed_unit());
+      // The LM head's part of the table's gradient is complete when it returns (FSDP reduces
+      // it while the layers' backward runs, or splits the vocabulary among the ranks); the
+      // lookup's rows follow through embed_rows_backward.
+      params.head_cross_entropy(layout_.embed_unit(), loss_sum, dxf_, xf_, targets_, N,
+                                targeted(batch), C, V, scale);
+    } else {
+      be_.cross_entropy(loss_sum, dxf_, hg + layout_.lm_head_offset(), xf_,
+                        hw.at(layout_.lm_head_offset()), targets_, N, targeted(batch), C, V, scale);
     }
     be_.rmsnorm_backward(dres_, hg + layout_.final_norm_offset(), dxf_, res_ + L * NC,
                          hw.at(layout_.final_norm_offset()), rstdf_, N, C, false);

@@ -31,6 +31,13 @@ class UnitAccess {
   // grad_done for that part already. With sharded parameters a collective, as embed_rows.
   virtual void embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N,
                                    int C) = 0;
+  // The LM head and its loss for a training micro-batch over `unit`, a (V, C) table (a tied
+  // head's embedding): Backend::cross_entropy with dx, its dw into the unit's gradient. It
+  // stands for acquire, cross_entropy into grad(unit), release and grad_done(unit). With
+  // sharded parameters a collective: every rank of the group calls it with the same N.
+  virtual void head_cross_entropy(int unit, double* loss_sum, float* dx, const float* x,
+                                  const int32_t* targets, int N, int targeted, int C, int V,
+                                  float scale) = 0;
 };
 
 // Every unit's parameters and gradients held whole in this process (world size 1), in device
@@ -48,6 +55,9 @@ class ParamStore final : public UnitAccess {
   void embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N, int C) override {
     be_.embedding_backward(grads_[unit].data(), dout, ids, N, C);
   }
+  void head_cross_entropy(int unit, double* loss_sum, float* dx, const float* x,
+                          const int32_t* targets, int N, int targeted, int C, int V,
+                          float scale) override;
 
   int num_units() const { return static_cast<int>(params_.size()); }
   // Device buffers. On the CPU backend they are host memory, which tests read and write

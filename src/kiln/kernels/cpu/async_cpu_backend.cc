@@ -131,6 +131,22 @@ class AsyncCpuBackend final : public Backend {
       cpu_.cross_entropy(loss_sum, dx, dw, x, w, targets, N, targeted, C, V, scale);
     });
   }
+  void ce_part_max(float* row_max, const float* logits, int n, int m, int ld,
+                   bool accumulate) const override {
+    run([=, this] { cpu_.ce_part_max(row_max, logits, n, m, ld, accumulate); });
+  }
+  void ce_part_sumexp(float* sums, const float* logits, const float* row_max,
+                      const int32_t* targets, int v0, int n, int m, int ld) const override {
+    run([=, this] { cpu_.ce_part_sumexp(sums, logits, row_max, targets, v0, n, m, ld); });
+  }
+  void ce_part_grad(float* logits, double* loss_sum, const float* row_max, const float* sums,
+                    const int32_t* targets, int v0, int n, int m, int ld, float scale,
+                    int loss_begin, int loss_end) const override {
+    run([=, this] {
+      cpu_.ce_part_grad(logits, loss_sum, row_max, sums, targets, v0, n, m, ld, scale, loss_begin,
+                        loss_end);
+    });
+  }
   void sum_squares(double* sum, const float* x, size_t n) const override {
     run([=, this] { cpu_.sum_squares(sum, x, n); });
   }

@@ -67,7 +67,9 @@ void CpuBackend::matmul_backward(float* dx, float* dw, float* db, const float* d
                accumulate ? 1.0f : 0.0f, dx, IC, p);
   }
   // dw (OC, IC) += dout^T (OC, N) @ x (N, IC)
-  gemm_mixed(true, false, OC, IC, N, {dout, false, OC}, weight_operand(x, IC), 1.0f, dw, IC, p);
+  if (dw != nullptr) {
+    gemm_mixed(true, false, OC, IC, N, {dout, false, OC}, weight_operand(x, IC), 1.0f, dw, IC, p);
+  }
   if (db != nullptr) {
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < OC; ++o) {

@@ -14,37 +14,6 @@ constexpr int kRowThreads = 256;      // gather and scatter: one block per row
 constexpr int kSoftmaxThreads = 512;  // one block per row of logits
 constexpr int kLossThreads = 1024;
 
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct Plus {
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return a + b;
-  }
-};
-
-// The reduction of v over the block (blockDim.x a multiple of 32), the same value in every
-// thread: a butterfly within each warp, then over the warps' results in warp order.
-template <typename T, typename Op>
-__device__ T block_all_reduce(T v, Op op, T identity) {
-  __shared__ T warp_vals[32];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if (lane == 0) warp_vals[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < static_cast<int>(blockDim.x >> 5) ? warp_vals[lane] : identity;
-    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if (lane == 0) warp_vals[0] = v;
-  }
-  __syncthreads();
-  const T r = warp_vals[0];
-  __syncthreads();  // warp_vals may be reused by the next call
-  return r;
-}
-
 // One block of kCompactThreads: tiles of targets, each an exclusive prefix sum of the flags
 // (warp scans, then a scan of the warp totals), placed after the rows of earlier tiles. Rows
 // past `padded` (a caller that miscounted its targets) are dropped, never written out of bounds.
@@ -122,10 +91,10 @@ __global__ void softmax_rows_kernel(double* row_loss, G* dlogits, const float* l
   const float target_logit = threadIdx.x == 0 && valid ? lg[t] : 0.0f;
   float m = -INFINITY;
   for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, lg[j]);
-  m = block_all_reduce(m, Max{}, -INFINITY);
+  m = block_all_reduce(m, BlockMax{}, -INFINITY);
   float part = 0.0f;
   for (int j = threadIdx.x; j < V; j += blockDim.x) part += expf(lg[j] - m);
-  const double sum = block_all_reduce(static_cast<double>(part), Plus{}, 0.0);
+  const double sum = block_all_reduce(static_cast<double>(part), BlockPlus{}, 0.0);
   if (threadIdx.x == 0) {
     row_loss[row] = valid ? static_cast<double>(m) + log(sum) - static_cast<double>(target_logit)
                           : static_cast<double>(NAN);
@@ -150,7 +119,7 @@ __global__ void scatter_rows_kernel(float* dx, const float* dxr, const int32_t* 
 __global__ void add_loss_sum_kernel(double* loss_sum, const double* row_loss, int n) {
   double s = 0.0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) s += row_loss[i];
-  s = block_all_reduce(s, Plus{}, 0.0);
+  s = block_all_reduce(s, BlockPlus{}, 0.0);
   if (threadIdx.x == 0) *loss_sum += s;
 }
 }  // namespace

@@ -39,4 +39,13 @@ void ce_scatter_rows(float* dx, const float* dxr, const int32_t* rows, int r, in
 // *loss_sum += sum of row_loss (n), in double, in a fixed order (one block).
 void ce_add_loss_sum(double* loss_sum, const double* row_loss, int n, cudaStream_t stream);
 
+// Backend::ce_part_max, ce_part_sumexp and ce_part_grad (cross_entropy_part.cu).
+void ce_part_max(float* row_max, const float* logits, int n, int m, int ld, bool accumulate,
+                 cudaStream_t stream);
+void ce_part_sumexp(float* sums, const float* logits, const float* row_max, const int32_t* targets,
+                    int v0, int n, int m, int ld, cudaStream_t stream);
+void ce_part_grad(float* logits, double* loss_sum, const float* row_max, const float* sums,
+                  const int32_t* targets, int v0, int n, int m, int ld, float scale, int loss_begin,
+                  int loss_end, cudaStream_t stream);
+
 }  // namespace kiln::cuda

@@ -91,6 +91,13 @@ class CudaBackend final : public Backend {
   void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,
                      const int32_t* targets, int N, int targeted, int C, int V,
                      float scale) const override;
+  void ce_part_max(float* row_max, const float* logits, int n, int m, int ld,
+                   bool accumulate) const override;
+  void ce_part_sumexp(float* sums, const float* logits, const float* row_max,
+                      const int32_t* targets, int v0, int n, int m, int ld) const override;
+  void ce_part_grad(float* logits, double* loss_sum, const float* row_max, const float* sums,
+                    const int32_t* targets, int v0, int n, int m, int ld, float scale,
+                    int loss_begin, int loss_end) const override;
   void sum_squares(double* sum, const float* x, size_t n) const override;
   void scale(float* x, float a, size_t n) const override;
   void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm) const override;

@@ -3,6 +3,7 @@
 // scratch first, BF16 ones used as they are), accumulation and outputs fp32.
 #include "kiln/base/error.h"
 #include "kiln/kernels/cuda/column_sums.h"
+#include "kiln/kernels/cuda/cross_entropy_kernels.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
 #include "kiln/kernels/cuda/linear_gemms.h"
 #include "kiln/kernels/cuda/pointwise_ops.h"
@@ -60,9 +61,11 @@ void CudaBackend::matmul_backward(float* dx, float* dw, float* db, const float* 
     gemm_.run(cuda::linear_dx_spec(N, IC, OC, gemm_inputs(), accumulate), douta, wa, dx, nullptr,
               native());
   }
-  const void* xa = gemm_operand(x, static_cast<size_t>(N) * IC, cast_c_, "matmul_backward");
-  // dw (OC, IC) += dout^T (OC, N) @ x (N, IC)
-  gemm_.run(cuda::linear_dw_spec(N, IC, OC, gemm_inputs()), douta, xa, dw, nullptr, native());
+  if (dw != nullptr) {
+    const void* xa = gemm_operand(x, static_cast<size_t>(N) * IC, cast_c_, "matmul_backward");
+    // dw (OC, IC) += dout^T (OC, N) @ x (N, IC)
+    gemm_.run(cuda::linear_dw_spec(N, IC, OC, gemm_inputs()), douta, xa, dw, nullptr, native());
+  }
   if (db != nullptr) cuda::add_column_sums(db, dout, N, OC, native());
 }
 
@@ -71,6 +74,23 @@ void CudaBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const fl
                                 int V, float scale) const {
   cuda::cross_entropy({loss_sum, dx, dw, x, w, targets, N, targeted, C, V, scale}, bf16_, gemm_,
                       ce_scratch_, native());
+}
+
+void CudaBackend::ce_part_max(float* row_max, const float* logits, int n, int m, int ld,
+                              bool accumulate) const {
+  cuda::ce_part_max(row_max, logits, n, m, ld, accumulate, native());
+}
+
+void CudaBackend::ce_part_sumexp(float* sums, const float* logits, const float* row_max,
+                                 const int32_t* targets, int v0, int n, int m, int ld) const {
+  cuda::ce_part_sumexp(sums, logits, row_max, targets, v0, n, m, ld, native());
+}
+
+void CudaBackend::ce_part_grad(float* logits, double* loss_sum, const float* row_max,
+                               const float* sums, const int32_t* targets, int v0, int n, int m,
+                               int ld, float scale, int loss_begin, int loss_end) const {
+  cuda::ce_part_grad(logits, loss_sum, row_max, sums, targets, v0, n, m, ld, scale, loss_begin,
+                     loss_end, native());
 }
 
 }  // namespace kiln

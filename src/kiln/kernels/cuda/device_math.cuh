@@ -33,6 +33,37 @@ __device__ __forceinline__ float load_f32(const uint16_t* p, size_t i) { return 
 __device__ __forceinline__ void store_f32(float* p, size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void store_f32(uint16_t* p, size_t i, float v) { p[i] = bf16_bits(v); }
 
+struct BlockMax {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct BlockPlus {
+  template <typename T>
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+
+// The reduction of v over the block (blockDim.x a multiple of 32), the same value in every
+// thread: a butterfly within each warp, then over the warps' results in warp order.
+template <typename T, typename Op>
+__device__ T block_all_reduce(T v, Op op, T identity) {
+  __shared__ T warp_vals[32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (lane == 0) warp_vals[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < static_cast<int>(blockDim.x >> 5) ? warp_vals[lane] : identity;
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) warp_vals[0] = v;
+  }
+  __syncthreads();
+  const T r = warp_vals[0];
+  __syncthreads();  // warp_vals may be reused by the next call
+  return r;
+}
+
 // Sum over the block of every thread's v, the same in every thread. The order is fixed by the
 // block size (a compile-time constant of each kernel): butterfly within warps (lanes agree, as
 // addition commutes), then the warps' sums in warp order. `shared` holds kThreads / 32 doubles.

@@ -1,0 +1,86 @@
+// The cross-entropy of a vocabulary split across ranks, one block of logits at a time (see
+// Backend::ce_part_max). Rows are independent: each pass is a parallel loop over rows.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/vec_math.h"
+
+namespace kiln {
+
+namespace {
+// Whether target t of the row lies in the block's columns [v0, v0 + m).
+bool in_block(int32_t t, int v0, int m) { return t != kIgnoreIndex && t >= v0 && t < v0 + m; }
+
+float row_max_of(const float* lg, int m) {
+  float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int j = 0; j < m; ++j) mx = std::max(mx, lg[j]);
+  return mx;
+}
+
+double row_sumexp(const float* lg, int m, float mx) {
+  double sum = 0;
+  for (int j0 = 0; j0 < m; j0 += 1024) {
+    const int j1 = std::min(m, j0 + 1024);
+    float part = 0;
+#pragma omp simd reduction(+ : part)
+    for (int j = j0; j < j1; ++j) part += vec::exp(lg[j] - mx);
+    sum += part;
+  }
+  return sum;
+}
+
+// lg (m) becomes scale * (exp(lg - lse) - onehot(t - v0)).
+void row_grad(float* lg, int m, float lse, float scale, int32_t t, int v0) {
+#pragma omp simd
+  for (int j = 0; j < m; ++j) lg[j] = scale * vec::exp(lg[j] - lse);
+  if (in_block(t, v0, m)) lg[t - v0] -= scale;
+}
+}  // namespace
+
+void CpuBackend::ce_part_max(float* row_max, const float* logits, int n, int m, int ld,
+                             bool accumulate) const {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < n; ++i) {
+    const float mx = row_max_of(logits + static_cast<size_t>(i) * ld, m);
+    row_max[i] = accumulate ? std::max(row_max[i], mx) : mx;
+  }
+}
+
+void CpuBackend::ce_part_sumexp(float* sums, const float* logits, const float* row_max,
+                                const int32_t* targets, int v0, int n, int m, int ld) const {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < n; ++i) {
+    const float* lg = logits + static_cast<size_t>(i) * ld;
+    sums[2 * i] += static_cast<float>(row_sumexp(lg, m, row_max[i]));
+    if (in_block(targets[i], v0, m)) sums[2 * i + 1] += lg[targets[i] - v0];
+  }
+}
+
+void CpuBackend::ce_part_grad(float* logits, double* loss_sum, const float* row_max,
+                              const float* sums, const int32_t* targets, int v0, int n, int m,
+                              int ld, float scale, int loss_begin, int loss_end) const {
+  double loss = 0;
+#pragma omp parallel for schedule(static) reduction(+ : loss)
+  for (int i = 0; i < n; ++i) {
+    float* lg = logits + static_cast<size_t>(i) * ld;
+    const int32_t t = targets[i];
+    if (t == kIgnoreIndex) {
+      std::fill(lg, lg + m, 0.0f);
+      continue;
+    }
+    if (i >= loss_begin && i < loss_end) {
+      loss += static_cast<double>(row_max[i]) + std::log(static_cast<double>(sums[2 * i])) -
+              static_cast<double>(sums[2 * i + 1]);
+    }
+    const float lse = row_max[i] + std::log(sums[2 * i]);
+    row_grad(lg, m, lse, scale, t, v0);
+  }
+  if (loss_sum != nullptr) *loss_sum += loss;
+}
+
+}  // namespace kiln
