@@ -76,7 +76,11 @@ void Listener::run() {
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now());
     const int n =
         ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, wait.count())));
-    if (n < 0 && errno != EINTR) break;
+    if (n < 0 && errno != EINTR) {
+      KILN_LOG_WARN("gloo auth: the listener on {} stopped: poll: {}", sockaddr_text(bound_),
+                    std::strerror(errno));
+      break;
+    }
     if (fds[0].revents != 0) break;
     // Handshakes first (fds[i + 2] is pending[i]), then expired ones, then new connections.
     std::vector<Pending> still;
@@ -103,7 +107,13 @@ void Listener::accept_one(std::vector<Pending>& pending) {
   socklen_t len = sizeof from;
   const int fd =
       ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd < 0) return;  // EAGAIN, or a connection reset before we took it
+  if (fd < 0) {
+    // Out of descriptors (the process's, not ours: pending handshakes are capped): back off
+    // instead of spinning on a listener that stays readable. Else EAGAIN, or a reset.
+    if (errno == EMFILE || errno == ENFILE)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return;
+  }
   if (pending.size() >= limits_.max_pending) {
     reject(pending.front(), fmt::format("{} handshakes were pending at once (the limit); this "
                                         "oldest one makes room",
