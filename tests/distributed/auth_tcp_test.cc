@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -329,6 +330,88 @@ TEST(AuthTcp, ARankWithTheWrongTokenCannotJoin) {
   }
   EXPECT_HAS(errors[2], "rank 2 could not connect to rank 0");
   EXPECT_HAS(errors[2], "the listener's MAC does not match");
+}
+
+// The unbound-buffer semantics Gloo's algorithms rely on, on the transport itself: messages
+// that arrive before their receive is posted wait for it; a receive from a set of ranks takes
+// any of them, and messages of one pair and slot match in issue order; abortWaitRecv makes a
+// wait return false and the receive stays posted; a wait past its timeout throws
+// gloo::IoException.
+TEST(AuthTcp, UnboundBufferSemantics) {
+  const auto devices = auth_devices(3, kToken, {});
+  gloo::rendezvous::HashStore store;
+  std::atomic<bool> done{false};
+  testing::run_rank_threads(3, [&](int rank) {
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, 3);
+    ctx->setTimeout(milliseconds(10000));
+    auto dev = devices[rank];
+    ctx->connectFullMesh(store, dev);
+    gloo::BarrierOptions bar(ctx);
+    if (rank != 0) {
+      int32_t msgs[2] = {rank * 10, rank * 10 + 1};
+      auto out = ctx->createUnboundBuffer(msgs, sizeof msgs);
+      out->send(0, 9, 0, 4);
+      out->send(0, 9, 4, 4);
+      out->waitSend();
+      out->waitSend();
+      gloo::barrier(bar);
+      gloo::barrier(bar);  // rank 0 aborted its wait meanwhile
+      if (rank == 2) {
+        int32_t late = 55;
+        auto b = ctx->createUnboundBuffer(&late, 4);
+        b->send(0, 55);
+        b->waitSend();
+      }
+      gloo::barrier(bar);
+      while (!done) std::this_thread::sleep_for(milliseconds(5));
+      return;
+    }
+    // Both peers' messages are buffered before any receive is posted.
+    std::this_thread::sleep_for(milliseconds(200));
+    int32_t got[4] = {-1, -1, -1, -1};
+    auto in = ctx->createUnboundBuffer(got, sizeof got);
+    for (int i = 0; i < 4; ++i) in->recv(std::vector<int>{1, 2}, 9, i * 4, 4);
+    std::vector<int> from;
+    for (int i = 0; i < 4; ++i) {
+      int r = -1;
+      ASSERT_TRUE(in->waitRecv(&r, milliseconds(5000)));
+      from.push_back(r);
+    }
+    std::vector<int32_t> seen(got, got + 4);
+    for (int r : {1, 2}) {
+      const auto first = std::find(seen.begin(), seen.end(), r * 10);
+      const auto second = std::find(seen.begin(), seen.end(), r * 10 + 1);
+      ASSERT_TRUE(first != seen.end() && second != seen.end()) << "from rank " << r;
+      EXPECT_LT(first, second) << "rank " << r << "'s messages out of issue order";
+      EXPECT_EQ(std::count(from.begin(), from.end(), r), 2);
+    }
+    gloo::barrier(bar);
+    int32_t late = -1;
+    auto b = ctx->createUnboundBuffer(&late, 4);
+    b->recv(2, 55);
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(milliseconds(50));
+      b->abortWaitRecv();
+    });
+    EXPECT_FALSE(b->waitRecv(milliseconds(5000)));
+    aborter.join();
+    gloo::barrier(bar);
+    int r = -1;
+    EXPECT_TRUE(b->waitRecv(&r, milliseconds(5000)));
+    EXPECT_EQ(r, 2);
+    EXPECT_EQ(late, 55);
+    gloo::barrier(bar);
+    int32_t never = 0;
+    auto n = ctx->createUnboundBuffer(&never, 4);
+    n->recv(1, 77);
+    try {
+      n->waitRecv(milliseconds(100));
+      ADD_FAILURE() << "a receive nobody sends completed";
+    } catch (const gloo::IoException& e) {
+      EXPECT_HAS(std::string(e.what()), "timed out after 100 ms");
+    }
+    done = true;
+  });
 }
 
 TEST(AuthTcp, OnWithoutATokenIsAnError) {
