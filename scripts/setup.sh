@@ -11,6 +11,7 @@ PACKAGES=(
   libyaml-cpp-dev             # YAML recipes
   libcli11-dev                # command line
   libgloo-dev                 # CPU collectives (TCP)
+  libssl-dev                  # libcrypto: HMAC-SHA256 handshake of authenticated Gloo pairs
   libfmt-dev libspdlog-dev    # formatting and logging
   libpcre2-dev                # tokenizer: the pre-tokenizer's split regex
   libutf8proc-dev             # tokenizer: NFC normalisation

@@ -19,25 +19,37 @@ namespace {
 using std::chrono::milliseconds;
 using Body = std::function<void(Communicator&, int)>;
 
+// The data paths every test runs over: Gloo's tcp transport only (GlooOptions::same_host_shm
+// off, as between hosts), shared memory for the bulk collectives (every rank is on this host),
+// and kiln's authenticated transport (dist.authenticate_pairs on, TCP only).
+enum class Path { kTcp, kShm, kAuth };
+
+void use_path(Path path, GlooOptions& o) {
+  o.same_host_shm = path == Path::kShm;
+  if (path == Path::kAuth) {
+    o.pair_token = "gloo-test-token-0123456789";
+    o.authenticate = PairAuth::kOn;
+  }
+}
+
 // Runs body(comm, rank) on `world` threads; any exception fails the test naming the rank.
-// shm: the group may use shared memory between its ranks (all on this host), else TCP only.
-void run_ranks(bool shm, int world, const Body& body, milliseconds timeout = milliseconds(20000)) {
+void run_ranks(Path path, int world, const Body& body, milliseconds timeout = milliseconds(20000)) {
   auto store = std::make_shared<MemoryStore>();
   testing::run_rank_threads(world, [&](int r) {
     GlooOptions o;
     o.timeout = timeout;
-    o.same_host_shm = shm;
+    use_path(path, o);
     auto comm = make_gloo_communicator(store, r, world, o);
     body(*comm, r);
   });
 }
 
-// Every test runs twice: bulk collectives over shared memory (every rank is on this host), and
-// over TCP only (GlooOptions::same_host_shm off), as between hosts.
-class Gloo : public ::testing::TestWithParam<bool> {};
-INSTANTIATE_TEST_SUITE_P(Paths, Gloo, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& p) {
-                           return p.param ? "Shm" : "Tcp";
+class Gloo : public ::testing::TestWithParam<Path> {};
+INSTANTIATE_TEST_SUITE_P(Paths, Gloo, ::testing::Values(Path::kTcp, Path::kShm, Path::kAuth),
+                         [](const ::testing::TestParamInfo<Path>& p) {
+                           return p.param == Path::kShm    ? "Shm"
+                                  : p.param == Path::kAuth ? "Auth"
+                                                           : "Tcp";
                          });
 
 float value(int rank, size_t i) {
@@ -101,8 +113,8 @@ TEST_P(Gloo, AllGatherF32InAndOutOfPlace) {
 }
 
 // in (world * n): rank r's block b holds value(r, b * n + i); out (n) on rank b is block b reduced.
-void check_reduce_scatter(bool shm, int world, size_t n, bool in_place) {
-  run_ranks(shm, world, [&](Communicator& c, int rank) {
+void check_reduce_scatter(Path path, int world, size_t n, bool in_place) {
+  run_ranks(path, world, [&](Communicator& c, int rank) {
     for (ReduceOp op : kOps) {
       auto in = input(rank, world * n);
       std::vector<float> out(n, -1.0f);
@@ -164,9 +176,9 @@ float half_value(DType t, int rank, size_t i) {
 
 // Reductions of half types compute in f32 and round once per ring hop: error within
 // world * ulp(|partial sums|), with ulp 2^-8 (bf16) or 2^-11 (f16) relative.
-void check_half(bool shm, DType t, int world) {
+void check_half(Path path, DType t, int world) {
   const float eps = t == DType::BF16 ? 1.0f / 256 : 1.0f / 2048;
-  run_ranks(shm, world, [&](Communicator& c, int rank) {
+  run_ranks(path, world, [&](Communicator& c, int rank) {
     const size_t n = 1001;
     std::vector<float> mine(world * n), sum(world * n, 0.0f), mag(world * n, 0.0f);
     for (size_t i = 0; i < world * n; ++i) {
@@ -272,7 +284,9 @@ TEST_P(Gloo, AsyncOpsRunInIssueOrderAndWaitOutOfOrder) {
 
 TEST_P(Gloo, SubGroups) {
   run_ranks(GetParam(), 4, [&](Communicator& c, int rank) {
-    EXPECT_EQ(c.transport(), GetParam() ? "gloo-tcp lo 127.0.0.1 shm" : "gloo-tcp lo 127.0.0.1");
+    const char* transports[] = {"gloo-tcp lo 127.0.0.1", "gloo-tcp lo 127.0.0.1 shm",
+                                "gloo-tcp+auth lo 127.0.0.1"};
+    EXPECT_EQ(c.transport(), transports[static_cast<int>(GetParam())]);
     // Hybrid sharding: intra-node {0,1},{2,3}, inter-node {0,2},{1,3}.
     const int node = rank / 2, local = rank % 2;
     auto intra = c.split(node == 0 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, "intra");
@@ -319,7 +333,7 @@ TEST_P(Gloo, DeadPeerIsNamed) {
     threads.emplace_back([&, r] {
       GlooOptions o;
       o.timeout = milliseconds(2000);
-      o.same_host_shm = GetParam();
+      use_path(GetParam(), o);
       auto c = make_gloo_communicator(store, r, 3, o);
       std::vector<float> x(1000, 1.0f);
       c->all_reduce(x.data(), x.size(), ReduceOp::kSum);
@@ -362,7 +376,7 @@ TEST_P(Gloo, HungPeerTimesOut) {
     threads.emplace_back([&, r] {
       GlooOptions o;
       o.timeout = milliseconds(1500);
-      o.same_host_shm = GetParam();
+      use_path(GetParam(), o);
       auto c = make_gloo_communicator(store, r, 3, o);
       std::vector<float> g(3 * 10);
       std::vector<float> x(10, 1.0f);
@@ -390,7 +404,7 @@ TEST_P(Gloo, HungPeerTimesOut) {
 TEST_P(Gloo, RendezvousTimeoutNamesTheGroup) {
   GlooOptions o;
   o.timeout = milliseconds(300);
-  o.same_host_shm = GetParam();
+  use_path(GetParam(), o);
   o.group_name = "job7";
   try {
     make_gloo_communicator(std::make_shared<MemoryStore>(), 0, 2, o);

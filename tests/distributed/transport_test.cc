@@ -20,6 +20,12 @@ TEST(Transport, Kinds) {
   EXPECT_TRUE(transport_satisfies(lo + " shm", "gloo-tcp"));
   EXPECT_TRUE(transport_satisfies(lo + " shm", "loopback"));
   EXPECT_FALSE(transport_satisfies(lo + " shm", "socket"));
+  // kiln's authenticated pairs: Gloo over TCP all the same.
+  const std::string auth = "gloo-tcp+auth eth0 10.0.0.2";
+  EXPECT_TRUE(transport_satisfies(auth, "gloo-tcp"));
+  EXPECT_TRUE(transport_satisfies(auth, "socket"));
+  EXPECT_FALSE(transport_satisfies(auth, "loopback"));
+  EXPECT_TRUE(transport_satisfies("gloo-tcp+auth lo 127.0.0.1", "loopback"));
   // One process talks to nobody: no network transport at all.
   for (const char* k : {"gloo-tcp", "socket", "loopback", "efa"}) {
     EXPECT_FALSE(transport_satisfies("local", k)) << k;

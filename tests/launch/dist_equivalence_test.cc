@@ -13,6 +13,7 @@
 #include "common/run_losses.h"
 #include "common/weight_diff.h"
 #include "kiln/base/file.h"
+#include "kiln/base/json.h"
 #include "kiln/io/checkpoint_reader.h"
 
 namespace kiln {
@@ -59,7 +60,7 @@ struct Setting {
 
 // Runs one configuration; returns the run directory.
 fs::path train(const std::string& name, int world, const std::string& strategy, const Setting& s,
-               int nnodes = 1, const std::string& extra = "") {
+               int nnodes = 1, const std::string& extra = "", const std::string& env = "") {
   const fs::path out = work_dir() / (name + "_" + s.tag());
   const int micro = 4 / world / s.accum;
   std::string args = extra + " train.micro_batch_size=" + std::to_string(micro) +
@@ -80,9 +81,10 @@ fs::path train(const std::string& name, int world, const std::string& strategy, 
   for (int n = 0; n < nnodes; ++n) {
     agents.emplace_back([&, n] {
       results[n] = run_kiln("train " + recipe().string() + args + " --nnodes " +
-                            std::to_string(nnodes) + " --node-rank " + std::to_string(n) +
-                            " --nproc-per-node " + std::to_string(per_node) +
-                            " --master-addr 127.0.0.1 --master-port " + std::to_string(port));
+                                std::to_string(nnodes) + " --node-rank " + std::to_string(n) +
+                                " --nproc-per-node " + std::to_string(per_node) +
+                                " --master-addr 127.0.0.1 --master-port " + std::to_string(port),
+                            env);
     });
   }
   for (auto& a : agents) a.join();
@@ -129,6 +131,27 @@ TEST_P(DistEquivalence, EveryStrategyAndWorldSizeMatchesOneProcess) {
   if (s.accum == 1) expect_same_run(ref, train("hybrid_w4", 4, "hybrid_shard", s, 2));
   // and with accumulation on two nodes of one worker each
   if (s.accum == 2) expect_same_run(ref, train("hybrid_w2", 2, "hybrid_shard", s, 2));
+}
+
+// Two nodes on one machine with authenticated pairs (dist.authenticate_pairs=on: kiln's own
+// transport, gloo-tcp+auth, every connection proving the job token): the same losses, bit for
+// bit, as the same two nodes on Gloo's tcp transport. KILN_GLOO_SHM=0: the "nodes" share this
+// host, and every collective must cross the transport under test, not shared memory.
+TEST(DistAuthenticatedPairs, TwoNodesMatchGlooTcpBitForBit) {
+  const Setting s{1, 0.5};
+  const fs::path plain =
+      train("auth_off", 4, "hybrid_shard", s, 2, " dist.authenticate_pairs=off", "KILN_GLOO_SHM=0");
+  const fs::path authed =
+      train("auth_on", 4, "hybrid_shard", s, 2, " dist.authenticate_pairs=on", "KILN_GLOO_SHM=0");
+  const auto a = run_losses(plain), b = run_losses(authed);
+  ASSERT_EQ(a.size(), 20u);
+  EXPECT_EQ(a, b);
+  const Json off = Json::parse(read_file(plain / "run_meta.json"));
+  const Json on = Json::parse(read_file(authed / "run_meta.json"));
+  EXPECT_TRUE(off["transport"].get<std::string>().starts_with("gloo-tcp lo ")) << off.dump();
+  for (const auto& t : on["transports"]) {
+    EXPECT_TRUE(t.get<std::string>().starts_with("gloo-tcp+auth lo ")) << on.dump();
+  }
 }
 
 // dist.reduce_dtype=bf16: gradients cross the wire rounded to bf16, so the runs follow the fp32

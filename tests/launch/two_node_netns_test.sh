@@ -97,10 +97,21 @@ for strategy in ${KILN_NETNS_STRATEGIES:-hybrid_shard full_shard}; do
   out="$work/$strategy"
   KILN_LOG_LEVEL=debug two_nodes "$strategy" "$out"
   check "$strategy: both nodes exit 0" test $? -eq 0
-  check "$strategy: workers use the veth pair" grep -q "gloo-tcp kv._$tag 10.231.0." "$out.n0.log" "$out.n1.log"
-  check "$strategy: never loopback" bash -c "! grep -q 'gloo-tcp lo ' '$out.n0.log' '$out.n1.log'"
+  # dist.authenticate_pairs auto: the group spans hosts, so its pairs authenticate.
+  check "$strategy: workers use the veth pair, authenticated" grep -q "gloo-tcp+auth kv._$tag 10.231.0." "$out.n0.log" "$out.n1.log"
+  check "$strategy: never loopback" bash -c "! grep -Eq 'gloo-tcp(\+auth)? lo ' '$out.n0.log' '$out.n1.log'"
   check "$strategy: losses match the single-node run" same_losses "$work/single/metrics.jsonl" "$out/metrics.jsonl"
 done
+
+# Gloo's own tcp transport (dist.authenticate_pairs=off): the same losses, bit for bit.
+identical_losses() { python3 -c "import sys; a, b = (open(f).read().split('\n') for f in sys.argv[1:]); import json; sys.exit(0 if [json.loads(l)['loss'] for l in a if l] == [json.loads(l)['loss'] for l in b if l] else 1)" "$1" "$2"; }
+strategy=${KILN_NETNS_STRATEGIES:-hybrid_shard full_shard}
+strategy=${strategy%% *}
+out="$work/plain_$strategy"
+two_nodes "$strategy" "$out" dist.authenticate_pairs=off
+check "authenticate_pairs=off: both nodes exit 0" test $? -eq 0
+check "authenticate_pairs=off: Gloo's tcp transport" grep -q "gloo-tcp kv._$tag 10.231.0." "$out.n0.log" "$out.n1.log"
+check "authenticate_pairs=off: losses identical to the authenticated run" identical_losses "$work/$strategy/metrics.jsonl" "$out/metrics.jsonl"
 
 # Cut the link in the middle of a long run: both nodes must fail with a clear error.
 out="$work/cut"

@@ -450,5 +450,17 @@ TEST(Recipe, Communicator) {
   EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.communicator, "gloo");
 }
 
+TEST(Recipe, AuthenticatePairs) {
+  EXPECT_EQ(parse(kMinimal).dist.authenticate_pairs, "auto");
+  for (const char* v : {"auto", "on", "off"}) {
+    EXPECT_EQ(
+        parse(kMinimal, {std::string("dist.authenticate_pairs=") + v}).dist.authenticate_pairs, v);
+  }
+  EXPECT_HAS(error_of(kMinimal, {"dist.authenticate_pairs=yes"}),
+             "dist.authenticate_pairs: invalid value 'yes' (valid: auto, on, off)");
+  Recipe r = parse(kMinimal, {"dist.authenticate_pairs=on"});
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.authenticate_pairs, "on");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -50,6 +50,7 @@ Command add_train(CLI::App& app) {
             lo.device = parse_device_request(r.train.device);
             lo.communicator = parse_comm_request(r.dist.communicator);
             lo.private_network = parse_private_network(r.dist.private_network);
+            lo.authenticate_pairs = parse_pair_auth(r.dist.authenticate_pairs);
             return launch(lo, [&](WorkerContext& ctx) {
               TrainResult res = train(r, ctx);
               if (res.stopped) {

@@ -24,6 +24,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/fault.h"
+#include "kiln/distributed/auth_tcp/device.h"
 #include "kiln/distributed/gloo_collectives.h"
 #include "kiln/distributed/net_iface.h"
 #include "kiln/distributed/pinned_pool.h"
@@ -188,6 +189,7 @@ struct GroupSpec {
   const Backend* staging = nullptr;        // GlooOptions::staging_backend
   std::shared_ptr<PinnedPool> pool;        // staging's pinned buffers, shared with sub-groups
   bool shm = true;                         // GlooOptions::same_host_shm
+  bool authenticated = false;              // the device is auth_tcp's
 };
 
 // An operation's buffers: out (out_bytes) and in (in_bytes), which may alias out or lie in it.
@@ -238,8 +240,8 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return g_.rank; }
   int world_size() const override { return g_.size; }
   std::string transport() const override {
-    return fmt::format("gloo-tcp {} {}{}{}", g_.iface, g_.address, lane_ ? " shm" : "",
-                       g_.staging != nullptr ? " staged" : "");
+    return fmt::format("gloo-tcp{} {} {}{}{}", g_.authenticated ? "+auth" : "", g_.iface,
+                       g_.address, lane_ ? " shm" : "", g_.staging != nullptr ? " staged" : "");
   }
 
   std::unique_ptr<Work> all_reduce_async(void* data, size_t n, DType t, ReduceOp op,
@@ -588,18 +590,31 @@ std::unique_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> stor
   if (g.staging != nullptr) g.pool = std::make_shared<PinnedPool>(*g.staging);
   for (int r = 0; r < world_size; ++r) g.world_ranks.push_back(r);
 
-  gloo::transport::tcp::attr attr;
-  if (!opts.hostname.empty()) {
-    attr.hostname = opts.hostname;
-  } else {
+  // Whether some rank is on another host: it picks the interface (unless a host name is given)
+  // and, with authenticate auto, the transport.
+  const bool need_remote =
+      opts.hostname.empty() || (opts.authenticate == PairAuth::kAuto && !opts.pair_token.empty());
+  bool remote = false;
+  if (need_remote) {
     PrefixStore group_store(opts.group_name, store);
-    bool remote = false;
     try {
       remote = peers_remote(group_store, rank, world_size, opts.timeout);
     } catch (const std::exception& e) {
       fail("gloo rendezvous of group {} (rank {} of {}) failed: {}", opts.group_name, rank,
            world_size, e.what());
     }
+  }
+  // Without a token (a caller that has none) auto means Gloo's own transport.
+  g.authenticated = opts.authenticate == PairAuth::kOn ||
+                    (!opts.pair_token.empty() && pairs_authenticate(opts.authenticate, remote));
+  KILN_CHECK(!g.authenticated || !opts.pair_token.empty(),
+             "dist.authenticate_pairs is on but rank {} of group {} has no token to authenticate "
+             "its pairs with (KILN_STORE_TOKEN)",
+             rank, opts.group_name);
+  gloo::transport::tcp::attr attr;
+  if (!opts.hostname.empty()) {
+    attr.hostname = opts.hostname;
+  } else {
     attr.iface = choose_interface(opts.ifname, remote, list_interfaces());
     attr.ai_family = AF_INET;  // list_interfaces() reports IPv4; bind the address it reported
   }
@@ -619,7 +634,11 @@ std::unique_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> stor
     if (g.iface.empty()) g.iface = "?";
   }
   // Built from the resolved attributes so the address recorded is the one bound.
-  g.device = std::make_shared<gloo::transport::tcp::Device>(resolved);
+  if (g.authenticated) {
+    g.device = auth_tcp::make_auth_device(resolved, opts.pair_token);
+  } else {
+    g.device = std::make_shared<gloo::transport::tcp::Device>(resolved);
+  }
   return std::make_unique<GlooCommunicator>(std::move(g));
 }
 

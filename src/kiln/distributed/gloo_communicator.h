@@ -1,4 +1,5 @@
-// The Gloo communicator: CPU collectives over TCP (Gloo's tcp transport), or shared memory for
+// The Gloo communicator: CPU collectives over TCP (Gloo's tcp transport, or kiln's authenticated
+// one, auth_tcp/device.h, when GlooOptions::authenticate says so), or shared memory for
 // the bulk ones when every rank is on one host (GlooOptions::same_host_shm), bootstrapped
 // through a kiln::Store. Each communicator owns one communication thread that runs its operations
 // in issue order, so the caller's compute overlaps the transfers; Work::wait() rethrows an
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "kiln/distributed/communicator.h"
+#include "kiln/distributed/pair_auth.h"
 #include "kiln/distributed/store.h"
 #include "kiln/distributed/watchdog.h"
 #include "kiln/kernels/ops.h"
@@ -45,6 +47,13 @@ struct GlooOptions {
   // share a host go through shared memory instead of TCP (shm_lane.h); the group uses it only
   // when every rank could map the segment. Off: always TCP.
   bool same_host_shm = true;
+  // The job's secret (KILN_STORE_TOKEN). With it, and `authenticate` on (or auto and the group
+  // spans hosts), every pair's connection proves it knows the token (auth_tcp/handshake.h): a
+  // stray or hostile connection to a listener is rejected and formation carries on. Without
+  // authentication, Gloo's tcp transport takes the first connection to each of its listeners.
+  // Every rank of a group must agree (they do when all get the same options).
+  std::string pair_token;
+  PairAuth authenticate = PairAuth::kAuto;
 };
 
 // Connects `world_size` ranks full-mesh (blocking until all have joined or the timeout passes).

@@ -26,10 +26,13 @@ bool has_word(const std::vector<std::string>& w, const std::string& x) {
   return false;
 }
 
-// TCP transports: Gloo's, and NCCL's socket net when that arrives ("nccl socket eth0 ...").
-bool is_tcp(const std::vector<std::string>& w) {
-  return !w.empty() && (w[0] == "gloo-tcp" || has_word(w, "socket"));
+// Gloo over TCP: its own transport ("gloo-tcp") or kiln's authenticated one ("gloo-tcp+auth").
+bool is_gloo_tcp(const std::vector<std::string>& w) {
+  return !w.empty() && (w[0] == "gloo-tcp" || w[0] == "gloo-tcp+auth");
 }
+
+// TCP transports: Gloo's, and NCCL's socket net when that arrives ("nccl socket eth0 ...").
+bool is_tcp(const std::vector<std::string>& w) { return is_gloo_tcp(w) || has_word(w, "socket"); }
 
 }  // namespace
 
@@ -54,7 +57,7 @@ bool transport_satisfies(const std::string& transport, TransportKind kind) {
   const std::vector<std::string> w = words(transport);
   switch (kind) {
     case TransportKind::kGlooTcp:
-      return !w.empty() && w[0] == "gloo-tcp";
+      return is_gloo_tcp(w);
     case TransportKind::kSocket:
       return is_tcp(w) && !transport_is_loopback(transport);
     case TransportKind::kLoopback:

@@ -10,7 +10,8 @@
 namespace kiln {
 
 // The kinds, in documentation order:
-//   gloo-tcp  Gloo over TCP, on any interface
+//   gloo-tcp  Gloo over TCP, on any interface (its own transport, "gloo-tcp ...", or kiln's
+//             authenticated one, "gloo-tcp+auth ...")
 //   socket    TCP over a non-loopback interface (can reach other hosts)
 //   loopback  TCP over loopback (every rank on this host)
 //   efa       AWS Elastic Fabric Adapter (NCCL through libfabric; the transport string names

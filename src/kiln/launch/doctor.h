@@ -45,7 +45,9 @@ struct GlooProbe {
 };
 
 // Forms the group (interface spec `ifname`, KILN_SOCKET_IFNAME syntax), all-reduces `bytes` of
-// f32 `iters` times after one warm-up, and checks the sums. Never throws.
+// f32 `iters` times after one warm-up, and checks the sums. Over the transport a run on that
+// path would use: an interface named is a multi-node path, so its pairs authenticate
+// (gloo-tcp+auth, dist.authenticate_pairs auto); "" (loopback) keeps Gloo's tcp. Never throws.
 GlooProbe probe_gloo_loopback(const std::string& ifname, uint64_t bytes, int iters = 3);
 
 // What kiln's CUDA backend sees, asked of the libraries it was linked with (static cudart,

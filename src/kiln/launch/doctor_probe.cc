@@ -16,6 +16,7 @@
 #include "kiln/base/error.h"
 #include "kiln/distributed/gloo_communicator.h"
 #include "kiln/kernels/host_cpu.h"
+#include "kiln/launch/agent.h"
 #include "kiln/launch/doctor.h"
 #include "kiln/launch/doctor_facts.h"
 
@@ -331,12 +332,18 @@ GlooProbe probe_gloo_loopback(const std::string& ifname, uint64_t bytes, int ite
   std::string errors[kWorld];
   std::vector<double> times;
   size_t wrong = 0;
+  // The transport a run over this path would use: an interface named (KILN_SOCKET_IFNAME) is
+  // the path of a group spanning hosts, whose pairs authenticate (dist.authenticate_pairs
+  // auto); the default, loopback, is a single node's, which keeps Gloo's own transport.
+  const std::string token = ifname.empty() ? "" : random_token();
   auto body = [&](int rank) {
     GlooOptions o;
     o.ifname = ifname;
     o.timeout = std::chrono::seconds(30);
     o.group_name = "doctor";
     o.same_host_shm = false;  // the probe measures the network path
+    o.pair_token = token;
+    o.authenticate = token.empty() ? PairAuth::kOff : PairAuth::kOn;
     auto comm = make_gloo_communicator(store, rank, kWorld, o);
     if (rank == 0) out.transport = comm->transport();
     // Small integers: the sum is exact, so the check compares with ==.

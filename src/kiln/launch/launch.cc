@@ -81,6 +81,7 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
     w.hang_dir = hang_dir(o);
     w.device = o.device;
     w.communicator = o.communicator;
+    w.authenticate_pairs = o.authenticate_pairs;
     if (spawned != nullptr) {  // ours: the agent passed the store's address and token
       const char* port = std::getenv("KILN_STORE_PORT");
       const char* token = std::getenv("KILN_STORE_TOKEN");

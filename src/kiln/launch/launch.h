@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/distributed/comm_choice.h"
+#include "kiln/distributed/pair_auth.h"
 #include "kiln/distributed/topology.h"
 #include "kiln/kernels/backend.h"
 #include "kiln/launch/private_network.h"
@@ -52,6 +53,9 @@ struct LaunchOptions {
   // A single-node group's agent runs it in a private network namespace (private_network.h);
   // kiln train: dist.private_network.
   PrivateNetwork private_network = PrivateNetwork::kAuto;
+  // Whether the Gloo pairs authenticate their connections with the job's token (WorkerSpec);
+  // kiln train: dist.authenticate_pairs.
+  PairAuth authenticate_pairs = PairAuth::kAuto;
 };
 
 int launch(const LaunchOptions& opts, const TrainFn& fn);

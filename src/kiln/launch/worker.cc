@@ -90,6 +90,8 @@ int run_worker(const WorkerSpec& s, const TrainFn& fn) {
   // KILN_GLOO_SHM=0: bulk collectives over TCP even between ranks of one host.
   if (const char* shm = std::getenv("KILN_GLOO_SHM")) go.same_host_shm = std::string(shm) != "0";
   go.timeout = timeout;
+  go.pair_token = s.token;
+  go.authenticate = s.authenticate_pairs;
   // The hang watchdog polls the store on a connection of its own, so a request of the
   // communication thread never delays it.
   WatchdogOptions wo;

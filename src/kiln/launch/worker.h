@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kiln/distributed/comm_choice.h"
+#include "kiln/distributed/pair_auth.h"
 #include "kiln/kernels/backend.h"
 #include "kiln/train/runtime.h"
 
@@ -28,6 +29,8 @@ struct WorkerSpec {
   // What chooses the communicator (LaunchOptions::device, ::communicator).
   DeviceRequest device = DeviceRequest::kCpu;
   CommRequest communicator = CommRequest::kAuto;
+  // Gloo's pairs prove they hold `token` (GlooOptions::authenticate; LaunchOptions).
+  PairAuth authenticate_pairs = PairAuth::kAuto;
 };
 
 // Joins the group and runs `fn`; returns its exit code. Errors become kiln::Error.

@@ -65,6 +65,7 @@ const std::vector<std::string> kKeys = {
     "dist.communicator",
     "dist.reduce_dtype",
     "dist.private_network",
+    "dist.authenticate_pairs",
     "eval.every_steps",
     "eval.max_batches",
     "checkpoint.every_steps",
@@ -458,6 +459,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.choice("dist.communicator", r.dist.communicator, {"auto", "nccl", "gloo"});
   in.choice("dist.reduce_dtype", r.dist.reduce_dtype, {"fp32", "bf16"});
   in.choice("dist.private_network", r.dist.private_network, {"auto", "on", "off"});
+  in.choice("dist.authenticate_pairs", r.dist.authenticate_pairs, {"auto", "on", "off"});
 
   auto non_negative = [](int64_t v) { return v >= 0; };
   in.integer("checkpoint.every_steps", r.checkpoint.every_steps, ">= 0", non_negative);
@@ -557,6 +559,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "communicator" << YAML::Value << r.dist.communicator;
   out << YAML::Key << "reduce_dtype" << YAML::Value << r.dist.reduce_dtype;
   out << YAML::Key << "private_network" << YAML::Value << r.dist.private_network;
+  out << YAML::Key << "authenticate_pairs" << YAML::Value << r.dist.authenticate_pairs;
   end();
   section("eval");
   out << YAML::Key << "every_steps" << YAML::Value << r.eval.every_steps;

@@ -106,6 +106,11 @@ struct Recipe {
     // reach of the host's processes (src/kiln/launch/private_network.h). auto: when the kernel
     // allows one, else a warning; on: refuse to start without one.
     std::string private_network = "auto";
+    // "auto" | "on" | "off": every connection between two ranks' Gloo pairs proves it knows the
+    // job's token (src/kiln/distributed/auth_tcp/), so a stray or hostile connection to a
+    // collective's listener is rejected instead of failing the group. auto: when the group
+    // spans hosts (one node is isolated by its private network instead); on: always; off: never.
+    std::string authenticate_pairs = "auto";
     bool operator==(const Dist&) const = default;
   };
 
