@@ -54,6 +54,10 @@ const char* strategy_name(ShardStrategy s);
 // `rows` rows over a shard of `shard_size` elements of a table with rows of C, and the floats of
 // its per-chunk scratch (also fsdp_pool_plan.cc's).
 size_t vocab_head_logit_rows(size_t rows, size_t shard_size, size_t C);
+// Whether it splits the vocabulary: a (table_numel / C, C) table sharded `shard_size` elements
+// per rank over `group` ranks under `strategy`, with `tokens` per rank.
+bool splits_vocabulary(ShardStrategy strategy, size_t group, size_t shard_size, size_t table_numel,
+                       size_t tokens, size_t C);
 size_t vocab_head_scratch_floats(size_t chunk_rows, size_t group_size);
 
 class Fsdp final : public UnitAccess {

@@ -171,12 +171,8 @@ class Replay {
   }
   // Fsdp::vocab_path.
   bool vocab_path(int u) const {
-    const size_t S = s_.shard_size;
-    if (S == 1) return false;
-    if (s_.strategy != ShardStrategy::kFullShard && s_.strategy != ShardStrategy::kShardGradOp) {
-      return false;
-    }
-    return units_[u].shard >= s_.hidden && S * s_.tokens < s_.unit_numel[u] / s_.hidden;
+    return splits_vocabulary(s_.strategy, s_.shard_size, units_[u].shard, s_.unit_numel[u],
+                             s_.tokens, s_.hidden);
   }
   void rows_buffers() {
     const size_t S = s_.group_size, N = s_.tokens;

@@ -53,15 +53,19 @@ VocabPart vocab_part(size_t shard_size, int rank, int V, int C) {
 
 }  // namespace
 
-bool Fsdp::vocab_path(const Unit& x, int N, int C) const {
-  const size_t S = static_cast<size_t>(shard_.world_size());
-  if (S == 1) return false;
-  if (strategy_ != ShardStrategy::kFullShard && strategy_ != ShardStrategy::kShardGradOp) {
+bool splits_vocabulary(ShardStrategy strategy, size_t group, size_t shard_size, size_t table_numel,
+                       size_t tokens, size_t C) {
+  if (group == 1) return false;
+  if (strategy != ShardStrategy::kFullShard && strategy != ShardStrategy::kShardGradOp) {
     return false;  // no_shard holds the table; hybrid_shard would miss the other nodes' rows
   }
   // A shard of at least a row: a row is cut at most once, so a rank holds at most two pieces.
-  return x.shard_size >= static_cast<size_t>(C) &&
-         S * static_cast<size_t>(N) < x.numel / static_cast<size_t>(C);
+  return shard_size >= C && group * tokens < table_numel / C;
+}
+
+bool Fsdp::vocab_path(const Unit& x, int N, int C) const {
+  return splits_vocabulary(strategy_, static_cast<size_t>(shard_.world_size()), x.shard_size,
+                           x.numel, static_cast<size_t>(N), static_cast<size_t>(C));
 }
 
 void Fsdp::head_cross_entropy(int unit, double* loss_sum, float* dx, const float* x,

@@ -65,6 +65,24 @@ size_t cpu_library_bytes(const Qwen2Config& c, size_t tokens) {
   return ce_chunk_rows(tokens, c.vocab_size) * c.vocab_size * kF32 + (size_t{8} << 20);
 }
 
+// The fused cross-entropy's chunk and, on the CPU, the library's packing of its gradient. A
+// tied head whose vocabulary FSDP splits keeps its logits in FSDP's pool instead (the comm
+// part); the library then packs that chunk, and an evaluation (forward only) still runs the
+// fused cross-entropy over the whole table.
+size_t workspace_bytes(const Qwen2Config& c, const std::vector<UnitGeometry>& units,
+                       const MemorySettings& s, size_t S, size_t tokens) {
+  const size_t C = c.hidden_size;
+  const UnitGeometry& embed = units.front();
+  if (!c.tie_word_embeddings ||
+      !splits_vocabulary(s.strategy, S, embed.shard, embed.numel, tokens, C)) {
+    return cross_entropy_bytes(c, tokens, s.bf16) + (s.on_cpu ? cpu_library_bytes(c, tokens) : 0);
+  }
+  const size_t rows = vocab_head_logit_rows(S * tokens, embed.shard, C);
+  const size_t library = s.on_cpu ? rows * (embed.shard / C) * kF32 + (size_t{8} << 20) : 0;
+  const size_t eval = s.eval ? cross_entropy_bytes(c, tokens, s.bf16) : 0;
+  return std::max(library, eval);
+}
+
 // The final save: every rank writes its shard one tensor at a time through a buffer of the
 // largest; then rank 0 assembles final/ one whole unit at a time (f32).
 size_t final_save_bytes(const std::vector<UnitGeometry>& units, bool writes_final) {
@@ -137,7 +155,7 @@ MemoryPlan plan_memory(const Qwen2Config& c, const MemorySettings& s) {
   p.activations_full = activation_arena_bytes(c, N, false, s.bf16);
   p.activations_recompute = activation_arena_bytes(c, N, true, s.bf16);
   p.activations = s.recompute ? p.activations_recompute : p.activations_full;
-  p.workspace = cross_entropy_bytes(c, N, s.bf16) + (s.on_cpu ? cpu_library_bytes(c, N) : 0);
+  p.workspace = workspace_bytes(c, units, s, S, N);
   if (s.background_save) p.snapshot = numel_mine * kF32 * (1 + s.optimizer_states);
   p.final_save = final_save_bytes(units, s.writes_final);
   p.baseline = s.baseline;
@@ -169,6 +187,7 @@ MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bo
   s.on_cpu = on_cpu;
   s.gloo = on_cpu || r.dist.communicator == "gloo";
   s.shm_lane = s.gloo && world_size > 1 && per_node == world_size;
+  s.eval = !r.data.eval.empty();
   return s;
 }
 

@@ -44,6 +44,7 @@ struct MemorySettings {
   // Gloo's bulk collectives through the same-host shared memory lane (every rank on one host):
   // its segment replaces the reduce-scatter's scratch.
   bool shm_lane = false;
+  bool eval = false;  // data.eval: evaluations run the fused cross-entropy (forward only)
   size_t baseline = kDefaultBaselineBytes;
 };
 
