@@ -57,15 +57,6 @@ Batch concat(int world, int V) {
   return all;
 }
 
-double rel_diff(const float* a, const float* b, size_t n) {
-  double d = 0, s = 0;
-  for (size_t i = 0; i < n; ++i) {
-    d += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    s += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(d / std::max(s, 1e-30));
-}
-
 void check_split_head(int world, bool bf16, double tol) {
   const Qwen2Config c = vocab_config();
   const int V = static_cast<int>(c.vocab_size);
@@ -96,9 +87,9 @@ void check_split_head(int world, bool bf16, double tol) {
     be.synchronize();
     const std::string what = "rank " + std::to_string(r) + " of " + std::to_string(world);
     for (int u = 0; u < fsdp.num_units(); ++u) {
-      EXPECT_LT(
-          rel_diff(fsdp.shard_grads(u), ref.grads(u).data() + ranges[u].begin, ranges[u].size()),
-          tol)
+      EXPECT_LT(testing::rel_err(fsdp.shard_grads(u), ref.grads(u).data() + ranges[u].begin,
+                                 ranges[u].size()),
+                tol)
           << what << " unit " << u;
     }
     // The split head never gathers the table (nor does the lookup, by rows).

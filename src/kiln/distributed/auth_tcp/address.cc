@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kiln/base/error.h"
+#include "kiln/distributed/auth_tcp/byte_cursor.h"
 
 namespace kiln::auth_tcp {
 
@@ -14,20 +15,6 @@ namespace {
 constexpr char kMagic[4] = {'K', 'A', 'P', '1'};
 // magic, family (2), port (2, network order), IP (16), context id (8), rank (4)
 constexpr size_t kEncodedBytes = 4 + 2 + 2 + 16 + 8 + 4;
-
-template <typename T>
-void put(char*& p, const T& v) {
-  std::memcpy(p, &v, sizeof v);
-  p += sizeof v;
-}
-
-template <typename T>
-T take(const char*& p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  p += sizeof v;
-  return v;
-}
 
 }  // namespace
 
@@ -48,12 +35,12 @@ std::vector<char> encode_address(const PairAddress& a) {
   }
   std::array<char, kEncodedBytes> out{};
   char* p = out.data();
-  put(p, kMagic);
-  put(p, family);
-  put(p, port);
-  put(p, ip);
-  put(p, a.context_id);
-  put(p, a.rank);
+  put_field(p, kMagic);
+  put_field(p, family);
+  put_field(p, port);
+  put_field(p, ip);
+  put_field(p, a.context_id);
+  put_field(p, a.rank);
   return std::vector<char>(out.begin(), out.end());
 }
 
@@ -64,8 +51,8 @@ PairAddress decode_address(const std::vector<char>& bytes) {
              bytes.size());
   const char* p = bytes.data() + 4;
   PairAddress a;
-  const auto family = take<uint16_t>(p);
-  const auto port = take<uint16_t>(p);
+  const auto family = take_field<uint16_t>(p);
+  const auto port = take_field<uint16_t>(p);
   const char* ip = p;
   p += 16;
   if (family == AF_INET) {
@@ -80,8 +67,8 @@ PairAddress decode_address(const std::vector<char>& bytes) {
     in6.sin6_port = port;
     std::memcpy(&in6.sin6_addr, ip, 16);
   }
-  a.context_id = take<uint64_t>(p);
-  a.rank = take<int32_t>(p);
+  a.context_id = take_field<uint64_t>(p);
+  a.rank = take_field<int32_t>(p);
   return a;
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kiln/base/error.h"
+#include "kiln/distributed/auth_tcp/byte_cursor.h"
 #include "kiln/distributed/auth_tcp/socket_io.h"
 
 namespace kiln::auth_tcp {
@@ -18,20 +19,6 @@ namespace {
 constexpr char kHelloMagic[8] = {'K', 'I', 'L', 'N', 'P', 'A', 'I', 'R'};
 constexpr char kMacLabel[] = "kiln gloo pair v1";
 
-template <typename T>
-void put(uint8_t*& p, T v) {
-  std::memcpy(p, &v, sizeof v);
-  p += sizeof v;
-}
-
-template <typename T>
-T take(const uint8_t*& p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  p += sizeof v;
-  return v;
-}
-
 }  // namespace
 
 std::array<uint8_t, kHelloBytes> encode_hello(const Hello& h) {
@@ -39,9 +26,9 @@ std::array<uint8_t, kHelloBytes> encode_hello(const Hello& h) {
   uint8_t* p = out.data();
   std::memcpy(p, kHelloMagic, sizeof kHelloMagic);
   p += sizeof kHelloMagic;
-  put(p, h.context_id);
-  put(p, h.from_rank);
-  put(p, h.to_rank);
+  put_field(p, h.context_id);
+  put_field(p, h.from_rank);
+  put_field(p, h.to_rank);
   std::memcpy(p, h.nonce.data(), h.nonce.size());
   return out;
 }
@@ -50,9 +37,9 @@ std::optional<Hello> decode_hello(const uint8_t* bytes) {
   if (std::memcmp(bytes, kHelloMagic, sizeof kHelloMagic) != 0) return std::nullopt;
   const uint8_t* p = bytes + sizeof kHelloMagic;
   Hello h;
-  h.context_id = take<uint64_t>(p);
-  h.from_rank = take<uint32_t>(p);
-  h.to_rank = take<uint32_t>(p);
+  h.context_id = take_field<uint64_t>(p);
+  h.from_rank = take_field<uint32_t>(p);
+  h.to_rank = take_field<uint32_t>(p);
   std::memcpy(h.nonce.data(), p, h.nonce.size());
   return h;
 }
