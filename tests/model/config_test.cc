@@ -60,7 +60,13 @@ TEST(Layout, UnitsAndOffsets) {
   EXPECT_EQ(static_cast<int64_t>(tied.total_numel()), parameter_count(c));
   c.tie_word_embeddings = false;
   ParamLayout untied(c);
-  EXPECT_EQ(untied.units().back().entries.size(), 2u);
+  // The untied LM head's table is a unit of its own, after the final norm's.
+  ASSERT_EQ(untied.num_units(), 3 + c.num_hidden_layers);
+  EXPECT_EQ(untied.units()[untied.head_unit()].entries.size(), 1u);
+  EXPECT_EQ(untied.units()[untied.lm_head_unit()].name, "lm_head");
+  EXPECT_EQ(untied.units()[untied.lm_head_unit()].entries.at(0).name, "lm_head.weight");
+  EXPECT_EQ(tied.lm_head_unit(), tied.embed_unit());
+  EXPECT_EQ(tied.head_unit(), 1 + static_cast<int>(c.num_hidden_layers));
   EXPECT_EQ(static_cast<int64_t>(untied.total_numel()), parameter_count(c));
   auto [u, e] = untied.find("model.layers.1.mlp.down_proj.weight");
   EXPECT_EQ(u, 2);

@@ -94,9 +94,7 @@ std::vector<float> full_logits(const Qwen2Config& c, ParamStore& store,
   }
   model.forward(b, store);
   const ParamLayout& layout = model.layout();
-  const float* wh = c.tie_word_embeddings
-                        ? store.params(layout.embed_unit()).data()
-                        : store.params(layout.head_unit()).data() + layout.lm_head_offset();
+  const float* wh = store.params(layout.lm_head_unit()).data();
   const int C = static_cast<int>(c.hidden_size), V = static_cast<int>(c.vocab_size);
   std::vector<float> logits(static_cast<size_t>(T) * V);
   for (int t = 0; t < T; ++t) {

@@ -1,7 +1,8 @@
 // Fsdp's split-vocabulary LM head (Fsdp::head_cross_entropy, fsdp_vocab_head.cc) against one
 // process holding the whole model: ranks as threads, each with its own row of tokens, train one
 // micro-batch through Fsdp; their loss sums and gradient shards must be the single process's
-// over the concatenated rows. The vocabulary (301 rows of 16) does not divide by the ranks, so
+// over the concatenated rows, for a tied head (the embedding) and an untied one (the lm_head
+// unit). The vocabulary (301 rows of 16) does not divide by the ranks, so
 // shard boundaries cut rows, whose targets the batch includes; some targets are ignored.
 #include <gtest/gtest.h>
 
@@ -22,10 +23,10 @@ namespace {
 
 constexpr int kT = 12;  // tokens per rank: S * kT stays below the vocabulary
 
-Qwen2Config vocab_config() {
-  Qwen2Config c = testing::small_config(/*tied=*/true);
+Qwen2Config vocab_config(bool tied) {
+  Qwen2Config c = testing::small_config(tied);
   c.vocab_size = 301;
-  c.num_hidden_layers = 1;  // the embedding is the largest unit by far
+  c.num_hidden_layers = 1;  // the (V, C) tables are the largest units by far
   return c;
 }
 
@@ -57,8 +58,8 @@ Batch concat(int world, int V) {
   return all;
 }
 
-void check_split_head(int world, bool bf16, double tol) {
-  const Qwen2Config c = vocab_config();
+void check_split_head(int world, bool tied, bool bf16, double tol) {
+  const Qwen2Config c = vocab_config(tied);
   const int V = static_cast<int>(c.vocab_size);
   const Backend& be = bf16 ? testing::cpu_bf16() : testing::cpu_fp32();
   Qwen2Model ref_model(c, be);
@@ -92,7 +93,7 @@ void check_split_head(int world, bool bf16, double tol) {
                 tol)
           << what << " unit " << u;
     }
-    // The split head never gathers the table (nor does the lookup, by rows).
+    // The split head never gathers its table (nor does the lookup, by rows).
     EXPECT_LT(fsdp.peak_gathered_bytes(), embed_bytes) << what;
   });
   double sum = 0;
@@ -101,16 +102,22 @@ void check_split_head(int world, bool bf16, double tol) {
 }
 
 TEST(VocabHead, SplitVocabularyMatchesOneProcess) {
-  for (int world : {2, 3}) {
-    SCOPED_TRACE("fp32, world " + std::to_string(world));
-    check_split_head(world, false, 2e-5);
+  for (bool tied : {true, false}) {
+    for (int world : {2, 3}) {
+      SCOPED_TRACE(std::string(tied ? "tied" : "untied") + ", fp32, world " +
+                   std::to_string(world));
+      check_split_head(world, tied, false, 2e-5);
+    }
   }
 }
 
 TEST(VocabHead, SplitVocabularyMatchesOneProcessInBf16) {
-  for (int world : {2, 3}) {
-    SCOPED_TRACE("bf16, world " + std::to_string(world));
-    check_split_head(world, true, 2e-2);
+  for (bool tied : {true, false}) {
+    for (int world : {2, 3}) {
+      SCOPED_TRACE(std::string(tied ? "tied" : "untied") + ", bf16, world " +
+                   std::to_string(world));
+      check_split_head(world, tied, true, 2e-2);
+    }
   }
 }
 

@@ -218,7 +218,7 @@ class Replay {
 
 // One micro-batch of Qwen2Model::forward_backward, as it calls its UnitAccess.
 void forward_backward(Replay& r, int layers, bool tied) {
-  const int embed = 0, head = layers + 1;
+  const int embed = 0, head = layers + 1, table = tied ? embed : layers + 2;
   r.embed_rows(embed);
   for (int l = 0; l < layers; ++l) {
     r.acquire(1 + l);
@@ -226,7 +226,7 @@ void forward_backward(Replay& r, int layers, bool tied) {
   }
   r.acquire(head);
   r.grad(head);
-  if (tied) r.head_cross_entropy(embed);
+  r.head_cross_entropy(table);
   r.release(head);
   r.grad_done(head);
   for (int l = layers - 1; l >= 0; --l) {
@@ -243,7 +243,7 @@ void forward_backward(Replay& r, int layers, bool tied) {
 
 FsdpPoolPlan plan_fsdp_pool(const FsdpPoolSettings& s) {
   Replay r(s);
-  const int layers = static_cast<int>(s.unit_numel.size()) - 2;
+  const int layers = static_cast<int>(s.unit_numel.size()) - (s.tied ? 2 : 3);
   for (int step = 0; step < 2; ++step) forward_backward(r, layers, s.tied);
   return r.plan();
 }

@@ -16,8 +16,8 @@
 namespace kiln {
 
 struct FsdpPoolSettings {
-  std::vector<size_t> unit_numel;  // embed, layers.0 ..., head (ParamLayout order)
-  bool tied = true;                // the head reads the embed unit
+  std::vector<size_t> unit_numel;  // embed, layers.0 ..., head, lm_head if untied (ParamLayout)
+  bool tied = true;                // the LM head reads the embed unit
   ShardStrategy strategy = ShardStrategy::kFullShard;
   size_t shard_size = 1;  // ranks a unit is sharded over (1 under no_shard)
   DType gather = DType::F32;

@@ -91,15 +91,13 @@ std::span<const float> Generator::prefill(std::span<const int32_t> ids) {
   // Head, last position only: xf (1, C) = rmsnorm(x[n - 1]); logits (1, V) = xf W_head^T.
   const int n_last = static_cast<int>((ids.size() - 1) % kChunk) + 1;  // tokens in last chunk
   const int C = static_cast<int>(config_.hidden_size);
-  const bool tied = config_.tie_word_embeddings;
   const ConstDevPtr hw = params_.acquire(layout_.head_unit());
   be_.rmsnorm_forward(
       xf_.data(), rstd_last_.data(), x_.data() + static_cast<size_t>(n_last - 1) * C,
       hw.at(layout_.final_norm_offset()), 1, C, static_cast<float>(config_.rms_norm_eps));
-  const ConstDevPtr wh =
-      tied ? params_.acquire(layout_.embed_unit()) : hw.at(layout_.lm_head_offset());
+  const ConstDevPtr wh = params_.acquire(layout_.lm_head_unit());
   be_.matmul_forward(logits_.data(), xf_.data(), wh, nullptr, 1, C, static_cast<int>(V));
-  if (tied) params_.release(layout_.embed_unit());
+  params_.release(layout_.lm_head_unit());
   params_.release(layout_.head_unit());
   be_.copy_to_host(logits_host_.data(), logits_.data(), logits_.bytes());
   be_.synchronize();

@@ -55,8 +55,14 @@ ParamLayout::ParamLayout(const Qwen2Config& c) {
   }
   ParamUnit head{"head", {}, 0};
   add(head, "model.norm.weight", {C}, false);
-  if (!c.tie_word_embeddings) head_off_ = add(head, "lm_head.weight", {V, C}, true);
+  head_ = static_cast<int>(units_.size());
   units_.push_back(std::move(head));
+  if (!c.tie_word_embeddings) {
+    ParamUnit lm_head{"lm_head", {}, 0};
+    add(lm_head, "lm_head.weight", {V, C}, true);
+    lm_head_ = static_cast<int>(units_.size());
+    units_.push_back(std::move(lm_head));
+  }
 }
 
 size_t ParamLayout::total_numel() const {

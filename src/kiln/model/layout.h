@@ -1,6 +1,8 @@
 // Flat parameter units: every FSDP unit is one contiguous buffer with a fixed name -> offset
 // layout. Units, in order: "embed" (model.embed_tokens.weight, also the LM head when tied), one
-// per decoder layer "layers.{i}", and "head" (model.norm.weight, then lm_head.weight if untied).
+// per decoder layer "layers.{i}", "head" (model.norm.weight) and, untied, "lm_head"
+// (lm_head.weight): the (V, C) table the LM head reads is always a unit of its own, which FSDP
+// can split along the vocabulary (Fsdp::head_cross_entropy).
 #pragma once
 
 #include <cstdint>
@@ -48,10 +50,11 @@ class ParamLayout {
   int num_units() const { return static_cast<int>(units_.size()); }
   int embed_unit() const { return 0; }
   int layer_unit(int i) const { return 1 + i; }
-  int head_unit() const { return num_units() - 1; }
+  int head_unit() const { return head_; }  // the final norm
+  // The LM head's (V, C) table: the embedding when tied, else the "lm_head" unit.
+  int lm_head_unit() const { return lm_head_; }
   const LayerOffsets& layer_offsets() const { return layer_; }  // same for every layer
   size_t final_norm_offset() const { return 0; }                // in the head unit
-  size_t lm_head_offset() const { return head_off_; }           // untied only
   size_t total_numel() const;
 
   // (unit index, entry index) of an HF name, or {-1, -1}.
@@ -60,7 +63,7 @@ class ParamLayout {
  private:
   std::vector<ParamUnit> units_;
   LayerOffsets layer_{};
-  size_t head_off_ = 0;
+  int head_ = 0, lm_head_ = 0;
 };
 
 }  // namespace kiln

@@ -220,10 +220,9 @@ void Qwen2Model::forward(const Batch& batch, UnitAccess& params, double* loss_su
   be_.rmsnorm_forward(xf_, rstdf_, res_ + L * static_cast<size_t>(N) * C,
                       hw.at(layout_.final_norm_offset()), N, C,
                       static_cast<float>(config_.rms_norm_eps));
-  const ConstDevPtr wh = config_.tie_word_embeddings ? params.acquire(layout_.embed_unit())
-                                                     : hw.at(layout_.lm_head_offset());
+  const ConstDevPtr wh = params.acquire(layout_.lm_head_unit());
   be_.cross_entropy(loss_sum, nullptr, nullptr, xf_, wh, targets_, N, targeted(batch), C, V, 0.0f);
-  if (config_.tie_word_embeddings) params.release(layout_.embed_unit());
+  params.release(layout_.lm_head_unit());
   params.release(layout_.head_unit());
 }
 
@@ -248,7 +247,6 @@ void Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, float 
   const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
   const int L = static_cast<int>(config_.num_hidden_layers);
   const size_t NC = static_cast<size_t>(N) * C;
-  const bool tied = config_.tie_word_embeddings;
 
   // Head: final norm, fused LM head + loss + its backward.
   {
@@ -257,16 +255,11 @@ void Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, float 
     float* hg = params.grad(hu);
     be_.rmsnorm_forward(xf_, rstdf_, res_ + L * NC, hw.at(layout_.final_norm_offset()), N, C,
                         static_cast<float>(config_.rms_norm_eps));
-    if (tied) {
-      // The LM head's part of the table's gradient is complete when it returns (FSDP reduces
-      // it while the layers' backward runs, or splits the vocabulary among the ranks); the
-      // lookup's rows follow through embed_rows_backward.
-      params.head_cross_entropy(layout_.embed_unit(), loss_sum, dxf_, xf_, targets_, N,
-                                targeted(batch), C, V, scale);
-    } else {
-      be_.cross_entropy(loss_sum, dxf_, hg + layout_.lm_head_offset(), xf_,
-                        hw.at(layout_.lm_head_offset()), targets_, N, targeted(batch), C, V, scale);
-    }
+    // The LM head's gradient (a tied head's part of the table's) is complete when it returns:
+    // FSDP reduces it while the layers' backward runs, or splits the vocabulary among the
+    // ranks; a tied table's lookup rows follow through embed_rows_backward.
+    params.head_cross_entropy(layout_.lm_head_unit(), loss_sum, dxf_, xf_, targets_, N,
+                              targeted(batch), C, V, scale);
     be_.rmsnorm_backward(dres_, hg + layout_.final_norm_offset(), dxf_, res_ + L * NC,
                          hw.at(layout_.final_norm_offset()), rstdf_, N, C, false);
     params.release(hu);

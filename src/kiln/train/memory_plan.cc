@@ -65,20 +65,19 @@ size_t cpu_library_bytes(const Qwen2Config& c, size_t tokens) {
   return ce_chunk_rows(tokens, c.vocab_size) * c.vocab_size * kF32 + (size_t{8} << 20);
 }
 
-// The fused cross-entropy's chunk and, on the CPU, the library's packing of its gradient. A
-// tied head whose vocabulary FSDP splits keeps its logits in FSDP's pool instead (the comm
-// part); the library then packs that chunk, and an evaluation (forward only) still runs the
-// fused cross-entropy over the whole table.
+// The fused cross-entropy's chunk and, on the CPU, the library's packing of its gradient. An
+// LM head whose vocabulary FSDP splits keeps its logits in FSDP's pool instead (the comm part);
+// the library then packs that chunk, and an evaluation (forward only) still runs the fused
+// cross-entropy over the whole table.
 size_t workspace_bytes(const Qwen2Config& c, const std::vector<UnitGeometry>& units,
                        const MemorySettings& s, size_t S, size_t tokens) {
   const size_t C = c.hidden_size;
-  const UnitGeometry& embed = units.front();
-  if (!c.tie_word_embeddings ||
-      !splits_vocabulary(s.strategy, S, embed.shard, embed.numel, tokens, C)) {
+  const UnitGeometry& table = c.tie_word_embeddings ? units.front() : units.back();
+  if (!splits_vocabulary(s.strategy, S, table.shard, table.numel, tokens, C)) {
     return cross_entropy_bytes(c, tokens, s.bf16) + (s.on_cpu ? cpu_library_bytes(c, tokens) : 0);
   }
-  const size_t rows = vocab_head_logit_rows(S * tokens, embed.shard, C);
-  const size_t library = s.on_cpu ? rows * (embed.shard / C) * kF32 + (size_t{8} << 20) : 0;
+  const size_t rows = vocab_head_logit_rows(S * tokens, table.shard, C);
+  const size_t library = s.on_cpu ? rows * (table.shard / C) * kF32 + (size_t{8} << 20) : 0;
   const size_t eval = s.eval ? cross_entropy_bytes(c, tokens, s.bf16) : 0;
   return std::max(library, eval);
 }
