@@ -38,5 +38,14 @@ TEST(Transport, Kinds) {
   EXPECT_THROW(transport_satisfies(eth, "infiniband"), Error);
 }
 
+TEST(Transport, ShmLaneIsAGlooGroupsWord) {
+  EXPECT_TRUE(transport_has_shm_lane("gloo-tcp lo 127.0.0.1 shm"));
+  EXPECT_TRUE(transport_has_shm_lane("gloo-tcp lo 127.0.0.1 shm staged"));
+  EXPECT_FALSE(transport_has_shm_lane("gloo-tcp lo 127.0.0.1"));
+  EXPECT_FALSE(transport_has_shm_lane("gloo-tcp lo 127.0.0.1 staged"));
+  EXPECT_FALSE(transport_has_shm_lane("nccl socket lo 127.0.0.1 shm"));  // NCCL's own path
+  EXPECT_FALSE(transport_has_shm_lane("local"));
+}
+
 }  // namespace
 }  // namespace kiln

@@ -45,6 +45,11 @@ bool transport_is_loopback(const std::string& transport) {
   return false;
 }
 
+bool transport_has_shm_lane(const std::string& transport) {
+  const std::vector<std::string> w = words(transport);
+  return is_gloo_tcp(w) && has_word(w, "shm");
+}
+
 TransportKind parse_transport_kind(const std::string& kind) {
   if (kind == "gloo-tcp") return TransportKind::kGlooTcp;
   if (kind == "socket") return TransportKind::kSocket;

@@ -30,4 +30,8 @@ bool transport_satisfies(const std::string& transport, const std::string& kind);
 // True when the transport's address is a loopback one (lo, 127.0.0.0/8, ::1).
 bool transport_is_loopback(const std::string& transport);
 
+// True when a Gloo group carries its bulk collectives through the same-host shared memory lane
+// (its transport ends in the word "shm", shm_lane.h). NCCL's "shm" intra-node path is not one.
+bool transport_has_shm_lane(const std::string& transport);
+
 }  // namespace kiln

@@ -19,6 +19,7 @@
 #include "kiln/data/token_dataset.h"
 #include "kiln/distributed/communicator.h"
 #include "kiln/distributed/fsdp.h"
+#include "kiln/distributed/transport.h"
 #include "kiln/kernels/backend.h"
 #include "kiln/kernels/device_buffer.h"
 #include "kiln/kernels/gpu_assignment.h"
@@ -495,10 +496,8 @@ MemoryPlan Trainer::plan_memory_use() const {
   const bool on_cpu = backend_->device() == Device::kCpu;
   MemorySettings s = memory_settings(r_, ctx_.world_size, ctx_.local_world_size, on_cpu);
   s.bf16 = backend_->activation_dtype() == DType::BF16;
-  // The group itself says whether it got the shared memory lane ("... shm", shm_lane.h).
-  const std::string transport = ctx_.comm->transport();
-  s.shm_lane =
-      s.gloo && (transport.ends_with(" shm") || transport.find(" shm ") != std::string::npos);
+  // The group itself says whether it got the shared memory lane.
+  s.shm_lane = s.gloo && transport_has_shm_lane(ctx_.comm->transport());
   s.writes_final = lead_;
   s.baseline = start_rss_;
   return plan_memory(config_, s);
