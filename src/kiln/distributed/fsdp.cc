@@ -182,20 +182,25 @@ ConstDevPtr Fsdp::acquire(int unit) {
   return {x.full.data(), gather_dtype_};
 }
 
-bool Fsdp::rows_path(const Unit& x, int N, int C, bool backward) const {
-  const size_t S = static_cast<size_t>(shard_.world_size());
-  if (S == 1) return false;
+bool looks_up_by_rows(ShardStrategy strategy, size_t group, size_t table_numel, size_t tokens,
+                      size_t C, bool backward, bool reduced) {
+  if (group == 1) return false;
   if (backward) {
     // no_shard all-reduces the whole gradient in place: once this micro-step's grad_done has
     // (a tied head's part), the rows must come by rows or the sum would count it twice; before
     // (untied, or deferred while accumulating), they are added locally and reduced with the
     // rest. hybrid_shard never goes by rows: the other nodes' rows would be missing.
-    if (strategy_ == ShardStrategy::kNoShard) return x.reduced;
-    if (strategy_ == ShardStrategy::kHybridShard) return false;
-  } else if (strategy_ == ShardStrategy::kNoShard) {
+    if (strategy == ShardStrategy::kNoShard) return reduced;
+    if (strategy == ShardStrategy::kHybridShard) return false;
+  } else if (strategy == ShardStrategy::kNoShard) {
     return false;
   }
-  return S * static_cast<size_t>(N) < x.numel / static_cast<size_t>(C);
+  return group * tokens < table_numel / C;
+}
+
+bool Fsdp::rows_path(const Unit& x, int N, int C, bool backward) const {
+  return looks_up_by_rows(strategy_, static_cast<size_t>(shard_.world_size()), x.numel,
+                          static_cast<size_t>(N), static_cast<size_t>(C), backward, x.reduced);
 }
 
 DeviceBuffer<float> Fsdp::gather_ids(const int32_t* ids, int N) {

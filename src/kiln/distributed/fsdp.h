@@ -59,6 +59,11 @@ size_t vocab_head_logit_rows(size_t rows, size_t shard_size, size_t C);
 bool splits_vocabulary(ShardStrategy strategy, size_t group, size_t shard_size, size_t table_numel,
                        size_t tokens, size_t C);
 size_t vocab_head_scratch_floats(size_t chunk_rows, size_t group_size);
+// Whether Fsdp::embed_rows (or, with `backward`, embed_rows_backward) goes by rows: a table of
+// table_numel / C rows, `group` ranks in FSDP's shard communicator, `tokens` per rank;
+// `reduced`: the unit's grad_done already issued its reduction in this micro-step.
+bool looks_up_by_rows(ShardStrategy strategy, size_t group, size_t table_numel, size_t tokens,
+                      size_t C, bool backward, bool reduced);
 
 class Fsdp final : public UnitAccess {
  public:

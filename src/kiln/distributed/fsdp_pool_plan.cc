@@ -163,11 +163,8 @@ class Replay {
   static bool bf16(DType t) { return t == DType::BF16; }
   // Fsdp::rows_path.
   bool rows_path(int u, bool backward) const {
-    const size_t S = s_.group_size;
-    if (S == 1) return false;
-    if (backward && no_shard()) return units_[u].reduced;
-    if (no_shard() || (backward && s_.strategy == ShardStrategy::kHybridShard)) return false;
-    return S * s_.tokens < s_.unit_numel[u] / s_.hidden;
+    return looks_up_by_rows(s_.strategy, s_.group_size, s_.unit_numel[u], s_.tokens, s_.hidden,
+                            backward, units_[u].reduced);
   }
   // Fsdp::vocab_path.
   bool vocab_path(int u) const {

@@ -58,11 +58,11 @@ size_t gloo_scratch_bytes(const std::vector<UnitGeometry>& units, const MemorySe
 }
 
 // Memory the CPU kernels' libraries keep beyond kiln's own buffers, measured on the benchmark
-// shapes (bench/memory_plan_bench.sh): the GEMM library packs the chunk's (rows, V) gradient
-// for dW as large again as the chunk's logits, and the first step touches thread stacks and
-// library pages (8 MiB).
-size_t cpu_library_bytes(const Qwen2Config& c, size_t tokens) {
-  return ce_chunk_rows(tokens, c.vocab_size) * c.vocab_size * kF32 + (size_t{8} << 20);
+// shapes (bench/memory_plan_bench.sh): the GEMM library packs the LM head's chunk of (rows,
+// cols) logit gradients for dW as large again as the chunk, and the first step touches thread
+// stacks and library pages (8 MiB).
+size_t cpu_library_bytes(size_t rows, size_t cols) {
+  return rows * cols * kF32 + (size_t{8} << 20);
 }
 
 // The fused cross-entropy's chunk and, on the CPU, the library's packing of its gradient. An
@@ -71,13 +71,14 @@ size_t cpu_library_bytes(const Qwen2Config& c, size_t tokens) {
 // cross-entropy over the whole table.
 size_t workspace_bytes(const Qwen2Config& c, const std::vector<UnitGeometry>& units,
                        const MemorySettings& s, size_t S, size_t tokens) {
-  const size_t C = c.hidden_size;
-  const UnitGeometry& table = c.tie_word_embeddings ? units.front() : units.back();
+  const size_t C = c.hidden_size, V = c.vocab_size;
+  const UnitGeometry& table = units[ParamLayout(c).lm_head_unit()];
   if (!splits_vocabulary(s.strategy, S, table.shard, table.numel, tokens, C)) {
-    return cross_entropy_bytes(c, tokens, s.bf16) + (s.on_cpu ? cpu_library_bytes(c, tokens) : 0);
+    return cross_entropy_bytes(c, tokens, s.bf16) +
+           (s.on_cpu ? cpu_library_bytes(ce_chunk_rows(tokens, V), V) : 0);
   }
   const size_t rows = vocab_head_logit_rows(S * tokens, table.shard, C);
-  const size_t library = s.on_cpu ? rows * (table.shard / C) * kF32 + (size_t{8} << 20) : 0;
+  const size_t library = s.on_cpu ? cpu_library_bytes(rows, table.shard / C) : 0;
   const size_t eval = s.eval ? cross_entropy_bytes(c, tokens, s.bf16) : 0;
   return std::max(library, eval);
 }
