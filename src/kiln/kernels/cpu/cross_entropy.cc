@@ -12,6 +12,7 @@
 #include "kiln/base/error.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cpu/gemm.h"
+#include "kiln/kernels/cpu/softmax_row.h"
 #include "kiln/kernels/cpu/vec_math.h"
 #include "kiln/tensor/buffer.h"
 
@@ -49,28 +50,26 @@ namespace {
 // A function of its own (not the body of the parallel loop) so that GCC vectorises the loops:
 // inside the outlined OpenMP body it reloads the shared `scale` and gives up.
 double softmax_row(float* lg, int V, int t, float scale, bool grad) {
-  float m = lg[0];
-#pragma omp simd reduction(max : m)
-  for (int j = 1; j < V; ++j) m = std::max(m, lg[j]);
+  const float m = row_max(lg, V);
   const double lt = lg[t];
   // One exp per element: e^(x - m) is summed and, with `grad`, kept in lg and scaled once the
-  // sum is known. Sums of 1024 floats (vectorised, each term <= 1) accumulate in double.
+  // sum is known. Sums of 1024 floats (vectorised, each term <= 1) accumulate in double, in the
+  // blocks of row_sum_exp.
   double sum = 0;
-  for (int j0 = 0; j0 < V; j0 += 1024) {
-    const int j1 = std::min(V, j0 + 1024);
-    float part = 0;
-    if (grad) {
+  if (!grad) {
+    sum = row_sum_exp(lg, V, m);
+  } else {
+    for (int j0 = 0; j0 < V; j0 += 1024) {
+      const int j1 = std::min(V, j0 + 1024);
+      float part = 0;
 #pragma omp simd reduction(+ : part)
       for (int j = j0; j < j1; ++j) {
         const float e = vec::exp(lg[j] - m);
         lg[j] = e;
         part += e;
       }
-    } else {
-#pragma omp simd reduction(+ : part)
-      for (int j = j0; j < j1; ++j) part += vec::exp(lg[j] - m);
+      sum += part;
     }
-    sum += part;
   }
   const double loss = m + std::log(sum) - lt;
   if (grad) {

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/softmax_row.h"
 #include "kiln/kernels/cpu/vec_math.h"
 
 namespace kiln {
@@ -14,25 +14,6 @@ namespace kiln {
 namespace {
 // Whether target t of the row lies in the block's columns [v0, v0 + m).
 bool in_block(int32_t t, int v0, int m) { return t != kIgnoreIndex && t >= v0 && t < v0 + m; }
-
-float row_max_of(const float* lg, int m) {
-  float mx = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : mx)
-  for (int j = 0; j < m; ++j) mx = std::max(mx, lg[j]);
-  return mx;
-}
-
-double row_sumexp(const float* lg, int m, float mx) {
-  double sum = 0;
-  for (int j0 = 0; j0 < m; j0 += 1024) {
-    const int j1 = std::min(m, j0 + 1024);
-    float part = 0;
-#pragma omp simd reduction(+ : part)
-    for (int j = j0; j < j1; ++j) part += vec::exp(lg[j] - mx);
-    sum += part;
-  }
-  return sum;
-}
 
 // lg (m) becomes scale * (exp(lg - lse) - onehot(t - v0)).
 void row_grad(float* lg, int m, float lse, float scale, int32_t t, int v0) {
@@ -46,7 +27,7 @@ void CpuBackend::ce_part_max(float* row_max, const float* logits, int n, int m, 
                              bool accumulate) const {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < n; ++i) {
-    const float mx = row_max_of(logits + static_cast<size_t>(i) * ld, m);
+    const float mx = kiln::row_max(logits + static_cast<size_t>(i) * ld, m);
     row_max[i] = accumulate ? std::max(row_max[i], mx) : mx;
   }
 }
@@ -56,7 +37,7 @@ void CpuBackend::ce_part_sumexp(float* sums, const float* logits, const float* r
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < n; ++i) {
     const float* lg = logits + static_cast<size_t>(i) * ld;
-    sums[2 * i] += static_cast<float>(row_sumexp(lg, m, row_max[i]));
+    sums[2 * i] += static_cast<float>(row_sum_exp(lg, m, row_max[i]));
     if (in_block(targets[i], v0, m)) sums[2 * i + 1] += lg[targets[i] - v0];
   }
 }
