@@ -1,5 +1,6 @@
 #include "kiln/kernels/cuda/column_sums.h"
 #include "kiln/kernels/cuda/cuda_check.h"
+#include "kiln/kernels/cuda/launch.cuh"
 
 namespace kiln::cuda {
 
@@ -28,8 +29,8 @@ __global__ void add_column_sums_kernel(float* db, const float* dout, int N, int 
 
 void add_column_sums(float* db, const float* dout, int N, int OC, cudaStream_t stream) {
   if (N <= 0 || OC <= 0) return;
-  add_column_sums_kernel<<<(OC + kCols - 1) / kCols, dim3(kCols, kLanes), 0, stream>>>(db, dout, N,
-                                                                                       OC);
+  KILN_LAUNCH((OC + kCols - 1) / kCols, dim3(kCols, kLanes), 0, stream, add_column_sums_kernel)
+  (db, dout, N, OC);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 
