@@ -90,11 +90,12 @@ void track(Region& r, BlockRun& b, int t, uintptr_t addr, size_t bytes, Access k
       continue;
     }
     if (r_live && (r_many || conflicts(s.r_epoch, r_id))) {
-      b.fault(
-          fmt::format("{}: {} {}s {} bytes at {}, which {}{} read with no __syncthreads "
-                      "between",
-                      space, thread_name(b, me), verb(kind), bytes, describe_offset(r, addr + i),
-                      thread_name(b, r_id), r_many ? " (and others)" : ""));
+      const std::string readers = r_id == me
+                                      ? std::string("other threads")
+                                      : thread_name(b, r_id) + (r_many ? " (and others)" : "");
+      b.fault(fmt::format("{}: {} {}s {} bytes at {}, which {} read with no __syncthreads between",
+                          space, thread_name(b, me), verb(kind), bytes,
+                          describe_offset(r, addr + i), readers));
     }
     s.w_epoch = e;
     s.w_thread = me | (kind == Access::kAtomic ? kAtomicBit : 0u);
