@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 
 namespace kiln::emul {
 
@@ -59,6 +61,39 @@ Fiber& Device::fiber(int i) {
     fibers_.push_back(std::make_unique<Fiber>(kFiberStackBytes));
   }
   return *fibers_[static_cast<size_t>(i)];
+}
+
+// Fake addresses lie in a range no mapping uses (the top of the lower half on x86-64 and arm64
+// user space is unlikely to be mapped, and a fake address is never dereferenced).
+constexpr uintptr_t kFakeBase = uintptr_t{0x6000} << 32;
+constexpr uintptr_t kFakeEnd = uintptr_t{0x7000} << 32;
+
+void Device::set_dry_run(bool on) {
+  if (on && dry_run_) throw std::logic_error("emulator: a DryRun is already active");
+  dry_run_ = on;
+  next_fake_ = kFakeBase;
+  launches_.clear();
+  allocations_.clear();
+}
+
+void* Device::fake_alloc(size_t bytes, bool record) {
+  if (record) allocations_.push_back(bytes);
+  const uintptr_t p = next_fake_;
+  next_fake_ += (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  if (next_fake_ > kFakeEnd) throw std::length_error("emulator: dry run address space exhausted");
+  return reinterpret_cast<void*>(p);
+}
+
+bool Device::is_fake(const void* p) const {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return a >= kFakeBase && a < kFakeEnd;
+}
+
+DryRun::DryRun() { Device::get().set_dry_run(true); }
+DryRun::~DryRun() { Device::get().set_dry_run(false); }
+const std::vector<LaunchRecord>& DryRun::launches() const { return Device::get().launch_records(); }
+const std::vector<size_t>& DryRun::allocations() const {
+  return Device::get().allocation_records();
 }
 
 Stats stats() { return Device::get().stats(); }

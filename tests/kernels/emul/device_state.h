@@ -49,6 +49,15 @@ class Device {
   void set_max_dynamic_shared(const void* kernel, int bytes) { max_dynamic_[kernel] = bytes; }
   size_t max_dynamic_shared(const void* kernel) const;
 
+  // Dry runs (emulator.h's DryRun): fake device addresses, records instead of launches.
+  bool dry_run() const { return dry_run_; }
+  void set_dry_run(bool on);
+  // An address range of `bytes`; `record`: a scratch allocation of the kernel sources.
+  void* fake_alloc(size_t bytes, bool record);
+  bool is_fake(const void* p) const;
+  std::vector<LaunchRecord>& launch_records() { return launches_; }
+  std::vector<size_t>& allocation_records() { return allocations_; }
+
   // Fibers for the threads of a block, kept between launches.
   Fiber& fiber(int i);
   // A launch's dynamic shared memory (kMaxDynamicSharedBytes, 16-byte aligned).
@@ -65,6 +74,10 @@ class Device {
   cudaError_t api_error_ = cudaSuccess;
   std::unordered_map<const void*, int> max_dynamic_;
   std::vector<std::unique_ptr<Fiber>> fibers_;
+  bool dry_run_ = false;
+  uintptr_t next_fake_ = 0;
+  std::vector<LaunchRecord> launches_;
+  std::vector<size_t> allocations_;
   struct FreeAligned {
     void operator()(unsigned char* p) const;
   };

@@ -23,6 +23,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "kernels/emul/runtime_api.h"
 
 namespace kiln::emul {
 
@@ -42,5 +45,29 @@ std::string take_fault();
 // Device memory for tests: registered like cudaMalloc's (bounds checked), named in messages.
 void* device_alloc(size_t bytes, const std::string& name);
 void device_free(void* p);
+
+// A launch as the kernel source made it: the kernel (its expression in the source, template
+// arguments as written), grid, block and dynamic shared memory.
+struct LaunchRecord {
+  std::string kernel;
+  dim3 grid, block;
+  size_t dynamic_shared = 0;
+};
+
+// While a DryRun lives (one at a time), launches are checked against the hardware's limits (a
+// violation is a fault, as in a real run) and recorded instead of run, and device memory is
+// address space only: allocations (recorded) hand out addresses nothing may touch, copies and
+// fills to device memory do nothing, copies to the host write zeros. For host-side gates over
+// shapes far beyond what the emulator could run (the largest model at 64k tokens).
+class DryRun {
+ public:
+  DryRun();
+  ~DryRun();
+  DryRun(const DryRun&) = delete;
+  DryRun& operator=(const DryRun&) = delete;
+  const std::vector<LaunchRecord>& launches() const;
+  // Bytes of each allocation the kernel sources made (cudaMalloc, cudaMallocAsync: scratch).
+  const std::vector<size_t>& allocations() const;
+};
 
 }  // namespace kiln::emul

@@ -48,6 +48,17 @@ void run_launch(const LaunchSpec& s, void (*body)(void*), void* arg, const void*
     d.api_error(cudaErrorInvalidConfiguration, fmt::format("launch of {}: {}", s.name, bad));
     return;
   }
+  if (d.dry_run()) {
+    d.launch_records().push_back({s.name, s.grid, s.block, s.dynamic_shared});
+    return;
+  }
+  const uint64_t total =
+      uint64_t{s.grid.x} * s.grid.y * s.grid.z * s.block.x * s.block.y * s.block.z;
+  if (total >= (uint64_t{1} << 31)) {  // launch-wide thread ids are 31 bits (access_check.h)
+    d.api_error(cudaErrorInvalidConfiguration,
+                fmt::format("launch of {}: {} threads, too many to emulate", s.name, total));
+    return;
+  }
   LaunchRun run{};
   run.name = s.name;
   run.grid = s.grid;

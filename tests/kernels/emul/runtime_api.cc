@@ -23,6 +23,7 @@ int next_buffer_id() {
 }  // namespace
 
 void* device_alloc(size_t bytes, const std::string& name) {
+  if (Device::get().dry_run()) return Device::get().fake_alloc(bytes, false);
   const size_t total = (bytes + kRedzone + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, total);
   if (p == nullptr) return nullptr;
@@ -35,7 +36,7 @@ void* device_alloc(size_t bytes, const std::string& name) {
 }
 
 void device_free(void* p) {
-  if (p == nullptr) return;
+  if (p == nullptr || Device::get().is_fake(p)) return;
   Device::get().memory().remove(p);
   std::free(p);
 }
@@ -86,7 +87,8 @@ const char* cudaGetErrorString(cudaError_t e) {
 }
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
-  *p = kiln::emul::device_alloc(bytes, "");
+  Device& d = Device::get();
+  *p = d.dry_run() ? d.fake_alloc(bytes, true) : kiln::emul::device_alloc(bytes, "");
   return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFree(void* p) {
@@ -97,11 +99,18 @@ cudaError_t cudaFree(void* p) {
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) { return cudaMalloc(p, bytes); }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+  if (Device::get().is_fake(p)) return cudaSuccess;
   std::memset(p, value, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
                             cudaStream_t) {
+  const Device& d = Device::get();
+  if (d.is_fake(dst)) return cudaSuccess;
+  if (d.is_fake(src)) {
+    std::memset(dst, 0, bytes);  // a dry run's device memory reads as zeros
+    return cudaSuccess;
+  }
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }

@@ -29,12 +29,6 @@ size_t GemmKeyHash::operator()(const GemmKey& k) const {
   return h;
 }
 
-uint16_t pointer_alignment(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  if (a == 0) return 256;
-  return static_cast<uint16_t>(std::min<uintptr_t>(uintptr_t{1} << std::countr_zero(a), 256));
-}
-
 LtGemm::~LtGemm() {
   if (workspace_ != nullptr) cudaFree(workspace_);
   if (handle_ != nullptr) cublaslt().cublasLtDestroy(handle_);
