@@ -1,13 +1,15 @@
 // Kernel launches under the emulator: KILN_LAUNCH(grid, block, shared bytes, stream, kernel)(args)
 // of the kernel sources (kiln/kernels/cuda/launch.cuh) becomes
-// kiln::emul::launch(name, kernel, grid, block, shared bytes)(args), which converts the arguments
-// to the kernel's parameter types (as a call would) and runs the whole grid before returning.
+// kiln::emul::launch<kernel>(grid, block, shared bytes)(args), which converts the arguments to
+// the kernel's parameter types (as a call would) and runs the whole grid before returning.
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <tuple>
 #include <utility>
 
+#include "kernels/emul/kernel_name.h"
 #include "kernels/emul/runtime_api.h"
 
 namespace kiln::emul {
@@ -51,13 +53,26 @@ class Launcher {
   void (*kernel_)(P...);
 };
 
+// The kernel's name with its template arguments resolved ("flash_dkdv_kernel<128>"), or as
+// the source spells it when the executable has no symbol table.
+template <auto Kernel>
+const char* kernel_name(const char* source) {
+  static const std::string name = function_name(reinterpret_cast<const void*>(Kernel), source);
+  return name.c_str();
+}
+
 template <typename... P>
-Launcher<P...> launch(const char* name, void (*kernel)(P...), dim3 grid, dim3 block,
-                      size_t shared) {
+Launcher<P...> make_launcher(const char* name, void (*kernel)(P...), dim3 grid, dim3 block,
+                             size_t shared) {
   return Launcher<P...>(name, kernel, grid, block, shared);
+}
+
+template <auto Kernel>
+auto launch(const char* source, dim3 grid, dim3 block, size_t shared) {
+  return make_launcher(kernel_name<Kernel>(source), Kernel, grid, block, shared);
 }
 
 }  // namespace kiln::emul
 
 #define KILN_EMULATED_LAUNCH(grid, block, shared, stream, ...) \
-  ((void)(stream), ::kiln::emul::launch(#__VA_ARGS__, __VA_ARGS__, grid, block, shared))
+  ((void)(stream), ::kiln::emul::launch<__VA_ARGS__>(#__VA_ARGS__, grid, block, shared))

@@ -10,7 +10,8 @@ constexpr int kLanes = 32;  // row lanes per block: lane y sums rows y, y + 32, 
 
 // Block (kCols, kLanes), grid ceil(OC / kCols). Each thread sums its rows in row order, then the
 // kLanes partial sums of a column are added in lane order: the order depends only on N.
-__global__ void add_column_sums_kernel(float* db, const float* dout, int N, int OC) {
+__global__ void __launch_bounds__(kCols* kLanes)
+    add_column_sums_kernel(float* db, const float* dout, int N, int OC) {
   __shared__ float part[kLanes][kCols + 1];
   const int col = blockIdx.x * kCols + threadIdx.x;
   float s = 0.0f;

@@ -18,7 +18,8 @@ constexpr int kLossThreads = 1024;
 // One block of kCompactThreads: tiles of targets, each an exclusive prefix sum of the flags
 // (warp scans, then a scan of the warp totals), placed after the rows of earlier tiles. Rows
 // past `padded` (a caller that miscounted its targets) are dropped, never written out of bounds.
-__global__ void compact_rows_kernel(int32_t* rows, const int32_t* targets, int N, int padded) {
+__global__ void __launch_bounds__(kCompactThreads)
+    compact_rows_kernel(int32_t* rows, const int32_t* targets, int N, int padded) {
   constexpr int32_t kIgnore = kIgnoreIndex;
   __shared__ int warp_incl[32];
   __shared__ int base;
@@ -117,7 +118,8 @@ __global__ void scatter_rows_kernel(float* dx, const float* dxr, const int32_t* 
   for (int c = threadIdx.x; c < C; c += blockDim.x) out[c] = in[c];
 }
 
-__global__ void add_loss_sum_kernel(double* loss_sum, const double* row_loss, int n) {
+__global__ void __launch_bounds__(kLossThreads)
+    add_loss_sum_kernel(double* loss_sum, const double* row_loss, int n) {
   double s = 0.0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) s += row_loss[i];
   s = block_all_reduce(s, BlockPlus{}, 0.0);
