@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <cstring>
 
 #include "kernels/emul/device_state.h"
@@ -124,6 +125,7 @@ void BlockRun::barrier(const Site& site) {
     fault(fmt::format("__syncthreads at {} while lanes of its warp wait for it at {} at {}",
                       site_text(site), op_name(op.kind), site_text(op.site)));
   }
+  warps_[static_cast<size_t>(current_ / 32)].at_barrier |= 1u << (current_ % 32);
   if (++at_barrier_ < launch_.threads) {
     suspend();
     return;
@@ -135,6 +137,7 @@ void BlockRun::barrier(const Site& site) {
     }
   }
   at_barrier_ = 0;
+  for (WarpOp& w : warps_) w.at_barrier = 0;
   epoch_ = Device::get().new_epoch();
   ++Device::get().stats().barriers;
   for (Thread& t : threads_) {
@@ -159,24 +162,23 @@ void BlockRun::exit_thread() {
                       site_text(op.site)));
   }
   me.state = State::kExited;
+  warps_[static_cast<size_t>(current_ / 32)].exited |= 1u << (current_ % 32);
   ++exited_;
   suspend();  // never resumed
   __builtin_unreachable();
 }
 
 void BlockRun::check_lanes_can_arrive(const WarpOp& op, int warp) {
-  for (int l = 0; l < 32; ++l) {
-    if ((op.mask >> l & 1u) == 0 || (op.arrived >> l & 1u) != 0) continue;
-    const Thread& t = threads_[static_cast<size_t>(warp * 32 + l)];
-    if (t.state == State::kExited) {
-      fault(fmt::format("{} at {} waits for lane {}, which has exited", op_name(op.kind),
-                        site_text(op.site), l));
-    }
-    if (t.state == State::kBarrier) {
-      fault(fmt::format("{} at {} waits for lane {}, which waits at __syncthreads at {}",
-                        op_name(op.kind), site_text(op.site), l, site_text(t.site)));
-    }
+  const unsigned stuck = op.mask & ~op.arrived & (op.exited | op.at_barrier);
+  if (stuck == 0) return;
+  const int l = std::countr_zero(stuck);
+  const Thread& t = threads_[static_cast<size_t>(warp * 32 + l)];
+  if (t.state == State::kExited) {
+    fault(fmt::format("{} at {} waits for lane {}, which has exited", op_name(op.kind),
+                      site_text(op.site), l));
   }
+  fault(fmt::format("{} at {} waits for lane {}, which waits at __syncthreads at {}",
+                    op_name(op.kind), site_text(op.site), l, site_text(t.site)));
 }
 
 void BlockRun::warp_op(WarpOpKind kind, int variant, unsigned mask, const void* in, size_t in_bytes,

@@ -44,6 +44,7 @@ struct WarpOp {
   WarpOpKind kind = WarpOpKind::kNone;
   int variant = 0;  // shuffle or vote kind, width, ldmatrix transposition: the same in every lane
   unsigned mask = 0, arrived = 0;
+  unsigned exited = 0, at_barrier = 0;  // lanes of the warp that cannot arrive
   Site site;
   LaneSlot lanes[32];
 };

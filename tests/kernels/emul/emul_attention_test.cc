@@ -132,6 +132,14 @@ TEST(EmulAttention, FlashHeadDim64OneHeadPerKvHead) {
   check(Impl::kFlash, "flash d64 mha", c);
 }
 
+// Enough kv-head blocks (128 rows x 2 kv heads) that the dK/dV pass takes two parts of each
+// group of four query heads: each block loops over two heads, restaging Q and dy per head.
+TEST(EmulAttention, FlashDkdvBlocksLoopingOverHeads) {
+  const Case c = make_case({128, 16, 8, 2, 64}, {5});
+  ASSERT_EQ(emul_cuda::dkdv_head_splits(c.s.B, c.s.T, c.s.H, c.s.KV), 2);
+  check(Impl::kFlash, "flash d64 two heads per dk/dv block", c);
+}
+
 // The attention geometry of Qwen2.5-0.5B (14 query heads over 2 kv heads, head_dim 64) and
 // Qwen2.5-1.5B (12 over 2, head_dim 128), over two and a half tiles with documents.
 TEST(EmulAttention, FlashQwenGeometries) {

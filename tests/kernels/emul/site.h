@@ -11,7 +11,9 @@ namespace kiln::emul {
 struct Site {
   const char* file = "";
   int line = 0;
-  bool operator==(const Site& o) const { return line == o.line && std::strcmp(file, o.file) == 0; }
+  bool operator==(const Site& o) const {
+    return line == o.line && (file == o.file || std::strcmp(file, o.file) == 0);
+  }
 };
 
 }  // namespace kiln::emul
