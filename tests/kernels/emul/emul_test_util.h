@@ -88,6 +88,22 @@ inline constexpr double kBf16Stored = parity::kBf16Stored.bf16;
 inline constexpr double kProductBf16 = parity::kProduct.bf16;
 inline constexpr double kProductFp32 = parity::kProduct.fp32;
 
+// At the end of each test binary: what the emulator ran and checked.
+class StatsPrinter : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    const Stats s = stats();
+    std::printf(
+        "[ emul     ] %llu launches, %llu blocks, %llu threads, %llu barriers, %llu warp "
+        "operations, %llu device and shared memory accesses checked\n",
+        static_cast<unsigned long long>(s.launches), static_cast<unsigned long long>(s.blocks),
+        static_cast<unsigned long long>(s.threads), static_cast<unsigned long long>(s.barriers),
+        static_cast<unsigned long long>(s.warp_ops), static_cast<unsigned long long>(s.accesses));
+  }
+};
+inline const bool kStatsPrinterAdded =
+    (::testing::AddGlobalTestEnvironment(new StatsPrinter), true);  // gtest owns it
+
 inline std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f,
                                         float offset = 0.0f) {
   return parity::random_values(n, seed, scale, offset);
