@@ -62,6 +62,12 @@ void track(Region& r, BlockRun& b, int t, uintptr_t addr, size_t bytes, Access k
     return pid != me && (pid / per_block != me / per_block || pe == e);
   };
   const char* space = r.is_shared() ? "shared memory race" : "device memory race";
+  // Why the two accesses are unordered.
+  const auto unordered = [&](uint32_t pid) {
+    return pid / per_block == me / per_block ? "with no __syncthreads between"
+                                             : "in another block of this launch (blocks are not "
+                                               "ordered)";
+  };
   for (size_t i = 0; i < bytes; ++i) {
     ShadowByte& s = *r.shadow_of(addr + i);
     const bool w_live = s.w_epoch != 0 && s.w_epoch >= floor;
@@ -77,11 +83,9 @@ void track(Region& r, BlockRun& b, int t, uintptr_t addr, size_t bytes, Access k
                       thread_name(b, me), verb(kind), bytes, describe_offset(r, addr + i)));
     }
     if (w_live && conflicts(s.w_epoch, w_id) && !(kind == Access::kAtomic && w_atomic)) {
-      b.fault(
-          fmt::format("{}: {} {}s {} bytes at {}, which {} wrote{} with no __syncthreads "
-                      "between",
-                      space, thread_name(b, me), verb(kind), bytes, describe_offset(r, addr + i),
-                      thread_name(b, w_id), w_atomic ? " (atomically)" : ""));
+      b.fault(fmt::format("{}: {} {}s {} bytes at {}, which {} wrote{} {}", space,
+                          thread_name(b, me), verb(kind), bytes, describe_offset(r, addr + i),
+                          thread_name(b, w_id), w_atomic ? " (atomically)" : "", unordered(w_id)));
     }
     if (kind == Access::kRead) {
       const bool many = r_live && (r_many || conflicts(s.r_epoch, r_id));
@@ -93,9 +97,9 @@ void track(Region& r, BlockRun& b, int t, uintptr_t addr, size_t bytes, Access k
       const std::string readers = r_id == me
                                       ? std::string("other threads")
                                       : thread_name(b, r_id) + (r_many ? " (and others)" : "");
-      b.fault(fmt::format("{}: {} {}s {} bytes at {}, which {} read with no __syncthreads between",
-                          space, thread_name(b, me), verb(kind), bytes,
-                          describe_offset(r, addr + i), readers));
+      b.fault(fmt::format("{}: {} {}s {} bytes at {}, which {} read {}", space, thread_name(b, me),
+                          verb(kind), bytes, describe_offset(r, addr + i), readers,
+                          r_many ? "with no __syncthreads between" : unordered(r_id)));
     }
     s.w_epoch = e;
     s.w_thread = me | (kind == Access::kAtomic ? kAtomicBit : 0u);
