@@ -1,8 +1,8 @@
 // The CPU emulator of kiln's CUDA kernels, as its tests see it. The kernel sources
-// (src/kiln/kernels/cuda/*.cu) are compiled by the host compiler against the emulator's CUDA
-// headers (shim/) into kiln_emul_kernels, in namespace kiln::emul_cuda (so they link beside the
-// real CUDA backend); their host launchers are called as the CUDA backend calls them, and each
-// launch runs there and then:
+// (src/kiln/kernels/cuda/*.cu) are compiled by clang against the emulator's CUDA headers (shim/)
+// into kiln_emul_kernels, in namespace kiln::emul_cuda (so they link beside the real CUDA
+// backend); their host launchers are called as the CUDA backend calls them, and each launch runs
+// there and then:
 //   - a block's threads are fibers on one OS thread, each run until it reaches __syncthreads, a
 //     warp operation (shuffle, vote, ldmatrix, mma.sync) or its end; blocks run one after another
 //   - warp operations exchange values between the lanes that reach them; ldmatrix and mma follow
@@ -18,6 +18,12 @@
 //     sm_90 are faults
 // A fault stops the launch, is sticky (cudaGetLastError reports it, KILN_CUDA_CHECK throws it)
 // and is taken by the test with take_fault().
+//
+// What it does not show: anything about timing or the order in which a GPU would interleave
+// threads beyond the race rules (memory is sequentially consistent here, __syncwarp orders
+// nothing for race tracking), bank conflicts and occupancy (the ptxas gate reads those), and
+// floating-point differences of the GPU's fast intrinsics (__expf is expf here). A device-memory
+// write after reads by two other blocks can be missed (access_check.h). cuBLASLt is not emulated.
 #pragma once
 
 #include <cstddef>
