@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/base/process_lifetime.h"
 #include "kiln/kernels/backend.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cpu/gemm.h"
@@ -78,11 +79,16 @@ inline TargetBackend make_target(Target t) {
   return out;
 }
 
-// The backends of every target, made once per test process (a CUDA context is costly).
+// The backends of every target, made once per test process (a CUDA context is costly) and never
+// destroyed (process_lifetime.h): a CUDA backend's destructor frees device memory and gives back
+// its cuBLASLt handle, which must not happen from a static destructor, after the CUDA runtime and
+// cuBLASLt may have cleaned up (a crash after "[  PASSED  ]" would read as a failure).
 inline const TargetBackend& target_backend(Target t) {
-  static const std::array<TargetBackend, 4> all = {
-      make_target(Target::kAsyncFp32), make_target(Target::kAsyncBf16),
-      make_target(Target::kCudaFp32), make_target(Target::kCudaBf16)};
+  using All = std::array<TargetBackend, 4>;
+  const All& all = process_lifetime<All>([] {
+    return All{make_target(Target::kAsyncFp32), make_target(Target::kAsyncBf16),
+               make_target(Target::kCudaFp32), make_target(Target::kCudaBf16)};
+  });
   return all[static_cast<size_t>(t)];
 }
 
