@@ -43,6 +43,18 @@ inline std::string target_name(Target t) {
   return "?";
 }
 
+// Which shapes a case runs: all of them (the suite), or only the tiny ones (the Tiny/ instances:
+// the CUDA cases the GPU check runs under compute-sanitizer, whose slowdown the Qwen-sized
+// shapes would not fit).
+enum class Sizes { kAll, kTiny };
+struct ParityParam {
+  Target target;
+  Sizes sizes;
+};
+inline std::string param_name(const ::testing::TestParamInfo<ParityParam>& info) {
+  return target_name(info.param.target);
+}
+
 // A backend under test, or why there is none (then its cases skip with that reason).
 struct TargetBackend {
   std::unique_ptr<Backend> backend;
