@@ -173,7 +173,10 @@ def kiln_bench(log, preset, ceiling, memfile, results):
     append(results, {"kind": "kiln", "preset": preset, "tokens_per_s": tps, "tflops": tflops})
     tf = f"{tflops:.1f}" if tflops >= 1 else f"{tflops:.2g}"
     figs = [f"{tps:,.0f} tokens/s", f"step {step_s:.3f} s", f"{tf} TFLOP/s"]
-    figs.append(f"MFU {100 * mfu:.1f}% of the {ceiling:.0f} ceiling" if mfu else "MFU n/a (no ceiling)")
+    if mfu:
+        figs.append(f"MFU {100 * mfu:.1f}% of the {ceiling:.0f} ceiling")
+    else:
+        figs.append("MFU n/a (no ceiling)")
     if len(r) > 8:
         figs.append(f"{r[8]} of the published peak")
     figs.append(f"GPU mem peak {mem / 1024:.1f} GiB (nvidia-smi)" if mem else f"RSS {rss:.0f} MiB")

@@ -182,8 +182,9 @@ if [[ -n $build_dir && ! -e $build_dir/bin/kiln && -z $fake ]]; then
 fi
 # Keeps the driver loaded between the ~40 process starts (and records clocks and memory).
 if [[ -z $fake ]]; then
-  nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,clocks.sm,power.draw,temperature.gpu \
-    --format=csv -lms 1000 >"$work/smi.csv" 2>&1 &
+  nvidia-smi --format=csv -lms 1000 \
+    --query-gpu=timestamp,utilization.gpu,memory.used,clocks.sm,power.draw,temperature.gpu \
+    >"$work/smi.csv" 2>&1 &
   smi_pid=$!
   trap 'kill "$smi_pid" 2>/dev/null' EXIT
 fi
@@ -273,8 +274,8 @@ if stage env; then
     --format=csv
   plan 15 45 "python import torch"
   if [[ -n $fake ]]; then fake_sleep 15; fi
-  run_logged 45 "$env_log" "$python" -c \
-    'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
+  run_logged 45 "$env_log" "$python" -c 'import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
   rc=$?
   torch_line=$(grep -m1 -E '^torch |No module named' "$env_log" | cut -c1-100)
   status=$(status_of $rc)
@@ -286,8 +287,9 @@ if stage env; then
     kiln_cmd 10 45 "$env_log" "$bin/kiln" doctor
     rc=$?
     doctor_figs=$(grep -E '^(ok|note|warn|FAIL) +backend' "$env_log" | head -1 | cut -c15-)
+    figs="doctor rc $rc; ${doctor_figs:-no backend line}; linked:${links:- nothing}"
     record env "$([[ $rc == 0 && -z $missing_libs ]] && echo ok || echo FAIL)" \
-      "doctor rc $rc; ${doctor_figs:-no backend line}; linked:${links:- nothing}${missing_libs:+; unresolved: $missing_libs}"
+      "$figs${missing_libs:+; unresolved: $missing_libs}"
   else
     record env missing "no kiln binary in the pack"
   fi
@@ -323,7 +325,9 @@ bench_steps=(--steps 5 --warmup 2)
 torch_flags=()
 # The preset that runs for a planned one: itself, or in fake mode a CPU-sized stand-in (the plan
 # keeps the GPU's rows and their expected durations).
-run_preset() { if [[ -n $fake ]]; then echo "${KILN_GPU_CHECK_FAKE_PRESET:-bench-h64}"; else echo "$1"; fi; }
+run_preset() {
+  if [[ -n $fake ]]; then echo "${KILN_GPU_CHECK_FAKE_PRESET:-bench-h64}"; else echo "$1"; fi
+}
 if [[ -n $fake ]]; then
   seq=256
   batch=1
@@ -547,9 +551,9 @@ if stage sanitizer; then
         sel=()
         [[ $tool == racecheck ]] && sel=("${kiln_kernels[@]}")
         before=$(wc -l <"$san")
-        gpu_cmd "$(sanitizer_expected "$t")" 60 "$san" env "LD_LIBRARY_PATH=$kiln_ld" compute-sanitizer \
-          --tool "$tool" "${sel[@]}" --error-exitcode 99 "$bin/$t" --gtest_brief=1 \
-          --gtest_filter="$f"
+        gpu_cmd "$(sanitizer_expected "$t")" 60 "$san" env "LD_LIBRARY_PATH=$kiln_ld" \
+          compute-sanitizer --tool "$tool" "${sel[@]}" --error-exitcode 99 "$bin/$t" \
+          --gtest_brief=1 --gtest_filter="$f"
         rc=$?
         line=$(tail -n +$((before + 1)) "$san" |
           grep -m1 '^========= \(ERROR SUMMARY\|RACECHECK SUMMARY\)')
