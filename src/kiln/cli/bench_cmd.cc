@@ -299,7 +299,8 @@ int run_bench(BenchOpts o) {
       "time by phase (gemm: the layers' products; lmh: fused LM head and loss; attn: attention; "
       "opt: optimizer; other: norms, RoPE, SwiGLU, embedding, copies), timed by an event after "
       "every op, phase_s = that step's time (one process: no communication; `kiln bench comm` "
-      "times collectives)\n",
+      "times collectives); the indented lines before a row give its first step's loss beside "
+      "ln(vocabulary) and each phase's time with its estimated FLOPs and bytes\n",
       o.device.c_str());
   std::printf(
       "%-13s %8s %-8s %-4s %-4s %9s %9s %8s %7s %8s %8s %7s %9s %8s %6s %6s %6s %6s %6s "
