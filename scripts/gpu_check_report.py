@@ -178,7 +178,7 @@ def kiln_bench(log, preset, ceiling, memfile, results):
     else:
         figs.append("MFU n/a (no ceiling)")
     if len(r) > 8:
-        figs.append(f"{r[8]} of the published peak")
+        figs.append(f"{r[8]} of the device's peak")
     figs.append(f"GPU mem peak {mem / 1024:.1f} GiB (nvidia-smi)" if mem else f"RSS {rss:.0f} MiB")
     figs.append(f"backend's peak {dev_mib / 1024:.2f} GiB (scratch included)")
     print("; ".join(figs))

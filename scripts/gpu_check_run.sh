@@ -308,8 +308,8 @@ if stage gemm; then
     bandwidth=$(sed -n 's/^bandwidth: \([0-9.]*\) GB.*/\1/p' "$gemm")
     ceiling=${ceiling:-0}
     bandwidth=${bandwidth:-0}
-    record gemm "$(status_of $rc)" \
-      "$(grep -E '^ceiling:|^peak:|^bandwidth:|no GPU' "$gemm" | tr '\n' ' ' | cut -c1-300)"
+    line=$(grep -E '^ceiling:|^peak:|^bandwidth:|no GPU' "$gemm" | tr '\n' ' ' | cut -c1-300)
+    record gemm "$(status_of $rc)" "${line:-${fake:+fake run: no GPU}}"
   else
     plan 15 60 cuda_gemm_ceiling
     [[ -n $fake ]] && fake_sleep 15
