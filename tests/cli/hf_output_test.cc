@@ -6,6 +6,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
+#include "common/background_kiln.h"
 #include "common/run_kiln.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
@@ -163,6 +167,27 @@ TEST_F(HfOutput, BaseWithoutTemplateGetsQwenTemplateAndDerivedGenerationConfig) 
   EXPECT_EQ(tc2.at("model_max_length"), 7);
   EXPECT_EQ(tc2.at("chat_template"), tc.at("chat_template"));
   EXPECT_EQ(read_json_file(p("out2/generation_config.json")).at("eos_token_id"), 656);
+}
+
+// The base's files are read once, at start: a base directory that moves (or is unmounted) while
+// the run trains does not fail its later checkpoints or final/, which still hold its files.
+TEST_F(HfOutput, ABaseThatMovesMidRunDoesNotFailLaterSaves) {
+  const fs::path base = make_full_base();
+  const fs::path recipe = write_recipe(base, "run");
+  testing::BackgroundKiln run({"train", recipe.string(), "train.max_steps=40",
+                               "checkpoint.every_steps=1", "checkpoint.keep_last=2"},
+                              p("run.log"));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(p("run/checkpoints/step-00000001/manifest.json")) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(fs::exists(p("run/checkpoints/step-00000001/manifest.json"))) << run.log();
+  fs::rename(base, p("moved"));
+  ASSERT_FALSE(fs::exists(p("run/final"))) << "the run ended before its base moved";
+  ASSERT_EQ(run.wait(std::chrono::milliseconds(120000)), 0) << run.log();
+  expect_servable(p("run/final"), p("moved"), "float32");
+  expect_servable(p("run/checkpoints/step-00000040"), p("moved"), "float32");
 }
 
 TEST_F(HfOutput, ModelWithoutTokenizerStillExports) {

@@ -18,6 +18,9 @@ struct TinyRunShape {
   int max_steps = 6;
   int micro_batch_size = 2;
   int timeout_s = 5;
+  // The base model directory carries Qwen's real tokenizer.json (11 MB), as a user's does: every
+  // checkpoint and final/ hold a copy of it.
+  bool real_tokenizer = false;
 };
 
 // <tmp>/<prefix>_<name>_<pid>/{init, recipe.yaml}; the recipe's output.dir is <that>/run.
@@ -30,6 +33,10 @@ inline std::filesystem::path setup_tiny_run(const std::string& prefix, const std
   fs::create_directories(d);
   auto r = run_kiln("init --config tiny --seed 1 --out " + (d / "init").string());
   EXPECT_EQ(r.code, 0) << r.out;
+  if (s.real_tokenizer) {
+    fs::copy_file(fs::path(KILN_SOURCE_DIR) / "assets/tokenizer/qwen3/tokenizer.json",
+                  d / "init/tokenizer.json", fs::copy_options::overwrite_existing);
+  }
   write_file_atomic(
       d / "recipe.yaml",
       "model:\n  path: " + (d / "init").string() + "\ndata:\n  train: " + KILN_SOURCE_DIR +

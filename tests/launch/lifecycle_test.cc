@@ -73,10 +73,13 @@ TEST(Lifecycle, WorkersDieWithTheirAgentAndTheOutputDirIsLockedMeanwhile) {
 
 // SIGTERM (a Kubernetes preemption) mid-run: every rank finishes its step, one checkpoint is
 // committed, kiln exits with kExitStopped (75) well inside failure.sigterm_grace_s, and
-// train.resume=auto ends with the very weights of an uninterrupted run.
+// train.resume=auto ends with the very weights of an uninterrupted run. The base model carries
+// Qwen's real tokenizer (11 MB), which every checkpoint holds, so the stop checkpoint must copy it
+// inside the grace period too.
 void sigterm_then_resume(int nproc) {
   const std::string name = "sigterm" + std::to_string(nproc);
-  const fs::path d = testing::setup_tiny_run("kiln_lifecycle", name, {.max_steps = 300});
+  const fs::path d =
+      testing::setup_tiny_run("kiln_lifecycle", name, {.max_steps = 300, .real_tokenizer = true});
   const std::string recipe =
       (d / "recipe.yaml").string() + " dist.nproc_per_node=" + std::to_string(nproc);
   auto full = run_kiln("train " + recipe + " output.dir=" + (d / "full").string());
@@ -102,6 +105,8 @@ void sigterm_then_resume(int nproc) {
   EXPECT_LT(step, 300) << "the run ended before the signal arrived";
   const fs::path ckpt = d / "stopped/checkpoints" / fmt::format("step-{:08d}", step);
   EXPECT_TRUE(fs::exists(ckpt / "manifest.json")) << ckpt << "\n" << log;
+  EXPECT_TRUE(read_file(ckpt / "tokenizer.json") == read_file(d / "init/tokenizer.json"))
+      << "the checkpoint's tokenizer.json is not the base's, byte for byte";
   EXPECT_FALSE(fs::exists(d / "stopped/final"));
 
   auto resumed = run_kiln("train " + recipe + " output.dir=" + (d / "stopped").string() +

@@ -81,8 +81,8 @@ Command add_export(CLI::App& app) {
             const ParamLayout layout(c);
             const uint64_t max_shard = parse_size(o->max_shard);
             // Streamed unit by unit: memory is bounded by one unit, never the whole model.
-            const HfModelFiles files{src, {}};        // config, tokenizer and generation files
-            if (fs::exists(src / "manifest.json")) {  // a sharded kiln checkpoint
+            const HfModelFiles files = HfModelFiles::read(src);  // config, tokenizer, generation
+            if (fs::exists(src / "manifest.json")) {             // a sharded kiln checkpoint
               CheckpointUnitReader reader(src, layout);
               save_hf_model_dir(
                   o->out, files, layout, [&](int u, float* out) { reader.read_unit(u, out); },

@@ -1,6 +1,7 @@
 #include "kiln/model/hf_model_files.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -15,20 +16,18 @@ namespace {
 
 using OJson = nlohmann::ordered_json;
 
-OJson read_ordered(const fs::path& p) {
+// Small files keep their key order (config.json, tokenizer_config.json); tokenizer.json is
+// parsed unordered, which is ~100x faster on an 11 MB file and all a token lookup needs.
+template <typename J>
+J parse_json_file(const fs::path& p, const std::string& text) {
   try {
-    return OJson::parse(read_file(p));
-  } catch (const OJson::exception& e) {
+    return J::parse(text);
+  } catch (const typename J::exception& e) {
     fail("{}: invalid JSON: {}", p.string(), e.what());
   }
 }
 
-void write_json(const fs::path& p, const OJson& j) { write_file_atomic(p, j.dump(2) + "\n"); }
-
-void copy_atomic(const fs::path& from, const fs::path& to) {
-  if (fs::exists(to) && fs::equivalent(from, to)) return;
-  write_file_atomic(to, read_file(from));
-}
+std::string json_text(const OJson& j) { return j.dump(2) + "\n"; }
 
 bool has_chat_template(const fs::path& tok_dir, const OJson* tokenizer_config) {
   if (tokenizer_config && tokenizer_config->contains("chat_template")) return true;
@@ -47,14 +46,14 @@ std::optional<std::string> token_text(const OJson& cfg, const char* key) {
 }
 
 // The id of `text` among tokenizer.json's added tokens or its model vocabulary.
-std::optional<int64_t> token_id(const OJson& tok, const std::string& text) {
+std::optional<int64_t> token_id(const nlohmann::json& tok, const std::string& text) {
   if (tok.contains("added_tokens")) {
     for (const auto& t : tok.at("added_tokens")) {
       if (t.value("content", std::string()) == text) return t.at("id").get<int64_t>();
     }
   }
   if (tok.contains("model") && tok.at("model").contains("vocab")) {
-    const OJson& vocab = tok.at("model").at("vocab");
+    const nlohmann::json& vocab = tok.at("model").at("vocab");
     if (vocab.is_object() && vocab.contains(text)) return vocab.at(text).get<int64_t>();
   }
   return std::nullopt;
@@ -62,7 +61,7 @@ std::optional<int64_t> token_id(const OJson& tok, const std::string& text) {
 
 // tokenizer_config.json for a base that has none: what transformers' Qwen2TokenizerFast needs
 // beside tokenizer.json, with the Qwen2.5 chat template.
-OJson derived_tokenizer_config(const OJson& tok, const OJson& config) {
+OJson derived_tokenizer_config(const nlohmann::json& tok, const OJson& config) {
   OJson decoder = OJson::object();
   if (tok.contains("added_tokens")) {
     for (const auto& t : tok.at("added_tokens")) {
@@ -95,23 +94,21 @@ OJson derived_tokenizer_config(const OJson& tok, const OJson& config) {
           {"unk_token", nullptr}};
 }
 
-// Writes tokenizer_config.json; returns its contents (for the eos token).
-OJson write_tokenizer_config(const fs::path& out, const fs::path& tok_dir, const OJson& tok,
-                             const OJson& config) {
+// tokenizer_config.json's bytes and contents (for the eos token); `tok` parses tokenizer.json
+// when a derivation needs it.
+std::pair<std::string, OJson> tokenizer_config(const fs::path& tok_dir,
+                                               const std::function<const nlohmann::json&()>& tok,
+                                               const OJson& config) {
   const fs::path base_cfg = tok_dir / "tokenizer_config.json";
   if (!fs::exists(base_cfg)) {
-    OJson cfg = derived_tokenizer_config(tok, config);
-    write_json(out / "tokenizer_config.json", cfg);
-    return cfg;
+    OJson cfg = derived_tokenizer_config(tok(), config);
+    return {json_text(cfg), cfg};
   }
-  OJson cfg = read_ordered(base_cfg);
-  if (has_chat_template(tok_dir, &cfg)) {
-    copy_atomic(base_cfg, out / "tokenizer_config.json");  // byte for byte
-  } else {
-    cfg["chat_template"] = std::string(qwen25_chat_template_jinja());
-    write_json(out / "tokenizer_config.json", cfg);
-  }
-  return cfg;
+  std::string text = read_file(base_cfg);
+  OJson cfg = parse_json_file<OJson>(base_cfg, text);
+  if (has_chat_template(tok_dir, &cfg)) return {std::move(text), cfg};  // byte for byte
+  cfg["chat_template"] = std::string(qwen25_chat_template_jinja());
+  return {json_text(cfg), cfg};
 }
 
 // config.json's eos_token_id: an int, a list of ints or absent.
@@ -128,7 +125,8 @@ std::vector<int64_t> config_eos_ids(const OJson& config) {
   return ids;
 }
 
-OJson derived_generation_config(const OJson& config, const OJson* tok, const OJson* tok_cfg) {
+OJson derived_generation_config(const OJson& config, const nlohmann::json* tok,
+                                const OJson* tok_cfg) {
   std::vector<int64_t> eos;
   std::optional<int64_t> pad;
   if (tok && tok_cfg) {
@@ -173,49 +171,60 @@ const char* torch_dtype_name(DType dtype) {
   return dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
 }
 
-nlohmann::ordered_json hf_config_json(const fs::path& base_dir, const std::string& torch_dtype) {
-  const fs::path p = base_dir / "config.json";
-  if (!fs::exists(p)) fail("{}: no such file", p.string());
-  OJson c = read_ordered(p);
-  if (!c.is_object()) fail("{}: expected a JSON object", p.string());
+HfModelFiles HfModelFiles::read(const fs::path& base, const fs::path& tokenizer_setting) {
+  HfModelFiles f;
+  const fs::path cfg_path = base / "config.json";
+  if (!fs::exists(cfg_path)) fail("{}: no such file", cfg_path.string());
+  f.config_ = parse_json_file<OJson>(cfg_path, read_file(cfg_path));
+  if (!f.config_.is_object()) fail("{}: expected a JSON object", cfg_path.string());
+  const fs::path gen_path = base / "generation_config.json";
+  const bool has_gen = fs::is_regular_file(gen_path);
+  const fs::path tok_json = tokenizer_json_path(base, tokenizer_setting);
+  if (!fs::is_regular_file(tok_json)) {
+    KILN_LOG_WARN(
+        "{}: no tokenizer.json at {}; model directories written from it have no "
+        "tokenizer",
+        base.string(), tok_json.string());
+    f.files_.emplace_back("generation_config.json", has_gen ? read_file(gen_path)
+                                                            : json_text(derived_generation_config(
+                                                                  f.config_, nullptr, nullptr)));
+    return f;
+  }
+  const fs::path tok_dir = tok_json.parent_path();
+  f.files_.emplace_back("tokenizer.json", read_file(tok_json));
+  std::optional<nlohmann::json> tok;  // parsed on first need only
+  auto parsed = [&]() -> const nlohmann::json& {
+    if (!tok) tok = parse_json_file<nlohmann::json>(tok_json, f.files_.front().second);
+    return *tok;
+  };
+  auto [cfg_text, tok_cfg] = tokenizer_config(tok_dir, parsed, f.config_);
+  f.files_.emplace_back("tokenizer_config.json", std::move(cfg_text));
+  for (const std::string& name : hf_extra_tokenizer_files()) {
+    if (fs::is_regular_file(tok_dir / name)) f.files_.emplace_back(name, read_file(tok_dir / name));
+  }
+  f.files_.emplace_back("generation_config.json", has_gen ? read_file(gen_path)
+                                                          : json_text(derived_generation_config(
+                                                                f.config_, &parsed(), &tok_cfg)));
+  return f;
+}
+
+nlohmann::ordered_json HfModelFiles::config_json(const std::string& torch_dtype) const {
+  OJson c = config_;
   c["torch_dtype"] = torch_dtype;                     // replaces in place, keeping the order
   if (c.contains("dtype")) c["dtype"] = torch_dtype;  // transformers >= 4.56 spells it so
   return c;
 }
 
-void write_hf_model_files(const fs::path& out, const HfModelFiles& src) {
+void HfModelFiles::write(const fs::path& out, const std::string& torch_dtype) const {
   fs::create_directories(out);
-  const OJson config = hf_config_json(src.base, "float32");
-  const fs::path tok_json = tokenizer_json_path(src.base, src.tokenizer);
-  if (!fs::is_regular_file(tok_json)) {
-    KILN_LOG_WARN("{}: no tokenizer.json at {}; the model directory has no tokenizer", out.string(),
-                  tok_json.string());
-    write_json(out / "generation_config.json",
-               fs::exists(src.base / "generation_config.json")
-                   ? read_ordered(src.base / "generation_config.json")
-                   : derived_generation_config(config, nullptr, nullptr));
-    return;
-  }
-  const fs::path tok_dir = tok_json.parent_path();
-  copy_atomic(tok_json, out / "tokenizer.json");
-  const OJson tok = read_ordered(tok_json);
-  const OJson tok_cfg = write_tokenizer_config(out, tok_dir, tok, config);
-  for (const std::string& name : hf_extra_tokenizer_files()) {
-    if (fs::is_regular_file(tok_dir / name)) copy_atomic(tok_dir / name, out / name);
-  }
-  if (fs::exists(src.base / "generation_config.json")) {
-    copy_atomic(src.base / "generation_config.json", out / "generation_config.json");
-  } else {
-    write_json(out / "generation_config.json", derived_generation_config(config, &tok, &tok_cfg));
-  }
+  for (const auto& [name, bytes] : files_) write_file_atomic(out / name, bytes);
+  write_file_atomic(out / "config.json", json_text(config_json(torch_dtype)));
 }
 
-void save_hf_model_dir(const fs::path& out, const HfModelFiles& src, const ParamLayout& layout,
+void save_hf_model_dir(const fs::path& out, const HfModelFiles& files, const ParamLayout& layout,
                        const std::function<void(int unit, float* out)>& read_unit, DType dtype,
                        uint64_t max_shard_bytes) {
-  write_hf_model_files(out, src);
-  write_file_atomic(out / "config.json",
-                    hf_config_json(src.base, torch_dtype_name(dtype)).dump(2) + "\n");
+  files.write(out, torch_dtype_name(dtype));
   save_hf_weights_streaming(out, layout, read_unit, dtype, max_shard_bytes);
 }
 

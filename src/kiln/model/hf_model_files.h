@@ -5,6 +5,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kiln/base/json.h"
 #include "kiln/model/layout.h"
@@ -12,10 +14,36 @@
 
 namespace kiln {
 
-// Where a model directory's files come from.
-struct HfModelFiles {
-  fs::path base;       // the base model directory: config.json, tokenizer and generation files
-  fs::path tokenizer;  // the tokenizer.json to ship; empty: base/tokenizer.json (if any)
+// What a model directory kiln writes holds besides the weights, read once from the base model (and
+// the tokenizer setting) when a run or an export starts: every later save writes these bytes, so
+// a base that moves or is unmounted mid-run cannot fail a checkpoint, and no save parses the
+// tokenizer again (an 11 MB tokenizer.json is copied byte for byte).
+//   config.json            the base's, every field in its order; only torch_dtype (and dtype)
+//                          set at write time;
+//   tokenizer.json         the tokenizer setting's (or the base's), byte for byte;
+//   tokenizer_config.json  the base's byte for byte when it has a chat template (in the file or
+//                          beside it as chat_template.jinja/.json); else the base's plus kiln's
+//                          Qwen2.5 template; else one derived from tokenizer.json;
+//   generation_config.json the base's byte for byte, else {bos_token_id, eos_token_id: [config's
+//                          eos ids, the tokenizer's eos]} (and pad_token_id when the tokenizer
+//                          has one);
+//   every file of hf_extra_tokenizer_files() the tokenizer's directory has.
+// Without any tokenizer.json only generation_config.json is written (and a warning logged).
+class HfModelFiles {
+ public:
+  // Reads `base` (config.json required) and the tokenizer `tokenizer_setting` names
+  // (tokenizer_json_path). tokenizer.json is parsed only to derive a missing
+  // tokenizer_config.json or generation_config.json.
+  static HfModelFiles read(const fs::path& base, const fs::path& tokenizer_setting = {});
+
+  // The base's config.json with torch_dtype set ("float32", "bfloat16", "float16").
+  nlohmann::ordered_json config_json(const std::string& torch_dtype) const;
+  // Writes every file above into `out` (created if needed), each atomically; config.json last.
+  void write(const fs::path& out, const std::string& torch_dtype) const;
+
+ private:
+  nlohmann::ordered_json config_;
+  std::vector<std::pair<std::string, std::string>> files_;  // name -> bytes, config.json aside
 };
 
 // Tokenizer files other than tokenizer.json and tokenizer_config.json that are copied as they
@@ -26,27 +54,12 @@ const std::vector<std::string>& hf_extra_tokenizer_files();
 // its tokenizer.json, else the file itself.
 fs::path tokenizer_json_path(const fs::path& model_dir, const fs::path& tokenizer_setting);
 
-// The base's config.json exactly as written (every field, in its order), with only torch_dtype
-// set to `torch_dtype` ("float32", "bfloat16", "float16").
-nlohmann::ordered_json hf_config_json(const fs::path& base_dir, const std::string& torch_dtype);
 const char* torch_dtype_name(DType dtype);
 
-// Writes into `out` (created if needed), each atomically:
-//   tokenizer.json         copied from src.tokenizer (or the base's);
-//   tokenizer_config.json  the base's byte for byte when it has a chat template (in the file or
-//                          beside it as chat_template.jinja/.json); else the base's plus kiln's
-//                          Qwen2.5 template; else one derived from tokenizer.json;
-//   generation_config.json the base's, else {bos_token_id, eos_token_id: [config's eos ids,
-//                          the tokenizer's eos]} (and pad_token_id when the tokenizer has one);
-//   every file of hf_extra_tokenizer_files() the base has.
-// Without any tokenizer.json only generation_config.json is written (and a warning logged).
-// Not config.json or the weights: save_hf_model_dir writes those.
-void write_hf_model_files(const fs::path& out, const HfModelFiles& src);
-
-// A complete model directory: write_hf_model_files, then config.json (hf_config_json of the
-// base) and the weights last (read_unit(u, out) fills unit u when first needed), so a directory
-// whose weights are complete has everything else.
-void save_hf_model_dir(const fs::path& out, const HfModelFiles& src, const ParamLayout& layout,
+// A complete model directory: files.write (config.json with `dtype`), then the weights last
+// (read_unit(u, out) fills unit u when first needed), so a directory whose weights are complete
+// has everything else.
+void save_hf_model_dir(const fs::path& out, const HfModelFiles& files, const ParamLayout& layout,
                        const std::function<void(int unit, float* out)>& read_unit, DType dtype,
                        uint64_t max_shard_bytes = 5'000'000'000);
 

@@ -168,13 +168,12 @@ std::pair<uint64_t, FileDigest> write_rank_file(const fs::path& path, int rank, 
 
 // config.json (and, from a base model, its tokenizer and generation files) beside the shards.
 void write_checkpoint_config(const fs::path& dir, const Json& model_config,
-                             const HfModelFiles& files) {
-  if (files.base.empty()) {
+                             const HfModelFiles* files) {
+  if (files == nullptr) {
     write_file_atomic(dir / "config.json", model_config.dump(2) + "\n");
     return;
   }
-  write_hf_model_files(dir, files);
-  write_file_atomic(dir / "config.json", hf_config_json(files.base, "float32").dump(2) + "\n");
+  files->write(dir, "float32");
 }
 
 // A shard's digest as kDigestSlots doubles {written, its digest}, all-reduced (max) from the one
@@ -222,7 +221,7 @@ struct CheckpointSaver::Pending {
   fs::path tmp, final_dir;
   Json manifest;  // without "files"
   Json model_config;
-  HfModelFiles hf_files;
+  std::shared_ptr<const HfModelFiles> hf_files;
   std::thread thread;         // background write
   std::atomic<int> state{0};  // 0 running, 1 done, 2 failed
   std::string error;          // set before state becomes 2
@@ -285,7 +284,7 @@ void CheckpointSaver::finalize() {
     try {
       Json manifest = p.manifest;
       manifest["files"] = shard_entries(v.data() + 1, world_.world_size());
-      write_checkpoint_config(p.tmp, p.model_config, p.hf_files);
+      write_checkpoint_config(p.tmp, p.model_config, p.hf_files.get());
       manifest["other_files"] = other_file_entries(p.tmp);
       commit_checkpoint_dir(p.tmp, p.final_dir, root_,
                             {{"manifest.json", manifest.dump(2) + "\n"}});

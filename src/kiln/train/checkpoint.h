@@ -52,10 +52,10 @@ struct CheckpointState {
   std::string recipe_yaml;
   Json metrics = Json::object();  // e.g. {"loss": ..., "eval_loss": ...}
   Json model_config;              // HF config.json, written beside the shards
-  // When hf_files.base is set, config.json is the base's instead (every field kept) and the
-  // tokenizer and generation files travel along (write_hf_model_files), so an export of the
-  // checkpoint is a complete model directory.
-  HfModelFiles hf_files;
+  // When set, config.json is the base's instead (every field kept) and the tokenizer and
+  // generation files travel along (read once at start), so an export of the checkpoint is a
+  // complete model directory. Only the rank that commits (rank 0) needs it.
+  std::shared_ptr<const HfModelFiles> hf_files;
 };
 
 // Collective over `world`: every rank with `write_shard` writes its shard (ranks whose shard

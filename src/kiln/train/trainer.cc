@@ -104,6 +104,9 @@ class Trainer {
   const fs::path run_dir_;
   const std::string recipe_yaml_;  // the effective recipe, for recipe.yaml and every manifest
   const Qwen2Config config_;
+  // The base's config, tokenizer and generation files, read once (rank 0 writes them beside every
+  // checkpoint and into final/), so a base that moves mid-run does not fail later saves.
+  const std::shared_ptr<const HfModelFiles> model_files_;
   const ShardStrategy strategy_;
   const size_t start_rss_;  // before the backend, model and shards exist: the plan's baseline
   std::unique_ptr<Backend> backend_;
@@ -194,6 +197,9 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       run_dir_(r.output.dir),
       recipe_yaml_(recipe_to_yaml(r)),
       config_(read_config(fs::path(r.model.path) / "config.json")),
+      model_files_(lead_ ? std::make_shared<const HfModelFiles>(
+                               HfModelFiles::read(r.model.path, r.data.tokenizer))
+                         : nullptr),
       strategy_(strategy_for(r, ctx)),
       start_rss_(resident_bytes()),
       backend_(make_backend(parse_device_request(r.train.device),
@@ -350,7 +356,7 @@ CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
   st.metrics = {{"loss", loss}};
   if (eval_loss) st.metrics["eval_loss"] = *eval_loss;
   st.model_config = config_to_json(config_);
-  st.hf_files = {r_.model.path, r_.data.tokenizer};
+  st.hf_files = model_files_;
   return st;
 }
 
@@ -539,7 +545,7 @@ void Trainer::save_final(TrainResult& result, const std::optional<double>& eval_
     CheckpointUnitReader reader(last_ckpt, model_.layout());
     const DType out_dtype = *dtype_from_cli(r_.output.dtype);
     save_hf_model_dir(
-        result.model_dir, {r_.model.path, r_.data.tokenizer}, model_.layout(),
+        result.model_dir, *model_files_, model_.layout(),
         [&](int u, float* out) { reader.read_unit(u, out); }, out_dtype);
     KILN_LOG_INFO("saved {} ({}) from {}", result.model_dir.string(), r_.output.dtype,
                   last_ckpt.string());
