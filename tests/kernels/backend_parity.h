@@ -14,6 +14,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,10 @@ struct ParityParam {
 };
 inline std::string param_name(const ::testing::TestParamInfo<ParityParam>& info) {
   return target_name(info.param.target);
+}
+// How gtest (and so ctest's test names) shows a case's parameter.
+inline void PrintTo(const ParityParam& p, std::ostream* os) {
+  *os << target_name(p.target) << (p.sizes == Sizes::kTiny ? ", tiny sizes" : ", all sizes");
 }
 
 // A backend under test, or why there is none (then its cases skip with that reason).
