@@ -76,7 +76,7 @@ void DryRunCudaBackend::add_rmsnorm_forward(float* sum, DevPtr out, float* rstd,
 void DryRunCudaBackend::rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
                                          ConstDevPtr w, const float* rstd, int N, int C,
                                          bool accumulate) const {
-  cu::rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, accumulate, nullptr);
+  cu::rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, accumulate, nullptr, stream_scratch_);
 }
 void DryRunCudaBackend::rope_forward(float* x, const int32_t* pos, const float* cos_table,
                                      const float* sin_table, int N, int heads, int D) const {
@@ -103,7 +103,7 @@ void DryRunCudaBackend::cast_from_bf16(float* dst, const void* src, size_t n) co
   cu::cast_bf16_to_f32(dst, static_cast<const uint16_t*>(src), n, nullptr);
 }
 void DryRunCudaBackend::sum_squares(double* sum, const float* x, size_t n) const {
-  cu::sum_squares(sum, x, n, nullptr);
+  cu::sum_squares(sum, x, n, nullptr, stream_scratch_);
 }
 void DryRunCudaBackend::scale(float* x, float a, size_t n) const { cu::scale(x, a, n, nullptr); }
 void DryRunCudaBackend::clip_by_norm(float* x, size_t n, const double* sq_norm,

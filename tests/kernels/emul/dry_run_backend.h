@@ -18,6 +18,7 @@
 
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cuda/gemm_spec.h"
+#include "kiln/kernels/cuda/stream_scratch.h"
 #include "kiln/kernels/memory_counter.h"
 #include "kiln/kernels/ops.h"
 
@@ -123,6 +124,8 @@ class DryRunCudaBackend final : public Backend {
 
   bool bf16_;
   mutable MemoryCounter memory_;
+  // The reductions' scratch as CudaBackend's: from the stream-ordered pool.
+  mutable emul_cuda::StreamScratchPool stream_scratch_{*this, memory_, true};
   mutable SyncStream stream_;
   mutable std::vector<GemmRecord> gemms_;
   mutable std::vector<size_t> scratch_;

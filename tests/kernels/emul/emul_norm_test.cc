@@ -90,17 +90,21 @@ TEST(EmulRmsnorm, BackwardWrittenAndAccumulated) {
   cpu().rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, kEps);
   const Weight dw(w);
   DeviceArray<float> dx_in(x, "x"), ddout(dout, "dout"), drstd(rstd, "rstd");
+  ScratchPools pools;
   for (const bool acc : {false, true}) {
     for (const DType wt : {DType::F32, DType::BF16}) {
       std::vector<float> want_dx = dx0, want_dw = dw0;
       cpu().rmsnorm_backward(want_dx.data(), want_dw.data(), dout.data(), x.data(), w.data(),
                              rstd.data(), N, C, acc);
       DeviceArray<float> ddx(dx0, "dx"), ddw(dw0, "dw");
+      // The pooled scratch for fp32 weights, the persistent one for bf16.
+      emul_cuda::StreamScratchPool& pool = wt == DType::F32 ? pools.pooled : pools.persistent;
       emul_cuda::rmsnorm_backward(ddx.get(), ddw.get(), ddout.get(), dx_in.get(), dw.as(wt),
-                                  drstd.get(), N, C, acc, nullptr);
+                                  drstd.get(), N, C, acc, nullptr, pool);
       expect_no_fault();
-      const std::string what =
-          std::string("rmsnorm_backward w ") + name(wt) + (acc ? " accumulate" : " write");
+      const std::string what = std::string("rmsnorm_backward w ") + name(wt) +
+                               (acc ? " accumulate" : " write") +
+                               (pool.stream_ordered() ? "" : " (persistent scratch)");
       expect_close(what + " dx", ddx.host(), want_dx, kElementwise);
       expect_close(what + " dw", ddw.host(), want_dw, kElementwise);
     }

@@ -62,9 +62,14 @@ TEST(EmulOptimizer, SumOfSquaresAndClipping) {
   cpu().sum_squares(want.data(), x.data(), n);
   DeviceArray<float> dx(x, "x");
   DeviceArray<double> sum(std::vector<double>{1.5}, "sum");
-  emul_cuda::sum_squares(sum.get(), dx.get(), n, nullptr);
+  ScratchPools pools;
+  emul_cuda::sum_squares(sum.get(), dx.get(), n, nullptr, pools.pooled);
   expect_no_fault();
   expect_close("sum_squares", sum.host(), want, kElementwise);
+  DeviceArray<double> sum2(std::vector<double>{1.5}, "sum");
+  emul_cuda::sum_squares(sum2.get(), dx.get(), n, nullptr, pools.persistent);
+  expect_no_fault();
+  expect_close("sum_squares (persistent scratch)", sum2.host(), want, kElementwise);
   for (const double max_norm : {1.0, 1e9}) {  // clips, and leaves alone
     std::vector<float> wx = x;
     cpu().clip_by_norm(wx.data(), n, want.data(), max_norm);

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "kernels/backend_parity.h"
+#include "kernels/emul/dry_run_backend.h"
 #include "kernels/emul/emulator.h"
+#include "kiln/kernels/cuda/stream_scratch.h"
 #include "kiln/tensor/dtype.h"
 
 namespace kiln::emul {
@@ -40,6 +42,16 @@ class DeviceArray {
  private:
   size_t n_;
   T* p_;
+};
+
+// The reductions' scratch (rmsnorm_backward's dw, sum_squares's partial sums): from the
+// stream-ordered pool, or, as on a device without one, one persistent buffer of the backend's
+// memory (here emulated device memory).
+struct ScratchPools {
+  DryRunCudaBackend owner{ComputeDType::kFp32};  // outside a DryRun: emulated device memory
+  MemoryCounter counter;
+  emul_cuda::StreamScratchPool pooled{owner, counter, true};
+  emul_cuda::StreamScratchPool persistent{owner, counter, false};
 };
 
 // The fault of the case's launches: none.

@@ -114,5 +114,14 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  *value = attr == cudaDevAttrMemoryPoolsSupported ? 1 : 0;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int) {
+  *pool = nullptr;
+  return cudaSuccess;
+}
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return Device::get().last_error(false); }
 cudaError_t cudaDeviceSynchronize() { return Device::get().last_error(false); }

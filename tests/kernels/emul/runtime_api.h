@@ -35,6 +35,16 @@ enum cudaMemcpyKind : int {
   cudaMemcpyDefault = 4,
 };
 
+enum cudaDeviceAttr : int {
+  cudaDevAttrMemoryPoolsSupported = 115,
+};
+
+struct CUmemPoolHandle_st;
+using cudaMemPool_t = CUmemPoolHandle_st*;
+enum cudaMemPoolAttr : int {
+  cudaMemPoolAttrReleaseThreshold = 4,
+};
+
 struct uint3 {
   unsigned x, y, z;
 };
@@ -78,6 +88,10 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t strea
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+// The emulated device has a stream-ordered pool (cudaMallocAsync); its attributes are accepted.
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
 cudaError_t cudaDeviceSynchronize();
 
 template <typename T>
