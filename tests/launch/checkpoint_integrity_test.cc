@@ -71,7 +71,7 @@ TEST(CheckpointIntegrity, BitFlipInAShardIsAnErrorNamingTheFileAndBothChecksums)
   ASSERT_EQ(r.code, 0) << r.out;
   const fs::path ck = d / "run/checkpoints/step-00000005", shard = ck / kShard1;
   const Json m = read_json_file(ck / "manifest.json");
-  EXPECT_EQ(m.at("format_version"), 3);
+  EXPECT_EQ(m.at("format_version"), 4);
   ASSERT_EQ(m.at("files").size(), 2u);
   const Json& entry = m.at("files")[1];
   EXPECT_EQ(entry.at("name"), kShard1);
@@ -172,7 +172,7 @@ TEST(CheckpointIntegrity, AnOlderFormatVersionIsRefusedNotSkipped) {
   EXPECT_NE(again.code, 0);
   EXPECT_TRUE(has(again.out, "kiln: error: " + (ck / "manifest.json").string() +
                                  ": unsupported checkpoint format version 2 (this kiln reads "
-                                 "version 3)"))
+                                 "versions 3 to 4)"))
       << again.out;
   EXPECT_FALSE(has(again.out, "resumed from")) << again.out;
   if (!::testing::Test::HasFailure()) fs::remove_all(d);

@@ -13,6 +13,7 @@
 #include "kiln/distributed/tcp_store.h"
 #include "kiln/distributed/watchdog.h"
 #include "kiln/kernels/gpu_assignment.h"
+#include "kiln/launch/step_board.h"
 
 namespace kiln {
 
@@ -119,7 +120,15 @@ int run_worker(const WorkerSpec& s, const TrainFn& fn) {
   ctx.restart_attempt = attempt != nullptr ? std::atoi(attempt) : 0;
   ctx.run_dir = s.run_dir;
   ctx.keep_last = s.keep_last;
-  ctx.step_listener = [wd = go.watchdog](int64_t step, bool began) { wd->set_step(step, began); };
+  // Spawned by kiln's agent: the step slot it reads when this worker dies (step_board.h).
+  std::shared_ptr<StepBoard> board;
+  if (auto b = StepBoard::inherited(s.local_world_size)) {
+    board = std::make_shared<StepBoard>(std::move(*b));
+  }
+  ctx.step_listener = [wd = go.watchdog, board, slot = s.local_rank](int64_t step, bool began) {
+    wd->set_step(step, began);
+    if (began && board) board->set(slot, step);
+  };
   const int rc = fn(ctx);
   // Rank 0 may host the store: everyone finishes with it before it goes away.
   comm->barrier();

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "kiln/base/checksum.h"
 #include "kiln/base/json.h"
 #include "kiln/data/sampler.h"
 #include "kiln/distributed/communicator.h"
@@ -44,10 +45,23 @@ struct CheckpointInfo {
   Json manifest;
 };
 
+// A training data file as a checkpoint records it: its path and its contents' digest.
+struct DataFileRecord {
+  std::string path;
+  FileDigest digest;
+  bool operator==(const DataFileRecord&) const = default;
+};
+
 // What a save records besides the tensors.
 struct CheckpointState {
   int64_t step = 0;  // optimizer steps completed
+  // The group's position in the data order (format 4). Read from a format 3 manifest it holds
+  // that format's per-rank index (batches, or packed examples, of rank 0), which the reader
+  // converts with the manifest's world size (format_version, world_size).
   SamplerState sampler;
+  int format_version = 0;                  // of a manifest read back
+  int world_size = 0;                      // of a manifest read back
+  std::vector<DataFileRecord> data_files;  // data.train in order (format 4)
   std::string strategy;
   std::string recipe_yaml;
   Json metrics = Json::object();  // e.g. {"loss": ..., "eval_loss": ...}
@@ -151,12 +165,15 @@ CheckpointState load_checkpoint(const CheckpointCheck& checked, const ParamLayou
                                 Fsdp& fsdp, Optimizer& opt);
 
 // Complete checkpoints under `root` (directories named step-N holding manifest.json), oldest
-// first. Incomplete ".tmp" directories are ignored.
+// first. ".tmp", ".old" and ".del" directories are ignored (recover_checkpoints settles them).
 std::vector<CheckpointInfo> list_checkpoints(const fs::path& root);
 std::optional<CheckpointInfo> latest_checkpoint(const fs::path& root);
 
 // Removes all but the newest `keep_last` checkpoints (keep_last <= 0 keeps everything), and any
-// checkpoint named in `protect`; also removes stale ".tmp" directories.
+// checkpoint named in `protect`; first recovers what a crash left (recover_checkpoints) and
+// removes ".tmp" directories of saves that never committed. A checkpoint is renamed to step-N.del
+// before it is deleted (the fault point "prune" fires in between), so a kill while pruning
+// never leaves a step-N missing files.
 void prune_checkpoints(const fs::path& root, int keep_last,
                        const std::vector<fs::path>& protect = {});
 
@@ -184,11 +201,23 @@ class CheckpointUnitReader {
 
 std::string checkpoint_dir_name(int64_t step);
 
-// Commits a checkpoint directory: writes `files` (name, contents) into `tmp` atomically, fsyncs
-// it, replaces `final_dir` by renaming `tmp` to it and fsyncs `root`, the parent. Until the
-// rename the checkpoint does not exist; after it, it is complete. The trainer's saver and the
-// runtime API's report() both commit through it.
+// Commits a checkpoint directory: writes `files` (name, contents; manifest.json last) into `tmp`
+// atomically, fsyncs it, puts it in place of `final_dir` and fsyncs `root`, the parent. Until the
+// manifest is written the checkpoint does not exist; once it is, a crash leaves it whole under
+// one of two names (recover_checkpoints). A step committed again replaces the old checkpoint
+// without a moment where neither exists: the old one is renamed to step-N.old first and removed
+// only after the new one has its name. The fault point "commit" (KILN_FAULT RANK:`step`:
+// KIND@commit) fires between the two renames. The trainer's saver and the runtime API's report()
+// both commit through it.
 void commit_checkpoint_dir(const fs::path& tmp, const fs::path& final_dir, const fs::path& root,
-                           const std::vector<std::pair<std::string, std::string>>& files);
+                           const std::vector<std::pair<std::string, std::string>>& files,
+                           int64_t step);
+
+// Finishes what a crash interrupted under `root`: a committed step-N.tmp (its manifest written)
+// without a step-N is renamed to step-N; a step-N.old is removed once step-N exists, else
+// renamed back; a step-N.del (a prune in progress) and a step-N without a manifest (an older
+// kiln killed while it pruned) are removed. Safe to run from several nodes sharing `root`, never
+// while a commit is in progress. Returns one line per action, for the log.
+std::vector<std::string> recover_checkpoints(const fs::path& root);
 
 }  // namespace kiln
