@@ -49,9 +49,9 @@ void check_same(const kiln::ManifestRead& a, const kiln::ManifestRead& b) {
   const kiln::CheckpointState &s = a.state, &t = b.state;
   // The rewrite is in the current format, whatever the input's (a format 3 index reads back as
   // the same number).
-  if (s.step != t.step || s.sampler != t.sampler || s.world_size != t.world_size || s.data_files != t.data_files || s.strategy != t.strategy ||
-      s.recipe_yaml != t.recipe_yaml || s.metrics != t.metrics ||
-      a.optimizer_steps != b.optimizer_steps) {
+  if (s.step != t.step || s.sampler != t.sampler || s.world_size != t.world_size ||
+      s.data_files != t.data_files || s.strategy != t.strategy || s.recipe_yaml != t.recipe_yaml ||
+      s.metrics != t.metrics || a.optimizer_steps != b.optimizer_steps) {
     broken("the rewrite changed the state", b.manifest.dump());
   }
 }

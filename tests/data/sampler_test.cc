@@ -178,9 +178,8 @@ TEST(Sampler, RestoreRejectsForeignState) {
     s.restore({0, 11});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(
-        std::string(e.what()).find("numbered: the data position 11 is past the 10 examples"),
-        std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("numbered: the data position 11 is past the 10 examples"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -58,8 +58,8 @@ Sampler::Sampler(const ExampleSource& dataset, int micro_batch_size, int seq_len
       world_size_(world_size) {
   KILN_CHECK(micro_batch_size > 0 && seq_len > 0, "B={} T={}", micro_batch_size, seq_len);
   KILN_CHECK(world_size > 0 && rank >= 0 && rank < world_size, "rank {} of {}", rank, world_size);
-  batches_per_epoch_ = static_cast<int64_t>(dataset.size() / (static_cast<size_t>(world_size) *
-                                                              static_cast<size_t>(micro_batch_size)));
+  batches_per_epoch_ = static_cast<int64_t>(
+      dataset.size() / (static_cast<size_t>(world_size) * static_cast<size_t>(micro_batch_size)));
   if (batches_per_epoch_ == 0) {
     fail("{}: {} examples are too few for micro_batch_size {} on each of {} ranks", dataset.what(),
          dataset.size(), micro_batch_size, world_size);

@@ -8,11 +8,11 @@
 // for any world size), and "data" lists each data.train file with its length and XXH3-64
 // ({"name": its path, "bytes", "xxh3"}). Format 3 (read too) recorded rank 0's own index
 // ({"epoch", "index"}) and no data.
-// Since format 3: "files" (the rank shards) and "other_files" (config.json, tokenizer and generation
-// files) list {"name", "bytes", "xxh3"} per file: its length and the XXH3-64 of its bytes as
-// 16 hex digits, digested while writing. Every name is a plain file name inside the checkpoint
-// directory. "step" and "optimizer_steps" are integers in [0, kMaxCheckpointStep]; the sampler's
-// epoch and index and every file's "bytes" are unsigned integers.
+// Since format 3: "files" (the rank shards) and "other_files" (config.json, tokenizer and
+// generation files) list {"name", "bytes", "xxh3"} per file: its length and the XXH3-64 of its
+// bytes as 16 hex digits, digested while writing. Every name is a plain file name inside the
+// checkpoint directory. "step" and "optimizer_steps" are integers in [0, kMaxCheckpointStep]; the
+// sampler's epoch and index and every file's "bytes" are unsigned integers.
 #pragma once
 
 #include <cstdint>
