@@ -435,8 +435,8 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.integer("train.grad_accum_steps", r.train.grad_accum_steps, "> 0", positive);
   in.real("train.grad_clip", r.train.grad_clip, ">= 0", [](double v) { return v >= 0; });
   {
-    const int64_t tokens = int64_t{r.train.grad_accum_steps} * r.train.micro_batch_size *
-                           int64_t{r.data.seq_len};
+    const int64_t tokens =
+        int64_t{r.train.grad_accum_steps} * r.train.micro_batch_size * int64_t{r.data.seq_len};
     if (tokens > kMaxStepTokens) {
       const Entry* e = in.find("train.grad_accum_steps");
       if (e == nullptr) e = in.find("train.micro_batch_size");

@@ -64,7 +64,7 @@ struct Recipe {
     int micro_batch_size = 1;  // > 0 rows per forward/backward on each rank
     // > 0 micro-batches per optimizer step; a step holds all of them (kMaxStepTokens)
     int grad_accum_steps = 1;
-    double grad_clip = 1.0;    // >= 0: max global grad norm; 0 disables clipping
+    double grad_clip = 1.0;  // >= 0: max global grad norm; 0 disables clipping
     uint64_t seed = 0;
     bool activation_checkpointing = false;
     int64_t log_every = 1;  // > 0 steps between metric lines

@@ -132,7 +132,7 @@ class Trainer {
   int64_t max_steps_ = 0;  // train.max_steps, or train.epochs' steps
   int64_t start_step_ = 0;
   fs::path resumed_from_;  // the checkpoint the run continues (empty: a fresh start)
-  bool stop_ = false;  // a rank was asked to stop (set by train_step, the same on every rank)
+  bool stop_ = false;      // a rank was asked to stop (set by train_step, the same on every rank)
   Clock::time_point t_start_;
   const bool tty_;
   mutable double peak_flops_ = -1;  // the backend's, asked at the first step's log (< 0: not yet)
@@ -322,7 +322,8 @@ SamplerState Trainer::data_position(const CheckpointState& st, const Recipe& wri
   if (st.format_version >= 4) return st.sampler;
   SamplerState pos = st.sampler;
   if (!written_with.data.pack) {
-    pos.position = st.sampler.position * static_cast<uint64_t>(written_with.train.micro_batch_size) *
+    pos.position = st.sampler.position *
+                   static_cast<uint64_t>(written_with.train.micro_batch_size) *
                    static_cast<uint64_t>(st.world_size);
   } else if (st.world_size != 1) {
     fail(
