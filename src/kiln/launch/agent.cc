@@ -258,10 +258,10 @@ AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl, S
   // A broken group is torn down, not asked to checkpoint: workers that honour SIGTERM as a stop
   // request (graceful_stop) would finish their step first, and a hung one never would.
   const int failure_signal = s.graceful_stop ? SIGKILL : SIGTERM;
-  int stopped = 0;           // workers that exited with kExitStopped
-  int succeeded = 0;         // workers that exited 0: the run completed
+  int stopped = 0;            // workers that exited with kExitStopped
+  int succeeded = 0;          // workers that exited 0: the run completed
   int64_t requests_seen = 0;  // g_requests when the graceful stop began
-  Worker* failed = nullptr;  // the local culprit, once known
+  Worker* failed = nullptr;   // the local culprit, once known
   auto teardown = [&](int sig) {
     signal_all(ws, sig);
     tearing_down = true;

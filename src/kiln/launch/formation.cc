@@ -73,8 +73,8 @@ std::string agree_on_formation(Store& store, const NodeShape& mine, milliseconds
   if (mine.node_rank == 0) {
     const auto deadline = Clock::now() + wait;
     for (int n = 1; n < mine.nnodes && verdict.empty(); ++n) {
-      const auto left =
-          std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+      const auto left = std::max(milliseconds(1),
+                                 std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
       Bytes theirs;
       try {
         theirs = store.get(node_key(n), left);

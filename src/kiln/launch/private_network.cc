@@ -1,8 +1,8 @@
 #include "kiln/launch/private_network.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>

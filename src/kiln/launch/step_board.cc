@@ -43,8 +43,7 @@ std::optional<StepBoard> StepBoard::inherited(int slots) {
   if (v == nullptr || slots < 1) return std::nullopt;
   const int fd = std::atoi(v);
   struct stat st {};
-  if (fd < 0 || ::fstat(fd, &st) != 0 ||
-      st.st_size < static_cast<off_t>(sizeof(int64_t) * slots)) {
+  if (fd < 0 || ::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(int64_t) * slots)) {
     return std::nullopt;  // not the agent's board: no step slot, nothing else changes
   }
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // nothing this worker runs needs it
