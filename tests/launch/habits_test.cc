@@ -41,7 +41,9 @@ std::vector<std::string> checkpoint_entries(const fs::path& d) {
   return out;
 }
 
-size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+size_t lines(const std::string& s) {
+  return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
+}
 
 // output.overwrite=true with model.path inside output.dir/final: refused before anything is
 // deleted, in one line naming the key.
@@ -69,7 +71,8 @@ TEST(Habits, ARecommittedStepSurvivesACrashBetweenItsRenames) {
   const std::string every = "checkpoint.every_steps=2 checkpoint.keep_last=0 ";
   auto r = run_kiln(train(d, every));
   ASSERT_EQ(r.code, 0) << r.out;
-  r = run_kiln(train(d, every + "train.resume=" + ckpt(d, 2).string()), "KILN_FAULT=0:4:kill@commit");
+  r = run_kiln(train(d, every + "train.resume=" + ckpt(d, 2).string()),
+               "KILN_FAULT=0:4:kill@commit");
   EXPECT_HAS(r.out, "injecting 'kill' at step 4 (commit)");
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_TRUE(fs::exists(ckpt(d, 4).string() + ".tmp/manifest.json")) << r.out;
@@ -163,7 +166,8 @@ fs::path numbered_data(const fs::path& d) {
 
 std::vector<int64_t> step_targets(const fs::path& run) {
   std::vector<int64_t> out;
-  for (const Json& row : testing::run_metric_rows(run)) out.push_back(row.at("targets").get<int64_t>());
+  for (const Json& row : testing::run_metric_rows(run))
+    out.push_back(row.at("targets").get<int64_t>());
   return out;
 }
 
@@ -172,10 +176,11 @@ std::vector<int64_t> step_targets(const fs::path& run) {
 // group's, not each rank's.)
 TEST(Habits, ResumeOnOneTwoFourOneWorkersTakesTheUninterruptedOrder) {
   const fs::path d = testing::setup_tiny_run("kiln_habits", "worlds", {64, 4, 1, 60});
-  const std::string base = "train " + (d / "recipe.yaml").string() + " data.train=" +
-                           numbered_data(d).string() + " train.micro_batch_size=1 ";
-  auto full = run_kiln(base + "dist.nproc_per_node=1 train.max_steps=36 output.dir=" +
-                       (d / "full").string());
+  const std::string base = "train " + (d / "recipe.yaml").string() +
+                           " data.train=" + numbered_data(d).string() +
+                           " train.micro_batch_size=1 ";
+  auto full = run_kiln(
+      base + "dist.nproc_per_node=1 train.max_steps=36 output.dir=" + (d / "full").string());
   ASSERT_EQ(full.code, 0) << full.out;
   const std::vector<int64_t> one = step_targets(d / "full");  // one example a step
   ASSERT_EQ(one.size(), 36u);
@@ -189,10 +194,12 @@ TEST(Habits, ResumeOnOneTwoFourOneWorkersTakesTheUninterruptedOrder) {
     }
   };
   int64_t step = 0;
-  for (const auto& [world, steps] : std::vector<std::pair<int, int>>{{1, 4}, {2, 2}, {4, 2}, {1, 20}}) {
+  for (const auto& [world, steps] :
+       std::vector<std::pair<int, int>>{{1, 4}, {2, 2}, {4, 2}, {1, 20}}) {
     step += steps;
-    auto r = run_kiln(base + fmt::format("dist.nproc_per_node={} train.max_steps={} ", world, step) +
-                      "train.resume=auto output.dir=" + (d / "run").string());
+    auto r =
+        run_kiln(base + fmt::format("dist.nproc_per_node={} train.max_steps={} ", world, step) +
+                 "train.resume=auto output.dir=" + (d / "run").string());
     ASSERT_EQ(r.code, 0) << r.out;
     take(world, steps);
   }
@@ -204,8 +211,9 @@ TEST(Habits, ResumeOnOneTwoFourOneWorkersTakesTheUninterruptedOrder) {
 // target divides by zero at the end. Both are refused before step 1, with the counts.
 TEST(Habits, DataWithoutASingleTargetIsRefusedBeforeStepOne) {
   const fs::path d = testing::setup_tiny_run("kiln_habits", "masked", {64, 2, 2, 30});
-  write_file_atomic(d / "masked.jsonl", "{\"input_ids\": [1, 2, 3], \"labels\": [-100, -100, -100]}\n"
-                                        "{\"input_ids\": [4, 5], \"labels\": [4, -100]}\n");
+  write_file_atomic(d / "masked.jsonl",
+                    "{\"input_ids\": [1, 2, 3], \"labels\": [-100, -100, -100]}\n"
+                    "{\"input_ids\": [4, 5], \"labels\": [4, -100]}\n");
   auto r = run_kiln(train(d, "data.train=" + (d / "masked.jsonl").string()));
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_HAS(r.out, "kiln: error: data.train: 2 examples and 0 predicted tokens in ");

@@ -139,7 +139,8 @@ void group_signal_stops_once(const std::string& name, bool direct_copy_first, in
   const size_t at = log.find("kiln: stopped on request after step ");
   ASSERT_NE(at, std::string::npos) << log;
   const int64_t step = std::stoll(log.substr(at + 36));
-  EXPECT_TRUE(fs::exists(d / "run/checkpoints" / fmt::format("step-{:08d}", step) / "manifest.json"))
+  EXPECT_TRUE(
+      fs::exists(d / "run/checkpoints" / fmt::format("step-{:08d}", step) / "manifest.json"))
       << log;
   EXPECT_EQ(log.find("killing the workers now"), std::string::npos) << log;
   fs::remove_all(d);
@@ -158,9 +159,9 @@ TEST(Lifecycle, TimeoutsSignalThenGroupSignalStopsWithACheckpoint) {
 TEST(Lifecycle, SigtermDuringTheFinalEvaluationOfACompletedRunExitsZero) {
   const fs::path d = testing::setup_tiny_run("kiln_lifecycle", "evalterm", {.max_steps = 4});
   const std::string demo = std::string(KILN_SOURCE_DIR) + "/assets/demo/tokens.jsonl";
-  auto r = run_kiln("train " + (d / "recipe.yaml").string() + " data.eval=" + demo +
-                        " eval.max_batches=4",
-                    "KILN_FAULT=0:4:term@eval");
+  auto r = run_kiln(
+      "train " + (d / "recipe.yaml").string() + " data.eval=" + demo + " eval.max_batches=4",
+      "KILN_FAULT=0:4:term@eval");
   EXPECT_HAS(r.out, "injecting 'term' at step 4 (eval)");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(fs::exists(d / "run/final/model.safetensors")) << r.out;
