@@ -139,6 +139,10 @@ bool bring_up_loopback() {
   if (!bring_up_loopback()) report(5);
   ::signal(SIGINT, SIG_DFL);
   ::signal(SIGTERM, SIG_DFL);
+  // A process group of its own: Ctrl-C and `kill -- -PGID` signal the supervisor's group, and
+  // the agent hears of them once, from the supervisor, not also directly (the second copy would
+  // read as a second request and cut its graceful stop short).
+  ::setpgid(0, 0);
   ::fcntl(beat_fd, F_SETFD, 0);  // the agent keeps its end of the heartbeat across exec
   ::execve("/proc/self/exe", p.argv.data(), p.envp.data());
   report_failure(report_fd, 6);

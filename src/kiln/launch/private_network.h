@@ -8,8 +8,10 @@
 // network namespace (Linux `unshare(CLONE_NEWNET)`, inside a new user namespace when not root)
 // whose only interface is its own loopback. The store, every worker and every collective then
 // live there, out of reach of the host's processes. The process that was started stays as a
-// thin supervisor: it forwards SIGINT/SIGTERM, returns the group's exit status, and takes the
-// group down with it when it is killed (the agent runs with PR_SET_PDEATHSIG). It also hears
+// thin supervisor: it forwards SIGINT/SIGTERM (the agent runs in a process group of its own, so a
+// signal to the supervisor's group, Ctrl-C included, reaches it once, through the supervisor),
+// returns the group's exit status, and takes the group down with it when it is killed (the agent
+// runs with PR_SET_PDEATHSIG). It also hears
 // the agent's heartbeat (SupervisorHeartbeat): an agent silent for as long as its workers wait
 // for a lost store (the watchdog's store_lost_exit, 5 s) is frozen (SIGSTOP, a cgroup freezer),
 // and the supervisor kills it, which ends its workers too, and fails in one line naming it,
