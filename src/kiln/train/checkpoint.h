@@ -32,18 +32,13 @@
 #include "kiln/model/hf_model_files.h"
 #include "kiln/model/layout.h"
 #include "kiln/model/unit_access.h"
+#include "kiln/train/checkpoint_dir.h"
 
 namespace kiln {
 
 class Fsdp;
 class Optimizer;
 struct CheckpointCheck;
-
-struct CheckpointInfo {
-  fs::path dir;
-  int64_t step = 0;
-  Json manifest;
-};
 
 // A training data file as a checkpoint records it: its path and its contents' digest.
 struct DataFileRecord {
@@ -80,16 +75,6 @@ struct CheckpointState {
 fs::path save_checkpoint(const fs::path& root, const CheckpointState& state,
                          const ParamLayout& layout, Fsdp& fsdp, Optimizer& opt, Communicator& world,
                          bool write_shard);
-
-// What to keep after each commit: the newest `keep_last` (<= 0: everything) and the `keep_best`
-// checkpoints with the best `best_metric` in their manifests' metrics (lowest, or highest when
-// `maximize`); checkpoints whose manifest lacks the metric do not compete.
-struct RetentionPolicy {
-  int keep_last = 0;
-  int keep_best = 0;
-  std::string best_metric = "eval_loss";
-  bool maximize = false;
-};
 
 // Saves checkpoints for the training loop, synchronously or in the background.
 //
@@ -164,26 +149,6 @@ CheckpointState load_checkpoint(const fs::path& dir, const ParamLayout& layout, 
 CheckpointState load_checkpoint(const CheckpointCheck& checked, const ParamLayout& layout,
                                 Fsdp& fsdp, Optimizer& opt);
 
-// Complete checkpoints under `root` (directories named step-N holding manifest.json), oldest
-// first. ".tmp", ".old" and ".del" directories are ignored (recover_checkpoints settles them).
-std::vector<CheckpointInfo> list_checkpoints(const fs::path& root);
-std::optional<CheckpointInfo> latest_checkpoint(const fs::path& root);
-
-// Removes all but the newest `keep_last` checkpoints (keep_last <= 0 keeps everything), and any
-// checkpoint named in `protect`; first recovers what a crash left (recover_checkpoints) and
-// removes ".tmp" directories of saves that never committed. A checkpoint is renamed to step-N.del
-// before it is deleted (the fault point "prune" fires in between), so a kill while pruning
-// never leaves a step-N missing files.
-void prune_checkpoints(const fs::path& root, int keep_last,
-                       const std::vector<fs::path>& protect = {});
-
-// The `n` complete checkpoints under `root` with the best `metric` (manifest "metrics"), best
-// first; those without the metric are skipped. Ties go to the newer checkpoint.
-std::vector<fs::path> best_checkpoints(const fs::path& root, int n, const std::string& metric,
-                                       bool maximize);
-// prune_checkpoints(root, policy.keep_last, best_checkpoints(...)).
-void apply_retention(const fs::path& root, const RetentionPolicy& policy);
-
 // Reads a checkpoint's parameters unit by unit (memory bounded by one unit): for export. The
 // checkpoint is verified first (every file's checksum, on this process); damage is an error.
 class CheckpointUnitReader {
@@ -198,26 +163,5 @@ class CheckpointUnitReader {
   std::unique_ptr<Impl> impl_;
   Json manifest_;
 };
-
-std::string checkpoint_dir_name(int64_t step);
-
-// Commits a checkpoint directory: writes `files` (name, contents; manifest.json last) into `tmp`
-// atomically, fsyncs it, puts it in place of `final_dir` and fsyncs `root`, the parent. Until the
-// manifest is written the checkpoint does not exist; once it is, a crash leaves it whole under
-// one of two names (recover_checkpoints). A step committed again replaces the old checkpoint
-// without a moment where neither exists: the old one is renamed to step-N.old first and removed
-// only after the new one has its name. The fault point "commit" (KILN_FAULT RANK:`step`:
-// KIND@commit) fires between the two renames. The trainer's saver and the runtime API's report()
-// both commit through it.
-void commit_checkpoint_dir(const fs::path& tmp, const fs::path& final_dir, const fs::path& root,
-                           const std::vector<std::pair<std::string, std::string>>& files,
-                           int64_t step);
-
-// Finishes what a crash interrupted under `root`: a committed step-N.tmp (its manifest written)
-// without a step-N is renamed to step-N; a step-N.old is removed once step-N exists, else
-// renamed back; a step-N.del (a prune in progress) and a step-N without a manifest (an older
-// kiln killed while it pruned) are removed. Safe to run from several nodes sharing `root`, never
-// while a commit is in progress. Returns one line per action, for the log.
-std::vector<std::string> recover_checkpoints(const fs::path& root);
 
 }  // namespace kiln

@@ -33,6 +33,7 @@
 #include "kiln/train/metrics_log.h"
 #include "kiln/train/optimizer.h"
 #include "kiln/train/preflight.h"
+#include "kiln/train/resume_checks.h"
 #include "kiln/train/run_identity.h"
 #include "kiln/train/run_meta.h"
 #include "kiln/train/step_counters.h"
@@ -87,10 +88,6 @@ class Trainer {
   void open_eval_data();
   void resume();
   void claim_run_dir();
-  void check_same_run(const fs::path& checkpoint, const Recipe& written_with, bool refuse) const;
-  SamplerState data_position(const CheckpointState& st, const Recipe& written_with,
-                             const fs::path& checkpoint) const;
-  void check_data_unchanged(const CheckpointState& st, const fs::path& checkpoint) const;
   void finish_finished_run(TrainResult& result);
   StepMetrics train_step(int64_t step);
   double evaluate(int64_t step);
@@ -302,65 +299,17 @@ void Trainer::resume() {
   }
   if (from) {
     const Recipe written_with = checkpoint_recipe(from->dir);
-    check_same_run(from->dir, written_with, /*refuse=*/r_.train.resume == "auto");
+    check_same_run(from->dir, written_with, r_, /*refuse=*/r_.train.resume == "auto", lead_);
     const CheckpointState st = load_checkpoint(*from, model_.layout(), fsdp_, opt_);
-    check_data_unchanged(st, from->dir);
-    data_->sampler->restore(data_position(st, written_with, from->dir));
+    std::vector<FileDigest> data_now;
+    for (const TokenizedDataset& f : data_->files) data_now.push_back(f.stats().source);
+    check_data_unchanged(from->dir, st, r_, data_now, lead_);
+    data_->sampler->restore(resumed_data_position(from->dir, st, written_with));
     start_step_ = st.step;
     resumed_from_ = from->dir;
     if (lead_) KILN_LOG_INFO("resumed from {} (step {})", from->dir.string(), st.step);
   } else if (lead_) {
     KILN_LOG_INFO("train.resume=auto: no checkpoint in {}, starting fresh", ckpt_root.string());
-  }
-}
-
-// Where the data order continues. Format 4 records the group's position, valid on any world size;
-// format 3 recorded rank 0's own count, which is that position only when every rank took the
-// same examples in the same pattern: unpacked (batches x B x W), or packed on one rank.
-SamplerState Trainer::data_position(const CheckpointState& st, const Recipe& written_with,
-                                    const fs::path& checkpoint) const {
-  if (st.format_version >= 4) return st.sampler;
-  SamplerState pos = st.sampler;
-  if (!written_with.data.pack) {
-    pos.position = st.sampler.position *
-                   static_cast<uint64_t>(written_with.train.micro_batch_size) *
-                   static_cast<uint64_t>(st.world_size);
-  } else if (st.world_size != 1) {
-    fail(
-        "{}: checkpoint format {} recorded a packed run's data position per rank ({} ranks), "
-        "which this kiln (format {}) cannot continue exactly; resume it with the kiln that wrote "
-        "it, or start over",
-        checkpoint.string(), st.format_version, st.world_size, kCheckpointFormatVersion);
-  }
-  return pos;
-}
-
-// Resuming over other data would continue an order of the old examples over new ones: refused,
-// naming the file, unless data.allow_changed. Every rank compares the same digests.
-void Trainer::check_data_unchanged(const CheckpointState& st, const fs::path& checkpoint) const {
-  if (st.format_version < 4) {
-    if (lead_) {
-      KILN_LOG_WARN("{}: checkpoint format {} records no data fingerprints; not checked",
-                    checkpoint.string(), st.format_version);
-    }
-    return;
-  }
-  for (size_t i = 0; i < st.data_files.size() && i < data_->files.size(); ++i) {
-    const DataFileRecord& was = st.data_files[i];
-    const FileDigest now = data_->files[i].stats().source;
-    if (was.digest == now) continue;
-    const std::string what = fmt::format(
-        "data.train file {} changed since checkpoint {} (it had {} bytes, xxh3 {}; it has {} "
-        "bytes, xxh3 {})",
-        r_.data.train[i], checkpoint.string(), was.digest.bytes, xxh3_hex(was.digest.xxh3),
-        now.bytes, xxh3_hex(now.xxh3));
-    if (!r_.data.allow_changed) {
-      fail(
-          "train.resume: {}: the run would continue its data order over other examples; restore "
-          "the file, or set data.allow_changed=true to resume regardless",
-          what);
-    }
-    if (lead_) KILN_LOG_WARN("train.resume: {}; continuing (data.allow_changed=true)", what);
   }
 }
 
@@ -395,25 +344,6 @@ void Trainer::claim_run_dir() {
     fs::remove_all(final_model_dir(run_dir_), ec);
   }
   world_.barrier();
-}
-
-// The checkpoint must be this run's (run_identity.h): train.resume=auto refuses another run's,
-// naming the key; an explicit checkpoint directory may start a different run from it (a
-// warning says what differs).
-void Trainer::check_same_run(const fs::path& checkpoint, const Recipe& written_with,
-                             bool refuse) const {
-  const auto change = run_identity_change(written_with, r_);
-  if (!change) return;
-  const std::string what =
-      fmt::format("{} was written by another run: {} was {}, is {}", checkpoint.string(),
-                  change->key, change->before, change->after);
-  if (refuse) {
-    fail(
-        "train.resume=auto: {} (resume with the old value; to start over use output.overwrite=true "
-        "or another output.dir)",
-        what);
-  }
-  if (lead_) KILN_LOG_WARN("train.resume: {}; continuing from it as asked", what);
 }
 
 CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
