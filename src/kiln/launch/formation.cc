@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "kiln/base/error.h"
@@ -40,31 +41,36 @@ NodeShape from_json(const Json& j) {
 
 }  // namespace
 
-std::string shape_difference(const NodeShape& a, const NodeShape& b) {
-  const auto differ = [&](const std::string& what, const std::string& va, const std::string& vb) {
-    return fmt::format("the nodes disagree on {}: node {} has {}, node {} has {}", what,
-                       a.node_rank, va, b.node_rank, vb);
-  };
-  if (a.nnodes != b.nnodes) {
-    return differ("the number of nodes (--nnodes)", std::to_string(a.nnodes),
-                  std::to_string(b.nnodes));
-  }
-  if (a.nproc_per_node != b.nproc_per_node) {
-    return differ("the workers per node (--nproc-per-node, dist.nproc_per_node)",
-                  std::to_string(a.nproc_per_node), std::to_string(b.nproc_per_node));
-  }
-  for (size_t i = 0; i < std::max(a.identity.size(), b.identity.size()); ++i) {
-    const std::string key = i < a.identity.size() ? a.identity[i].first : b.identity[i].first;
-    const std::string va = i < a.identity.size() ? a.identity[i].second : "(not set)";
+std::string identity_difference(const std::string& unit, int a_id, const RunIdentity& a, int b_id,
+                                const RunIdentity& b) {
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    const std::string key = i < a.size() ? a[i].first : b[i].first;
+    const std::string va = i < a.size() ? a[i].second : "(not set)";
     std::string vb = "(not set)";
-    for (const auto& [k, v] : b.identity) {
+    for (const auto& [k, v] : b) {
       if (k == key) vb = v;
     }
     if (va != vb) {
-      return differ(key, va, vb) + " (every node must train the same recipe)";
+      return fmt::format(
+          "the {}s disagree on {}: {} {} has {}, {} {} has {} (every {} must train the same "
+          "recipe)",
+          unit, key, unit, a_id, va, unit, b_id, vb, unit);
     }
   }
   return "";
+}
+
+std::string shape_difference(const NodeShape& a, const NodeShape& b) {
+  const auto differ = [&](const std::string& what, int va, int vb) {
+    return fmt::format("the nodes disagree on {}: node {} has {}, node {} has {}", what,
+                       a.node_rank, va, b.node_rank, vb);
+  };
+  if (a.nnodes != b.nnodes) return differ("the number of nodes (--nnodes)", a.nnodes, b.nnodes);
+  if (a.nproc_per_node != b.nproc_per_node) {
+    return differ("the workers per node (--nproc-per-node, dist.nproc_per_node)", a.nproc_per_node,
+                  b.nproc_per_node);
+  }
+  return identity_difference("node", a.node_rank, a.identity, b.node_rank, b.identity);
 }
 
 std::string agree_on_formation(Store& store, const NodeShape& mine, milliseconds wait) {

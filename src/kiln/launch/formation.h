@@ -26,6 +26,13 @@ struct NodeShape {
   std::vector<std::pair<std::string, std::string>> identity;  // (key, value), in key order
 };
 
+using RunIdentity = std::vector<std::pair<std::string, std::string>>;
+
+// The first key whose value differs between `a` (of "<unit> <a_id>") and `b`, as one line naming
+// the key, both units and both values; "" when they agree.
+std::string identity_difference(const std::string& unit, int a_id, const RunIdentity& a, int b_id,
+                                const RunIdentity& b);
+
 // The first difference between node 0's shape and another node's, as one line naming the
 // setting, the node and both values; "" when they agree.
 std::string shape_difference(const NodeShape& node0, const NodeShape& other);

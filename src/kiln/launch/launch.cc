@@ -96,6 +96,7 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
     w.device = o.device;
     w.communicator = o.communicator;
     w.authenticate_pairs = o.authenticate_pairs;
+    w.identity = o.identity;
     if (spawned != nullptr) {  // ours: the agent passed the store's address and token
       const char* port = std::getenv("KILN_STORE_PORT");
       const char* token = std::getenv("KILN_STORE_TOKEN");
