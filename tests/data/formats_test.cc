@@ -9,8 +9,8 @@
 
 #include "data_test_util.h"
 #include "kiln/base/error.h"
+#include "kiln/base/ignore_index.h"
 #include "kiln/data/text_dataset.h"
-#include "kiln/kernels/ops.h"
 #include "kiln/text/chat_messages.h"
 
 namespace kiln {

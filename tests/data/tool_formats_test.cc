@@ -5,10 +5,10 @@
 
 #include "data_test_util.h"
 #include "kiln/base/error.h"
+#include "kiln/base/ignore_index.h"
 #include "kiln/data/formats.h"
 #include "kiln/data/source_lines.h"
 #include "kiln/data/text_dataset.h"
-#include "kiln/kernels/ops.h"
 
 namespace kiln {
 namespace {

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "kiln/base/error.h"
+#include "kiln/base/ignore_index.h"
 #include "kiln/data/conversation.h"
-#include "kiln/kernels/ops.h"  // kIgnoreIndex
 
 namespace kiln {
 

@@ -10,10 +10,10 @@
 #include <exception>
 
 #include "kiln/base/error.h"
+#include "kiln/base/ignore_index.h"
 #include "kiln/base/log.h"
 #include "kiln/data/source_lines.h"
 #include "kiln/data/token_cache.h"
-#include "kiln/kernels/ops.h"  // kIgnoreIndex
 
 namespace kiln {
 

@@ -18,14 +18,12 @@
 #include <memory>
 #include <string_view>
 
+#include "kiln/base/ignore_index.h"  // kIgnoreIndex
 #include "kiln/kernels/memory_counter.h"
 #include "kiln/kernels/stream.h"
 #include "kiln/tensor/dtype.h"
 
 namespace kiln {
-
-// Target id meaning "no loss at this position" (HF's ignore_index).
-inline constexpr int32_t kIgnoreIndex = -100;
 
 // Attention geometry. q: (B, T, H, D), k/v: (B, T, KV, D), H % KV == 0 (grouped-query heads:
 // query head h reads kv head h / (H / KV)).
