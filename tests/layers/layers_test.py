@@ -4,7 +4,7 @@
 The layer order is the table in docs/architecture.md ("## Layers"), bottom first. Every
 #include "kiln/<layer>/..." in src/kiln/<layer>/ must name the same layer or one listed before
 it. Above kernels/, no file includes a backend's own headers (kiln/kernels/cpu/, .../cuda/): only
-make_backend (kernels/backend.h) names a backend. One exception: the NCCL communicator
+make_backend (kernels/device/backend.h) names a backend. One exception: the NCCL communicator
 (src/kiln/distributed/nccl_*), built only with CUDA, orders its own CUDA stream with CUDA events
 and so includes kiln/kernels/cuda/ (cuda_stream.h, cuda_check.h).
 
@@ -55,7 +55,7 @@ def violations(root: Path) -> list:
             elif (layer != "kernels" and target == "kernels" and rest.split("/")[0] in ("cpu", "cuda")
                   and not nccl_uses_cuda(layer, path, rest)):
                 out.append(f"{where}: {layer}/ includes a backend's header kiln/kernels/{rest} "
-                           "(use kernels/backend.h)")
+                           "(use kernels/device/backend.h)")
     return out
 
 

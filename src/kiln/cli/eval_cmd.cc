@@ -8,7 +8,7 @@
 #include "kiln/cli/commands.h"
 #include "kiln/data/sampler.h"
 #include "kiln/data/text_dataset.h"
-#include "kiln/kernels/backend.h"
+#include "kiln/kernels/device/backend.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/qwen2.h"
 #include "kiln/train/checkpoint.h"

@@ -6,9 +6,9 @@
 // Asynchronous operations run in issue order on the group's own stream (Gloo: its communication
 // thread).
 //
-// Device buffers and streams (the backend seam, kernels/stream.h): an operation given a stream
-// `after` starts only once everything enqueued on `after` before the call has run (the op that
-// produced its input): the communicator records an event there and waits on it. `after` null:
+// Device buffers and streams (the backend seam, kernels/device/stream.h): an operation given a
+// stream `after` starts only once everything enqueued on `after` before the call has run (the op
+// that produced its input): the communicator records an event there and waits on it. `after` null:
 // the buffers are host memory, ready now. Work::wait(stream) orders a stream after the
 // operation (work enqueued on that stream later runs after it) and does not block the host;
 // Work::wait_host() blocks the host until the operation is done. Either way a failure is
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/kernels/stream.h"
+#include "kiln/kernels/device/stream.h"
 #include "kiln/tensor/dtype.h"
 
 namespace kiln {

@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "kiln/distributed/communicator.h"
-#include "kiln/kernels/device_buffer.h"
+#include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/unit_access.h"
 

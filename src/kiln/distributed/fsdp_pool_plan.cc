@@ -5,7 +5,7 @@
 #include <map>
 #include <vector>
 
-#include "kiln/kernels/device_buffer.h"
+#include "kiln/kernels/device/device_buffer.h"
 
 namespace kiln {
 

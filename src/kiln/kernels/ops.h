@@ -1,7 +1,7 @@
 // The backend seam: device memory, copies and order (streams, events), and every op the model,
-// FSDP and the optimizer need, forward and backward, declared once. Backends (cpu/ now, cuda/
-// next) implement it; the model, FSDP and trainer never branch on the device, and only
-// make_backend() (backend.h) names one.
+// FSDP and the optimizer need, forward and backward, declared once. Backends (cpu/ and cuda/)
+// implement it; the model, FSDP and trainer never branch on the device, and only make_backend()
+// (device/backend.h) names one.
 //
 // Conventions: pointers are device pointers of the backend (memory from alloc(), DeviceBuffer,
 // DeviceArena or DevicePool), except where a parameter says "host". Ops run on the compute stream
@@ -19,8 +19,8 @@
 #include <string_view>
 
 #include "kiln/base/ignore_index.h"  // kIgnoreIndex
-#include "kiln/kernels/memory_counter.h"
-#include "kiln/kernels/stream.h"
+#include "kiln/kernels/device/memory_counter.h"
+#include "kiln/kernels/device/stream.h"
 #include "kiln/tensor/dtype.h"
 
 namespace kiln {

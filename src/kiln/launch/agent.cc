@@ -23,7 +23,7 @@
 #include "kiln/base/stop_request.h"
 #include "kiln/distributed/tcp_store.h"
 #include "kiln/distributed/watchdog.h"
-#include "kiln/kernels/host_cpu.h"
+#include "kiln/kernels/device/host_cpu.h"
 #include "kiln/launch/formation.h"
 #include "kiln/launch/step_board.h"
 #include "kiln/launch/store_token.h"

@@ -17,7 +17,7 @@
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/distributed/net_iface.h"
-#include "kiln/kernels/gpu_inventory.h"
+#include "kiln/kernels/device/gpu_inventory.h"
 
 namespace kiln {
 

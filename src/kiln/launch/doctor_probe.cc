@@ -15,7 +15,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/distributed/gloo_communicator.h"
-#include "kiln/kernels/host_cpu.h"
+#include "kiln/kernels/device/host_cpu.h"
 #include "kiln/launch/agent.h"
 #include "kiln/launch/doctor.h"
 #include "kiln/launch/doctor_facts.h"

@@ -15,7 +15,7 @@
 #include "kiln/distributed/comm_choice.h"
 #include "kiln/distributed/pair_auth.h"
 #include "kiln/distributed/topology.h"
-#include "kiln/kernels/backend.h"
+#include "kiln/kernels/device/backend.h"
 #include "kiln/launch/private_network.h"
 #include "kiln/train/runtime.h"
 

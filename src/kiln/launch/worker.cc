@@ -13,7 +13,7 @@
 #include "kiln/distributed/nccl_communicator.h"
 #include "kiln/distributed/tcp_store.h"
 #include "kiln/distributed/watchdog.h"
-#include "kiln/kernels/gpu_assignment.h"
+#include "kiln/kernels/device/gpu_assignment.h"
 #include "kiln/launch/formation.h"
 #include "kiln/launch/step_board.h"
 

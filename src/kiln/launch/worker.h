@@ -9,7 +9,7 @@
 
 #include "kiln/distributed/comm_choice.h"
 #include "kiln/distributed/pair_auth.h"
-#include "kiln/kernels/backend.h"
+#include "kiln/kernels/device/backend.h"
 #include "kiln/train/runtime.h"
 
 namespace kiln {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kiln/data/batch.h"
-#include "kiln/kernels/device_buffer.h"
+#include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/config.h"
 #include "kiln/model/decoder_layer.h"

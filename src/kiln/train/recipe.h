@@ -75,7 +75,7 @@ struct Recipe {
     // weights, optimizer state and accumulation.
     std::string dtype = "fp32";
     // "auto" (CUDA when a GPU is visible and this build has CUDA, else the CPU, with a notice) |
-    // "cpu" | "cuda": where the step runs (kernels/backend.h).
+    // "cpu" | "cuda": where the step runs (kernels/device/backend.h).
     std::string device = "auto";
     bool operator==(const Train&) const = default;
   };

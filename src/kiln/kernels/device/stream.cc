@@ -1,4 +1,4 @@
-#include "kiln/kernels/stream.h"
+#include "kiln/kernels/device/stream.h"
 
 #include "kiln/base/error.h"
 

@@ -1,4 +1,4 @@
-#include "kiln/kernels/backend.h"
+#include "kiln/kernels/device/backend.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "kiln/kernels/gpu_assignment.h"
+#include "kiln/kernels/device/gpu_assignment.h"
 
 #include "kiln/base/error.h"
 

@@ -1,4 +1,4 @@
-#include "kiln/kernels/device_buffer.h"
+#include "kiln/kernels/device/device_buffer.h"
 
 namespace kiln {
 

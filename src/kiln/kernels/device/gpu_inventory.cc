@@ -1,4 +1,4 @@
-#include "kiln/kernels/gpu_inventory.h"
+#include "kiln/kernels/device/gpu_inventory.h"
 
 #if KILN_HAVE_CUDA
 #include <cuda_runtime_api.h>
