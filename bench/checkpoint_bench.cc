@@ -26,8 +26,8 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
-#include "kiln/distributed/communicator.h"
-#include "kiln/distributed/fsdp.h"
+#include "kiln/comm/communicator.h"
+#include "kiln/fsdp/fsdp.h"
 #include "kiln/kernels/device/backend.h"
 #include "kiln/model/config.h"
 #include "kiln/model/hf_model_files.h"

@@ -4,9 +4,10 @@
 The layer order is the table in docs/architecture.md ("## Layers"), bottom first. Every
 #include "kiln/<layer>/..." in src/kiln/<layer>/ must name the same layer or one listed before
 it. Above kernels/, no file includes a backend's own headers (kiln/kernels/cpu/, .../cuda/): only
-make_backend (kernels/device/backend.h) names a backend. One exception: the NCCL communicator
-(src/kiln/distributed/nccl_*), built only with CUDA, orders its own CUDA stream with CUDA events
-and so includes kiln/kernels/cuda/ (cuda_stream.h, cuda_check.h).
+make_backend (kernels/device/backend.h) names a backend; the device abstraction
+(kiln/kernels/device/) and ops.h are open to every layer above. One exception: the NCCL
+communicator (src/kiln/comm/nccl_*), built only with CUDA, orders its own CUDA stream with CUDA
+events and so includes kiln/kernels/cuda/ (cuda_stream.h, cuda_check.h).
 
 Usage: layers_test.py SOURCE_DIR          (exit 0: clean, 1: violations, each printed)
        layers_test.py --self-test         (checks that a planted violation is found)
@@ -27,7 +28,7 @@ def layer_order(root: Path) -> list:
 
 
 def nccl_uses_cuda(layer: str, path: Path, rest: str) -> bool:
-    return layer == "distributed" and path.name.startswith("nccl_") and rest.startswith("cuda/")
+    return layer == "comm" and path.name.startswith("nccl_") and rest.startswith("cuda/")
 
 
 def violations(root: Path) -> list:

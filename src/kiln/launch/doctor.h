@@ -16,7 +16,7 @@
 
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
-#include "kiln/distributed/net_iface.h"
+#include "kiln/comm/net_iface.h"
 #include "kiln/kernels/device/gpu_inventory.h"
 
 namespace kiln {

@@ -6,7 +6,7 @@
 #include <charconv>
 
 #include "kiln/base/error.h"
-#include "kiln/distributed/transport.h"
+#include "kiln/comm/transport.h"
 #include "kiln/launch/doctor.h"
 #include "kiln/launch/doctor_facts.h"
 

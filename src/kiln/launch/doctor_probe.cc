@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "kiln/base/error.h"
-#include "kiln/distributed/gloo_communicator.h"
+#include "kiln/comm/gloo_communicator.h"
 #include "kiln/kernels/device/host_cpu.h"
 #include "kiln/launch/agent.h"
 #include "kiln/launch/doctor.h"

@@ -474,7 +474,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.integer("dist.threads_per_worker", r.dist.threads_per_worker, ">= 0",
              [](int64_t v) { return v >= 0; });
   // An empty value keeps the default: no requirement. The kinds are transport_kinds() of
-  // src/kiln/distributed/transport.h, which this layer does not link.
+  // src/kiln/comm/transport.h, which this layer does not link.
   if (const Entry* e = in.find("dist.require_transport");
       e != nullptr && !e->node.IsNull() && !(e->node.IsScalar() && e->node.Scalar().empty())) {
     in.choice("dist.require_transport", r.dist.require_transport,

@@ -91,16 +91,16 @@ struct Recipe {
 
   struct Dist {
     // "full_shard" | "shard_grad_op" | "no_shard" | "hybrid_shard" (see
-    // src/kiln/distributed/fsdp.h)
+    // src/kiln/fsdp/fsdp.h)
     std::string strategy = "full_shard";
     int nproc_per_node = 1;      // > 0 workers the launcher spawns on this node
     double timeout_s = 300;      // > 0: every collective and rendezvous wait
     bool prefetch = true;        // all-gather the next unit while the current one computes
     int threads_per_worker = 0;  // >= 0; 0 = this machine's cores / local workers
     // "" (no requirement) | "gloo-tcp" | "socket" | "efa" | "loopback": the group's transport
-    // must deliver it or training stops before step 1 (src/kiln/distributed/transport.h).
+    // must deliver it or training stops before step 1 (src/kiln/comm/transport.h).
     std::string require_transport;
-    // "auto" | "nccl" | "gloo": the communicator (src/kiln/distributed/comm_choice.h). auto: NCCL
+    // "auto" | "nccl" | "gloo": the communicator (src/kiln/launch/comm_choice.h). auto: NCCL
     // when the device is CUDA and every rank of a node has a GPU of its own, else Gloo.
     std::string communicator = "auto";
     // "fp32" | "bf16": the dtype gradients are reduce-scattered (all-reduced for no_shard and
@@ -111,7 +111,7 @@ struct Recipe {
     // allows one, else a warning; on: refuse to start without one.
     std::string private_network = "auto";
     // "auto" | "on" | "off": every connection between two ranks' Gloo pairs proves it knows the
-    // job's token (src/kiln/distributed/auth_tcp/), so a stray or hostile connection to a
+    // job's token (src/kiln/comm/auth_tcp/), so a stray or hostile connection to a
     // collective's listener is rejected instead of failing the group. auto: when the group
     // spans hosts (one node is isolated by its private network instead); on: always; off: never.
     std::string authenticate_pairs = "auto";
