@@ -8,6 +8,7 @@
 #include "kiln/base/dir_lock.h"
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
+#include "kiln/base/random_token.h"
 #include "kiln/base/stop_request.h"
 #include "kiln/kernels/device/gpu_assignment.h"
 #include "kiln/kernels/device/host_cpu.h"

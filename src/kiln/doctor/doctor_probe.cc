@@ -14,11 +14,11 @@
 #include <thread>
 
 #include "kiln/base/error.h"
+#include "kiln/base/random_token.h"
 #include "kiln/comm/gloo_communicator.h"
+#include "kiln/doctor/doctor.h"
+#include "kiln/doctor/doctor_facts.h"
 #include "kiln/kernels/device/host_cpu.h"
-#include "kiln/launch/agent.h"
-#include "kiln/launch/doctor.h"
-#include "kiln/launch/doctor_facts.h"
 
 extern char** environ;
 

@@ -1,7 +1,7 @@
 // kiln doctor on crafted machines: a temporary root stands in for /proc, /sys, /dev, /etc, /usr
 // and /opt; the environment, interfaces, commands and libraries are stubs. Each known mistake
 // must produce its warning, and only then. The Gloo probe also runs for real on loopback.
-#include "kiln/launch/doctor.h"
+#include "kiln/doctor/doctor.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -2,8 +2,8 @@
 // (gpu_inventory(), kernels/) and NCCL report: they are linked in, so this is what
 // `train.device=cuda` would use. Without a driver the static cudart still answers: no device,
 // and why.
+#include "kiln/doctor/doctor.h"
 #include "kiln/kernels/device/gpu_inventory.h"
-#include "kiln/launch/doctor.h"
 
 #if KILN_HAVE_CUDA
 #include <nccl.h>

@@ -1,8 +1,8 @@
 // kiln doctor, part 3: the report as JSON (for scripts and CI) and as aligned text lines.
 #include <fmt/format.h>
 
-#include "kiln/launch/doctor.h"
-#include "kiln/launch/doctor_facts.h"
+#include "kiln/doctor/doctor.h"
+#include "kiln/doctor/doctor_facts.h"
 
 namespace kiln {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/launch/doctor.h"
+#include "kiln/doctor/doctor.h"
 
 namespace kiln {
 

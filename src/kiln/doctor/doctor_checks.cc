@@ -7,8 +7,8 @@
 
 #include "kiln/base/error.h"
 #include "kiln/comm/transport.h"
-#include "kiln/launch/doctor.h"
-#include "kiln/launch/doctor_facts.h"
+#include "kiln/doctor/doctor.h"
+#include "kiln/doctor/doctor_facts.h"
 
 namespace kiln {
 
