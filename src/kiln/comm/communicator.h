@@ -1,6 +1,6 @@
 // The communicator: collectives over a group of workers. Backends: local (world size 1, every
-// collective is a copy or nothing), Gloo (CPU, TCP) and, next, NCCL (GPU). The trainer and FSDP
-// only ever talk to this interface.
+// collective is a copy or nothing), Gloo (CPU, TCP) and NCCL (GPU, CUDA builds). The trainer
+// and FSDP only ever talk to this interface.
 //
 // Ordering contract: every rank of a group issues the same collectives in the same order.
 // Asynchronous operations run in issue order on the group's own stream (Gloo: its communication

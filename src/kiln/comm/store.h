@@ -1,6 +1,6 @@
 // The rendezvous key-value store: how workers find each other. Served over TCP by the node-0
 // agent (TcpStore, tcp_store.h); an in-process MemoryStore lets tests run every rank as a thread.
-// Gloo (and later NCCL's unique id) bootstrap through it.
+// Gloo and NCCL (its unique id, nccl_rendezvous.h) bootstrap through it.
 #pragma once
 
 #include <chrono>

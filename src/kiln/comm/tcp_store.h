@@ -1,6 +1,7 @@
 // The TCP rendezvous store (torch's TCPStore): the node-0 agent serves it, every worker connects,
-// and Gloo (later NCCL's unique id) bootstraps through it. The server holds the data and does the
-// waiting, so a client blocked in get() or wait() costs one idle socket, not a polling loop.
+// and Gloo and NCCL (its unique id, nccl_rendezvous.h) bootstrap through it. The server holds the
+// data and does the waiting, so a client blocked in get() or wait() costs one idle socket, not a
+// polling loop.
 //
 // Every connection opens with HELLO carrying the per-job token: a stray process (another job on
 // the same port, a port scanner) is turned away before it can read or write a key. Every frame's
