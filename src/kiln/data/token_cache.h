@@ -20,7 +20,7 @@
 
 namespace kiln {
 
-inline constexpr uint32_t kTokenCacheVersion = 1;
+inline constexpr uint32_t kTokenCacheVersion = 2;
 
 struct CacheHeader {
   char magic[8];          // "KILNTOK\n"
