@@ -157,8 +157,8 @@ TEST(ToolErrors, NameFileLineAndField) {
             "train.json:1: messages[0].tool_calls[0].arguments is a JSON string holding a "
             "array, expected an object");
   EXPECT_EQ(chat(R"([{"role": "user", "content": [{"type": "image", "image": "x.png"}]}])"),
-            "train.json:1: messages[0].content[0].image is not supported (the Qwen2.5 chat "
-            "template renders type, text)");
+            "train.json:1: messages[0].content[0].image is not supported (kiln's chat templates "
+            "render type, text)");
   EXPECT_EQ(chat(R"([{"role": "user", "content": [{"type": "image"}]}])"),
             "train.json:1: messages[0].content[0].type is 'image', expected text");
   EXPECT_EQ(chat(R"([{"role": "assistant", "content": null}])"),
