@@ -50,7 +50,7 @@ TEST(Llama3Tokenizer, IgnoreMergesTakesWholeWords) {
 }
 
 TEST(Llama3Tokenizer, PostProcessorAddsBeginOfText) {
-  EXPECT_EQ(llama().special_prefix().size(), 1u);
+  ASSERT_EQ(llama().special_prefix().size(), 1u);
   EXPECT_EQ(llama().special_prefix()[0], 128000);
   EXPECT_TRUE(llama().special_suffix().empty());
   EXPECT_EQ(llama().encode_with_special_tokens("hello world"), (Ids{128000, 260, 264}));
