@@ -20,7 +20,10 @@
 
 namespace kiln {
 
-inline constexpr uint32_t kTokenCacheVersion = 2;
+// 2: the data file's length and XXH3-64 (DataStats::source) in the header.
+// 3: text and completion lines begin with the tokenizer's post-processor tokens (Llama 3's
+//    <|begin_of_text|>), and a chat's template is the model's or data.template.
+inline constexpr uint32_t kTokenCacheVersion = 3;
 
 struct CacheHeader {
   char magic[8];          // "KILNTOK\n"
@@ -32,7 +35,8 @@ struct CacheHeader {
   uint64_t lines, targets, truncated, dropped, skipped, no_target;  // DataStats
   int64_t max_id;
   uint64_t checksum;
-  uint64_t reserved[3];
+  uint64_t source_bytes, source_xxh3;  // DataStats::source
+  uint64_t reserved[1];
 };
 static_assert(sizeof(CacheHeader) == 128);
 

@@ -95,6 +95,15 @@ std::unique_ptr<TrainData> open_train_data(const Recipe& r, int64_t vocab_size,
   for (const TokenizedDataset& f : data->files) parts.push_back(&f);
   data->examples = std::make_unique<ConcatSource>(std::move(parts));
   if (data->examples->size() == 0) fail("data.train: {} hold no examples", data->examples->what());
+  int64_t targets = 0;
+  for (const TokenizedDataset& f : data->files) targets += f.stats().targets;
+  if (targets == 0) {
+    // Training on it would report loss 0 and change nothing: refused before step 1.
+    fail(
+        "data.train: {} examples and 0 predicted tokens in {}: every label is masked (no token "
+        "takes loss; data.train_on_prompt=true trains on the prompts too)",
+        data->examples->size(), data->examples->what());
+  }
   data->sampler = make_sampler(*data->examples, r, ctx.rank, ctx.world_size);
   return data;
 }
@@ -106,6 +115,11 @@ TokenizedDataset load_eval_data(const Recipe& r, int64_t vocab_size, bool verbos
   o.verbose = verbose;
   TokenizedDataset d = load_dataset(o, vocab_size);
   if (d.size() == 0) fail("data.eval: {} holds no examples", r.data.eval);
+  if (d.stats().targets == 0) {
+    // An evaluation would divide by zero at the first eval step or the end: refused before step 1.
+    fail("data.eval: {} has {} examples and 0 predicted tokens: every label is masked", r.data.eval,
+         d.size());
+  }
   return d;
 }
 
