@@ -12,6 +12,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
+#include "kiln/text/chat_template.h"
 #include "kiln/text/utf8.h"
 
 namespace kiln {
@@ -24,6 +25,8 @@ const std::vector<std::string> kKeys = {
     "data.train",
     "data.format",
     "data.tokenizer",
+    "data.template",
+    "data.enable_thinking",
     "data.seq_len",
     "data.overlong",
     "data.pack",
@@ -396,6 +399,16 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   }
   in.choice("data.format", r.data.format, kDataFormats);
   optional_path("data.tokenizer", r.data.tokenizer);
+  // data.template and data.enable_thinking: no value (or "") keeps the default.
+  if (const Entry* e = in.find("data.template");
+      e && !e->node.IsNull() && !(e->node.IsScalar() && e->node.Scalar().empty())) {
+    in.choice("data.template", r.data.chat_template, chat_template_names());
+  }
+  if (const Entry* e = in.find("data.enable_thinking"); e && !e->node.IsNull()) {
+    bool on = true;
+    in.boolean("data.enable_thinking", on);
+    r.data.enable_thinking = on;
+  }
   in.integer("data.seq_len", r.data.seq_len, "> 1", [](int64_t v) { return v > 1; });
   in.choice("data.overlong", r.data.overlong, {"truncate", "drop"});
   in.boolean("data.pack", r.data.pack);
@@ -531,6 +544,13 @@ std::string recipe_to_yaml(const Recipe& r) {
   }
   out << YAML::Key << "format" << YAML::Value << r.data.format;
   out << YAML::Key << "tokenizer" << YAML::Value << YAML::DoubleQuoted << r.data.tokenizer;
+  out << YAML::Key << "template" << YAML::Value << YAML::DoubleQuoted << r.data.chat_template;
+  out << YAML::Key << "enable_thinking" << YAML::Value;
+  if (r.data.enable_thinking) {
+    out << *r.data.enable_thinking;
+  } else {
+    out << YAML::Null;
+  }
   out << YAML::Key << "seq_len" << YAML::Value << r.data.seq_len;
   out << YAML::Key << "overlong" << YAML::Value << r.data.overlong;
   out << YAML::Key << "pack" << YAML::Value << r.data.pack;

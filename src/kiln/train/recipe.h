@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,11 @@ struct Recipe {
     // tokenizer.json or a directory holding one, for the text formats; empty: model.path.
     // Resolved and stored like `train`.
     std::string tokenizer;
+    // data.template, the chat formats' template: "" (the base's own when kiln knows it, qwen2.5
+    // when it has none) or qwen2.5 | qwen3 | llama3 (text/chat_template_choice.h).
+    std::string chat_template;
+    // Qwen3's thinking switch for the chat formats; unset: the template's default (on).
+    std::optional<bool> enable_thinking;
     int seq_len = 512;                  // > 1: tokens per row
     std::string overlong = "truncate";  // "truncate" | "drop": examples longer than seq_len
     bool pack = false;                  // several examples per row (data/packing_sampler.h)

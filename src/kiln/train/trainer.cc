@@ -200,8 +200,8 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       run_dir_(r.output.dir),
       recipe_yaml_(recipe_to_yaml(r)),
       config_(read_config(fs::path(r.model.path) / "config.json")),
-      model_files_(lead_ ? std::make_shared<const HfModelFiles>(
-                               HfModelFiles::read(r.model.path, r.data.tokenizer))
+      model_files_(lead_ ? std::make_shared<const HfModelFiles>(HfModelFiles::read(
+                               r.model.path, r.data.tokenizer, r.data.chat_template))
                          : nullptr),
       strategy_(strategy_for(r, ctx)),
       start_rss_(resident_bytes()),
