@@ -97,6 +97,11 @@ void divide_by(void* data, size_t n, DType t, int divisor) {
   }
 }
 
+size_t ring_reduce_scatter_scratch_bytes(int size, size_t n, DType t) {
+  if (size <= 1 || n == 0) return 0;
+  return static_cast<size_t>(std::min(2, size - 1)) * n * dtype_size(t);
+}
+
 void ring_reduce_scatter(const std::shared_ptr<gloo::Context>& context, void* out, const void* in,
                          size_t n, DType t, ReduceFn fn, std::chrono::milliseconds timeout,
                          std::vector<uint8_t>& scratch) {
@@ -127,7 +132,7 @@ void ring_reduce_scatter(const std::shared_ptr<gloo::Context>& context, void* ou
   // Partial sums arrive in tmp[s % 2] and are forwarded from there at step s + 1, so tmp[s % 2]
   // is free again (its sends drained) by step s + 2.
   const int nbuf = std::min(2, size - 1);
-  const size_t need = static_cast<size_t>(nbuf) * block;
+  const size_t need = ring_reduce_scatter_scratch_bytes(size, n, t);
   if (scratch.size() < need) scratch.resize(need);
   uint8_t* tmp_mem[2] = {scratch.data(), scratch.data() + block};
   std::unique_ptr<gloo::transport::UnboundBuffer> tmp[2];

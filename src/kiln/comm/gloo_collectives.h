@@ -34,6 +34,9 @@ void divide_by(void* data, size_t n, DType t, int divisor);
 // NCCL. Throws gloo's exception when a wait passes the deadline (start + timeout).
 // `scratch` (grown to 2 * n elements as needed) is kept by the caller across operations: FSDP
 // reduce-scatters the same unit sizes every step, and fresh buffers would page-fault each time.
+// Bytes of `scratch` ring_reduce_scatter needs for n elements of t over `size` ranks: partial
+// sums of min(2, size - 1) blocks (0 for one rank or no elements).
+size_t ring_reduce_scatter_scratch_bytes(int size, size_t n, DType t);
 void ring_reduce_scatter(const std::shared_ptr<gloo::Context>& context, void* out, const void* in,
                          size_t n, DType t, ReduceFn fn, std::chrono::milliseconds timeout,
                          std::vector<uint8_t>& scratch);

@@ -90,19 +90,13 @@ std::vector<ShardRange> Fsdp::shard_ranges() const {
   return out;
 }
 
-DeviceBuffer<float> Fsdp::take(size_t n) {
-  auto& [live, most] = pool_counts_[n];
-  if (++live > most) {
-    most = live;
-    pool_bytes_ += n * sizeof(float);
-  }
+DeviceBuffer<float> Fsdp::take(size_t n, PoolUse use) {
+  books_.take(n, use);
   return pool_->take(n);
 }
 
-void Fsdp::give(DeviceBuffer<float> b) {
-  auto it = pool_counts_.find(b.size());
-  KILN_CHECK(it != pool_counts_.end() && it->second.first > 0, "give of a buffer not taken");
-  --it->second.first;
+void Fsdp::give(DeviceBuffer<float> b, PoolUse use) {
+  books_.give(b.size(), use);
   pool_->give(std::move(b));
 }
 
@@ -111,14 +105,12 @@ void Fsdp::release_buffers() {
   for (int u = 0; u < num_units(); ++u) {
     units_[u].keep = false;
     if (units_[u].in_use == 0) free_full(u);
-    if (units_[u].full_grad.size() > 0) give(std::move(units_[u].full_grad));
+    if (units_[u].full_grad.size() > 0) give(std::move(units_[u].full_grad), PoolUse::kGrads);
     units_[u].full_grad = DeviceBuffer<float>();
   }
   be_.synchronize();  // nothing in flight uses a pooled buffer now
   pool_ = std::make_unique<DevicePool>(be_);
-  for (auto& [n, c] : pool_counts_) c.second = c.first;  // a fresh pool holds only what is live
-  pool_bytes_ = 0;
-  for (const auto& [n, c] : pool_counts_) pool_bytes_ += c.second * n * sizeof(float);
+  books_.renew();
 }
 
 void Fsdp::track_gathered(long delta) {
@@ -133,7 +125,7 @@ void Fsdp::start_gather(int unit) {
   Unit& x = units_[unit];
   if (x.full.size() > 0 || !gathers()) return;
   const DType t = gather_dtype_;
-  x.full = take(storage_floats(x.padded, t));
+  x.full = take(storage_floats(x.padded, t), PoolUse::kGathered);
   track_gathered(static_cast<long>(x.full.bytes()));
   Stream* after = &be_.compute_stream();
   if (t == DType::F32) {
@@ -156,7 +148,7 @@ void Fsdp::free_full(int unit) {
     x.gathering.reset();
   }
   track_gathered(-static_cast<long>(x.full.bytes()));
-  give(std::move(x.full));
+  give(std::move(x.full), PoolUse::kGathered);
   x.full = DeviceBuffer<float>();
 }
 
@@ -276,7 +268,7 @@ float* Fsdp::grad(int unit) {
   Unit& x = units_[unit];
   if (strategy_ == ShardStrategy::kNoShard) return x.shard_grad.data();
   if (x.full_grad.size() == 0) {
-    x.full_grad = take(x.padded);
+    x.full_grad = take(x.padded, PoolUse::kGrads);
     x.full_grad.zero();
   }
   return x.full_grad.data();
@@ -313,9 +305,9 @@ void Fsdp::grad_done(int unit) {
 
 DeviceBuffer<float> Fsdp::to_reduce_dtype(DeviceBuffer<float> g, size_t n) {
   if (reduce_dtype_ == DType::F32) return g;
-  DeviceBuffer<float> g16 = take(storage_floats(n, DType::BF16));
+  DeviceBuffer<float> g16 = take(storage_floats(n, DType::BF16), PoolUse::kGrads);
   be_.cast_to_bf16(g16.data(), g.data(), n);
-  give(std::move(g));  // reused only in stream order, after the cast
+  give(std::move(g), PoolUse::kGrads);  // reused only in stream order, after the cast
   return g16;
 }
 
@@ -346,7 +338,7 @@ void Fsdp::complete(Pending& p) {
         ->wait(compute);
   }
   add_reduced(x.shard_grad.data(), p.out, x.shard_size);
-  give(std::move(p.full_grad));
+  give(std::move(p.full_grad), PoolUse::kGrads);
   give(std::move(p.out));
 }
 

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "kiln/comm/communicator.h"
+#include "kiln/fsdp/pool_books.h"
 #include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/unit_access.h"
@@ -52,7 +53,7 @@ const char* strategy_name(ShardStrategy s);
 
 // Fsdp::head_cross_entropy's split vocabulary: the rows of logits it computes at once for
 // `rows` rows over a shard of `shard_size` elements of a table with rows of C, and the floats of
-// its per-chunk scratch (also fsdp_pool_plan.cc's).
+// its per-chunk scratch.
 size_t vocab_head_logit_rows(size_t rows, size_t shard_size, size_t C);
 // Whether it splits the vocabulary: a (table_numel / C, C) table sharded `shard_size` elements
 // per rank over `group` ranks under `strategy`, with `tokens` per rank.
@@ -131,11 +132,17 @@ class Fsdp final : public UnitAccess {
   // Loading a unit is one zero_shard() then its parts: no rank ever holds more than its own.
   void load_shard(int unit, size_t offset, const float* src, size_t n);
   void zero_shard(int unit) { units_[unit].shard.zero(); }
+  // Bytes of a unit as gathered (padded, in the gather dtype).
+  size_t gathered_bytes(int unit) const {
+    return storage_floats(units_[unit].padded, gather_dtype_) * sizeof(float);
+  }
   // Bytes held in shards (params + grads) and the peak of gathered whole-unit buffers.
   size_t shard_bytes() const;
   size_t peak_gathered_bytes() const { return peak_gathered_; }
-  // Bytes the pool of gathered units and gradient buffers holds (it keeps what it made).
-  size_t pool_bytes() const { return pool_bytes_; }
+  // Bytes the pool of gathered units and gradient buffers holds (it keeps what it made), and
+  // by use.
+  size_t pool_bytes() const { return books_.bytes(); }
+  PoolParts pool_parts() const { return books_.parts(); }
   // Hands the pool's buffers back (after the last step, before the final save): the next
   // acquire or grad starts a fresh pool. Waits for outstanding work first.
   void release_buffers();
@@ -187,14 +194,13 @@ class Fsdp final : public UnitAccess {
   void track_gathered(long delta);
 
   const ParamLayout& layout_;
-  // Every pooled buffer goes through take/give, so the pool's footprint is known.
-  DeviceBuffer<float> take(size_t n);
-  void give(DeviceBuffer<float> b);
+  // Every pooled buffer goes through take/give, so the pool's footprint is known, by use.
+  DeviceBuffer<float> take(size_t n, PoolUse use = PoolUse::kComm);
+  void give(DeviceBuffer<float> b, PoolUse use = PoolUse::kComm);
 
   const Backend& be_;
   std::unique_ptr<DevicePool> pool_;
-  std::map<size_t, std::pair<size_t, size_t>> pool_counts_;  // size -> (live, most live at once)
-  size_t pool_bytes_ = 0;
+  PoolBooks books_;
   ShardStrategy strategy_;
   DType gather_dtype_;
   DType reduce_dtype_;

@@ -67,12 +67,16 @@ void load_hf_weights(const fs::path& path, const ParamLayout& layout, ParamStore
   }
 }
 
+size_t hf_save_buffer_floats(const ParamLayout& layout) {
+  size_t max_unit = 0;
+  for (const auto& u : layout.units()) max_unit = std::max(max_unit, u.numel);
+  return max_unit;
+}
+
 void save_hf_weights_streaming(const fs::path& dir, const ParamLayout& layout,
                                const std::function<void(int unit, float* out)>& read_unit,
                                DType dtype, uint64_t max_shard_bytes) {
-  size_t max_unit = 0;
-  for (const auto& u : layout.units()) max_unit = std::max(max_unit, u.numel);
-  auto buf = std::make_shared<Buffer<float>>(max_unit);
+  auto buf = std::make_shared<Buffer<float>>(hf_save_buffer_floats(layout));
   auto current = std::make_shared<int>(-1);
   std::vector<TensorToWrite> tensors;
   for (int u = 0; u < layout.num_units(); ++u) {

@@ -35,6 +35,9 @@ class HfWeightsReader {
 // have (unexpected), truncated or malformed files.
 void load_hf_weights(const fs::path& path, const ParamLayout& layout, ParamStore& store);
 
+// The host buffer (floats) a streaming save reads units into: the largest unit.
+size_t hf_save_buffer_floats(const ParamLayout& layout);
+
 // Only the weights (config.json untouched), streaming as save_hf_checkpoint_streaming.
 void save_hf_weights_streaming(const fs::path& dir, const ParamLayout& layout,
                                const std::function<void(int unit, float* out)>& read_unit,

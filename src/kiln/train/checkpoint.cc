@@ -102,6 +102,25 @@ struct ShardSource {
   std::vector<const float*> params, m, v;
 };
 
+}  // namespace
+
+size_t checkpoint_snapshot_floats(const std::vector<ShardRange>& ranges, const Optimizer& opt) {
+  size_t total = 0;
+  for (size_t u = 0; u < ranges.size(); ++u) {
+    const int unit = static_cast<int>(u);
+    total += ranges[u].size() * (1 + (opt.m(unit).size() > 0) + (opt.v(unit).size() > 0));
+  }
+  return total;
+}
+
+size_t checkpoint_stage_floats(const std::vector<ShardRange>& ranges) {
+  size_t largest = 0;
+  for (const auto& r : ranges) largest = std::max(largest, r.size());
+  return largest;
+}
+
+namespace {
+
 // Writes one rank's shard file (temporary name, fsync, rename). The "checkpoint" fault point
 // fires once about half of the file has been written. Returns the tensor bytes written and the
 // file's digest. `src` holds host pointers (a snapshot), or, when `device` is given, that
@@ -115,9 +134,7 @@ std::pair<uint64_t, FileDigest> write_rank_file(const fs::path& path, int rank, 
   std::vector<TensorToWrite> tensors;
   std::map<std::string, std::string> meta = {{"rank", std::to_string(rank)},
                                              {"world_size", std::to_string(world_size)}};
-  size_t largest = 0;
-  for (const auto& r : ranges) largest = std::max(largest, r.size());
-  std::vector<float> stage(device != nullptr ? largest : 0);
+  std::vector<float> stage(device != nullptr ? checkpoint_stage_floats(ranges) : 0);
   auto add = [&](std::string name, int64_t n, const float* data) {
     if (device == nullptr) {
       tensors.push_back({std::move(name), {n}, data, {}});
@@ -379,10 +396,7 @@ void CheckpointSaver::save(const CheckpointState& st, bool sync) {
       // In the background: one device read into host buffers reused by every save, since the
       // optimizer moves on while the file is written.
       {
-        size_t total = 0;
-        for (int u = 0; u < U; ++u) {
-          total += ranges[u].size() * (1 + (src.m[u] != nullptr) + (src.v[u] != nullptr));
-        }
+        const size_t total = checkpoint_snapshot_floats(ranges, opt_);
         if (arena_size_ != total) {
           arena_.reset(new float[total]);
           arena_size_ = total;

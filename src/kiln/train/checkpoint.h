@@ -76,6 +76,13 @@ fs::path save_checkpoint(const fs::path& root, const CheckpointState& state,
                          const ParamLayout& layout, Fsdp& fsdp, Optimizer& opt, Communicator& world,
                          bool write_shard);
 
+// Host memory a save holds (floats), for the memory plan too: a background save's snapshot of
+// this rank's shard (parameters, and the optimizer's m and v where it keeps them), reused by
+// every save; a save written at once stages one tensor at a time, through a buffer of the
+// largest range.
+size_t checkpoint_snapshot_floats(const std::vector<ShardRange>& ranges, const Optimizer& opt);
+size_t checkpoint_stage_floats(const std::vector<ShardRange>& ranges);
+
 // Saves checkpoints for the training loop, synchronously or in the background.
 //
 // At a save point every rank copies its shard (parameters, optimizer m and v) from the device

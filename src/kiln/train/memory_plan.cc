@@ -3,168 +3,184 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "kiln/base/error.h"
-#include "kiln/comm/shm_lane.h"
-#include "kiln/fsdp/fsdp_pool_plan.h"
-#include "kiln/kernels/ops.h"
-#include "kiln/model/layout.h"
+#include "kiln/comm/null_communicator.h"
+#include "kiln/data/batch.h"
+#include "kiln/kernels/device/counting_backend.h"
+#include "kiln/kernels/device/device_buffer.h"
+#include "kiln/model/hf_checkpoint.h"
+#include "kiln/model/qwen2.h"
+#include "kiln/train/checkpoint.h"
 
 namespace kiln {
 
 namespace {
 
-constexpr size_t kF32 = 4;
-
-size_t aligned64(size_t bytes) { return (bytes + 63) / 64 * 64; }
-size_t bf16_floats(size_t n) { return (n * 2 + 3) / 4; }  // storage_floats(n, BF16)
 double mib(size_t b) { return static_cast<double>(b) / 1048576.0; }
 
-// One unit as FSDP holds it: n floats padded to a multiple of the shard group.
-struct UnitGeometry {
-  std::string name;
-  size_t numel = 0, padded = 0, shard = 0;
+// A packed micro-batch of the planned shape: every token has a target (the most the loss
+// computes).
+Batch planned_batch(const MemorySettings& s) {
+  Batch b;
+  b.resize(s.micro_batch, s.seq_len);
+  for (size_t i = 0; i < b.targets.size(); ++i) {
+    b.positions[i] = static_cast<int32_t>(i % static_cast<size_t>(s.seq_len));
+    b.targets[i] = 0;
+  }
+  return b;
+}
+
+CommScratch comm_scratch_kind(const MemorySettings& s) {
+  if (!s.gloo) return CommScratch::kNone;
+  return s.shm_lane ? CommScratch::kShmLane : CommScratch::kGloo;
+}
+
+// Rank 0 of the run, on a counting backend and communicators that move nothing: the trainer's
+// objects, in the trainer's order.
+class PlanRun {
+ public:
+  PlanRun(const Qwen2Config& c, const MemorySettings& s)
+      : s_(s),
+        be_(s.on_cpu ? Device::kCpu : Device::kCuda,
+            s.bf16 ? ComputeDType::kBf16 : ComputeDType::kFp32),
+        world_(make_null_communicator(0, s.world_size, comm_scratch_kind(s), sink())),
+        intra_(hybrid() ? make_null_communicator(0, s.shard_size, comm_scratch_kind(s), sink())
+                        : nullptr),
+        inter_(hybrid() ? make_null_communicator(0, s.world_size / s.shard_size,
+                                                 CommScratch::kNone, sink())
+                        : nullptr),
+        model_(c, be_),
+        fsdp_(model_.layout(), be_, s.strategy, hybrid() ? *intra_ : *world_, inter_.get(),
+              s.prefetch, s.reduce_bf16 ? DType::BF16 : DType::F32),
+        opt_(s.optimizer, model_.layout(), fsdp_.shard_ranges(), be_),
+        scalars_(be_, 3),
+        batch_(planned_batch(s)) {}
+
+  // Trainer::train_step's device work: micro-batches through FSDP, the norm, the update.
+  void train_step() {
+    fsdp_.zero_grads();
+    const float scale = 1.0f / static_cast<float>(batch_.targets.size() * s_.grad_accum);
+    for (int i = 0; i < s_.grad_accum; ++i) {
+      fsdp_.set_sync_grads(i == s_.grad_accum - 1);
+      model_.forward_backward(batch_, fsdp_, scale, s_.recompute, scalars_.data());
+      fsdp_.finish_backward();
+    }
+    fsdp_.grad_sq_norm(scalars_.data() + 1);
+    opt_.begin_step();
+    for (int u = 0; u < fsdp_.num_units(); ++u) {
+      opt_.step(u, fsdp_.shard_params(u), fsdp_.shard_grads(u), 1e-5);
+    }
+  }
+  // Trainer::evaluate: forward only.
+  void evaluate() {
+    model_.forward(batch_, fsdp_, scalars_.data());
+    fsdp_.finish_backward();
+  }
+  // Host memory the saves hold (checkpoint.h, hf_checkpoint.h): a background save's snapshot,
+  // kept; the final save's stage, then rank 0's unit of final/ (after Fsdp::release_buffers).
+  size_t snapshot() {
+    const size_t bytes = checkpoint_snapshot_floats(fsdp_.shard_ranges(), opt_) * sizeof(float);
+    be_.host_allocated(&snapshot_key_, bytes);
+    return bytes;
+  }
+  size_t final_save() {
+    fsdp_.release_buffers();
+    const size_t stage = checkpoint_stage_floats(fsdp_.shard_ranges()) * sizeof(float);
+    be_.host_allocated(&final_key_, stage);
+    be_.host_freed(&final_key_);
+    const size_t unit = s_.writes_final ? hf_save_buffer_floats(model_.layout()) * sizeof(float) : 0;
+    be_.host_allocated(&final_key_, unit);
+    be_.host_freed(&final_key_);
+    return std::max(stage, unit);
+  }
+
+  const CountingBackend& backend() const { return be_; }
+  Qwen2Model& model() { return model_; }
+  const Fsdp& fsdp() const { return fsdp_; }
+  const Optimizer& optimizer() const { return opt_; }
+  size_t comm_scratch() const {
+    size_t n = 0;
+    for (const auto& [key, bytes] : comm_held_) n += bytes;
+    return n;
+  }
+
+ private:
+  bool hybrid() const { return s_.strategy == ShardStrategy::kHybridShard; }
+  // The communicators' own memory: host memory beside the backend's.
+  ScratchSink sink() {
+    return [this](const void* key, size_t bytes) {
+      comm_held_[key] = bytes;
+      be_.host_allocated(key, bytes);
+    };
+  }
+
+  const MemorySettings& s_;
+  std::map<const void*, size_t> comm_held_;
+  CountingBackend be_;
+  std::unique_ptr<Communicator> world_, intra_, inter_;
+  Qwen2Model model_;
+  Fsdp fsdp_;
+  Optimizer opt_;
+  DeviceBuffer<double> scalars_;  // the step's loss sum, squared norm, squared weights
+  Batch batch_;
+  int snapshot_key_ = 0, final_key_ = 0;
 };
 
-std::vector<UnitGeometry> unit_geometry(const Qwen2Config& c, size_t S) {
-  std::vector<UnitGeometry> out;
-  const ParamLayout layout(c);
-  for (const auto& u : layout.units()) {
-    const size_t padded = (u.numel + S - 1) / S * S;
-    out.push_back({u.name, u.numel, padded, padded / S});
-  }
-  return out;
-}
-
-// The fused cross-entropy's chunk of logits plus its gathered rows and their gradient; under
-// bf16 the rows and the chunk's gradient are also kept rounded for the products.
-size_t cross_entropy_bytes(const Qwen2Config& c, size_t tokens, bool bf16) {
-  const size_t rows = ce_chunk_rows(tokens, c.vocab_size);
-  const size_t floats = rows * (c.vocab_size + 2 * c.hidden_size);
-  const size_t rounded = bf16 ? rows * (c.vocab_size + c.hidden_size) * 2 : 0;
-  return floats * kF32 + rounded;
-}
-
-// Gloo's ring reduce-scatter keeps partial sums of min(2, S - 1) shards in scratch it reuses,
-// grown to the largest shard (gloo_collectives.cc).
-size_t gloo_scratch_bytes(const std::vector<UnitGeometry>& units, const MemorySettings& s) {
-  if (s.gloo && s.shm_lane) return ShmLane::segment_bytes(s.world_size);
-  if (!s.gloo || s.strategy == ShardStrategy::kNoShard || s.shard_size < 2) return 0;
-  size_t largest = 0;
-  for (const auto& u : units) largest = std::max(largest, u.shard);
-  const size_t bufs = std::min<size_t>(2, static_cast<size_t>(s.shard_size) - 1);
-  return bufs * largest * (s.reduce_bf16 ? 2 : kF32);
-}
-
-// Memory the CPU kernels' libraries keep beyond kiln's own buffers, measured on the benchmark
-// shapes (bench/memory_plan_bench.sh): the GEMM library packs the LM head's chunk of (rows,
-// cols) logit gradients for dW as large again as the chunk, and the first step touches thread
-// stacks and library pages (8 MiB).
-size_t cpu_library_bytes(size_t rows, size_t cols) {
-  return rows * cols * kF32 + (size_t{8} << 20);
-}
-
-// The fused cross-entropy's chunk and, on the CPU, the library's packing of its gradient. An
-// LM head whose vocabulary FSDP splits keeps its logits in FSDP's pool instead (the comm part);
-// the library then packs that chunk, and an evaluation (forward only) still runs the fused
-// cross-entropy over the whole table.
-size_t workspace_bytes(const Qwen2Config& c, const std::vector<UnitGeometry>& units,
-                       const MemorySettings& s, size_t S, size_t tokens) {
-  const size_t C = c.hidden_size, V = c.vocab_size;
-  const UnitGeometry& table = units[ParamLayout(c).lm_head_unit()];
-  if (!splits_vocabulary(s.strategy, S, table.shard, table.numel, tokens, C)) {
-    return cross_entropy_bytes(c, tokens, s.bf16) +
-           (s.on_cpu ? cpu_library_bytes(ce_chunk_rows(tokens, V), V) : 0);
-  }
-  const size_t rows = vocab_head_logit_rows(S * tokens, table.shard, C);
-  const size_t library = s.on_cpu ? cpu_library_bytes(rows, table.shard / C) : 0;
-  const size_t eval = s.eval ? cross_entropy_bytes(c, tokens, s.bf16) : 0;
-  return std::max(library, eval);
-}
-
-// The final save: every rank writes its shard one tensor at a time through a buffer of the
-// largest; then rank 0 assembles final/ one whole unit at a time (f32).
-size_t final_save_bytes(const std::vector<UnitGeometry>& units, bool writes_final) {
-  size_t largest_unit = 0, largest_part = 0;
-  for (const auto& u : units) {
-    largest_unit = std::max(largest_unit, u.numel);
-    largest_part = std::max(largest_part, std::min(u.numel, u.shard));
-  }
-  return (writes_final ? std::max(largest_unit, largest_part) : largest_part) * kF32;
-}
-
-// FSDP's pool for these settings (fsdp/fsdp_pool_plan.h).
-FsdpPoolPlan pool_plan(const Qwen2Config& c, const std::vector<UnitGeometry>& units,
-                       const MemorySettings& s, size_t S) {
-  FsdpPoolSettings ps;
-  for (const auto& u : units) ps.unit_numel.push_back(u.numel);
-  ps.tied = c.tie_word_embeddings;
-  ps.strategy = s.strategy;
-  ps.shard_size = S;
-  ps.gather = s.bf16 ? DType::BF16 : DType::F32;
-  ps.reduce = s.reduce_bf16 ? DType::BF16 : DType::F32;
-  ps.prefetch = s.prefetch;
-  ps.tokens = static_cast<size_t>(s.micro_batch) * static_cast<size_t>(s.seq_len);
-  ps.hidden = c.hidden_size;
-  ps.group_size = s.strategy == ShardStrategy::kNoShard ? static_cast<size_t>(s.world_size) : S;
-  return plan_fsdp_pool(ps);
+// The model's arena under the other recomputation setting, from a second counting run of one
+// micro-batch over whole units.
+size_t other_arena_bytes(const Qwen2Config& c, const MemorySettings& s) {
+  CountingBackend be(s.on_cpu ? Device::kCpu : Device::kCuda,
+                     s.bf16 ? ComputeDType::kBf16 : ComputeDType::kFp32);
+  Qwen2Model model(c, be);
+  ParamStore store(model.layout(), be);
+  DeviceBuffer<double> loss(be, 1);
+  model.forward_backward(planned_batch(s), store, 1.0f, !s.recompute, loss.data());
+  return model.activation_bytes();
 }
 
 }  // namespace
 
-size_t activation_arena_bytes(const Qwen2Config& c, size_t N, bool recompute, bool bf16) {
-  const size_t L = c.num_hidden_layers, C = c.hidden_size, I = c.intermediate_size;
-  const size_t Q = c.q_dim(), KV = c.kv_dim(), H = c.num_attention_heads;
-  const size_t act = bf16 ? 2 : 4;  // xn1, xn2, h: only feed products
-  auto f = [](size_t n) { return aligned64(n * kF32); };
-  auto a = [&](size_t n) { return aligned64(n * act); };
-  // Qwen2Model::plan_buffers, piece by piece (MemoryPlan.ActivationsAreTheModelsArena holds the
-  // two equal): per layer xn1, rstd1, q, k, v, y, lse, xmid, xn2, rstd2, gate_up, h; the shared
-  // q/k/v product; the backward's dxf, dres, dxn, dq, dk, dv, dy, dgate_up, dh.
-  const size_t layer = a(N * C) + f(N) + f(N * Q) + 2 * f(N * KV) + f(N * Q) + f(N * H) + f(N * C) +
-                       a(N * C) + f(N) + f(2 * N * I) + a(N * I);
-  const size_t qkv = f(N * (Q + 2 * KV));
-  const size_t grads = 3 * f(N * C) + f(N * Q) + 2 * f(N * KV) + f(N * Q) + f(2 * N * I) + f(N * I);
-  return f((L + 1) * N * C) + (recompute ? 1 : L) * layer + qkv + f(N * C) + f(N) + grads +
-         f(4 * N);
-}
-
 MemoryPlan plan_memory(const Qwen2Config& c, const MemorySettings& s) {
-  KILN_CHECK(s.world_size >= 1 && s.shard_size >= 1 && s.micro_batch >= 1 && s.seq_len >= 1,
+  KILN_CHECK(s.world_size >= 1 && s.shard_size >= 1 && s.micro_batch >= 1 && s.seq_len >= 1 &&
+                 s.grad_accum >= 1,
              "memory plan: sizes must be positive");
-  const bool no_shard = s.strategy == ShardStrategy::kNoShard;
-  const size_t S = no_shard ? 1 : static_cast<size_t>(s.shard_size);
-  const auto units = unit_geometry(c, S);
+  PlanRun run(c, s);
+  const Fsdp& fsdp = run.fsdp();
+  const CountingBackend& be = run.backend();
   MemoryPlan p;
-  size_t numel_mine = 0;
-  for (const auto& u : units) {
-    p.params += u.shard * kF32;
-    numel_mine += std::min(u.numel, u.shard);  // rank 0's part: the optimizer's ranges
-    const size_t g = (s.bf16 ? bf16_floats(u.padded) : u.padded) * kF32;
-    if (g > p.largest_gathered) p.largest_gathered = g, p.largest_unit = u.name;
+  p.params = p.grads = fsdp.shard_bytes() / 2;
+  for (int u = 0; u < fsdp.num_units(); ++u) {
+    p.optimizer += run.optimizer().m(u).bytes() + run.optimizer().v(u).bytes();
+    if (fsdp.gathered_bytes(u) > p.largest_gathered) {
+      p.largest_gathered = fsdp.gathered_bytes(u);
+      p.largest_unit = run.model().layout().units()[u].name;
+    }
   }
-  p.grads = p.params;
-  p.optimizer = numel_mine * kF32 * static_cast<size_t>(s.optimizer_states);
-  const FsdpPoolPlan pool = pool_plan(c, units, s, S);
+  for (int step = 0; step < 2; ++step) run.train_step();
+  p.activations = run.model().activation_bytes();
+  if (s.eval) run.evaluate();
+  if (s.background_save) p.snapshot = run.snapshot();
+  const PoolParts pool = fsdp.pool_parts();
   p.gathered = pool.gathered;
   p.grad_buffers = pool.grads;
   p.comm = pool.comm;
-  p.comm_scratch = gloo_scratch_bytes(units, s);
-  const size_t N = static_cast<size_t>(s.micro_batch) * static_cast<size_t>(s.seq_len);
-  p.activations_full = activation_arena_bytes(c, N, false, s.bf16);
-  p.activations_recompute = activation_arena_bytes(c, N, true, s.bf16);
-  p.activations = s.recompute ? p.activations_recompute : p.activations_full;
-  p.workspace = workspace_bytes(c, units, s, S, N);
-  if (s.background_save) p.snapshot = numel_mine * kF32 * (1 + s.optimizer_states);
-  p.final_save = final_save_bytes(units, s.writes_final);
+  p.comm_scratch = run.comm_scratch();
+  p.workspace = be.scratch_bytes();
+  const size_t training_peak = s.on_cpu ? be.resident_peak() : be.memory_stats().peak;
+  p.final_save = run.final_save();
+  (s.recompute ? p.activations_recompute : p.activations_full) = p.activations;
+  (s.recompute ? p.activations_full : p.activations_recompute) = other_arena_bytes(c, s);
   p.baseline = s.baseline;
-  const size_t state = p.params + p.grads + p.optimizer;
-  const size_t pool_bytes = p.gathered + p.grad_buffers + p.comm;
-  p.device_peak = state + pool_bytes + p.comm_scratch + p.activations + p.workspace;
-  // The final save runs after Fsdp::release_buffers(): its unit replaces the pool, not adds.
-  const size_t host_tail = std::max(pool_bytes, p.final_save) - pool_bytes;
-  p.peak = s.on_cpu ? p.baseline + p.device_peak + p.snapshot + host_tail : p.device_peak;
+  p.device_peak = be.memory_stats().peak;
+  // Host memory (the snapshot, the communicators' scratch) is part of the peak on the CPU only.
+  const size_t named = p.params + p.grads + p.optimizer + pool.total() + p.activations +
+                       p.workspace + (s.on_cpu ? p.snapshot + p.comm_scratch : 0);
+  p.other = training_peak > named ? training_peak - named : 0;
+  p.peak = s.on_cpu ? p.baseline + be.resident_peak() : p.device_peak;
   return p;
 }
 
@@ -180,8 +196,9 @@ MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bo
   s.prefetch = r.dist.prefetch;
   s.micro_batch = r.train.micro_batch_size;
   s.seq_len = r.data.seq_len;
+  s.grad_accum = r.train.grad_accum_steps;
   s.recompute = r.train.activation_checkpointing;
-  s.optimizer_states = r.optimizer.name == "adamw" ? 2 : r.optimizer.momentum > 0 ? 1 : 0;
+  s.optimizer = optimizer_settings(r);
   s.background_save = r.checkpoint.every_steps > 0 && r.checkpoint.background;
   s.writes_final = true;
   s.on_cpu = on_cpu;
@@ -209,6 +226,7 @@ Json MemoryPlan::to_json() const {
               {"workspace_bytes", workspace},
               {"snapshot_bytes", snapshot},
               {"final_save_bytes", final_save},
+              {"other_bytes", other},
               {"baseline_bytes", baseline}};
 }
 
@@ -217,11 +235,12 @@ std::string MemoryPlan::summary() const {
       "params {:.0f} MiB, grads {:.0f}, optimizer {:.0f}; gathered units {:.0f} (largest {} "
       "{:.0f}), gradient buffers {:.0f}, comm {:.0f} (+ scratch {:.0f}); activations {:.0f} "
       "(recompute off {:.0f} / "
-      "on {:.0f}), workspace {:.0f}; snapshot {:.0f}, final save {:.0f}, process {:.0f}; "
-      "predicted peak {:.0f} MiB",
+      "on {:.0f}), workspace {:.0f}; snapshot {:.0f}, final save {:.0f}, other {:.0f}, process "
+      "{:.0f}; predicted peak {:.0f} MiB",
       mib(params), mib(grads), mib(optimizer), mib(gathered), largest_unit, mib(largest_gathered),
       mib(grad_buffers), mib(comm), mib(comm_scratch), mib(activations), mib(activations_full),
-      mib(activations_recompute), mib(workspace), mib(snapshot), mib(final_save), mib(baseline),
+      mib(activations_recompute), mib(workspace), mib(snapshot), mib(final_save), mib(other),
+      mib(baseline),
       mib(peak));
 }
 

@@ -3,11 +3,16 @@
 // known before it loads a byte. The trainer prints it on every rank and, at the end, beside the
 // measured peak; `kiln plan` prints it for a recipe without weights.
 //
-// The parts follow the code that allocates them: the shards (Fsdp, Optimizer), FSDP's pool of
-// gathered units and whole-unit gradients (the peak count of each buffer size, since the pool
-// keeps what it made), the model's activation arena (Qwen2Model::plan_buffers), the fused
-// cross-entropy's chunk, the checkpoint snapshot (background saves) and rank 0's one unit at the
-// final Hugging Face save.
+// The plan is not a second copy of the code's sizing rules: it runs the real code. The real
+// Qwen2Model, Fsdp, Optimizer and the checkpoint saves' buffers run two training steps (the
+// first learns the prefetch order, the second prefetches), an evaluation, a background save's
+// snapshot and the final save on a CountingBackend (kernels/device/counting_backend.h: nothing
+// allocated, nothing computed, every allocation and every op's scratch counted with the CPU's or
+// CUDA's own sizing functions) through communicators that move nothing
+// (comm/null_communicator.h) of the run's world size, as rank 0 (the largest rank: it also
+// writes final/). The peak is the run's; the parts are read from where the memory was allocated:
+// the shards (Fsdp, Optimizer), FSDP's pool by use (PoolBooks), the model's activation arena,
+// the backend's own scratch, the communicators' scratch and the saves' host buffers.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +21,7 @@
 #include "kiln/base/json.h"
 #include "kiln/fsdp/fsdp.h"
 #include "kiln/model/config.h"
+#include "kiln/train/optimizer.h"
 #include "kiln/train/recipe.h"
 
 namespace kiln {
@@ -30,17 +36,18 @@ struct MemorySettings {
   // (hybrid_shard); 1 under no_shard (and for one process).
   int shard_size = 1;
   ShardStrategy strategy = ShardStrategy::kNoShard;
-  bool bf16 = false;         // train.dtype bf16: units gathered and product inputs kept in bf16
+  bool bf16 = false;         // train.dtype bf16 (the backend decides what it stores in bf16)
   bool reduce_bf16 = false;  // dist.reduce_dtype bf16
   bool prefetch = true;      // dist.prefetch: the next unit is gathered while one computes
   int micro_batch = 1;
   int seq_len = 512;
-  bool recompute = false;        // train.activation_checkpointing
-  int optimizer_states = 2;      // per parameter: AdamW m and v (2), SGD with momentum 1, else 0
-  bool background_save = false;  // checkpoint.every_steps > 0 with checkpoint.background
-  bool writes_final = true;      // this rank writes final/ (rank 0)
-  bool on_cpu = true;            // device memory is this process's RAM
-  bool gloo = true;              // collectives through Gloo (its reduce-scatter keeps scratch)
+  int grad_accum = 1;             // train.grad_accum_steps: micro-batches per step
+  bool recompute = false;         // train.activation_checkpointing
+  OptimizerSettings optimizer;    // AdamW keeps m and v, SGD with momentum m
+  bool background_save = false;   // checkpoint.every_steps > 0 with checkpoint.background
+  bool writes_final = true;       // this rank writes final/ (rank 0)
+  bool on_cpu = true;             // device memory is this process's RAM
+  bool gloo = true;               // collectives through Gloo (its reduce-scatter keeps scratch)
   // Gloo's bulk collectives through the same-host shared memory lane (every rank on one host):
   // its segment replaces the reduce-scatter's scratch.
   bool shm_lane = false;
@@ -60,11 +67,14 @@ struct MemoryPlan {
   std::string largest_unit;     // its name
   size_t activations = 0;       // the arena for this run's recomputation setting
   size_t activations_full = 0, activations_recompute = 0;  // without and with recomputation
-  size_t workspace = 0;  // cross-entropy chunk; on the CPU also the GEMM library's buffers
-  size_t snapshot = 0;   // host copy of the shard for background checkpoints
+  // The backend's own scratch: the cross-entropy's chunk buffers; on the CPU also the GEMM
+  // libraries' allowance, on CUDA cuBLASLt's workspace, cast copies and attention's scratch.
+  size_t workspace = 0;
+  size_t snapshot = 0;  // host copy of the shard for background checkpoints
   // The final save's host buffer: the largest tensor of the shard file, on rank 0 the largest
   // unit of final/ (f32).
   size_t final_save = 0;
+  size_t other = 0;  // held at the peak beside the parts above (the batch's staging, RoPE tables)
   size_t baseline = 0;
   size_t device_peak = 0;  // device memory at the peak (on the CPU, part of the RSS)
   size_t peak = 0;         // the predicted peak for the device: RSS on the CPU, else GPU memory
@@ -78,9 +88,6 @@ MemoryPlan plan_memory(const Qwen2Config& config, const MemorySettings& s);
 // The settings of rank 0 of a run of `r` over `world_size` ranks, `per_node` of them on each
 // node (hybrid_shard shards over a node), on the CPU or a GPU.
 MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bool on_cpu);
-
-// Bytes of Qwen2Model's activation arena for N = micro_batch x seq_len tokens (training).
-size_t activation_arena_bytes(const Qwen2Config& c, size_t tokens, bool recompute, bool bf16);
 
 // "24GiB", "512MiB", "1.5GB", "1000000": bytes. Errors name `what` (the option or field).
 size_t parse_memory_size(const std::string& text, const std::string& what);

@@ -21,6 +21,17 @@ ScheduleKind parse_schedule(const std::string& name) {
   fail("schedule.name: unknown schedule '{}' (constant, linear, cosine)", name);
 }
 
+OptimizerSettings optimizer_settings(const Recipe& r) {
+  OptimizerSettings os;
+  os.kind = parse_optimizer(r.optimizer.name);
+  os.weight_decay = r.optimizer.weight_decay;
+  os.beta1 = r.optimizer.betas[0];
+  os.beta2 = r.optimizer.betas[1];
+  os.eps = r.optimizer.eps;
+  os.momentum = r.optimizer.momentum;
+  return os;
+}
+
 Optimizer::Optimizer(const OptimizerSettings& s, const ParamLayout& layout,
                      std::vector<ShardRange> shards, const Backend& backend)
     : s_(s), be_(backend), shards_(std::move(shards)) {

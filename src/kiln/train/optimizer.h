@@ -10,6 +10,7 @@
 #include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/layout.h"
+#include "kiln/train/recipe.h"
 
 namespace kiln {
 
@@ -27,6 +28,9 @@ struct OptimizerSettings {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // AdamW
   double momentum = 0.0;                          // SGD
 };
+
+// The recipe's optimizer.* keys (the trainer's and the memory plan's).
+OptimizerSettings optimizer_settings(const Recipe& r);
 
 // The update runs as backend ops (adamw_step, sgd_step) on device shards; the state lives in
 // device memory of the same backend.

@@ -79,7 +79,6 @@ class Trainer {
   static ShardStrategy strategy_for(const Recipe& r, const WorkerContext& ctx);
   Communicator& shard_group();
   Communicator* replica_group();
-  OptimizerSettings optimizer_settings() const;
   ScheduleSettings schedule_settings() const;
   RetentionPolicy retention() const;
   bool writes_shard() const;
@@ -160,17 +159,6 @@ Communicator* Trainer::replica_group() {
   return strategy_ == ShardStrategy::kHybridShard ? &ctx_.inter_node() : nullptr;
 }
 
-OptimizerSettings Trainer::optimizer_settings() const {
-  OptimizerSettings os;
-  os.kind = parse_optimizer(r_.optimizer.name);
-  os.weight_decay = r_.optimizer.weight_decay;
-  os.beta1 = r_.optimizer.betas[0];
-  os.beta2 = r_.optimizer.betas[1];
-  os.eps = r_.optimizer.eps;
-  os.momentum = r_.optimizer.momentum;
-  return os;
-}
-
 ScheduleSettings Trainer::schedule_settings() const {
   return {parse_schedule(r_.schedule.name), r_.schedule.warmup_steps, r_.schedule.min_lr_ratio};
 }
@@ -210,7 +198,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       model_(config_, *backend_),
       fsdp_(model_.layout(), *backend_, strategy_, shard_group(), replica_group(), r.dist.prefetch,
             r.dist.reduce_dtype == "bf16" && ctx.world_size > 1 ? DType::BF16 : DType::F32),
-      opt_(optimizer_settings(), model_.layout(), fsdp_.shard_ranges(), *backend_),
+      opt_(optimizer_settings(r), model_.layout(), fsdp_.shard_ranges(), *backend_),
       schedule_(schedule_settings()),
       saver_(run_dir_ / "checkpoints", model_.layout(), fsdp_, opt_, world_, writes_shard(),
              r.checkpoint.background, retention()),
@@ -516,7 +504,6 @@ double Trainer::model_flops_utilization(const StepMetrics& m) const {
 MemoryPlan Trainer::plan_memory_use() const {
   const bool on_cpu = backend_->device() == Device::kCpu;
   MemorySettings s = memory_settings(r_, ctx_.world_size, ctx_.local_world_size, on_cpu);
-  s.bf16 = backend_->activation_dtype() == DType::BF16;
   // The group itself says whether it got the shared memory lane.
   s.shm_lane = s.gloo && transport_has_shm_lane(ctx_.comm->transport());
   s.writes_final = lead_;

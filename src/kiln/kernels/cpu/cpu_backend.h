@@ -4,6 +4,7 @@
 
 #include <mutex>
 
+#include "kiln/kernels/cpu/cpu_scratch.h"
 #include "kiln/kernels/ops.h"
 
 namespace kiln {
@@ -113,6 +114,16 @@ class CpuBackend final : public Backend {
   bool bf16_ = false;
   mutable SyncStream stream_;
   mutable MemoryCounter memory_;
+  // The fused cross-entropy's scratch (cpu_ce_scratch_bytes(), scratch_sizes.h): this backend's
+  // memory, declared after memory_ (their destructors free into it).
+  struct CeScratch {
+    explicit CeScratch(const Backend& be)
+        : rows(be), row_loss(be), xc(be), logits(be), dxc(be), xc16(be), dlogits16(be), w16(be),
+          w32(be) {}
+    CpuScratch rows, row_loss, xc, logits, dxc, xc16, dlogits16, w16, w32;
+  };
+  mutable std::mutex ce_mu_;
+  mutable CeScratch ce_scratch_{*this};
   mutable std::once_flag peak_once_;
   mutable double peak_flops_ = 0;  // stateless: record() returns a completed event
 };

@@ -7,14 +7,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "kiln/base/error.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cpu/gemm.h"
+#include "kiln/kernels/cpu/scratch_sizes.h"
 #include "kiln/kernels/cpu/softmax_row.h"
 #include "kiln/kernels/cpu/vec_math.h"
-#include "kiln/tensor/buffer.h"
 
 namespace kiln {
 
@@ -26,26 +25,6 @@ namespace {
 constexpr size_t kChunkLogits = size_t{8} << 20;
 constexpr size_t kMinChunkRows = 256;
 
-// Per-thread scratch kept across calls, grown as needed, so a steady-state step allocates
-// nothing here: the rows with a target, one chunk's rows, logits and dx, and in bf16 the copies
-// of the weight, the chunk's rows and its logit gradients.
-struct Scratch {
-  std::vector<int> rows;
-  std::vector<double> row_loss;
-  Buffer<float> xc, logits, dxc;
-  std::vector<uint16_t> w16, xc16, dlogits16;
-};
-Scratch& scratch() {
-  thread_local Scratch s;
-  return s;
-}
-template <typename V>
-void grow(V& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-}  // namespace
-
-namespace {
 // One row's loss, -log softmax(lg)[t]; with `grad`, lg becomes scale * (softmax - onehot(t)).
 // A function of its own (not the body of the parallel loop) so that GCC vectorises the loops:
 // inside the outlined OpenMP body it reloads the shared `scale` and gives up.
@@ -87,50 +66,68 @@ size_t ce_chunk_rows(size_t rows, size_t vocab) {
                             std::max<size_t>(rows, 1));
 }
 
+CpuCeScratchBytes cpu_ce_scratch_bytes(size_t N, size_t R, size_t C, size_t V, bool bf16_products,
+                                       bool grad, DType w) {
+  CpuCeScratchBytes b;
+  b.rows = sizeof(int) * N;
+  if (R == 0) return b;
+  const size_t chunk = ce_chunk_rows(R, V);
+  b.row_loss = sizeof(double) * chunk;
+  b.xc = sizeof(float) * chunk * C;
+  b.logits = sizeof(float) * chunk * V;
+  if (grad) b.dxc = sizeof(float) * chunk * C;
+  if (bf16_products) {
+    b.xc16 = sizeof(uint16_t) * chunk * C;
+    if (grad) b.dlogits16 = sizeof(uint16_t) * chunk * V;
+    if (w == DType::F32) b.w16 = sizeof(uint16_t) * V * C;
+  } else if (w == DType::BF16) {
+    b.w32 = sizeof(float) * V * C;
+  }
+  return b;
+}
+
 void CpuBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const float* x,
                                ConstDevPtr wp, const int32_t* targets, int N, int targeted, int C,
                                int V, float scale) const {
   check_matmul_inputs(x, wp, "cross_entropy");
-  Scratch& sc = scratch();
-  grow(sc.rows, static_cast<size_t>(N));
+  // The scratch is this backend's (ranks as threads in tests may share one backend).
+  KILN_CHECK(targeted >= 0 && targeted <= N, "cross_entropy: {} targeted rows of {}", targeted, N);
+  std::lock_guard lock(ce_mu_);
+  CeScratch& sc = ce_scratch_;
+  const bool bf16 = bf16_ && gemm_bf16_native();
+  const CpuCeScratchBytes n = cpu_ce_scratch_bytes(N, targeted, C, V, bf16, dx != nullptr, wp.dtype);
+  int* rows = sc.rows.as<int>(n.rows);
   int R = 0;
-  for (int n = 0; n < N; ++n) {
-    if (targets[n] != kIgnoreIndex) sc.rows[R++] = n;
+  for (int i = 0; i < N; ++i) {
+    if (targets[i] != kIgnoreIndex) rows[R++] = i;
   }
   KILN_CHECK(R == targeted, "cross_entropy: told {} rows have a target, {} have", targeted, R);
   if (dx != nullptr) std::memset(dx, 0, sizeof(float) * N * C);
   if (R == 0) return;
-  const int* rows = sc.rows.data();
   const int chunk = static_cast<int>(ce_chunk_rows(R, V));
-  grow(sc.xc, static_cast<size_t>(chunk) * C);
-  grow(sc.logits, static_cast<size_t>(chunk) * V);
-  if (dx != nullptr) grow(sc.dxc, static_cast<size_t>(chunk) * C);
-  grow(sc.row_loss, static_cast<size_t>(chunk));
-  float* xc = sc.xc.data();
-  float* logits = sc.logits.data();
-  float* dxc = sc.dxc.data();
-  double* row_loss = sc.row_loss.data();
-  const bool bf16 = bf16_ && gemm_bf16_native();
+  float* xc = sc.xc.as<float>(n.xc);
+  float* logits = sc.logits.as<float>(n.logits);
+  float* dxc = sc.dxc.as<float>(n.dxc);
+  double* row_loss = sc.row_loss.as<double>(n.row_loss);
+  uint16_t* xc16 = sc.xc16.as<uint16_t>(n.xc16);
+  uint16_t* dlogits16 = sc.dlogits16.as<uint16_t>(n.dlogits16);
   // The weight in the product's dtype: as gathered (bf16 from FSDP, used as it is), rounded once
   // per call when it comes in fp32 to a bf16 product, widened when bf16 products run in fp32.
   const uint16_t* w16 = nullptr;
   const float* w = nullptr;
-  std::vector<float> w32;
   if (bf16) {
-    grow(sc.xc16, static_cast<size_t>(chunk) * C);
-    if (dx != nullptr) grow(sc.dlogits16, static_cast<size_t>(chunk) * V);
     if (wp.dtype == DType::BF16) {
       w16 = static_cast<const uint16_t*>(wp.data);
     } else {
-      grow(sc.w16, static_cast<size_t>(V) * C);
-      to_bf16(sc.w16.data(), wp.f32(), static_cast<size_t>(V) * C);
-      w16 = sc.w16.data();
+      uint16_t* w16s = sc.w16.as<uint16_t>(n.w16);
+      to_bf16(w16s, wp.f32(), static_cast<size_t>(V) * C);
+      w16 = w16s;
     }
   } else if (wp.dtype == DType::BF16) {
-    w32.resize(static_cast<size_t>(V) * C);
+    float* w32 = sc.w32.as<float>(n.w32);
     const auto* h = static_cast<const uint16_t*>(wp.data);
-    for (size_t i = 0; i < w32.size(); ++i) w32[i] = bf16_to_float(h[i]);
-    w = w32.data();
+    for (size_t i = 0; i < static_cast<size_t>(V) * C; ++i) w32[i] = bf16_to_float(h[i]);
+    w = w32;
   } else {
     w = wp.f32();
   }
@@ -143,8 +140,8 @@ void CpuBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const flo
     }
     // logits (r, V) = xc (r, C) @ w^T
     if (bf16) {
-      to_bf16(sc.xc16.data(), xc, static_cast<size_t>(r) * C);
-      gemm_bf16(false, true, r, V, C, sc.xc16.data(), w16, 0.0f, logits, V);
+      to_bf16(xc16, xc, static_cast<size_t>(r) * C);
+      gemm_bf16(false, true, r, V, C, xc16, w16, 0.0f, logits, V);
     } else {
       gemm(false, true, r, V, C, xc, C, w, C, 0.0f, logits, V, GemmPrecision::kFp32);
     }
@@ -157,9 +154,9 @@ void CpuBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const flo
     if (dx != nullptr) {
       // dxc (r, C) = dlogits (r, V) @ w (V, C);  dw (V, C) += dlogits^T @ xc
       if (bf16) {
-        to_bf16(sc.dlogits16.data(), logits, static_cast<size_t>(r) * V);
-        gemm_bf16(false, false, r, C, V, sc.dlogits16.data(), w16, 0.0f, dxc, C);
-        gemm_bf16(true, false, V, C, r, sc.dlogits16.data(), sc.xc16.data(), 1.0f, dw, C);
+        to_bf16(dlogits16, logits, static_cast<size_t>(r) * V);
+        gemm_bf16(false, false, r, C, V, dlogits16, w16, 0.0f, dxc, C);
+        gemm_bf16(true, false, V, C, r, dlogits16, xc16, 1.0f, dw, C);
       } else {
         gemm(false, false, r, C, V, logits, V, w, C, 0.0f, dxc, C, GemmPrecision::kFp32);
         gemm(true, false, V, C, r, logits, V, xc, C, 1.0f, dw, C, GemmPrecision::kFp32);

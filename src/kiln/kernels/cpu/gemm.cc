@@ -22,6 +22,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
+#include "kiln/kernels/cpu/scratch_sizes.h"
 #include "kiln/kernels/device/host_cpu.h"
 
 namespace kiln {
@@ -356,5 +357,7 @@ std::string gemm_info() {
                      omp_get_max_threads(), isa_name(dnnl_get_effective_cpu_isa()),
                      cpu_has_avx512_bf16() ? "native (AVX512_BF16)" : "in fp32 (no AVX512_BF16)");
 }
+
+size_t cpu_gemm_pack_bytes(size_t rows, size_t cols) { return rows * cols * sizeof(float); }
 
 }  // namespace kiln

@@ -9,6 +9,7 @@
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cpu/f32_view.h"
 #include "kiln/kernels/cpu/gemm.h"
+#include "kiln/kernels/cpu/scratch_sizes.h"
 
 namespace kiln {
 
@@ -16,9 +17,11 @@ bool CpuBackend::supports(ComputeDType d) const {
   return d == ComputeDType::kFp32 || d == ComputeDType::kBf16;  // bf16 falls back where not native
 }
 
-DType CpuBackend::activation_dtype() const {
-  return bf16_ && gemm_bf16_native() ? DType::BF16 : DType::F32;
+DType cpu_activation_dtype(bool bf16) {
+  return bf16 && gemm_bf16_native() ? DType::BF16 : DType::F32;
 }
+
+DType CpuBackend::activation_dtype() const { return cpu_activation_dtype(bf16_); }
 
 namespace {
 // A weight as a gemm_mixed() operand (row stride ld).

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kiln/kernels/cuda/scratch_sizes.h"
 #include "kiln/kernels/ops.h"
 
 namespace kiln::cuda {
@@ -38,8 +39,8 @@ void reference_attention_backward(float* dq, float* dk, float* dv, const float* 
                                   const int32_t* doc_start, const AttnShape& s, void* scratch,
                                   cudaStream_t stream);
 
-// Bytes of `scratch` either backward needs for shape s.
-size_t attention_backward_scratch_bytes(const AttnShape& s);
+// Bytes of `scratch` either backward needs for shape s: attention_backward_scratch_bytes(s)
+// (scratch_sizes.h).
 
 // Backend::attention_decode: n_q new tokens over a KV cache (fp32).
 void attention_decode(float* y, const float* q, const float* k_cache, const float* v_cache, int n_q,

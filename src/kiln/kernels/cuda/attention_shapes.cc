@@ -7,26 +7,10 @@
 #include "kiln/kernels/cuda/attention_internal.h"
 #include "kiln/kernels/cuda/attention_ops.h"
 #include "kiln/kernels/cuda/attention_tiling.h"
+#include "kiln/kernels/cuda/scratch_sizes.h"
 
 namespace kiln::cuda {
 
-namespace {
-
-constexpr size_t kAlign = 256;  // every scratch array starts on a 256-byte boundary
-
-size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
-size_t di_bytes(const AttnShape& s) {
-  return aligned(sizeof(float) * static_cast<size_t>(s.B) * s.H * s.T);
-}
-
-size_t part_bytes(const AttnShape& s) {
-  const int splits = dkdv_head_splits(s.B, s.T, s.H, s.KV);
-  if (splits == 1) return 0;
-  return aligned(sizeof(float) * static_cast<size_t>(s.B) * s.T * s.KV * splits * s.D);
-}
-
-}  // namespace
 
 void check_attention_shape(const AttnShape& s, int max_head_dim, const char* kernels) {
   KILN_CHECK(s.D > 0 && s.D <= max_head_dim, "{} attention: head_dim {} not in [1, {}]", kernels,
@@ -52,16 +36,13 @@ bool flash_attention_supports(const AttnShape& s) {
   return (s.D == 64 || s.D == 128) && s.KV > 0 && s.H % s.KV == 0;
 }
 
-size_t attention_backward_scratch_bytes(const AttnShape& s) {
-  return di_bytes(s) + 2 * part_bytes(s);
-}
-
 BackwardScratch backward_scratch(void* scratch, const AttnShape& s) {
   char* p = static_cast<char*>(scratch);
   BackwardScratch out{reinterpret_cast<float*>(p), nullptr, nullptr};
-  if (part_bytes(s) > 0) {
-    out.dk_part = reinterpret_cast<float*>(p + di_bytes(s));
-    out.dv_part = reinterpret_cast<float*>(p + di_bytes(s) + part_bytes(s));
+  const size_t di = attention_backward_di_bytes(s), part = attention_backward_part_bytes(s);
+  if (part > 0) {
+    out.dk_part = reinterpret_cast<float*>(p + di);
+    out.dv_part = reinterpret_cast<float*>(p + di + part);
   }
   return out;
 }

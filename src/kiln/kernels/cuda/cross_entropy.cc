@@ -6,6 +6,7 @@
 #include "kiln/kernels/cuda/cuda_check.h"
 #include "kiln/kernels/cuda/linear_gemms.h"
 #include "kiln/kernels/cuda/pointwise_ops.h"
+#include "kiln/kernels/cuda/scratch_sizes.h"
 
 namespace kiln::cuda {
 
@@ -23,23 +24,20 @@ struct CeBuffers {
 
 CeBuffers take_buffers(const CrossEntropyArgs& a, const CePlan& p, bool bf16,
                        CrossEntropyScratch& sc, cudaStream_t stream) {
-  const size_t chunk = static_cast<size_t>(p.chunk_rows);
-  const size_t in_size = bf16 ? sizeof(uint16_t) : sizeof(float);
+  const bool w_f32 = a.w.dtype == DType::F32;
+  const CeScratchBytes n = ce_scratch_bytes(p, a.C, a.V, bf16, a.dx != nullptr, w_f32);
   CeBuffers b{};
-  b.rows = sc.rows.as<int32_t>(static_cast<size_t>(p.padded_rows()));
-  b.row_loss = sc.row_loss.as<double>(static_cast<size_t>(p.padded_rows()));
-  b.xr = sc.xr.get(chunk * a.C * in_size);
-  b.logits = sc.logits.as<float>(chunk * a.V);
+  b.rows = static_cast<int32_t*>(sc.rows.get(n.rows));
+  b.row_loss = static_cast<double*>(sc.row_loss.get(n.row_loss));
+  b.xr = sc.xr.get(n.xr);
+  b.logits = static_cast<float*>(sc.logits.get(n.logits));
   b.dlogits = b.logits;
-  if (a.dx != nullptr) {
-    if (bf16) b.dlogits = sc.dlogits_bf16.as<uint16_t>(chunk * a.V);
-    b.dxr = sc.dxr.as<float>(chunk * a.C);
-  }
+  if (n.dlogits_bf16 > 0) b.dlogits = sc.dlogits_bf16.get(n.dlogits_bf16);
+  if (n.dxr > 0) b.dxr = static_cast<float*>(sc.dxr.get(n.dxr));
   b.w = a.w.data;
-  if (bf16 && a.w.dtype == DType::F32) {
-    const size_t n = static_cast<size_t>(a.V) * a.C;
-    auto* w16 = sc.w_bf16.as<uint16_t>(n);
-    cast_f32_to_bf16(w16, a.w.f32(), n, stream);
+  if (n.w_bf16 > 0) {
+    auto* w16 = static_cast<uint16_t*>(sc.w_bf16.get(n.w_bf16));
+    cast_f32_to_bf16(w16, a.w.f32(), static_cast<size_t>(a.V) * a.C, stream);
     b.w = w16;
   }
   return b;

@@ -16,6 +16,7 @@
 #include "kiln/kernels/cuda/device_scratch.h"
 #include "kiln/kernels/cuda/gemm_lt.h"
 #include "kiln/kernels/cuda/gpu_peak_flops.h"
+#include "kiln/kernels/cuda/scratch_sizes.h"
 #include "kiln/kernels/cuda/stream_scratch.h"
 #include "kiln/kernels/ops.h"
 
@@ -35,7 +36,7 @@ class CudaBackend final : public Backend {
     return bf16_ ? ComputeDType::kBf16 : ComputeDType::kFp32;
   }
   bool supports(ComputeDType d) const override;
-  DType activation_dtype() const override { return bf16_ ? DType::BF16 : DType::F32; }
+  DType activation_dtype() const override { return cuda::activation_dtype(bf16_); }
   int device_index() const { return device_; }
 
   void* alloc(size_t bytes) const override;

@@ -20,7 +20,7 @@ void* DeviceScratch::get(size_t bytes) {
     bytes_ = 0;
     be_->free(old);
   }
-  const size_t rounded = (bytes + kGranule - 1) / kGranule * kGranule;
+  const size_t rounded = scratch_capacity(bytes);
   ptr_ = be_->alloc(rounded);
   bytes_ = rounded;
   return ptr_;

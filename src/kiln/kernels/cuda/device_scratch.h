@@ -7,6 +7,7 @@
 
 #include <cstddef>
 
+#include "kiln/kernels/cuda/scratch_sizes.h"
 #include "kiln/kernels/ops.h"
 
 namespace kiln::cuda {
@@ -28,8 +29,9 @@ class DeviceScratch {
   }
   size_t capacity() const { return bytes_; }
 
-  // Requests are rounded up to this, so slowly growing ones do not reallocate every call.
-  static constexpr size_t kGranule = size_t{2} << 20;
+  // Requests are rounded up to this (scratch_capacity(), scratch_sizes.h), so slowly growing
+  // ones do not reallocate every call.
+  static constexpr size_t kGranule = kScratchGranule;
 
  private:
   const Backend* be_;

@@ -22,10 +22,9 @@
 #include "kiln/kernels/cuda/device_scratch.h"
 #include "kiln/kernels/cuda/gemm_lt_choice.h"
 #include "kiln/kernels/cuda/gemm_lt_desc.h"
+#include "kiln/kernels/cuda/scratch_sizes.h"  // kLtWorkspaceBytes
 
 namespace kiln::cuda {
-
-inline constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 
 
 class LtGemm {
