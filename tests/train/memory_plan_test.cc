@@ -16,9 +16,9 @@
 #include "kiln/base/error.h"
 #include "kiln/comm/gloo_communicator.h"
 #include "kiln/comm/store.h"
+#include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cpu/scratch_sizes.h"
 #include "kiln/kernels/cuda/scratch_sizes.h"
-#include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/model/qwen2.h"
 
 namespace kiln {

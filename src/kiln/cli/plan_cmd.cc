@@ -116,6 +116,7 @@ void print_text(const Qwen2Config& c, const Recipe& r, const MemoryPlan& p, int 
   line("workspace", p.workspace);
   line("checkpoint snapshot", p.snapshot);
   line("final save", p.final_save);
+  line("other (batch, RoPE tables)", p.other);
   if (on_cpu) line("process", p.baseline);
   std::printf("  %-26s %10.1f MiB = %.2f GiB; %.2f GiB per device: %s\n", "predicted peak",
               p.peak / 1048576.0, gib(p.peak), gib(budget),

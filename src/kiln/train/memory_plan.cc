@@ -50,8 +50,8 @@ class PlanRun {
         world_(make_null_communicator(0, s.world_size, comm_scratch_kind(s), sink())),
         intra_(hybrid() ? make_null_communicator(0, s.shard_size, comm_scratch_kind(s), sink())
                         : nullptr),
-        inter_(hybrid() ? make_null_communicator(0, s.world_size / s.shard_size,
-                                                 CommScratch::kNone, sink())
+        inter_(hybrid() ? make_null_communicator(0, s.world_size / s.shard_size, CommScratch::kNone,
+                                                 sink())
                         : nullptr),
         model_(c, be_),
         fsdp_(model_.layout(), be_, s.strategy, hybrid() ? *intra_ : *world_, inter_.get(),
@@ -92,7 +92,8 @@ class PlanRun {
     const size_t stage = checkpoint_stage_floats(fsdp_.shard_ranges()) * sizeof(float);
     be_.host_allocated(&final_key_, stage);
     be_.host_freed(&final_key_);
-    const size_t unit = s_.writes_final ? hf_save_buffer_floats(model_.layout()) * sizeof(float) : 0;
+    const size_t unit =
+        s_.writes_final ? hf_save_buffer_floats(model_.layout()) * sizeof(float) : 0;
     be_.host_allocated(&final_key_, unit);
     be_.host_freed(&final_key_);
     return std::max(stage, unit);
@@ -240,8 +241,7 @@ std::string MemoryPlan::summary() const {
       mib(params), mib(grads), mib(optimizer), mib(gathered), largest_unit, mib(largest_gathered),
       mib(grad_buffers), mib(comm), mib(comm_scratch), mib(activations), mib(activations_full),
       mib(activations_recompute), mib(workspace), mib(snapshot), mib(final_save), mib(other),
-      mib(baseline),
-      mib(peak));
+      mib(baseline), mib(peak));
 }
 
 size_t parse_memory_size(const std::string& text, const std::string& what) {

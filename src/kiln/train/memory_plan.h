@@ -41,13 +41,13 @@ struct MemorySettings {
   bool prefetch = true;      // dist.prefetch: the next unit is gathered while one computes
   int micro_batch = 1;
   int seq_len = 512;
-  int grad_accum = 1;             // train.grad_accum_steps: micro-batches per step
-  bool recompute = false;         // train.activation_checkpointing
-  OptimizerSettings optimizer;    // AdamW keeps m and v, SGD with momentum m
-  bool background_save = false;   // checkpoint.every_steps > 0 with checkpoint.background
-  bool writes_final = true;       // this rank writes final/ (rank 0)
-  bool on_cpu = true;             // device memory is this process's RAM
-  bool gloo = true;               // collectives through Gloo (its reduce-scatter keeps scratch)
+  int grad_accum = 1;            // train.grad_accum_steps: micro-batches per step
+  bool recompute = false;        // train.activation_checkpointing
+  OptimizerSettings optimizer;   // AdamW keeps m and v, SGD with momentum m
+  bool background_save = false;  // checkpoint.every_steps > 0 with checkpoint.background
+  bool writes_final = true;      // this rank writes final/ (rank 0)
+  bool on_cpu = true;            // device memory is this process's RAM
+  bool gloo = true;              // collectives through Gloo (its reduce-scatter keeps scratch)
   // Gloo's bulk collectives through the same-host shared memory lane (every rank on one host):
   // its segment replaces the reduce-scatter's scratch.
   bool shm_lane = false;

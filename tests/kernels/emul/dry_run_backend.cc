@@ -11,6 +11,7 @@
 #include "kiln/kernels/cuda/cross_entropy_plan.h"
 #include "kiln/kernels/cuda/linear_gemms.h"
 #include "kiln/kernels/cuda/pointwise_ops.h"
+#include "kiln/kernels/cuda/scratch_sizes.h"
 
 namespace kiln::emul {
 
@@ -228,20 +229,18 @@ void DryRunCudaBackend::cross_entropy(double* loss_sum, float* dx, float* dw, co
   const cu::CePlan plan = cu::ce_plan(targeted, V);
   if (plan.chunks == 0) return;
   const DType in = bf16_ ? DType::BF16 : DType::F32;
-  const size_t chunk = static_cast<size_t>(plan.chunk_rows), in_size = bf16_ ? 2 : 4;
-  auto* rows = static_cast<int32_t*>(take_scratch(sizeof(int32_t) * plan.padded_rows()));
-  auto* row_loss = static_cast<double*>(take_scratch(sizeof(double) * plan.padded_rows()));
-  void* xr = take_scratch(chunk * C * in_size);
-  auto* logits = static_cast<float*>(take_scratch(chunk * V * sizeof(float)));
-  void* dlogits = logits;
-  float* dxr = nullptr;
-  if (dx != nullptr) {
-    if (bf16_) dlogits = take_scratch(chunk * V * sizeof(uint16_t));
-    dxr = static_cast<float*>(take_scratch(chunk * C * sizeof(float)));
-  }
+  const size_t chunk = static_cast<size_t>(plan.chunk_rows);
+  const cu::CeScratchBytes sz =
+      cu::ce_scratch_bytes(plan, C, V, bf16_, dx != nullptr, w.dtype == DType::F32);
+  auto* rows = static_cast<int32_t*>(take_scratch(sz.rows));
+  auto* row_loss = static_cast<double*>(take_scratch(sz.row_loss));
+  void* xr = take_scratch(sz.xr);
+  auto* logits = static_cast<float*>(take_scratch(sz.logits));
+  void* dlogits = sz.dlogits_bf16 > 0 ? take_scratch(sz.dlogits_bf16) : logits;
+  float* dxr = sz.dxr > 0 ? static_cast<float*>(take_scratch(sz.dxr)) : nullptr;
   const void* wv = w.data;
-  if (bf16_ && w.dtype == DType::F32) {
-    void* w16 = take_scratch(static_cast<size_t>(V) * C * sizeof(uint16_t));
+  if (sz.w_bf16 > 0) {
+    void* w16 = take_scratch(sz.w_bf16);
     cu::cast_f32_to_bf16(static_cast<uint16_t*>(w16), w.f32(), static_cast<size_t>(V) * C, nullptr);
     wv = w16;
   }

@@ -9,7 +9,7 @@
 //
 // The forwarding mirrors cuda_backend.cc op by op (flash attention under bf16 where it takes the
 // shape; matmul's F32 operands rounded into scratch under bf16; the cross-entropy's chunks of
-// cross_entropy_plan.h). Keep them in step.
+// cross_entropy_plan.h, its buffers of scratch_sizes.h). Keep them in step.
 #pragma once
 
 #include <memory>

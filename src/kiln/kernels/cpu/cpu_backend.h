@@ -118,7 +118,14 @@ class CpuBackend final : public Backend {
   // memory, declared after memory_ (their destructors free into it).
   struct CeScratch {
     explicit CeScratch(const Backend& be)
-        : rows(be), row_loss(be), xc(be), logits(be), dxc(be), xc16(be), dlogits16(be), w16(be),
+        : rows(be),
+          row_loss(be),
+          xc(be),
+          logits(be),
+          dxc(be),
+          xc16(be),
+          dlogits16(be),
+          w16(be),
           w32(be) {}
     CpuScratch rows, row_loss, xc, logits, dxc, xc16, dlogits16, w16, w32;
   };

@@ -95,7 +95,8 @@ void CpuBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const flo
   std::lock_guard lock(ce_mu_);
   CeScratch& sc = ce_scratch_;
   const bool bf16 = bf16_ && gemm_bf16_native();
-  const CpuCeScratchBytes n = cpu_ce_scratch_bytes(N, targeted, C, V, bf16, dx != nullptr, wp.dtype);
+  const CpuCeScratchBytes n =
+      cpu_ce_scratch_bytes(N, targeted, C, V, bf16, dx != nullptr, wp.dtype);
   int* rows = sc.rows.as<int>(n.rows);
   int R = 0;
   for (int i = 0; i < N; ++i) {

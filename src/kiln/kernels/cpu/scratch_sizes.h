@@ -16,12 +16,14 @@ DType cpu_activation_dtype(bool bf16);
 // The fused cross-entropy's scratch for one call (cross_entropy.cc), in bytes; 0 where the call
 // takes none. R of the N rows have a target; rows of logits per chunk: ce_chunk_rows(R, V).
 struct CpuCeScratchBytes {
-  size_t rows = 0;      // (N) ids of the rows with a target
-  size_t row_loss = 0;  // (chunk) double
-  size_t xc = 0, logits = 0, dxc = 0;          // (chunk, C), (chunk, V), (chunk, C) fp32
-  size_t xc16 = 0, dlogits16 = 0, w16 = 0;     // bf16 products: rows, logit gradients, the weight
-  size_t w32 = 0;                              // a bf16 weight widened for fp32 products
-  size_t total() const { return rows + row_loss + xc + logits + dxc + xc16 + dlogits16 + w16 + w32; }
+  size_t rows = 0;                          // (N) ids of the rows with a target
+  size_t row_loss = 0;                      // (chunk) double
+  size_t xc = 0, logits = 0, dxc = 0;       // (chunk, C), (chunk, V), (chunk, C) fp32
+  size_t xc16 = 0, dlogits16 = 0, w16 = 0;  // bf16 products: rows, logit gradients, the weight
+  size_t w32 = 0;                           // a bf16 weight widened for fp32 products
+  size_t total() const {
+    return rows + row_loss + xc + logits + dxc + xc16 + dlogits16 + w16 + w32;
+  }
 };
 // bf16_products: the products run in bf16 (the bf16 backend where the CPU has AVX512_BF16);
 // grad: dx is asked for; w: the weight's storage dtype.

@@ -11,7 +11,6 @@
 
 namespace kiln::cuda {
 
-
 void check_attention_shape(const AttnShape& s, int max_head_dim, const char* kernels) {
   KILN_CHECK(s.D > 0 && s.D <= max_head_dim, "{} attention: head_dim {} not in [1, {}]", kernels,
              s.D, max_head_dim);

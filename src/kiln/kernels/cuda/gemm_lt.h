@@ -26,7 +26,6 @@
 
 namespace kiln::cuda {
 
-
 class LtGemm {
  public:
   // Touches no GPU. `be`: the backend whose memory the workspace is (it outlives the LtGemm).

@@ -1,8 +1,9 @@
-// How much scratch the CUDA backend's ops take (and the dtype its activations are stored in), host-only (no CUDA headers): every rule that sizes
-// a buffer CudaBackend allocates for itself (cuBLASLt's workspace, DeviceScratch's rounding, the
-// cross-entropy's chunk buffers, attention backward's scratch). It is compiled into every build,
-// CUDA or not, so the counting backend (kernels/device/counting_backend.h) plans a GPU run with
-// the very functions the GPU run sizes its buffers with.
+// How much scratch the CUDA backend's ops take (and the dtype its activations are stored in),
+// host-only (no CUDA headers): every rule that sizes a buffer CudaBackend allocates for itself
+// (cuBLASLt's workspace, DeviceScratch's rounding, the cross-entropy's chunk buffers, attention
+// backward's scratch). It is compiled into every build, CUDA or not, so the counting backend
+// (kernels/device/counting_backend.h) plans a GPU run with the very functions the GPU run sizes its
+// buffers with.
 #pragma once
 
 #include <cstddef>

@@ -189,8 +189,8 @@ void CountingBackend::matmul_forward(float*, ConstDevPtr x, ConstDevPtr w, Const
   if (on_cpu() || N == 0) return;
   cuda_operand(x, static_cast<size_t>(N) * IC, "cuda.cast_a");
   cuda_operand(w, static_cast<size_t>(OC) * IC, "cuda.cast_b");
-  if (!b.null() && (b.dtype != DType::F32 || cuda::pointer_alignment(b.data) <
-                                                 cuda::kLtBiasAlignment)) {
+  if (!b.null() &&
+      (b.dtype != DType::F32 || cuda::pointer_alignment(b.data) < cuda::kLtBiasAlignment)) {
     grow("cuda.bias_f32", static_cast<size_t>(OC) * sizeof(float));
   }
   cuda_gemm();
@@ -198,8 +198,9 @@ void CountingBackend::matmul_forward(float*, ConstDevPtr x, ConstDevPtr w, Const
 
 // CUDA: dout into cast_a, w into cast_b for dx, x into cast_c for dw. CPU: the GEMM library
 // packs dout for dw.
-void CountingBackend::matmul_backward(float* dx, float* dw, float*, const float* dout, ConstDevPtr x,
-                                      ConstDevPtr w, int N, int IC, int OC, bool) const {
+void CountingBackend::matmul_backward(float* dx, float* dw, float*, const float* dout,
+                                      ConstDevPtr x, ConstDevPtr w, int N, int IC, int OC,
+                                      bool) const {
   if (N == 0) return;
   if (on_cpu()) {
     if (dw != nullptr) {
@@ -224,12 +225,12 @@ void CountingBackend::attention_backward(float*, float*, float*, const float*, c
 void CountingBackend::cross_entropy(double*, float* dx, float*, const float*, ConstDevPtr w,
                                     const int32_t*, int N, int targeted, int C, int V,
                                     float) const {
-  KILN_CHECK(targeted >= 0 && targeted <= N, "cross_entropy: {} targeted rows of {}", targeted,
-             N);
+  KILN_CHECK(targeted >= 0 && targeted <= N, "cross_entropy: {} targeted rows of {}", targeted, N);
   const bool grad = dx != nullptr;
   if (on_cpu()) {
     const bool bf16_products = cpu_activation_dtype(bf16()) == DType::BF16;
-    const CpuCeScratchBytes n = cpu_ce_scratch_bytes(N, targeted, C, V, bf16_products, grad, w.dtype);
+    const CpuCeScratchBytes n =
+        cpu_ce_scratch_bytes(N, targeted, C, V, bf16_products, grad, w.dtype);
     grow("cross_entropy.rows", n.rows);
     grow("cross_entropy.row_loss", n.row_loss);
     grow("cross_entropy.xc", n.xc);
@@ -240,8 +241,8 @@ void CountingBackend::cross_entropy(double*, float* dx, float*, const float*, Co
     grow("cross_entropy.w16", n.w16);
     grow("cross_entropy.w32", n.w32);
     if (grad && targeted > 0) {  // dw += dlogits^T xc: the library packs the chunk's gradient
-      grow("cpu.gemm_library", cpu_gemm_pack_bytes(ce_chunk_rows(targeted, V), V) +
-                                   kCpuLibraryPagesBytes);
+      grow("cpu.gemm_library",
+           cpu_gemm_pack_bytes(ce_chunk_rows(targeted, V), V) + kCpuLibraryPagesBytes);
     }
     return;
   }
