@@ -91,6 +91,31 @@ TEST(PlanCli, ReadsAModelDirectoryAndSaysWhatFits) {
   EXPECT_TRUE(plan_json(recipe.string() + " --memory-per-device 64GiB").at("fits").get<bool>());
 }
 
+// A plan for GPUs names the CUDA context and, between ranks, NCCL's buffers, each with its
+// source, per device; a CPU plan has neither.
+TEST(PlanCli, GpuPlanNamesTheCudaContextAndNcclBuffers) {
+  const fs::path dir = temp_dir();
+  const fs::path recipe = write_recipe(dir, "25m");
+  const Json cpu = plan_json(recipe.string() + " dist.nproc_per_node=2 --device cpu");
+  EXPECT_FALSE(cpu.contains("cuda_context_bytes"));
+  EXPECT_FALSE(cpu.contains("nccl_buffers_bytes"));
+  const Json one = plan_json(recipe.string() + " --device cuda");
+  EXPECT_GT(one.at("cuda_context_bytes").get<size_t>(), 0u);
+  EXPECT_FALSE(one.contains("nccl_buffers_bytes"));  // one process: no NCCL
+  const Json two = plan_json(recipe.string() + " dist.nproc_per_node=2 --device cuda");
+  EXPECT_GT(two.at("nccl_buffers_bytes").get<size_t>(), 0u);
+  EXPECT_EQ(two.at("peak_bytes").get<size_t>(), two.at("device_peak_bytes").get<size_t>() +
+                                                    two.at("cuda_context_bytes").get<size_t>() +
+                                                    two.at("nccl_buffers_bytes").get<size_t>());
+  const auto text = run_kiln("plan " + recipe.string() + " dist.nproc_per_node=2 --device cuda");
+  EXPECT_EQ(text.code, 0) << text.out;
+  for (const char* want : {"CUDA context", "NCCL buffers", "channels", "NCCL 2.28"}) {
+    EXPECT_NE(text.out.find(want), std::string::npos) << want << "\n" << text.out;
+  }
+  EXPECT_EQ(run_kiln("plan " + recipe.string() + " --device cpu").out.find("CUDA context"),
+            std::string::npos);
+}
+
 TEST(PlanCli, BadInputNamesTheField) {
   const fs::path dir = temp_dir();
   const std::string recipe = write_recipe(dir, "25m").string();

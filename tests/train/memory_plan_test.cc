@@ -3,12 +3,15 @@
 // CPU backend, its FSDP pool figure against what a real 2-rank FSDP run's pool holds after two
 // steps, for each strategy and dtype; the CPU's kernel scratch counted as backend memory; the
 // CUDA plan's workspace against the CUDA backend's own sizing functions (host-only); and the
-// 7B model on 64 ranks planned in well under a second.
+// 7B model on 64 ranks planned in well under a second; a GPU plan's CUDA context and NCCL
+// buffers.
 #include "kiln/train/memory_plan.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <map>
 #include <thread>
 
 #include "common/small_model.h"
@@ -92,6 +95,18 @@ TEST(MemoryPlan, ArithmeticOfATinyConfig) {
             4 * (pad(kEmbed, 4) + 4 * pad(kLayer, 4) + pad(kHeadTied, 4)));
 }
 
+// A batch of rows x cols tokens of plan_config's vocabulary, each targeting the next.
+Batch token_batch(int rows, int cols) {
+  Batch b;
+  b.resize(rows, cols);
+  for (size_t i = 0; i < b.input_ids.size(); ++i) {
+    b.input_ids[i] = static_cast<int32_t>(i % 23);
+    b.positions[i] = static_cast<int32_t>(i % static_cast<size_t>(cols));
+    b.targets[i] = static_cast<int32_t>((i + 1) % 23);
+  }
+  return b;
+}
+
 TEST(MemoryPlan, ActivationsAreTheModelsArena) {
   for (bool bf16 : {false, true}) {
     for (bool recompute : {false, true}) {
@@ -100,14 +115,7 @@ TEST(MemoryPlan, ActivationsAreTheModelsArena) {
       Qwen2Model model(c, be);
       ParamStore store(model.layout(), be);
       testing::randomize(store, model.layout(), 3);
-      Batch b;
-      b.resize(3, 5);
-      for (size_t i = 0; i < b.input_ids.size(); ++i) {
-        b.input_ids[i] = static_cast<int32_t>(i % 23);
-        b.positions[i] = static_cast<int32_t>(i % 5);
-        b.targets[i] = static_cast<int32_t>((i + 1) % 23);
-      }
-      model.forward_backward(b, store, 0.1f, recompute);
+      model.forward_backward(token_batch(3, 5), store, 0.1f, recompute);
       MemorySettings s;
       s.micro_batch = 3;
       s.seq_len = 5;
@@ -189,19 +197,6 @@ TEST(MemoryPlan, PoolIsWhatFsdpHolds) {
 // allowance for the chunk's gradient.
 TEST(MemoryPlan, CpuKernelScratchIsBackendMemory) {
   const Qwen2Config c = plan_config();
-  Qwen2Model model(c, testing::cpu_fp32());
-  const Backend& be = testing::cpu_fp32();
-  ParamStore store(model.layout(), be);
-  testing::randomize(store, model.layout(), 5);
-  Batch b;
-  b.resize(2, 6);
-  for (size_t i = 0; i < b.input_ids.size(); ++i) {
-    b.input_ids[i] = static_cast<int32_t>(i % 23);
-    b.positions[i] = static_cast<int32_t>(i % 6);
-    b.targets[i] = static_cast<int32_t>((i + 2) % 23);
-  }
-  model.forward_backward(b, store, 0.1f, false);  // the scratch grows to this shape once
-  const size_t before = be.memory_stats().in_use;
   CpuBackend fresh;
   DeviceBuffer<double> loss(fresh, 1);
   DeviceBuffer<float> x(fresh, 12 * 16), dx(fresh, 12 * 16), w(fresh, 23 * 16), dw(fresh, 23 * 16);
@@ -211,7 +206,6 @@ TEST(MemoryPlan, CpuKernelScratchIsBackendMemory) {
                       16, 23, 1.0f);
   const CpuCeScratchBytes want = cpu_ce_scratch_bytes(12, 12, 16, 23, false, true, DType::F32);
   EXPECT_EQ(fresh.memory_stats().in_use - held, want.total());
-  EXPECT_GT(before, 0u);
 
   MemorySettings s;
   s.micro_batch = 2;
@@ -263,8 +257,79 @@ TEST(MemoryPlan, CudaPlanPartsAreTheCudaBackendsSizing) {
       want += cuda::scratch_capacity(sizeof(float) * (Q + 2 * KV));
     }
     EXPECT_EQ(p.workspace, want) << (bf16 ? "bf16" : "fp32");
-    EXPECT_EQ(p.peak, p.device_peak);  // device memory only
+    // Device memory: kiln's, and the CUDA context (one process: no NCCL).
+    EXPECT_EQ(p.peak, p.device_peak + p.cuda_context.bytes);
+    EXPECT_TRUE(p.nccl_buffers.source.empty());
   }
+}
+
+// A GPU plan adds, per device, the CUDA context and (with NCCL between ranks) NCCL's buffers,
+// each with its source; a CPU plan and a GPU run through Gloo have no NCCL buffers.
+TEST(MemoryPlan, GpuPlanAddsTheCudaContextAndNcclBuffers) {
+  const Qwen2Config c = plan_config();
+  const EnvLookup env = [](const char* name) { return std::getenv(name); };
+  MemorySettings s;
+  s.world_size = s.shard_size = 4;
+  s.strategy = ShardStrategy::kFullShard;
+  const MemoryPlan cpu = plan_memory(c, s);
+  EXPECT_EQ(cpu.cuda_context.bytes + cpu.nccl_buffers.bytes, 0u);
+  EXPECT_FALSE(cpu.to_json().contains("cuda_context_bytes"));
+  EXPECT_FALSE(cpu.to_json().contains("nccl_buffers_bytes"));
+  EXPECT_EQ(cpu.summary().find("CUDA context"), std::string::npos);
+
+  s.on_cpu = false;
+  s.gloo = false;
+  const MemoryPlan gpu = plan_memory(c, s);
+  EXPECT_EQ(gpu.cuda_context.bytes, cuda_context_memory(env).bytes);
+  EXPECT_GT(gpu.cuda_context.bytes, size_t{100} << 20);
+  EXPECT_EQ(gpu.nccl_buffers.bytes, nccl_buffer_memory({4}, env).bytes);
+  EXPECT_GT(gpu.nccl_buffers.bytes, 0u);
+  EXPECT_EQ(gpu.peak, gpu.device_peak + gpu.cuda_context.bytes + gpu.nccl_buffers.bytes);
+  const Json j = gpu.to_json();
+  EXPECT_EQ(j.at("cuda_context_bytes").get<size_t>(), gpu.cuda_context.bytes);
+  EXPECT_EQ(j.at("nccl_buffers_bytes").get<size_t>(), gpu.nccl_buffers.bytes);
+  EXPECT_NE(j.at("cuda_context_source").get<std::string>().find("CUDA"), std::string::npos);
+  EXPECT_NE(j.at("nccl_buffers_source").get<std::string>().find("channels"), std::string::npos);
+  EXPECT_NE(gpu.summary().find("NCCL buffers"), std::string::npos) << gpu.summary();
+
+  s.strategy = ShardStrategy::kHybridShard;  // 2 nodes of 2: world, node and cross-node groups
+  s.world_size = 4;
+  s.shard_size = 2;
+  EXPECT_EQ(plan_memory(c, s).nccl_buffers.bytes, nccl_buffer_memory({4, 2, 2}, env).bytes);
+  s.gloo = true;  // dist.communicator: gloo on GPUs
+  EXPECT_TRUE(plan_memory(c, s).nccl_buffers.source.empty());
+}
+
+// NCCL's buffers: per channel and ring peer, one buffer per protocol at NCCL's defaults, or as
+// NCCL_BUFFSIZE, NCCL_LL_BUFFSIZE, NCCL_LL128_BUFFSIZE and NCCL_MAX_NCHANNELS say.
+TEST(GpuRuntimeMemory, NcclBuffersPerChannelAndPeerFollowTheEnvironment) {
+  std::map<std::string, std::string> vars;
+  const EnvLookup env = [&](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+  const size_t per_connection = (size_t{4} << 20) + (size_t{512} << 10) + (size_t{4800} << 10);
+  EXPECT_EQ(nccl_buffer_memory({2}, env).bytes, 32 * 1 * per_connection);  // one peer
+  EXPECT_EQ(nccl_buffer_memory({8}, env).bytes, 32 * 2 * per_connection);  // previous and next
+  EXPECT_EQ(nccl_buffer_memory({8, 4, 2}, env).bytes, 32 * 5 * per_connection);
+  EXPECT_EQ(nccl_buffer_memory({1}, env).bytes, 0u);
+  EXPECT_NE(nccl_buffer_memory({8}, env).source.find("32 channels"), std::string::npos);
+
+  vars = {{"NCCL_BUFFSIZE", "1048576"}, {"NCCL_MAX_NCHANNELS", "4"}};
+  const RuntimeMemoryPart set = nccl_buffer_memory({8}, env);
+  EXPECT_EQ(set.bytes, 4 * 2 * (per_connection - (size_t{3} << 20)));
+  EXPECT_NE(set.source.find("NCCL_BUFFSIZE=1048576"), std::string::npos) << set.source;
+  EXPECT_NE(set.source.find("NCCL_MAX_NCHANNELS=4"), std::string::npos) << set.source;
+  vars = {{"NCCL_BUFFSIZE", "4M"}};  // not a number NCCL reads: its default stays
+  const RuntimeMemoryPart bad = nccl_buffer_memory({8}, env);
+  EXPECT_EQ(bad.bytes, 32 * 2 * per_connection);
+  EXPECT_NE(bad.source.find("ignored"), std::string::npos) << bad.source;
+
+  vars.clear();
+  EXPECT_EQ(cuda_context_memory(env).bytes, size_t{512} << 20);
+  EXPECT_EQ(cuda_context_memory(env).source.find("EAGER"), std::string::npos);
+  vars = {{"CUDA_MODULE_LOADING", "EAGER"}};
+  EXPECT_NE(cuda_context_memory(env).source.find("EAGER"), std::string::npos);
 }
 
 // The plan runs the model without touching memory per element: the 7B model on 64 ranks (and

@@ -118,6 +118,12 @@ void print_text(const Qwen2Config& c, const Recipe& r, const MemoryPlan& p, int 
   line("final save", p.final_save);
   line("other (batch, RoPE tables)", p.other);
   if (on_cpu) line("process", p.baseline);
+  // A GPU's memory beside kiln's allocations, with where each figure comes from.
+  for (const auto& [what, part] :
+       {std::pair{"CUDA context", &p.cuda_context}, std::pair{"NCCL buffers", &p.nccl_buffers}}) {
+    if (part->source.empty()) continue;
+    std::printf("  %-26s %10.1f MiB (%s)\n", what, part->bytes / 1048576.0, part->source.c_str());
+  }
   std::printf("  %-26s %10.1f MiB = %.2f GiB; %.2f GiB per device: %s\n", "predicted peak",
               p.peak / 1048576.0, gib(p.peak), gib(budget),
               p.peak <= budget ? "fits" : "does NOT fit");

@@ -36,6 +36,14 @@ class Work {
   virtual void wait_host() = 0;
 };
 
+// An operation that was done when it returned (one rank's copy, a communicator that moves
+// nothing).
+class DoneWork final : public Work {
+ public:
+  void wait(Stream&) override {}
+  void wait_host() override {}
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -7,12 +7,6 @@ namespace kiln {
 
 namespace {
 
-class DoneWork final : public Work {
- public:
-  void wait(Stream&) override {}
-  void wait_host() override {}
-};
-
 // World size 1: a gather or a reduce-scatter is a copy. Memory may be a device's: the copy
 // runs on the producer's stream (after the op that wrote `in`), or at once for host buffers.
 void copy(void* out, const void* in, size_t bytes, Stream* after) {

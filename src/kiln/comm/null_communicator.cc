@@ -10,12 +10,6 @@ namespace kiln {
 
 namespace {
 
-class DoneWork final : public Work {
- public:
-  void wait(Stream&) override {}
-  void wait_host() override {}
-};
-
 class NullCommunicator final : public Communicator {
  public:
   NullCommunicator(int rank, int world_size, CommScratch scratch, ScratchSink sink)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <vector>
@@ -32,6 +33,14 @@ Batch planned_batch(const MemorySettings& s) {
     b.targets[i] = 0;
   }
   return b;
+}
+
+// The NCCL communicators a GPU rank runs collectives on: the world, and under hybrid_shard also
+// its node's and its cross-node group. None on the CPU or through Gloo.
+std::vector<int> nccl_group_sizes(const MemorySettings& s) {
+  if (s.on_cpu || s.gloo || s.world_size == 1) return {};
+  if (s.strategy != ShardStrategy::kHybridShard) return {s.world_size};
+  return {s.world_size, s.shard_size, s.world_size / s.shard_size};
 }
 
 CommScratch comm_scratch_kind(const MemorySettings& s) {
@@ -181,7 +190,14 @@ MemoryPlan plan_memory(const Qwen2Config& c, const MemorySettings& s) {
   const size_t named = p.params + p.grads + p.optimizer + pool.total() + p.activations +
                        p.workspace + (s.on_cpu ? p.snapshot + p.comm_scratch : 0);
   p.other = training_peak > named ? training_peak - named : 0;
-  p.peak = s.on_cpu ? p.baseline + be.resident_peak() : p.device_peak;
+  if (!s.on_cpu) {
+    const EnvLookup env = [](const char* name) { return std::getenv(name); };
+    p.cuda_context = cuda_context_memory(env);
+    const std::vector<int> groups = nccl_group_sizes(s);
+    if (!groups.empty()) p.nccl_buffers = nccl_buffer_memory(groups, env);
+  }
+  p.peak = s.on_cpu ? p.baseline + be.resident_peak()
+                    : p.device_peak + p.cuda_context.bytes + p.nccl_buffers.bytes;
   return p;
 }
 
@@ -210,38 +226,53 @@ MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bo
 }
 
 Json MemoryPlan::to_json() const {
-  return Json{{"peak_bytes", peak},
-              {"device_peak_bytes", device_peak},
-              {"params_bytes", params},
-              {"grads_bytes", grads},
-              {"optimizer_bytes", optimizer},
-              {"gathered_bytes", gathered},
-              {"largest_gathered_unit", largest_unit},
-              {"largest_gathered_bytes", largest_gathered},
-              {"grad_buffer_bytes", grad_buffers},
-              {"comm_bytes", comm},
-              {"comm_scratch_bytes", comm_scratch},
-              {"activations_bytes", activations},
-              {"activations_full_bytes", activations_full},
-              {"activations_recompute_bytes", activations_recompute},
-              {"workspace_bytes", workspace},
-              {"snapshot_bytes", snapshot},
-              {"final_save_bytes", final_save},
-              {"other_bytes", other},
-              {"baseline_bytes", baseline}};
+  Json j{{"peak_bytes", peak},
+         {"device_peak_bytes", device_peak},
+         {"params_bytes", params},
+         {"grads_bytes", grads},
+         {"optimizer_bytes", optimizer},
+         {"gathered_bytes", gathered},
+         {"largest_gathered_unit", largest_unit},
+         {"largest_gathered_bytes", largest_gathered},
+         {"grad_buffer_bytes", grad_buffers},
+         {"comm_bytes", comm},
+         {"comm_scratch_bytes", comm_scratch},
+         {"activations_bytes", activations},
+         {"activations_full_bytes", activations_full},
+         {"activations_recompute_bytes", activations_recompute},
+         {"workspace_bytes", workspace},
+         {"snapshot_bytes", snapshot},
+         {"final_save_bytes", final_save},
+         {"other_bytes", other},
+         {"baseline_bytes", baseline}};
+  // A GPU plan's parts beside kiln's allocations, each with its source.
+  if (!cuda_context.source.empty()) {
+    j["cuda_context_bytes"] = cuda_context.bytes;
+    j["cuda_context_source"] = cuda_context.source;
+  }
+  if (!nccl_buffers.source.empty()) {
+    j["nccl_buffers_bytes"] = nccl_buffers.bytes;
+    j["nccl_buffers_source"] = nccl_buffers.source;
+  }
+  return j;
 }
 
 std::string MemoryPlan::summary() const {
+  std::string gpu;
+  if (!cuda_context.source.empty())
+    gpu += fmt::format(", CUDA context {:.0f}", mib(cuda_context.bytes));
+  if (!nccl_buffers.source.empty())
+    gpu += fmt::format(", NCCL buffers {:.0f}", mib(nccl_buffers.bytes));
   return fmt::format(
       "params {:.0f} MiB, grads {:.0f}, optimizer {:.0f}; gathered units {:.0f} (largest {} "
       "{:.0f}), gradient buffers {:.0f}, comm {:.0f} (+ scratch {:.0f}); activations {:.0f} "
       "(recompute off {:.0f} / "
       "on {:.0f}), workspace {:.0f}; snapshot {:.0f}, final save {:.0f}, other {:.0f}, process "
-      "{:.0f}; predicted peak {:.0f} MiB",
+      "{:.0f}{}; predicted peak {:.0f} MiB",
       mib(params), mib(grads), mib(optimizer), mib(gathered), largest_unit, mib(largest_gathered),
       mib(grad_buffers), mib(comm), mib(comm_scratch), mib(activations), mib(activations_full),
       mib(activations_recompute), mib(workspace), mib(snapshot), mib(final_save), mib(other),
-      mib(baseline), mib(peak));
+      mib(baseline), gpu, mib(peak));
 }
 
 size_t parse_memory_size(const std::string& text, const std::string& what) {

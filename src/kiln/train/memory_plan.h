@@ -21,6 +21,7 @@
 #include "kiln/base/json.h"
 #include "kiln/fsdp/fsdp.h"
 #include "kiln/model/config.h"
+#include "kiln/train/gpu_runtime_memory.h"
 #include "kiln/train/optimizer.h"
 #include "kiln/train/recipe.h"
 
@@ -76,8 +77,13 @@ struct MemoryPlan {
   size_t final_save = 0;
   size_t other = 0;  // held at the peak beside the parts above (the batch's staging, RoPE tables)
   size_t baseline = 0;
-  size_t device_peak = 0;  // device memory at the peak (on the CPU, part of the RSS)
-  size_t peak = 0;         // the predicted peak for the device: RSS on the CPU, else GPU memory
+  // On a GPU, beside kiln's allocations (gpu_runtime_memory.h): the CUDA context, and NCCL's
+  // buffers when the ranks talk through NCCL (world > 1). 0 and empty on the CPU.
+  RuntimeMemoryPart cuda_context, nccl_buffers;
+  size_t device_peak = 0;  // kiln's device memory at the peak (on the CPU, part of the RSS)
+  // The predicted peak for the device: RSS on the CPU; on a GPU device_peak + cuda_context +
+  // nccl_buffers.
+  size_t peak = 0;
 
   Json to_json() const;
   std::string summary() const;  // one line, MiB

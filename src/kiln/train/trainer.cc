@@ -521,7 +521,10 @@ void Trainer::log_memory(size_t pool_bytes) const {
   const bool on_cpu = backend_->device() == Device::kCpu;
   const double measured =
       static_cast<double>(on_cpu ? peak_resident_bytes() : backend_->memory_stats().peak);
-  const double predicted = static_cast<double>(plan_.peak);
+  // On a GPU the backend counts kiln's allocations only, so they are held against the plan's
+  // (the plan's peak adds the CUDA context and NCCL's buffers, which no allocation of kiln's
+  // makes).
+  const double predicted = static_cast<double>(on_cpu ? plan_.peak : plan_.device_peak);
   KILN_LOG_INFO(
       "rank {}: peak {} {:.0f} MiB, predicted {:.0f} MiB ({:+.1f}%); peak RSS {:.0f} MiB; sharded "
       "params+grads {:.0f} MiB, optimizer state {:.0f} MiB, peak gathered units {:.0f} MiB, "

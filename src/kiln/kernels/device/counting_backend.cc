@@ -27,6 +27,20 @@ struct CountingBackend::Books {
     host_peak = std::max(host_peak, host_live);
     both_peak = std::max(both_peak, device_live + host_live);
   }
+  // Device memory at `p` (caller holds mu).
+  void add_device(void* p, size_t bytes) {
+    device[p] = bytes;
+    device_live += bytes;
+    note();
+  }
+  // false where `p` is not device memory of these books.
+  bool remove_device(void* p) {
+    auto it = device.find(p);
+    if (it == device.end()) return false;
+    device_live -= it->second;
+    device.erase(it);
+    return true;
+  }
 };
 
 CountingBackend::CountingBackend(Device imitates, ComputeDType dtype)
@@ -52,20 +66,14 @@ void* CountingBackend::alloc(size_t bytes) const {
   std::lock_guard lock(b.mu);
   void* p = reinterpret_cast<void*>(b.next);
   b.next += (bytes + 255) / 256 * 256;  // cudaMalloc's alignment, above the seam's 64 bytes
-  b.device[p] = bytes;
-  b.device_live += bytes;
-  b.note();
+  b.add_device(p, bytes);
   return p;
 }
 
 void CountingBackend::free(void* p) const {
   if (p == nullptr) return;
-  Books& b = *books_;
-  std::lock_guard lock(b.mu);
-  auto it = b.device.find(p);
-  KILN_CHECK(it != b.device.end(), "counting backend: free of {} not allocated here", p);
-  b.device_live -= it->second;
-  b.device.erase(it);
+  std::lock_guard lock(books_->mu);
+  KILN_CHECK(books_->remove_device(p), "counting backend: free of {} not allocated here", p);
 }
 
 void* CountingBackend::alloc_pinned(size_t bytes) const {
@@ -73,11 +81,8 @@ void* CountingBackend::alloc_pinned(size_t bytes) const {
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (p == nullptr) throw std::bad_alloc();
   if (on_cpu()) {  // the CPU's pinned memory is its device memory (CpuBackend::alloc_pinned)
-    Books& b = *books_;
-    std::lock_guard lock(b.mu);
-    b.device[p] = bytes;
-    b.device_live += bytes;
-    b.note();
+    std::lock_guard lock(books_->mu);
+    books_->add_device(p, bytes);
   }
   return p;
 }
@@ -85,13 +90,8 @@ void* CountingBackend::alloc_pinned(size_t bytes) const {
 void CountingBackend::free_pinned(void* p) const {
   if (p == nullptr) return;
   if (on_cpu()) {
-    Books& b = *books_;
-    std::lock_guard lock(b.mu);
-    auto it = b.device.find(p);
-    if (it != b.device.end()) {
-      b.device_live -= it->second;
-      b.device.erase(it);
-    }
+    std::lock_guard lock(books_->mu);
+    books_->remove_device(p);
   }
   std::free(p);
 }
