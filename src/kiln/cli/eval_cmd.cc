@@ -1,7 +1,9 @@
 // kiln eval --model DIR --data FILE [--format F --tokenizer T] [--json]: mean next-token loss over
-// a dataset in any data format (loss where training would take it). DIR is a Hugging Face model
+// a dataset in any data format (loss where training would take it; the format inferred from the
+// first record when not given). DIR is a Hugging Face model
 // directory or a sharded checkpoint (<run>/checkpoints/step-N, read unit by unit).
 #include <cstdio>
+#include <optional>
 
 #include "kiln/base/error.h"
 #include "kiln/base/json.h"
@@ -17,7 +19,7 @@ namespace kiln::cli {
 
 Command add_eval(CLI::App& app) {
   struct Opts {
-    std::string model, data, format = "tokens", tokenizer;
+    std::string model, data, format, tokenizer;
     bool json = false;
     int seq_len = 2048;
   };
@@ -28,10 +30,9 @@ Command add_eval(CLI::App& app) {
                   "manifest.json)")
       ->required();
   sub->add_option("--data", o->data, "JSONL file in --format")->required();
-  std::string formats;
-  for (const auto& f : data_format_names()) formats += (formats.empty() ? "" : ", ") + f;
-  sub->add_option("--format", o->format, "Data format: " + formats + " (docs/recipe.md)")
-      ->capture_default_str();
+  sub->add_option("--format", o->format,
+                  "Data format: " + data_format_choices() +
+                      " (docs/recipe.md); default: inferred from the first record's fields");
   sub->add_option("--tokenizer", o->tokenizer,
                   "tokenizer.json or a directory holding one, for the text formats (default: "
                   "--model)");
@@ -39,9 +40,13 @@ Command add_eval(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(2, 1 << 20));
   sub->add_flag("--json", o->json, "Print {\"loss\": ..., \"tokens\": ...}");
-  return {sub, [o, formats] {
-            const auto format = parse_data_format(o->format);
-            if (!format) fail("--format: unknown data format '{}' ({})", o->format, formats);
+  return {sub, [o] {
+            std::optional<DataFormat> format;
+            if (o->format.empty()) {
+              format = infer_file_format(o->data, "--format");
+            } else if (format = parse_data_format(o->format); !format) {
+              fail("--format: unknown data format '{}' ({})", o->format, data_format_choices());
+            }
             const fs::path dir = o->model;
             Qwen2Config c = read_config(dir / "config.json");
             const std::unique_ptr<Backend> be =

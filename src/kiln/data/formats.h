@@ -33,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kiln/base/json.h"
@@ -44,11 +45,32 @@ namespace kiln {
 
 enum class DataFormat { kTokens, kChat, kInstruction, kCompletion, kText, kShareGpt };
 
-// "tokens", "chat", ... ; nullopt for anything else.
+// The one list of data formats: the recipe (data.format, data.train's per-file format), `kiln
+// eval --format`, `kiln tokenize --format` and `kiln prepare-data` all read it, and
+// docs/recipe.md documents it (tests/data/formats_test.cc checks the docs against it).
+//
+// A format's name or one of its aliases, the names other tools give the same layout:
+//   alpaca -> instruction (Stanford Alpaca's instruction/input/output records)
+//   openai, messages -> chat (OpenAI's fine-tuning files: {"messages": [...]})
+// nullopt for anything else.
 std::optional<DataFormat> parse_data_format(std::string_view name);
 std::string_view data_format_name(DataFormat format);
 // Every format's name, in the order of the enum.
 const std::vector<std::string>& data_format_names();
+// Every alias with the format it names, in documentation order.
+const std::vector<std::pair<std::string, DataFormat>>& data_format_aliases();
+// "tokens, chat, instruction, completion, text, sharegpt (aliases: alpaca = instruction, ...)":
+// the valid names for an error or a --help line.
+std::string data_format_choices();
+
+// The format a record's fields say it is in (a JSON object: "messages" -> chat, "conversations"
+// -> sharegpt, "instruction" -> instruction, "prompt" and "completion" -> completion, "text" ->
+// text, "input_ids" -> tokens); nullopt when none matches.
+std::optional<DataFormat> infer_data_format(const OrderedJson& record);
+// The format of a data file's first record (source_lines.h: JSONL or a JSON array). Throws
+// kiln::Error naming the file when it is empty, the record is not JSON, or no format matches
+// (the error names `flag`, the option that sets the format instead).
+DataFormat infer_file_format(const fs::path& file, const std::string& flag);
 
 // A piece of a rendered example, tokenized on its own.
 struct Segment {

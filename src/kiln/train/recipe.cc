@@ -12,6 +12,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
+#include "kiln/data/formats.h"
 #include "kiln/text/utf8.h"
 
 namespace kiln {
@@ -25,6 +26,7 @@ const std::vector<std::string> kKeys = {
     "data.format",
     "data.tokenizer",
     "data.seq_len",
+    "data.allow_long_context",
     "data.overlong",
     "data.pack",
     "data.shuffle",
@@ -32,6 +34,7 @@ const std::vector<std::string> kKeys = {
     "data.skip_bad_lines",
     "data.cache_dir",
     "data.eval",
+    "data.eval_split",
     "optimizer.name",
     "optimizer.lr",
     "optimizer.weight_decay",
@@ -79,8 +82,6 @@ const std::vector<std::string> kKeys = {
 };
 const std::vector<std::string> kSections = {"model",  "data", "optimizer", "schedule",   "train",
                                             "output", "dist", "eval",      "checkpoint", "failure"};
-const std::vector<std::string> kDataFormats = {"chat", "instruction", "completion", "text",
-                                               "tokens"};
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
@@ -345,10 +346,54 @@ std::string number(double v) {
   return s;
 }
 
+// A data format's name, from its name or an alias (data/formats.h holds the one list).
+std::string format_of(const Entry& e, const std::string& key) {
+  const std::string s = Reader::text(e, key);
+  const auto format = parse_data_format(s);
+  if (!format) {
+    Reader::bad(e, key, fmt::format("invalid value '{}' (valid: {})", s, data_format_choices()));
+  }
+  return std::string(data_format_name(*format));
+}
+
+// One data.train entry: a path, or a map {path, format, weight}.
+template <typename PathOf>
+Recipe::TrainFile train_file(const Entry& e, const std::string& key, const PathOf& path_of) {
+  Recipe::TrainFile f;
+  if (!e.node.IsMap()) {
+    f.path = path_of(e, key);
+    return f;
+  }
+  for (const auto& kv : e.node) {
+    const std::string field = kv.first.IsScalar() ? kv.first.Scalar() : describe(kv.first);
+    if (field != "path" && field != "format" && field != "weight") {
+      Reader::bad(e, key,
+                  fmt::format("unknown field '{}' (an entry is a path or a map of path, format "
+                              "and weight)",
+                              field));
+    }
+  }
+  const YAML::Node path = e.node["path"];
+  if (!path) Reader::bad(e, key, "missing 'path' (an entry is a path or {path, format, weight})");
+  f.path = path_of(Entry{path, e.where, e.from_override}, key + ".path");
+  if (const YAML::Node n = e.node["format"]) f.format = format_of(Entry{n, e.where}, key + ".format");
+  if (const YAML::Node n = e.node["weight"]) {
+    const Entry w{n, e.where};
+    f.weight = Reader::to_double(w, key + ".weight");
+    if (!(f.weight > 0 && f.weight <= 1000)) {
+      Reader::bad(w, key + ".weight", fmt::format("must be in (0, 1000], got {}", n.Scalar()));
+    }
+  }
+  return f;
+}
+
 }  // namespace
 
 const std::vector<std::string>& recipe_keys() { return kKeys; }
-const std::vector<std::string>& recipe_data_formats() { return kDataFormats; }
+
+const std::string& train_file_format(const Recipe& r, const Recipe::TrainFile& f) {
+  return f.format.empty() ? r.data.format : f.format;
+}
 
 Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const fs::path& base_dir,
                     const std::vector<std::string>& overrides) {
@@ -364,10 +409,9 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   for (const std::string& o : overrides) in.add_override(o);
 
   Recipe r;
-  r.model.path = Reader::text(in.require("model.path"), "model.path");
-
-  // An override is typed relative to the shell's directory, a file entry to the file's.
-  const auto data_path = [&](const Entry& e, const std::string& key) {
+  // Every path resolves one way (recipe.h): an override is typed relative to the shell's
+  // directory, a file entry to the file's.
+  const auto path_of = [&](const Entry& e, const std::string& key) {
     fs::path p(Reader::text(e, key));
     if (p.is_relative()) {
       p = (e.from_override || base_dir.empty() ? fs::current_path() : base_dir) / p;
@@ -378,24 +422,27 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   const auto optional_path = [&](const std::string& key, std::string& out) {
     const Entry* e = in.find(key);
     if (!e || e->node.IsNull() || (e->node.IsScalar() && e->node.Scalar().empty())) return;
-    out = data_path(*e, key);
+    out = path_of(*e, key);
   };
+  r.model.path = path_of(in.require("model.path"), "model.path");
   {
     const Entry& e = in.require("data.train");
     if (!e.node.IsSequence()) {
-      r.data.train = {data_path(e, "data.train")};
+      r.data.train = {train_file(e, "data.train", path_of)};
     } else {
-      if (e.node.size() == 0)
+      if (e.node.size() == 0) {
         Reader::bad(e, "data.train", "expected a file or a list of files, got an empty list");
+      }
       for (size_t i = 0; i < e.node.size(); ++i) {
         Entry item{e.node[i], e.where, e.from_override};
-        r.data.train.push_back(data_path(item, fmt::format("data.train[{}]", i)));
+        r.data.train.push_back(train_file(item, fmt::format("data.train[{}]", i), path_of));
       }
     }
   }
-  in.choice("data.format", r.data.format, kDataFormats);
+  if (const Entry* e = in.find("data.format")) r.data.format = format_of(*e, "data.format");
   optional_path("data.tokenizer", r.data.tokenizer);
   in.integer("data.seq_len", r.data.seq_len, "> 1", [](int64_t v) { return v > 1; });
+  in.boolean("data.allow_long_context", r.data.allow_long_context);
   in.choice("data.overlong", r.data.overlong, {"truncate", "drop"});
   in.boolean("data.pack", r.data.pack);
   in.boolean("data.shuffle", r.data.shuffle);
@@ -403,6 +450,14 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.boolean("data.skip_bad_lines", r.data.skip_bad_lines);
   optional_path("data.cache_dir", r.data.cache_dir);
   optional_path("data.eval", r.data.eval);
+  in.real("data.eval_split", r.data.eval_split, "in [0, 1)",
+          [](double v) { return v >= 0 && v < 1; });
+  if (r.data.eval_split > 0 && !r.data.eval.empty()) {
+    Reader::bad(*in.find("data.eval_split"), "data.eval_split",
+                fmt::format("holds out training data for evaluation, but data.eval ({}) is set "
+                            "too: set one of them",
+                            r.data.eval));
+  }
 
   in.choice("optimizer.name", r.optimizer.name, {"adamw", "sgd"});
   in.real("optimizer.lr", r.optimizer.lr, "> 0", [](double v) { return v > 0; });
@@ -428,11 +483,16 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.unsigned_integer("train.seed", r.train.seed);
   in.boolean("train.activation_checkpointing", r.train.activation_checkpointing);
   in.integer("train.log_every", r.train.log_every, "> 0", positive);
-  if (const Entry* e = in.find("train.resume")) r.train.resume = Reader::text(*e, "train.resume");
+  if (const Entry* e = in.find("train.resume")) {
+    r.train.resume = Reader::text(*e, "train.resume");
+    if (r.train.resume != "none" && r.train.resume != "auto") {
+      r.train.resume = path_of(*e, "train.resume");
+    }
+  }
   in.choice("train.dtype", r.train.dtype, {"fp32", "bf16"});
   in.choice("train.device", r.train.device, {"auto", "cpu", "cuda"});
 
-  r.output.dir = Reader::text(in.require("output.dir"), "output.dir");
+  r.output.dir = path_of(in.require("output.dir"), "output.dir");
   in.choice("output.dtype", r.output.dtype, {"f32", "bf16"});
   in.boolean("output.tensorboard", r.output.tensorboard);
   in.boolean("output.overwrite", r.output.overwrite);
@@ -497,16 +557,29 @@ std::string recipe_to_yaml(const Recipe& r) {
   end();
   section("data");
   out << YAML::Key << "train" << YAML::Value;
+  // A plain path where the entry is one, else {path, format, weight}.
+  const auto train_file = [&](const Recipe::TrainFile& f) {
+    if (f.format.empty() && f.weight == 1.0) {
+      out << YAML::DoubleQuoted << f.path;
+      return;
+    }
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "path" << YAML::Value << YAML::DoubleQuoted << f.path;
+    if (!f.format.empty()) out << YAML::Key << "format" << YAML::Value << f.format;
+    out << YAML::Key << "weight" << YAML::Value << number(f.weight);
+    out << YAML::EndMap;
+  };
   if (r.data.train.size() == 1) {
-    out << YAML::DoubleQuoted << r.data.train[0];
+    train_file(r.data.train[0]);
   } else {
     out << YAML::BeginSeq;
-    for (const std::string& f : r.data.train) out << YAML::DoubleQuoted << f;
+    for (const Recipe::TrainFile& f : r.data.train) train_file(f);
     out << YAML::EndSeq;
   }
   out << YAML::Key << "format" << YAML::Value << r.data.format;
   out << YAML::Key << "tokenizer" << YAML::Value << YAML::DoubleQuoted << r.data.tokenizer;
   out << YAML::Key << "seq_len" << YAML::Value << r.data.seq_len;
+  out << YAML::Key << "allow_long_context" << YAML::Value << r.data.allow_long_context;
   out << YAML::Key << "overlong" << YAML::Value << r.data.overlong;
   out << YAML::Key << "pack" << YAML::Value << r.data.pack;
   out << YAML::Key << "shuffle" << YAML::Value << r.data.shuffle;
@@ -514,6 +587,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "skip_bad_lines" << YAML::Value << r.data.skip_bad_lines;
   out << YAML::Key << "cache_dir" << YAML::Value << YAML::DoubleQuoted << r.data.cache_dir;
   out << YAML::Key << "eval" << YAML::Value << YAML::DoubleQuoted << r.data.eval;
+  out << YAML::Key << "eval_split" << YAML::Value << number(r.data.eval_split);
   end();
   section("optimizer");
   out << YAML::Key << "name" << YAML::Value << r.optimizer.name;

@@ -113,7 +113,9 @@ class Trainer {
   Qwen2Model model_;
   Fsdp fsdp_;
   std::unique_ptr<TrainData> data_;
-  std::optional<TokenizedDataset> eval_data_;
+  std::optional<TokenizedDataset> eval_file_;  // data.eval's examples
+  const ExampleSource* eval_data_ = nullptr;    // eval_file_, or data.eval_split's held-out set
+  std::string eval_name_;                       // what eval_data_ is, for messages
   std::optional<EvalBatches> eval_batches_;
   Optimizer opt_;
   const ScheduleSettings schedule_;
@@ -135,10 +137,10 @@ class Trainer {
 
 const Recipe& Trainer::checked(const Recipe& r) {
   if (r.checkpoint.keep_best > 0 && r.checkpoint.best_metric == "eval_loss" &&
-      r.data.eval.empty()) {
+      r.data.eval.empty() && r.data.eval_split == 0) {
     fail(
-        "checkpoint.keep_best: {} keeps checkpoints by eval_loss, but data.eval is not set (set "
-        "data.eval or checkpoint.best_metric=loss)",
+        "checkpoint.keep_best: {} keeps checkpoints by eval_loss, but there is no evaluation data "
+        "(set data.eval or data.eval_split, or checkpoint.best_metric=loss)",
         r.checkpoint.keep_best);
   }
   return r;
@@ -228,8 +230,8 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
   // Every rank reads its own disjoint share of each epoch (the data is tokenized, or its cache
   // mapped, by the first worker of each node first; the loader logs the counts).
   data_ = open_train_data(r_, config_.vocab_size, ctx_);
-  max_steps_ = train_steps(r_, *data_->examples, ctx_);
-  if (!r_.data.eval.empty()) open_eval_data();
+  max_steps_ = train_steps(r_, data_->examples(), ctx_);
+  if (!r_.data.eval.empty() || r_.data.eval_split > 0) open_eval_data();
   resume();
   if (lead_) {
     metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", start_step_);
@@ -272,15 +274,22 @@ void Trainer::load_weights() {
   }
 }
 
-// Held-out data: every rank loads it (no cache files) and evaluates its share.
+// Held-out data: data.eval (every rank loads it, no cache files) or data.eval_split's share of
+// the training files; every rank evaluates its share.
 void Trainer::open_eval_data() {
-  eval_data_.emplace(load_eval_data(r_, config_.vocab_size, lead_));
+  if (!r_.data.eval.empty()) {
+    eval_file_.emplace(load_eval_data(r_, config_.vocab_size, lead_));
+    eval_data_ = &*eval_file_;
+    eval_name_ = fmt::format("data.eval {}", r_.data.eval);
+  } else {
+    eval_data_ = data_->held_out();
+    eval_name_ = fmt::format("data.eval_split {} of data.train", r_.data.eval_split);
+  }
   eval_batches_.emplace(*eval_data_, r_.train.micro_batch_size, ctx_.rank, ctx_.world_size,
                         r_.eval.max_batches);
   if (lead_) {
-    KILN_LOG_INFO("data.eval {}: {} examples, {} batch(es) of {} per rank per evaluation",
-                  r_.data.eval, eval_data_->size(), eval_batches_->rounds(),
-                  r_.train.micro_batch_size);
+    KILN_LOG_INFO("{}: {} examples, {} batch(es) of {} per rank per evaluation", eval_name_,
+                  eval_data_->size(), eval_batches_->rounds(), r_.train.micro_batch_size);
   }
 }
 
@@ -377,7 +386,7 @@ double Trainer::evaluate(int64_t step) {
   backend_->synchronize();
   world_.all_reduce(sums, size_t{2}, ReduceOp::kSum);
   if (sums[1] == 0) {
-    fail("step {}: data.eval {} has no predicted tokens (every label masked?)", step, r_.data.eval);
+    fail("step {}: {} has no predicted tokens (every label masked?)", step, eval_name_);
   }
   return sums[0] / sums[1];
 }
