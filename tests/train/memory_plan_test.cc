@@ -12,6 +12,7 @@
 #include "kiln/base/error.h"
 #include "kiln/distributed/gloo_communicator.h"
 #include "kiln/distributed/store.h"
+#include "kiln/kernels/cpu/gemm.h"
 #include "kiln/model/qwen2.h"
 
 namespace kiln {
@@ -99,7 +100,11 @@ TEST(MemoryPlan, ActivationsAreTheModelsArena) {
         b.targets[i] = static_cast<int32_t>((i + 1) % 23);
       }
       model.forward_backward(b, store, 0.1f, recompute);
-      EXPECT_EQ(activation_arena_bytes(c, 15, recompute, bf16), model.activation_bytes())
+      // bf16 storage only where the backend uses it (not where bf16 products fall back to fp32),
+      // as the trainer plans it.
+      const bool bf16_storage = be.activation_dtype() == DType::BF16;
+      EXPECT_EQ(bf16_storage, bf16 && gemm_bf16_native());
+      EXPECT_EQ(activation_arena_bytes(c, 15, recompute, bf16_storage), model.activation_bytes())
           << "bf16 " << bf16 << " recompute " << recompute;
     }
   }
@@ -124,7 +129,9 @@ TEST(MemoryPlan, PoolIsWhatFsdpHolds) {
     s.world_size = 2;
     s.shard_size = pc.strategy == ShardStrategy::kNoShard ? 1 : 2;
     s.strategy = pc.strategy;
-    s.bf16 = pc.bf16;
+    // Gathered in bf16 only where the backend stores bf16 (the trainer's plan asks it so).
+    s.bf16 =
+        (pc.bf16 ? testing::cpu_bf16() : testing::cpu_fp32()).activation_dtype() == DType::BF16;
     s.reduce_bf16 = pc.reduce_bf16;
     s.micro_batch = 2;  // the batch below: embed_rows' buffers follow its tokens
     s.seq_len = 4;

@@ -418,7 +418,7 @@ TEST(Recipe, MalformedYaml) {
 TEST(Recipe, Documentation) {
   std::string doc = read_file(fs::path(KILN_SOURCE_DIR) / "docs/recipe.md");
   for (const std::string& key : recipe_keys()) EXPECT_HAS(doc, "| `" + key + "` |");
-  size_t begin = doc.find("```yaml\n");
+  size_t begin = doc.find("```yaml\n", doc.find("\n## Example"));
   ASSERT_NE(begin, std::string::npos);
   begin += 8;
   std::string example = doc.substr(begin, doc.find("```", begin) - begin);
@@ -470,8 +470,9 @@ output: {dir: /o}
   EXPECT_EQ(parse_recipe(yaml, "saved.yaml", "/elsewhere", {}), r) << yaml;
   // One entry alone, as an override (relative to the current directory).
   const Recipe one = parse(kMinimal, {"data.train={path: x.jsonl, format: text, weight: 3}"});
-  EXPECT_EQ(one.data.train,
-            (std::vector<Recipe::TrainFile>{{(fs::current_path() / "x.jsonl").string(), "text", 3}}));
+  EXPECT_EQ(
+      one.data.train,
+      (std::vector<Recipe::TrainFile>{{(fs::current_path() / "x.jsonl").string(), "text", 3}}));
   EXPECT_EQ(parse_recipe(recipe_to_yaml(one), "saved.yaml", "/elsewhere", {}), one);
 
   EXPECT_HAS(error_of(kMinimal, {"data.train=[{path: a, format: csv}]"}),
@@ -480,8 +481,7 @@ output: {dir: /o}
              "data.train[1].weight: must be in (0, 1000], got 0");
   EXPECT_HAS(error_of(kMinimal, {"data.train=[{path: b, weight: x}]"}),
              "data.train[0].weight: expected a number, got 'x'");
-  EXPECT_HAS(error_of(kMinimal, {"data.train=[{format: chat}]"}),
-             "data.train[0]: missing 'path'");
+  EXPECT_HAS(error_of(kMinimal, {"data.train=[{format: chat}]"}), "data.train[0]: missing 'path'");
   EXPECT_HAS(error_of(kMinimal, {"data.train=[{path: a, wieght: 2}]"}),
              "data.train[0]: unknown field 'wieght'");
 }
@@ -491,7 +491,8 @@ TEST(Recipe, EvalSplit) {
   const Recipe r = parse(kMinimal, {"data.eval_split=0.02"});
   EXPECT_EQ(r.data.eval_split, 0.02);
   EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "saved.yaml", "/", {}), r);
-  EXPECT_HAS(error_of(kMinimal, {"data.eval_split=1"}), "data.eval_split: must be in [0, 1), got 1");
+  EXPECT_HAS(error_of(kMinimal, {"data.eval_split=1"}),
+             "data.eval_split: must be in [0, 1), got 1");
   EXPECT_HAS(error_of(kMinimal, {"data.eval=/e.jsonl", "data.eval_split=0.1"}),
              "data.eval_split: holds out training data for evaluation, but data.eval (/e.jsonl) "
              "is set too");

@@ -1,6 +1,7 @@
 // kiln generate: text from a model directory, streamed to stdout token by token. Incremental
 // decoding with a KV cache (model/generate.h); greedy or temperature + top-p sampling
-// (model/sampling.h); stops at <|im_end|>, <|endoftext|> or --max-new-tokens.
+// (model/sampling.h); stops at <|im_end|>, <|endoftext|> or --max-new-tokens, and says which on
+// stderr ("stop: end token <|im_end|> after 12 new tokens", "stop: length (...)").
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,20 +76,26 @@ class Session {
     const int64_t max_pos = gen_.config().max_position_embeddings;
     TokenStream stream(tok_);
     std::vector<int32_t> reply;
+    std::string stop = fmt::format("length (--max-new-tokens {})", o_.max_new_tokens);
     while (static_cast<int>(reply.size()) < o_.max_new_tokens) {
       const int32_t id = sampler_.sample(logits.first(sample_vocab_));
-      if (std::find(std::begin(stops_), std::end(stops_), id) != std::end(stops_)) break;
+      if (std::find(std::begin(stops_), std::end(stops_), id) != std::end(stops_)) {
+        stop = fmt::format("end token {}", tok_.token_str(id).value_or("?"));
+        break;
+      }
       write_out(stream.push(id));
       reply.push_back(id);
       if (static_cast<int>(reply.size()) == o_.max_new_tokens) break;
       if (gen_.length() >= max_pos) {
-        KILN_LOG_WARN("stopped at the model's max_position_embeddings ({})", max_pos);
+        stop = fmt::format("length (the model's max_position_embeddings {})", max_pos);
         break;
       }
       logits = gen_.step(id);
       cached_.push_back(id);
     }
     write_out(stream.finish() + "\n");
+    // Why it ended, on stderr: an empty reply is an end token at once, not a silent failure.
+    std::fprintf(stderr, "stop: %s after %zu new tokens\n", stop.c_str(), reply.size());
     const auto t2 = std::chrono::steady_clock::now();
     KILN_LOG_DEBUG("prompt {} tokens ({} run) in {:.3f}s; {} new tokens in {:.3f}s", prompt.size(),
                    prompt.size() - common, std::chrono::duration<double>(t1 - t0).count(),

@@ -24,12 +24,15 @@ struct PlanOpts {
   bool json = false;
 };
 
-// model.path: a model directory's config.json, or the name of a preset.
+// model.path: a model directory's config.json, or the name of a preset (the recipe resolves
+// every path, so a preset name arrives as <recipe dir>/<name>: one that is not a directory).
 Qwen2Config plan_config(const Recipe& r) {
   const fs::path dir(r.model.path);
   if (fs::exists(dir / "config.json")) return read_config(dir / "config.json");
-  for (const auto& name : preset_names()) {
-    if (name == r.model.path) return preset_config(name);
+  if (!fs::exists(dir)) {
+    for (const auto& name : preset_names()) {
+      if (name == dir.filename().string()) return preset_config(name);
+    }
   }
   fail("model.path: {} has no config.json and is not a preset ({})", r.model.path,
        fmt::join(preset_names(), ", "));

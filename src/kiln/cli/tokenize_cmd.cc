@@ -1,5 +1,6 @@
 // kiln tokenize / kiln detokenize: text to token ids and back, on stdin and stdout, with the
-// tokenizer of a Hugging Face model (its tokenizer.json).
+// tokenizer of a Hugging Face model (its tokenizer.json). `kiln tokenize --show-loss` renders
+// training records instead, marking the tokens that take loss (the masks training uses).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -14,6 +15,9 @@
 #include "kiln/base/error.h"
 #include "kiln/base/json.h"
 #include "kiln/cli/commands.h"
+#include "kiln/data/formats.h"
+#include "kiln/data/source_lines.h"
+#include "kiln/kernels/ops.h"  // kIgnoreIndex
 #include "kiln/text/chat_messages.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/tokenizer.h"
@@ -73,12 +77,45 @@ std::string text_of(const Json& j) {
   fail("expected a JSON string or an object with a \"text\" string");
 }
 
+// How --show-loss marks the spans whose tokens take loss: ANSI colour on a terminal, else
+// brackets.
+struct LossMarks {
+  std::string open, close;
+  static LossMarks for_stdout() {
+    if (::isatty(STDOUT_FILENO) != 0) return {"\033[1;32m", "\033[0m"};
+    return {"[[", "]]"};
+  }
+};
+
+// One record as training sees it (LineEncoder: the same segments, tokens and labels): its text
+// decoded span by span, each run of tokens that take loss between the marks, then a count line.
+void show_loss(std::string& out, const Tokenizer& tok, const LineEncoder& encoder,
+               std::string_view line, const std::string& where, TextPosition origin,
+               const LossMarks& marks) {
+  const Example ex = encoder.encode(line, where, origin);
+  size_t learnt = 0;
+  for (size_t begin = 0; begin < ex.input_ids.size();) {
+    const bool loss = ex.labels[begin] != kIgnoreIndex;
+    size_t end = begin;
+    while (end < ex.input_ids.size() && (ex.labels[end] != kIgnoreIndex) == loss) ++end;
+    const std::string text =
+        tok.decode(std::span<const int32_t>(ex.input_ids).subspan(begin, end - begin));
+    out += loss ? marks.open + text + marks.close : text;
+    if (loss) learnt += end - begin;
+    begin = end;
+  }
+  if (out.empty() || out.back() != '\n') out += '\n';
+  fmt::format_to(std::back_inserter(out), "# {}: {} of {} tokens take loss\n", where, learnt,
+                 ex.input_ids.size());
+}
+
 }  // namespace
 
 Command add_tokenize(CLI::App& app) {
   struct Opts {
-    std::string tokenizer;
-    bool jsonl = false, chat = false, no_special = false;
+    std::string tokenizer, format;
+    bool jsonl = false, chat = false, no_special = false, show_loss = false,
+         train_on_prompt = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
@@ -94,14 +131,51 @@ Command add_tokenize(CLI::App& app) {
                 "\"tools\": [...], \"add_generation_prompt\": bool}, rendered with the Qwen2.5 "
                 "chat template")
       ->excludes(jsonl);
-  sub->add_flag("--no-special", o->no_special,
-                "Encode special-token text (<|im_start|>, ...) as plain text; with --chat, only "
-                "in message contents");
+  auto* no_special = sub->add_flag(
+      "--no-special", o->no_special,
+      "Encode special-token text (<|im_start|>, ...) as plain text; with --chat, only in message "
+      "contents");
+  auto* show = sub->add_flag(
+      "--show-loss", o->show_loss,
+      "Each stdin line (or element of a JSON array) is a training record in --format (with "
+      "--chat: chat); print its text as "
+      "training renders it, the tokens that take loss in colour on a terminal, else between [[ "
+      "and ]], and a line counting them");
+  show->excludes(jsonl)->excludes(no_special);
+  sub->add_option(
+         "--format", o->format,
+         "With --show-loss: the records' data format, " + data_format_choices() + " (default chat)")
+      ->needs(show);
+  sub->add_flag("--train-on-prompt", o->train_on_prompt,
+                "With --show-loss: loss on every token, as data.train_on_prompt")
+      ->needs(show);
   return {sub, [o] {
             const Tokenizer tok = Tokenizer::load(o->tokenizer);
             const bool parse_special = !o->no_special;
             const std::string input = read_stdin();
             std::string out;
+            if (o->show_loss) {
+              const std::string name = o->format.empty() ? "chat" : o->format;
+              const auto format = parse_data_format(name);
+              if (!format || *format == DataFormat::kTokens) {
+                fail("--format: '{}' is not a text data format ({})", name, data_format_choices());
+              }
+              if (o->chat && *format != DataFormat::kChat) {
+                fail("--chat reads chat records; drop it to show --format {}", name);
+              }
+              const LineEncoder encoder(*format, &tok, tok.vocab_size(), o->train_on_prompt);
+              const LossMarks marks = LossMarks::for_stdout();
+              // JSONL, or a JSON array of records, as a data file is read.
+              for (const SourceLine& rec : source_lines(input, "stdin")) {
+                const std::string where = fmt::format("stdin:{}", rec.number);
+                in_context(where, out, [&] {
+                  show_loss(out, tok, encoder, rec.text, where, rec.position(), marks);
+                });
+                if (out.size() > (1 << 20)) flush(out);
+              }
+              flush(out);
+              return 0;
+            }
             if (!o->jsonl && !o->chat) {
               in_context("stdin", out, [&] { write_ids(out, tok.encode(input, parse_special)); });
               flush(out);

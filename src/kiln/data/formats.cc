@@ -78,9 +78,11 @@ std::optional<DataFormat> infer_data_format(const OrderedJson& record) {
 DataFormat infer_file_format(const fs::path& file, const std::string& flag) {
   const std::string text = read_file(file);
   const std::vector<SourceLine> lines = source_lines(text, file.string());
-  if (lines.empty()) fail("{}: no records, so no data format to infer ({} sets it)", file.string(), flag);
+  if (lines.empty())
+    fail("{}: no records, so no data format to infer ({} sets it)", file.string(), flag);
   const std::string where = fmt::format("{}:{}", file.string(), lines.front().number);
-  const auto format = infer_data_format(parse_json_ordered(lines.front().text, where));
+  const auto format =
+      infer_data_format(parse_json_ordered(lines.front().text, where, lines.front().position()));
   if (!format) {
     fail(
         "{}: the first record has none of the fields that name a data format (messages, "
@@ -204,16 +206,18 @@ std::vector<Segment> LineEncoder::segments_of(const OrderedJson& obj,
   return {};
 }
 
-std::vector<Segment> LineEncoder::segments(std::string_view line, const std::string& where) const {
-  const OrderedJson obj = parse_json_ordered(line, where);
+std::vector<Segment> LineEncoder::segments(std::string_view line, const std::string& where,
+                                           TextPosition origin) const {
+  const OrderedJson obj = parse_json_ordered(line, where, origin);
   if (!obj.is_object()) fail("{}: expected a JSON object, got {}", where, preview(obj));
   return segments_of(obj, where);
 }
 
-Example LineEncoder::encode(std::string_view line, const std::string& where) const {
-  if (format_ == DataFormat::kTokens) return parse_tokens_line(line, vocab_size_, where);
+Example LineEncoder::encode(std::string_view line, const std::string& where,
+                            TextPosition origin) const {
+  if (format_ == DataFormat::kTokens) return parse_tokens_line(line, vocab_size_, where, origin);
   try {
-    return encode_segments(*tokenizer_, segments(line, where));
+    return encode_segments(*tokenizer_, segments(line, where, origin));
   } catch (const Error& e) {
     // The tokenizer's own errors (a regex hitting its match limit) do not know the line.
     const std::string msg = e.what();

@@ -108,10 +108,13 @@ class LineEncoder {
               bool train_on_prompt);
 
   // The example of one line. Throws kiln::Error "<where>: <field>: <problem>" for a bad line:
-  // malformed JSON or UTF-8, a missing field, a wrong type or role, nothing to learn.
-  Example encode(std::string_view line, const std::string& where) const;
-  // The segments of one line (text formats only), for tests and tools.
-  std::vector<Segment> segments(std::string_view line, const std::string& where) const;
+  // malformed JSON or UTF-8, a missing field, a wrong type or role, nothing to learn. `origin`:
+  // where the line starts in its file, for the position of a JSON syntax error.
+  Example encode(std::string_view line, const std::string& where, TextPosition origin = {}) const;
+  // The segments of one line (text formats only), for tests and tools (kiln tokenize
+  // --show-loss): those whose tokens take loss have train set.
+  std::vector<Segment> segments(std::string_view line, const std::string& where,
+                                TextPosition origin = {}) const;
 
   DataFormat format() const { return format_; }
 

@@ -187,7 +187,7 @@ MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bo
   s.on_cpu = on_cpu;
   s.gloo = on_cpu || r.dist.communicator == "gloo";
   s.shm_lane = s.gloo && world_size > 1 && per_node == world_size;
-  s.eval = !r.data.eval.empty();
+  s.eval = !r.data.eval.empty() || r.data.eval_split > 0;
   return s;
 }
 

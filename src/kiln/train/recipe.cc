@@ -376,7 +376,8 @@ Recipe::TrainFile train_file(const Entry& e, const std::string& key, const PathO
   const YAML::Node path = e.node["path"];
   if (!path) Reader::bad(e, key, "missing 'path' (an entry is a path or {path, format, weight})");
   f.path = path_of(Entry{path, e.where, e.from_override}, key + ".path");
-  if (const YAML::Node n = e.node["format"]) f.format = format_of(Entry{n, e.where}, key + ".format");
+  if (const YAML::Node n = e.node["format"])
+    f.format = format_of(Entry{n, e.where}, key + ".format");
   if (const YAML::Node n = e.node["weight"]) {
     const Entry w{n, e.where};
     f.weight = Reader::to_double(w, key + ".weight");
@@ -390,6 +391,11 @@ Recipe::TrainFile train_file(const Entry& e, const std::string& key, const PathO
 }  // namespace
 
 const std::vector<std::string>& recipe_keys() { return kKeys; }
+
+const char* recipe_path_rule() {
+  return "a relative path in a recipe file is relative to the file's folder, one on the command "
+         "line to the working directory";
+}
 
 const std::string& train_file_format(const Recipe& r, const Recipe::TrainFile& f) {
   return f.format.empty() ? r.data.format : f.format;

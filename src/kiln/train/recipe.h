@@ -185,6 +185,11 @@ std::string recipe_to_yaml(const Recipe& recipe);
 // Every valid dotted key, in documentation order ("model.path", "data.train", ...).
 const std::vector<std::string>& recipe_keys();
 
+// How relative paths resolve, in words for errors that name a resolved path: "a relative path
+// in a recipe file is relative to the file's folder, one on the command line to the working
+// directory".
+const char* recipe_path_rule();
+
 // The format of data.train entry `file`: its own, else data.format.
 const std::string& train_file_format(const Recipe& recipe, const Recipe::TrainFile& file);
 

@@ -29,6 +29,23 @@ DataOptions data_options(const Recipe& r, const Recipe::TrainFile& f) {
   return data_options(r, f.path, train_file_format(r, f));
 }
 
+void check_context_length(const Recipe& r, const Qwen2Config& c, bool lead) {
+  if (r.data.seq_len <= c.max_position_embeddings) return;
+  if (!r.data.allow_long_context) {
+    fail(
+        "data.seq_len {} is above the model's max_position_embeddings {} ({}/config.json): lower "
+        "data.seq_len, or set data.allow_long_context=true to let RoPE extrapolate past the "
+        "positions the model was trained on",
+        r.data.seq_len, c.max_position_embeddings, r.model.path);
+  }
+  if (lead) {
+    KILN_LOG_WARN(
+        "data.allow_long_context: data.seq_len {} is above the model's max_position_embeddings "
+        "{}; RoPE extrapolates past the positions the model was trained on",
+        r.data.seq_len, c.max_position_embeddings);
+  }
+}
+
 std::unique_ptr<BatchSampler> make_sampler(const ExampleSource& dataset, const Recipe& r, int rank,
                                            int world_size) {
   if (r.data.pack) {
@@ -40,6 +57,11 @@ std::unique_ptr<BatchSampler> make_sampler(const ExampleSource& dataset, const R
 }
 
 namespace {
+// A data file the recipe names: its key, the resolved path and the path rule when it is missing.
+void require_file(const std::string& key, const std::string& path) {
+  if (!fs::exists(path)) fail("{}: {} does not exist ({})", key, path, recipe_path_rule());
+}
+
 // Micro-batches of one epoch of this rank's share.
 int64_t micro_batches_per_epoch(const ExampleSource& dataset, const Recipe& r, int rank,
                                 int world_size) {
@@ -80,6 +102,11 @@ int64_t train_steps(const Recipe& r, const ExampleSource& dataset, WorkerContext
 
 std::unique_ptr<TrainData> open_train_data(const Recipe& r, int64_t vocab_size,
                                            WorkerContext& ctx) {
+  for (size_t i = 0; i < r.data.train.size(); ++i) {
+    const std::string key =
+        r.data.train.size() == 1 ? "data.train" : fmt::format("data.train[{}]", i);
+    require_file(key, r.data.train[i].path);
+  }
   auto data = std::make_unique<TrainData>();
   const bool first = ctx.local_rank == 0;
   const auto load_all = [&] {
@@ -103,9 +130,10 @@ std::unique_ptr<TrainData> open_train_data(const Recipe& r, int64_t vocab_size,
     if (held->size() == 0) {
       size_t total = 0;
       for (const TokenizedDataset& f : data->files) total += f.size();
-      fail("data.eval_split: {} holds out no example (each file's share of the {} rounds to 0); "
-           "raise it or set data.eval",
-           r.data.eval_split, total);
+      fail(
+          "data.eval_split: {} holds out no example (each file's share of the {} rounds to 0); "
+          "raise it or set data.eval",
+          r.data.eval_split, total);
     }
     if (ctx.rank == 0) {
       KILN_LOG_INFO("data.eval_split {}: {} examples held out for evaluation, {} to train on",
@@ -117,6 +145,7 @@ std::unique_ptr<TrainData> open_train_data(const Recipe& r, int64_t vocab_size,
 }
 
 TokenizedDataset load_eval_data(const Recipe& r, int64_t vocab_size, bool verbose) {
+  require_file("data.eval", r.data.eval);
   DataOptions o = data_options(r, r.data.eval, r.data.format);
   o.use_cache = false;
   o.verbose = verbose;

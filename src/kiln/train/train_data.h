@@ -8,6 +8,7 @@
 #include "kiln/data/mixture.h"
 #include "kiln/data/sampler.h"
 #include "kiln/data/text_dataset.h"
+#include "kiln/model/config.h"
 #include "kiln/train/recipe.h"
 #include "kiln/train/runtime.h"
 
@@ -33,6 +34,10 @@ struct TrainData {
 // The sampler of data.pack over `dataset` for rank `rank` of `world_size`.
 std::unique_ptr<BatchSampler> make_sampler(const ExampleSource& dataset, const Recipe& recipe,
                                            int rank, int world_size);
+
+// data.seq_len against the model's max_position_embeddings: above it is an error naming both,
+// unless data.allow_long_context (then rank 0 (`lead`) warns that RoPE extrapolates).
+void check_context_length(const Recipe& recipe, const Qwen2Config& config, bool lead);
 
 // Optimizer steps to run: train.max_steps, or with train.epochs > 0 the steps that cover that
 // many epochs of this rank's share (micro-batches per epoch: the sampler's full batches unpacked;

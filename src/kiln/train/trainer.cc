@@ -44,6 +44,27 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// "12.3% over" or "4.0% under": how far a prediction is from the measurement, in words (a
+// signed percentage reads either way).
+std::string prediction_error(double predicted, double measured) {
+  if (measured <= 0) return "nothing measured";
+  const double pct = 100.0 * (predicted - measured) / measured;
+  if (std::fabs(pct) < 0.05) return "matches";
+  return fmt::format("{:.1f}% {}", std::fabs(pct), pct > 0 ? "over" : "under");
+}
+
+// model.path's config.json; a missing directory names the key, the resolved path and the rule.
+Qwen2Config read_model_config(const Recipe& r) {
+  const fs::path dir(r.model.path);
+  if (!fs::is_directory(dir)) {
+    fail("model.path: {} is not a directory ({})", dir.string(), recipe_path_rule());
+  }
+  if (!fs::exists(dir / "config.json")) {
+    fail("model.path: {} has no config.json (not a Hugging Face model directory)", dir.string());
+  }
+  return read_config(dir / "config.json");
+}
+
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
   const auto t = static_cast<int64_t>(s + 0.5);
@@ -86,7 +107,8 @@ class Trainer {
   void open_eval_data();
   void resume();
   void claim_run_dir();
-  void check_same_run(const fs::path& checkpoint, bool refuse) const;
+  void check_same_run(const Recipe& before, const fs::path& checkpoint, bool refuse) const;
+  void note_step_budget(const Recipe& before, const fs::path& checkpoint) const;
   StepMetrics train_step(int64_t step);
   double evaluate(int64_t step);
   void log_step(const StepMetrics& m, const std::optional<double>& eval_loss);
@@ -114,8 +136,8 @@ class Trainer {
   Fsdp fsdp_;
   std::unique_ptr<TrainData> data_;
   std::optional<TokenizedDataset> eval_file_;  // data.eval's examples
-  const ExampleSource* eval_data_ = nullptr;    // eval_file_, or data.eval_split's held-out set
-  std::string eval_name_;                       // what eval_data_ is, for messages
+  const ExampleSource* eval_data_ = nullptr;   // eval_file_, or data.eval_split's held-out set
+  std::string eval_name_;                      // what eval_data_ is, for messages
   std::optional<EvalBatches> eval_batches_;
   Optimizer opt_;
   const ScheduleSettings schedule_;
@@ -198,7 +220,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       lead_(ctx.rank == 0),
       run_dir_(r.output.dir),
       recipe_yaml_(recipe_to_yaml(r)),
-      config_(read_config(fs::path(r.model.path) / "config.json")),
+      config_(read_model_config(r)),
       model_files_(lead_ ? std::make_shared<const HfModelFiles>(
                                HfModelFiles::read(r.model.path, r.data.tokenizer))
                          : nullptr),
@@ -217,6 +239,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       step_scalars_host_(*backend_, 2),
       batches_(r.train.grad_accum_steps),
       tty_(::isatty(STDERR_FILENO) != 0) {
+  check_context_length(r_, config_, lead_);
   claim_run_dir();
   if (lead_) {
     fs::create_directories(run_dir_);
@@ -304,7 +327,9 @@ void Trainer::resume() {
     from = check_checkpoint(fs::path(r_.train.resume), model_.layout(), world_);
   }
   if (from) {
-    check_same_run(from->dir, /*refuse=*/r_.train.resume == "auto");
+    const Recipe before = checkpoint_recipe(from->dir);
+    check_same_run(before, from->dir, /*refuse=*/r_.train.resume == "auto");
+    note_step_budget(before, from->dir);
     const CheckpointState st = load_checkpoint(*from, model_.layout(), fsdp_, opt_);
     data_->sampler->restore(st.sampler);
     start_step_ = st.step;
@@ -340,8 +365,8 @@ void Trainer::claim_run_dir() {
 // The checkpoint must be this run's (run_identity.h): train.resume=auto refuses another run's,
 // naming the key; an explicit checkpoint directory may start a different run from it (a
 // warning says what differs).
-void Trainer::check_same_run(const fs::path& checkpoint, bool refuse) const {
-  const auto change = run_identity_change(checkpoint_recipe(checkpoint), r_);
+void Trainer::check_same_run(const Recipe& before, const fs::path& checkpoint, bool refuse) const {
+  const auto change = run_identity_change(before, r_);
   if (!change) return;
   const std::string what =
       fmt::format("{} was written by another run: {} was {}, is {}", checkpoint.string(),
@@ -353,6 +378,27 @@ void Trainer::check_same_run(const fs::path& checkpoint, bool refuse) const {
         what);
   }
   if (lead_) KILN_LOG_WARN("train.resume: {}; continuing from it as asked", what);
+}
+
+// The step budget may change on resume (run_identity.h), but it reshapes the learning-rate
+// schedule, which decays to the last step: one line says so, with both values.
+void Trainer::note_step_budget(const Recipe& before, const fs::path& checkpoint) const {
+  if (!lead_) return;
+  const auto& a = before.train;
+  const auto& b = r_.train;
+  std::string what;
+  if (a.epochs != b.epochs) {
+    what = fmt::format("train.epochs was {}, is {}", a.epochs, b.epochs);
+  } else if (b.epochs == 0 && a.max_steps != b.max_steps) {
+    what = fmt::format("train.max_steps was {}, is {}", a.max_steps, b.max_steps);
+  } else {
+    return;
+  }
+  KILN_LOG_WARN("resuming {} with another step budget: {}; the run now ends at step {}{}",
+                checkpoint.string(), what, max_steps_,
+                r_.schedule.name == "constant"
+                    ? std::string()
+                    : fmt::format(" and the {} schedule decays to it", r_.schedule.name));
 }
 
 CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
@@ -530,12 +576,12 @@ void Trainer::log_memory(size_t pool_bytes) const {
       static_cast<double>(on_cpu ? peak_resident_bytes() : backend_->memory_stats().peak);
   const double predicted = static_cast<double>(plan_.peak);
   KILN_LOG_INFO(
-      "rank {}: peak {} {:.0f} MiB, predicted {:.0f} MiB ({:+.1f}%); peak RSS {:.0f} MiB; sharded "
+      "rank {}: peak {} {:.0f} MiB, predicted {:.0f} MiB ({}); peak RSS {:.0f} MiB; sharded "
       "params+grads {:.0f} MiB, optimizer state {:.0f} MiB, peak gathered units {:.0f} MiB, "
       "FSDP pool {:.0f} MiB (predicted {:.0f}), activations {:.0f} MiB (predicted {:.0f})",
       ctx_.rank, on_cpu ? "RSS" : "device memory", measured / 1048576.0, predicted / 1048576.0,
-      measured > 0 ? 100.0 * (predicted - measured) / measured : 0.0,
-      peak_resident_bytes() / 1048576.0, fsdp_.shard_bytes() / 1048576.0, opt_bytes / 1048576.0,
+      prediction_error(predicted, measured), peak_resident_bytes() / 1048576.0,
+      fsdp_.shard_bytes() / 1048576.0, opt_bytes / 1048576.0,
       fsdp_.peak_gathered_bytes() / 1048576.0, pool_bytes / 1048576.0,
       (plan_.gathered + plan_.grad_buffers + plan_.comm) / 1048576.0,
       model_.activation_bytes() / 1048576.0, plan_.activations / 1048576.0);
