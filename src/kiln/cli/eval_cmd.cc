@@ -42,9 +42,7 @@ Command add_eval(CLI::App& app) {
   sub->add_flag("--json", o->json, "Print {\"loss\": ..., \"tokens\": ...}");
   return {sub, [o] {
             std::optional<DataFormat> format;
-            if (o->format.empty()) {
-              format = infer_file_format(o->data, "--format");
-            } else if (format = parse_data_format(o->format); !format) {
+            if (!o->format.empty() && !(format = parse_data_format(o->format))) {
               fail("--format: unknown data format '{}' ({})", o->format, data_format_choices());
             }
             const fs::path dir = o->model;
@@ -65,7 +63,7 @@ Command add_eval(CLI::App& app) {
             }
             DataOptions d;
             d.path = o->data;
-            d.format = *format;
+            d.format = format ? *format : infer_file_format(o->data, "--format");
             d.tokenizer = o->tokenizer.empty() ? dir : fs::path(o->tokenizer);
             d.seq_len = o->seq_len;
             d.use_cache = false;  // evaluation sets are small; leave no files behind
