@@ -1,8 +1,10 @@
 // cuda_gemm_ceiling: the bf16 matrix-product rate this GPU actually reaches through cuBLASLt
 // (bf16 inputs and outputs, fp32 accumulation), at large square shapes and at the Qwen2.5-1.5B
 // layer shapes of one training micro-batch (M = batch x 2048 tokens). The largest rate is the
-// measured ceiling kiln's MFU figures are taken against (scripts/gpu_check.sh). Prints figures;
-// never judges them. Without a GPU it prints one line and exits 77.
+// measured ceiling kiln's MFU figures are taken against (scripts/gpu_check.sh), printed beside
+// the GPU's published peak (kernels/cuda/gpu_peak_flops.h); and the device-to-device copy
+// bandwidth (bytes read plus written), the memory side of the check's roofline estimates.
+// Prints figures; never judges them. Without a GPU it prints one line and exits 77.
 //
 //   cuda_gemm_ceiling [--tokens M] [--reps R] [--trials N]
 //
@@ -22,6 +24,7 @@
 
 #include "kiln/kernels/cuda/cuda_check.h"
 #include "kiln/kernels/cuda/cuda_devices.h"
+#include "kiln/kernels/cuda/gpu_peak_flops.h"
 
 namespace {
 
@@ -150,6 +153,39 @@ Result time_shape(cublasLtHandle_t lt, const Shape& s, void* workspace, int reps
   return r;
 }
 
+// Device-to-device copies of `bytes` (best of `trials` runs of `reps`), in GB/s counting the
+// bytes read and written; 0 when the buffers do not fit.
+double copy_bandwidth(size_t bytes, int reps, int trials) {
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    if (a != nullptr) cudaFree(a);
+    return 0;
+  }
+  KILN_CUDA_CHECK(cudaMemset(a, 1, bytes));
+  KILN_CUDA_CHECK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));  // warm-up
+  cudaEvent_t t0, t1;
+  KILN_CUDA_CHECK(cudaEventCreate(&t0));
+  KILN_CUDA_CHECK(cudaEventCreate(&t1));
+  double best_ms = 1e30;
+  for (int t = 0; t < trials; ++t) {
+    KILN_CUDA_CHECK(cudaEventRecord(t0));
+    for (int i = 0; i < reps; ++i) {
+      KILN_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+    }
+    KILN_CUDA_CHECK(cudaEventRecord(t1));
+    KILN_CUDA_CHECK(cudaEventSynchronize(t1));
+    float ms = 0;
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    best_ms = std::min(best_ms, static_cast<double>(ms) / reps);
+  }
+  KILN_CUDA_CHECK(cudaEventDestroy(t0));
+  KILN_CUDA_CHECK(cudaEventDestroy(t1));
+  KILN_CUDA_CHECK(cudaFree(a));
+  KILN_CUDA_CHECK(cudaFree(b));
+  return 2.0 * static_cast<double>(bytes) / (best_ms * 1e-3) / 1e9;
+}
+
 int int_flag(int argc, char** argv, const char* name, int fallback) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
@@ -195,6 +231,16 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("ceiling: %.1f TFLOP/s (%s)\n", ceiling, ceiling_shape.c_str());
+  int khz = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  const kiln::PeakFlops peak = kiln::gpu_peak_flops(prop.name, prop.major, prop.minor,
+                                                    prop.multiProcessorCount, khz, /*bf16=*/true);
+  std::printf("peak: %.0f TFLOP/s, %s; the ceiling is %.0f%% of it\n", peak.flops / 1e12,
+              peak.source.c_str(), peak.flops > 0 ? 100.0 * ceiling * 1e12 / peak.flops : 0.0);
+  // A quarter of the memory, at most 1 GiB per buffer: several times any L2.
+  const size_t copy_bytes = std::min<size_t>(size_t{1} << 30, prop.totalGlobalMem / 8);
+  std::printf("bandwidth: %.0f GB/s (device-to-device copy of %zu MiB, read + written)\n",
+              copy_bandwidth(copy_bytes, reps, trials), copy_bytes >> 20);
   std::fflush(stdout);
   KILN_CUDA_CHECK(cudaFree(workspace));
   cublasLtDestroy(lt);

@@ -22,9 +22,11 @@
 #
 #   run(command="bash gpu_pack/run.sh $OUT", carry=["gpu_pack"], timeout_s=600)
 #
-# run.sh needs no network and finishes within 9 minutes (KILN_GPU_CHECK_BUDGET_S=540); its
+# run.sh needs no network and finishes within 9 minutes (KILN_GPU_CHECK_BUDGET_S=540: every
+# command has a timeout and stops at the budget; summary.md is rewritten after every row); its
 # summary.md and at most 7 other files come back in $OUT. KILN_GPU_CHECK_FAKE=cpu runs it here on
-# the CPU at tiny sizes: `bash gpu_pack/run.sh /tmp/out` proves everything but the GPU itself.
+# the CPU at tiny sizes, sleeping the GPU-only commands' expected durations (scaled by
+# KILN_GPU_CHECK_TIME_SCALE): `bash gpu_pack/run.sh /tmp/out` proves everything but the GPU.
 # Environment for pack: JOBS (default 2), KILN_GPU_CHECK_ARCHS (default 90), BUILD (build-gpu).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -121,6 +123,9 @@ pack() {
     echo "archs=${KILN_GPU_CHECK_ARCHS:-90}"
     echo "binaries=$(cd "$stage/bin" && echo *)"
     echo "tests=${tests[*]}"
+    # The cuBLASLt kiln opens at run time (cublaslt_library.h): run.sh links it for kiln.
+    echo "dlopen=libcublasLt.so.$(sed -n 's/^#define CUBLAS_VER_MAJOR \([0-9]*\).*/\1/p' \
+      /usr/local/cuda/include/cublas_api.h)"
   } >"$dir/pack.env"
   echo "packed: $(cd "$stage/bin" && echo *)"
   echo "libraries: $(cd "$stage/lib" && echo *)"
@@ -137,8 +142,10 @@ pack() {
 
 case "${1:-}" in
   pack) pack "${2:-gpu_pack}" ;;
+  list-tests) echo "${tests[*]}" ;;
   *)
     echo "usage: scripts/gpu_check.sh pack [DIR]   (then run DIR/run.sh OUTDIR on the GPU machine)"
+    echo "       scripts/gpu_check.sh list-tests   (the test binaries a pack carries)"
     exit 2
     ;;
 esac

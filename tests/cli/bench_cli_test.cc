@@ -3,6 +3,8 @@
 // speed.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -46,6 +48,35 @@ TEST(BenchCli, TrainPrintsOneRowPerRecomputeMode) {
     EXPECT_GT(std::stod(f[9]), 0.0) << "peak RSS";
     EXPECT_GT(std::stod(f[10]), 0.0) << "estimate";
   }
+  // Before each row: the first step's loss beside ln(vocabulary), and each phase's time, FLOPs
+  // and bytes; the row itself stays the last line (bench/compare_train.sh takes `tail -1`).
+  std::istringstream is(r.out);
+  std::vector<std::string> losses, phases;
+  std::string line, last;
+  while (std::getline(is, line)) {
+    if (line.rfind("  first_loss ", 0) == 0) losses.push_back(line);
+    if (line.rfind("  phase ", 0) == 0) phases.push_back(line);
+    if (!line.empty()) last = line;
+  }
+  ASSERT_EQ(losses.size(), 2u) << r.out;
+  double loss = 0, ln_v = 0;
+  ASSERT_EQ(std::sscanf(losses[0].c_str(), "  first_loss %lf ln_vocab %lf", &loss, &ln_v), 2);
+  EXPECT_NEAR(ln_v, std::log(1024.0), 1e-4);  // tiny's vocabulary
+  EXPECT_NEAR(loss, ln_v, 0.2 * ln_v) << "a random model's loss is near ln(V)";
+  ASSERT_EQ(phases.size(), 10u) << r.out;  // five phases per row
+  EXPECT_NE(phases[0].find("phase gemm"), std::string::npos) << phases[0];
+  EXPECT_NE(phases[4].find("phase other"), std::string::npos) << phases[4];
+  for (const auto& p : phases) {
+    char name[32];
+    double s = -1, flop = -1, bytes = -1;
+    ASSERT_EQ(
+        std::sscanf(p.c_str(), "  phase %31s %lf s %lf flop %lf bytes", name, &s, &flop, &bytes), 4)
+        << p;
+    EXPECT_GE(s, 0.0) << p;
+    EXPECT_GT(flop, 0.0) << p;
+    EXPECT_GT(bytes, 0.0) << p;
+  }
+  EXPECT_EQ(last.rfind("tiny ", 0), 0u) << "the last line is a row: " << last;
 }
 
 // --list prints the rows a run would take (bench/compare_train.sh reads them) and measures nothing.

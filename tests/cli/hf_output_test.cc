@@ -5,6 +5,7 @@
 // load back into kiln with the same eval loss and serve as a base for another run.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <thread>
@@ -31,7 +32,8 @@ class HfOutput : public ::testing::Test {
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
            ("kiln_hf_output_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

@@ -14,10 +14,12 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kiln/base/process_lifetime.h"
 #include "kiln/kernels/backend.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cpu/gemm.h"
@@ -40,6 +42,22 @@ inline std::string target_name(Target t) {
       return "CudaBf16";
   }
   return "?";
+}
+
+// Which shapes a case runs: all of them (the suite), or only the tiny ones (the Tiny/ instances:
+// the CUDA cases the GPU check runs under compute-sanitizer, whose slowdown the Qwen-sized
+// shapes would not fit).
+enum class Sizes { kAll, kTiny };
+struct ParityParam {
+  Target target;
+  Sizes sizes;
+};
+inline std::string param_name(const ::testing::TestParamInfo<ParityParam>& info) {
+  return target_name(info.param.target);
+}
+// How gtest (and so ctest's test names) shows a case's parameter.
+inline void PrintTo(const ParityParam& p, std::ostream* os) {
+  *os << target_name(p.target) << (p.sizes == Sizes::kTiny ? ", tiny sizes" : ", all sizes");
 }
 
 // A backend under test, or why there is none (then its cases skip with that reason).
@@ -78,11 +96,16 @@ inline TargetBackend make_target(Target t) {
   return out;
 }
 
-// The backends of every target, made once per test process (a CUDA context is costly).
+// The backends of every target, made once per test process (a CUDA context is costly) and never
+// destroyed (process_lifetime.h): a CUDA backend's destructor frees device memory and gives back
+// its cuBLASLt handle, which must not happen from a static destructor, after the CUDA runtime and
+// cuBLASLt may have cleaned up (a crash after "[  PASSED  ]" would read as a failure).
 inline const TargetBackend& target_backend(Target t) {
-  static const std::array<TargetBackend, 4> all = {
-      make_target(Target::kAsyncFp32), make_target(Target::kAsyncBf16),
-      make_target(Target::kCudaFp32), make_target(Target::kCudaBf16)};
+  using All = std::array<TargetBackend, 4>;
+  const All& all = process_lifetime<All>([] {
+    return All{make_target(Target::kAsyncFp32), make_target(Target::kAsyncBf16),
+               make_target(Target::kCudaFp32), make_target(Target::kCudaBf16)};
+  });
   return all[static_cast<size_t>(t)];
 }
 

@@ -1,6 +1,7 @@
 // The shapes and the fixture of the backend parity suite: Qwen2.5-0.5B and 1.5B per-layer shapes
-// (few tokens, so the CPU reference runs in seconds) and a tiny one; the fixture gives each test
-// its backend under test, or skips with the reason there is none.
+// (few tokens, so the CPU reference runs in seconds) and a tiny one; at tiny sizes, the tiny one
+// and two small ones with the flash kernels' head dims. The fixture gives each test its backend
+// under test, or skips with the reason there is none.
 #pragma once
 
 #include <cmath>
@@ -15,11 +16,16 @@ struct LayerShape {
   std::string name;
   int hidden, heads, kv_heads, head_dim, intermediate;
 };
-inline const LayerShape kLayerShapes[] = {
-    {"tiny", 8, 2, 1, 4, 12},
-    {"qwen2.5-0.5b", 896, 14, 2, 64, 4864},
-    {"qwen2.5-1.5b", 1536, 12, 2, 128, 8960},
-};
+inline std::vector<LayerShape> layer_shapes(Sizes sizes) {
+  if (sizes == Sizes::kTiny) {
+    return {{"tiny", 8, 2, 1, 4, 12},
+            {"small-hd64", 128, 2, 1, 64, 352},
+            {"small-hd128", 256, 2, 1, 128, 704}};
+  }
+  return {{"tiny", 8, 2, 1, 4, 12},
+          {"qwen2.5-0.5b", 896, 14, 2, 64, 4864},
+          {"qwen2.5-1.5b", 1536, 12, 2, 128, 8960}};
+}
 // Tokens per op case.
 inline constexpr int kTokens = 6;
 
@@ -41,14 +47,17 @@ inline RopeTables rope_tables(int D, int max_pos = 64) {
   return t;
 }
 
-class BackendParity : public ::testing::TestWithParam<Target> {
+class BackendParity : public ::testing::TestWithParam<ParityParam> {
  protected:
   void SetUp() override {
-    const TargetBackend& t = target_backend(GetParam());
+    const TargetBackend& t = target_backend(GetParam().target);
     if (!t.backend) GTEST_SKIP() << t.missing;
     be_ = t.backend.get();
   }
   const Backend& be() const { return *be_; }
+  Sizes sizes() const { return GetParam().sizes; }
+  bool tiny() const { return sizes() == Sizes::kTiny; }
+  std::vector<LayerShape> layer_shapes() const { return parity::layer_shapes(sizes()); }
 
  private:
   const Backend* be_ = nullptr;

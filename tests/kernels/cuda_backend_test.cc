@@ -32,6 +32,22 @@ class CudaBackendTest : public ::testing::Test {
   }
 };
 
+// Without the driver's library the runtime says "CUDA driver version is insufficient for CUDA
+// runtime version", as it does for an old driver: the reason names the missing driver instead.
+TEST(CudaDevices, NoDriverIsNamedAsSuch) {
+  const std::string runtime = "CUDA driver version is insufficient for CUDA runtime version";
+  EXPECT_EQ(no_gpu_reason(runtime, /*driver_library_loads=*/false),
+            "no NVIDIA driver (libcuda.so.1 not found)");
+  EXPECT_EQ(no_gpu_reason(runtime, /*driver_library_loads=*/true), runtime);  // an old driver
+}
+
+TEST(CudaDevices, ThisMachineWithoutADriver) {
+  if (driver_library_loads()) GTEST_SKIP() << "libcuda.so.1 loads here";
+  const CudaDevices d = cuda_devices();
+  EXPECT_EQ(d.count, 0);
+  EXPECT_EQ(d.reason, "no NVIDIA driver (libcuda.so.1 not found)");
+}
+
 TEST_F(CudaBackendTest, MatmulAlgorithmsAreCachedPerShape) {
   const auto be = gpu_backend(ComputeDType::kBf16);
   const auto* cuda = dynamic_cast<const CudaBackend*>(be.get());

@@ -1,19 +1,27 @@
 // The host-side half of the CUDA backend's GEMMs, without a GPU: kiln's row-major linear-layer
 // products (and the LM head's, chunked) for the Qwen2.5-0.5B and 1.5B layer shapes, mapped to
 // cuBLASLt's column-major descriptors, read back through cublasLtMatrixLayoutGetAttribute and
-// cublasLtMatmulDescGetAttribute; the shape-key cache's keys; the cross-entropy's chunking.
+// cublasLtMatmulDescGetAttribute; the shape-key cache's keys; the choice of algorithms (several
+// candidates, the padded retry, the error naming the shape) with a fake heuristic; the
+// cross-entropy's chunking; the backend's scratch, counted in its memory statistics (on the CPU
+// backend's memory, which behaves the same for this).
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/test_backend.h"
 #include "kiln/base/error.h"
 #include "kiln/kernels/cuda/cross_entropy_plan.h"
 #include "kiln/kernels/cuda/cublaslt_library.h"
+#include "kiln/kernels/cuda/device_scratch.h"
 #include "kiln/kernels/cuda/gemm_lt.h"
+#include "kiln/kernels/cuda/gemm_lt_choice.h"
 #include "kiln/kernels/cuda/gemm_lt_desc.h"
+#include "kiln/kernels/cuda/gpu_peak_flops.h"
 #include "kiln/kernels/cuda/linear_gemms.h"
+#include "kiln/kernels/cuda/stream_scratch.h"
 
 namespace kiln::cuda {
 namespace {
@@ -276,7 +284,7 @@ TEST(CudaGemmHost, MisalignedBiasIsRefusedBeforeAnyGpuCall) {
   // cuBLASLt has no alignment preference for the epilogue bias, so run() refuses one that is not
   // 16-byte aligned (a q/k/v bias at an odd float offset of a flat unit) before it touches a GPU;
   // CudaBackend copies such a bias into aligned scratch first.
-  LtGemm g;
+  LtGemm g(testing::cpu_fp32());
   const GemmSpec s = linear_forward_spec(4, 8, 6, DType::F32, true);
   const auto* misaligned = reinterpret_cast<const float*>(uintptr_t{0x10004});
   const auto* fake = reinterpret_cast<const float*>(uintptr_t{0x10000});
@@ -294,7 +302,7 @@ TEST(CudaGemmHost, MisalignedBiasIsRefusedBeforeAnyGpuCall) {
 TEST(CudaGemmHost, NoGpuTouchedBeforeTheFirstGemm) {
   // cublasLtCreate fails without a driver (CUBLAS_STATUS_NOT_INITIALIZED); the handle and the
   // workspace are made by the first run(), so an LtGemm is built and destroyed anywhere.
-  const LtGemm g;
+  const LtGemm g(testing::cpu_fp32());
   EXPECT_EQ(g.cached_plans(), 0u);
 }
 
@@ -318,6 +326,202 @@ TEST(CudaCrossEntropyPlan, Chunks) {
   EXPECT_GE(p.padded_rows(), 1000);
   // No rows, no chunks.
   EXPECT_EQ(ce_plan(0, V).chunks, 0);
+}
+
+// ---- Choosing algorithms (gemm_lt_choice.h) ----
+
+// A distinct fake algorithm per candidate index.
+cublasLtMatmulAlgo_t fake_algo(uint64_t tag) {
+  cublasLtMatmulAlgo_t a{};
+  a.data[0] = tag;
+  return a;
+}
+
+// A fake heuristic: `n` candidates when every row is a multiple of 16 bytes and every pointer
+// 16-byte aligned, none otherwise; records what it was asked.
+struct RowAlignedHeuristic {
+  int n = 3;
+  std::vector<GemmKey> asked;
+  std::vector<cublasLtMatmulAlgo_t> operator()(const GemmKey& k) {
+    asked.push_back(k);
+    std::vector<cublasLtMatmulAlgo_t> out;
+    if (!rows_are_padded(k.spec) || k.align_a < 16 || k.align_b < 16 || k.align_c < 16) return out;
+    for (int i = 0; i < n; ++i) out.push_back(fake_algo(100 + i));
+    return out;
+  }
+};
+
+TEST(CudaGemmChoice, PaddedKeyRoundsRowsTo16Bytes) {
+  // The parity suite's tiny layer in bf16: hidden 8 (16 bytes), intermediate 12 (24 bytes).
+  const GemmKey down{linear_forward_spec(6, 12, 8, DType::BF16, false), 2, 8, 4, 256};
+  EXPECT_FALSE(rows_are_padded(down.spec));
+  const GemmKey p = padded_key(down);
+  EXPECT_EQ(p.spec.lda, 16);  // 12 bf16 -> 16 (32 bytes)
+  EXPECT_EQ(p.spec.ldb, 16);
+  EXPECT_EQ(p.spec.ldc, 8);  // 8 fp32 = 32 bytes already
+  EXPECT_EQ(p.align_a, 256);
+  EXPECT_EQ(p.align_b, 256);
+  EXPECT_EQ(p.align_c, 256);
+  EXPECT_EQ(p.align_bias, down.align_bias);
+  EXPECT_TRUE(rows_are_padded(p.spec));
+  // The shape itself is unchanged, and make_lt_descriptors takes the padded strides.
+  EXPECT_EQ(p.spec.M, down.spec.M);
+  EXPECT_EQ(p.spec.N, down.spec.N);
+  EXPECT_EQ(p.spec.K, down.spec.K);
+  EXPECT_NO_THROW(make_lt_descriptors(p.spec));
+  // A cross-entropy chunk with C = 4 in fp32 and V = 300: rows of 16 and 1200 bytes, nothing
+  // to pad; V = 301 pads the logits' rows (C) to 304 floats.
+  const GemmKey ce{linear_forward_spec(5, 4, 300, DType::F32, false), 256, 256, 256, 256};
+  EXPECT_EQ(padded_key(ce).spec, ce.spec);
+  EXPECT_EQ(
+      padded_key({linear_forward_spec(5, 4, 301, DType::F32, false), 256, 256, 256, 256}).spec.ldc,
+      304);
+  // bf16, C = 4: rows of 8 bytes.
+  const GemmSpec ce16 = linear_forward_spec(5, 4, 300, DType::BF16, false);
+  EXPECT_EQ(padded_key({ce16, 256, 256, 256, 256}).spec.lda, 8);
+}
+
+TEST(CudaGemmChoice, SeveralCandidatesAtTheOperandsAlignment) {
+  RowAlignedHeuristic h;
+  const GemmKey key{linear_forward_spec(64, 896, 128, DType::BF16, true), 256, 64, 256, 16};
+  const LtChoice c = choose_lt_algorithms(key, std::ref(h));
+  EXPECT_FALSE(c.padded);
+  EXPECT_EQ(c.run, key);
+  ASSERT_EQ(c.algos.size(), 3u);
+  EXPECT_EQ(c.algos[0].data[0], 100u);  // best first, as the heuristic gave them
+  EXPECT_EQ(c.algos[2].data[0], 102u);
+  ASSERT_EQ(h.asked.size(), 1u);
+  EXPECT_EQ(h.asked[0], key);
+}
+
+TEST(CudaGemmChoice, NoAlgorithmRetriesOnPaddedCopies) {
+  RowAlignedHeuristic h;
+  const GemmKey key{linear_forward_spec(6, 12, 8, DType::BF16, false), 256, 256, 256, 256};
+  const LtChoice c = choose_lt_algorithms(key, std::ref(h));
+  EXPECT_TRUE(c.padded);
+  EXPECT_EQ(c.run, padded_key(key));
+  EXPECT_EQ(c.algos.size(), 3u);
+  ASSERT_EQ(h.asked.size(), 2u);  // as given, then padded
+  EXPECT_EQ(h.asked[1], padded_key(key));
+  // An operand at a 4-byte offset (a slice of a flat unit) is also copied.
+  const GemmKey offset{linear_forward_spec(6, 16, 8, DType::BF16, false), 4, 256, 256, 256};
+  EXPECT_TRUE(choose_lt_algorithms(offset, RowAlignedHeuristic{}).padded);
+}
+
+TEST(CudaGemmChoice, NoneAtAllNamesTheShape) {
+  const auto never = [](const GemmKey&) { return std::vector<cublasLtMatmulAlgo_t>{}; };
+  const GemmKey odd{linear_forward_spec(6, 12, 8, DType::BF16, false), 256, 256, 256, 256};
+  try {
+    choose_lt_algorithms(odd, never);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("no algorithm for GEMM 6x8x12"), std::string::npos) << m;
+    EXPECT_NE(m.find("nor padded to"), std::string::npos) << m;
+    EXPECT_NE(m.find("lda=16"), std::string::npos) << m;
+  }
+  // Nothing to pad: one question, and the error says so.
+  int asked = 0;
+  const GemmKey even{linear_forward_spec(64, 64, 64, DType::BF16, false), 256, 256, 256, 256};
+  try {
+    choose_lt_algorithms(even, [&](const GemmKey&) {
+      ++asked;
+      return std::vector<cublasLtMatmulAlgo_t>{};
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no algorithm for GEMM 64x64x64"), std::string::npos);
+  }
+  EXPECT_EQ(asked, 1);
+}
+
+// ---- The backend's scratch in its memory statistics ----
+
+TEST(CudaScratch, DeviceScratchIsTheBackendsMemory) {
+  const auto be = make_backend(DeviceRequest::kCpu, ComputeDType::kFp32);
+  {
+    DeviceScratch s(*be);
+    EXPECT_EQ(be->memory_stats().in_use, 0u);  // nothing until asked
+    void* p = s.get(1000);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(be->memory_stats().in_use, DeviceScratch::kGranule);
+    EXPECT_EQ(s.get(DeviceScratch::kGranule), p);  // within the capacity: the same buffer
+    s.get(DeviceScratch::kGranule + 1);            // grows: the old one is freed
+    EXPECT_EQ(be->memory_stats().in_use, 2 * DeviceScratch::kGranule);
+    EXPECT_EQ(be->memory_stats().peak, 2 * DeviceScratch::kGranule);
+    LtGemm gemm(*be);  // its workspace and padded copies are scratch too, made on first use
+    EXPECT_EQ(be->memory_stats().in_use, 2 * DeviceScratch::kGranule);
+  }
+  EXPECT_EQ(be->memory_stats().in_use, 0u);  // freed with their owners
+}
+
+TEST(CudaScratch, WithoutAStreamOrderedPoolOnePersistentBuffer) {
+  const auto be = make_backend(DeviceRequest::kCpu, ComputeDType::kFp32);
+  MemoryCounter counter;
+  StreamScratchPool pool(*be, counter, /*stream_ordered=*/false);
+  EXPECT_FALSE(pool.stream_ordered());
+  void* first = nullptr;
+  {
+    StreamScratch s(4096, nullptr, pool);
+    first = s.as<void>();
+    ASSERT_NE(first, nullptr);
+    // One at a time: a second would share the buffer.
+    EXPECT_THROW(StreamScratch(16, nullptr, pool), Error);
+    s.release();
+  }
+  EXPECT_EQ(be->memory_stats().in_use, DeviceScratch::kGranule);  // kept for the next op
+  {
+    StreamScratch again(100, nullptr, pool);  // reused, no new allocation
+    EXPECT_EQ(again.as<void>(), first);
+  }
+  StreamScratch bigger(3 * DeviceScratch::kGranule, nullptr, pool);  // grows
+  EXPECT_EQ(be->memory_stats().in_use, 3 * DeviceScratch::kGranule);
+}
+
+// ---- Peak FLOP/s (gpu_peak_flops.h) ----
+
+TEST(GpuPeakFlops, PublishedFiguresByDeviceName) {
+  const auto tf = [](std::string_view name) {
+    const auto p = published_bf16_peak(name);
+    return p ? p->tflops : 0.0;
+  };
+  // Names as the driver reports them.
+  EXPECT_EQ(tf("NVIDIA H200"), 989);
+  EXPECT_EQ(tf("NVIDIA H100 80GB HBM3"), 989);
+  EXPECT_EQ(tf("NVIDIA H100 PCIe"), 756);
+  EXPECT_EQ(tf("NVIDIA A100-SXM4-80GB"), 312);
+  EXPECT_EQ(tf("NVIDIA A100 80GB PCIe"), 312);
+  EXPECT_EQ(tf("NVIDIA L4"), 121);
+  EXPECT_EQ(tf("NVIDIA L40S"), 362);
+  EXPECT_EQ(tf("NVIDIA L40"), 181);
+  EXPECT_EQ(tf("NVIDIA GeForce RTX 4090"), 165);
+  // Whole words only, and variants without a figure never borrow a sibling's.
+  EXPECT_EQ(tf("NVIDIA H100 NVL"), 0);
+  EXPECT_EQ(tf("NVIDIA H200 NVL"), 0);
+  EXPECT_EQ(tf("NVIDIA A10G"), 0);
+  EXPECT_EQ(tf("NVIDIA L4000"), 0);
+  EXPECT_EQ(tf("NVIDIA GeForce RTX 4090 D"), 165);
+  EXPECT_EQ(tf("Some Future GPU"), 0);
+  EXPECT_EQ(published_bf16_peak("NVIDIA H200")->gpu, "H200 SXM");
+}
+
+TEST(GpuPeakFlops, PublishedFirstElseTheClockWithANote) {
+  // An H200 at its 1980 MHz boost clock would be 1070 TFLOP/s by the clock; the sheet says 989.
+  PeakFlops p = gpu_peak_flops("NVIDIA H200", 9, 0, 132, 1980000, /*bf16=*/true);
+  EXPECT_DOUBLE_EQ(p.flops, 989e12);
+  EXPECT_NE(p.source.find("published"), std::string::npos) << p.source;
+  // Unknown: the estimate, saying so.
+  p = gpu_peak_flops("NVIDIA A10G", 8, 6, 80, 1710000, true);
+  EXPECT_DOUBLE_EQ(p.flops, 1024.0 * 80 * 1710000 * 1e3);
+  EXPECT_NE(p.source.find("estimate from the boost clock"), std::string::npos) << p.source;
+  EXPECT_NE(p.source.find("no published figure for NVIDIA A10G"), std::string::npos) << p.source;
+  // fp32 products (no TF32) are always the clock's.
+  p = gpu_peak_flops("NVIDIA H200", 9, 0, 132, 1980000, /*bf16=*/false);
+  EXPECT_DOUBLE_EQ(p.flops, 256.0 * 132 * 1980000 * 1e3);
+  // An architecture without a rate: 0, and why.
+  p = gpu_peak_flops("Tesla V100", 7, 0, 80, 1530000, true);
+  EXPECT_EQ(p.flops, 0);
+  EXPECT_NE(p.source.find("unknown"), std::string::npos) << p.source;
 }
 
 }  // namespace

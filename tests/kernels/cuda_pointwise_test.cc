@@ -12,9 +12,11 @@
 
 #include "backend_parity_shapes.h"
 #include "kiln/base/error.h"
+#include "kiln/kernels/backend.h"
 #include "kiln/kernels/cuda/cuda_check.h"
 #include "kiln/kernels/cuda/cuda_devices.h"
 #include "kiln/kernels/cuda/pointwise_ops.h"
+#include "kiln/kernels/cuda/stream_scratch.h"
 
 namespace kiln {
 namespace {
@@ -78,8 +80,17 @@ class CudaPointwise : public ::testing::Test {
     const CudaDevices d = cuda_devices();
     if (d.count == 0) GTEST_SKIP() << "no GPU visible: " << d.reason;
     KILN_CUDA_CHECK(cudaSetDevice(0));
+    gpu = make_backend(DeviceRequest::kCuda, ComputeDType::kFp32, 0);
+  }
+  // The reductions' scratch both ways: from the stream-ordered pool where the device has one,
+  // and from the persistent buffer used where it has none.
+  std::vector<bool> scratch_modes() const {
+    if (cuda::prepare_stream_pool(0)) return {true, false};
+    return {false};
   }
   cudaStream_t stream = nullptr;  // the legacy stream: Gpu::read synchronises the device
+  std::unique_ptr<Backend> gpu;   // owns the persistent scratch
+  MemoryCounter counter;
 };
 
 // Host-side behaviour, no GPU needed: an F16 pointer is an error before anything launches, and
@@ -99,19 +110,23 @@ TEST(CudaPointwiseHost, UnsupportedDtypeIsAnErrorNamingTheOp) {
 
 TEST(CudaPointwiseHost, EmptyOpsLaunchNothing) {
   const float* none = nullptr;
+  MemoryCounter counter;
+  cuda::StreamScratchPool pool(cpu(), counter, /*stream_ordered=*/false);
   cuda::embedding_forward(nullptr, nullptr, none, 0, 8, nullptr);
   cuda::embedding_backward(nullptr, nullptr, nullptr, 0, SIZE_MAX, 0, 8, nullptr);
   cuda::rmsnorm_forward(static_cast<float*>(nullptr), nullptr, nullptr, none, 0, 8, 1e-6f, nullptr);
   cuda::add_rmsnorm_forward(nullptr, static_cast<float*>(nullptr), nullptr, nullptr, nullptr, none,
                             0, 8, 1e-6f, nullptr);
-  cuda::rmsnorm_backward(nullptr, nullptr, nullptr, nullptr, none, nullptr, 0, 8, false, nullptr);
+  cuda::rmsnorm_backward(nullptr, nullptr, nullptr, nullptr, none, nullptr, 0, 8, false, nullptr,
+                         pool);
   cuda::rope_forward(nullptr, nullptr, nullptr, nullptr, 0, 2, 4, nullptr);
   cuda::rope_backward(nullptr, nullptr, nullptr, nullptr, 0, 2, 4, nullptr);
   cuda::swiglu_forward(static_cast<float*>(nullptr), nullptr, 0, 8, nullptr);
   cuda::swiglu_backward(nullptr, nullptr, nullptr, 0, 8, nullptr);
   cuda::add(nullptr, nullptr, nullptr, 0, nullptr);
   cuda::scale(nullptr, 2.0f, 0, nullptr);
-  cuda::sum_squares(nullptr, nullptr, 0, nullptr);
+  cuda::sum_squares(nullptr, nullptr, 0, nullptr, pool);
+  EXPECT_EQ(cpu().memory_stats().in_use, 0u);  // nothing taken either
   cuda::clip_by_norm(nullptr, 0, nullptr, 1.0, nullptr);
   cuda::adamw_step(nullptr, nullptr, nullptr, nullptr, 0, {}, nullptr);
   cuda::sgd_step(nullptr, nullptr, nullptr, 0, {}, nullptr);
@@ -215,19 +230,24 @@ TEST_F(CudaPointwise, RmsNormForwardAndBackward) {
     std::vector<float> want_dx = dx0, want_dw = dw0;
     cpu().rmsnorm_backward(want_dx.data(), want_dw.data(), dout.data(), want_sum.data(), w.data(),
                            want_rstd.data(), N, C, /*accumulate=*/true);
-    Gpu<float> dx(dx0), dw(dw0), doutd(dout);
-    std::vector<float> first_dw;
-    for (int run = 0; run < 2; ++run) {
-      KILN_CUDA_CHECK(cudaMemcpy(dw.get(), dw0.data(), C * sizeof(float), cudaMemcpyHostToDevice));
-      cuda::rmsnorm_backward(dx.get(), dw.get(), doutd.get(), sum.get(),
-                             ConstDevPtr(w16.get(), DType::BF16), rstd.get(), N, C,
-                             /*accumulate=*/run == 0, stream);
-      if (run == 0) {
-        expect_close("dx", widen(dx.read()), widen(want_dx), 1e-5);
-        first_dw = dw.read();
-        expect_close("dw", widen(first_dw), widen(want_dw), 1e-5);
-      } else {
-        EXPECT_EQ(dw.read(), first_dw) << "dw not deterministic";
+    for (const bool ordered : scratch_modes()) {
+      SCOPED_TRACE(ordered ? "stream-ordered scratch" : "persistent scratch");
+      cuda::StreamScratchPool pool(*gpu, counter, ordered);
+      Gpu<float> dx(dx0), dw(dw0), doutd(dout);
+      std::vector<float> first_dw;
+      for (int run = 0; run < 2; ++run) {
+        KILN_CUDA_CHECK(
+            cudaMemcpy(dw.get(), dw0.data(), C * sizeof(float), cudaMemcpyHostToDevice));
+        cuda::rmsnorm_backward(dx.get(), dw.get(), doutd.get(), sum.get(),
+                               ConstDevPtr(w16.get(), DType::BF16), rstd.get(), N, C,
+                               /*accumulate=*/run == 0, stream, pool);
+        if (run == 0) {
+          expect_close("dx", widen(dx.read()), widen(want_dx), 1e-5);
+          first_dw = dw.read();
+          expect_close("dw", widen(first_dw), widen(want_dw), 1e-5);
+        } else {
+          EXPECT_EQ(dw.read(), first_dw) << "dw not deterministic";
+        }
       }
     }
   }
@@ -287,13 +307,16 @@ TEST_F(CudaPointwise, SumSquaresIsDeterministicAndClipReadsTheDeviceNorm) {
   double want = 0.5;
   cpu().sum_squares(&want, x.data(), n);
   std::vector<double> runs;
-  for (int run = 0; run < 2; ++run) {
-    Gpu<double> s(std::vector<double>{0.5});
-    cuda::sum_squares(s.get(), xd.get(), n, stream);
-    runs.push_back(s.read()[0]);
+  for (const bool ordered : scratch_modes()) {
+    cuda::StreamScratchPool pool(*gpu, counter, ordered);
+    for (int run = 0; run < 2; ++run) {
+      Gpu<double> s(std::vector<double>{0.5});
+      cuda::sum_squares(s.get(), xd.get(), n, stream, pool);
+      runs.push_back(s.read()[0]);
+    }
   }
   EXPECT_NEAR(runs[0], want, 1e-12 * want);
-  EXPECT_EQ(runs[0], runs[1]);
+  for (const double r : runs) EXPECT_EQ(r, runs[0]);  // either scratch, every run
   for (const double max_norm : {1.0, 1e6}) {
     Gpu<double> sq(std::vector<double>{runs[0]});
     Gpu<float> g(x);

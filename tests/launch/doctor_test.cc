@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include "kiln/base/error.h"
+#if KILN_HAVE_CUDA
+#include "kiln/kernels/cuda/cuda_devices.h"
+#endif
 
 namespace kiln {
 namespace {
@@ -298,7 +301,7 @@ TEST(Doctor, DriverWithoutVisibleGpus) {
 // What a CUDA build reports on this machine without a driver (static cudart answers anyway).
 CudaBackendProbe no_gpu_backend() {
   CudaBackendProbe b;
-  b.no_gpu_reason = "CUDA driver version is insufficient for CUDA runtime version";
+  b.no_gpu_reason = "no NVIDIA driver (libcuda.so.1 not found)";
   b.runtime_version = 13000;
   b.cublaslt_version = 130100;
   b.nccl_version = 22803;
@@ -325,15 +328,14 @@ TEST(Doctor, CudaBackendWithoutGpuIsANoteNotAFailure) {
   EXPECT_FALSE(r.failed()) << doctor_text(r, {});
   EXPECT_EQ(r.count(Level::kWarn), 0) << doctor_text(r, {});
   EXPECT_EQ(joined(lines(r, Level::kNote, "backend")),
-            "CUDA backend: no GPU visible (CUDA driver version is insufficient for CUDA runtime "
-            "version); train.device=auto runs on the CPU; driver none, runtime CUDA 13.0, "
-            "cuBLASLt 130100, NCCL 2.28.3\n");
+            "CUDA backend: no GPU visible (no NVIDIA driver (libcuda.so.1 not found)); "
+            "train.device=auto runs on the CPU; driver none, runtime CUDA 13.0, cuBLASLt 130100, "
+            "NCCL 2.28.3\n");
   EXPECT_HAS(doctor_text(r, {}), "note  backend CUDA backend: no GPU visible (");
   // Asking for CUDA is what makes it a failure.
   const auto reqs = check_requirements(r, {"device=cuda"});
   EXPECT_FALSE(reqs[0].met);
-  EXPECT_EQ(reqs[0].reason,
-            "no GPU visible (CUDA driver version is insufficient for CUDA runtime version)");
+  EXPECT_EQ(reqs[0].reason, "no GPU visible (no NVIDIA driver (libcuda.so.1 not found))");
   EXPECT_HAS(doctor_text(r, reqs), "FAIL  require device=cuda: no GPU visible (");
   EXPECT_THROW(check_requirements(r, {"device=tpu"}), Error);
   // A loaded driver whose GPUs the backend cannot see is worth a warning.
@@ -390,8 +392,7 @@ TEST(Doctor, ProbeCudaVerdict) {
   CudaBackendProbe b = no_gpu_backend();
   CudaProbeVerdict v = cuda_probe_verdict(b);
   EXPECT_FALSE(v.ok);
-  EXPECT_EQ(v.line,
-            "no GPU visible (CUDA driver version is insufficient for CUDA runtime version)");
+  EXPECT_EQ(v.line, "no GPU visible (no NVIDIA driver (libcuda.so.1 not found))");
   b.no_gpu_reason.clear();
   b.driver_version = 13000;
   b.gpus = {{0, "NVIDIA H200", 140 * kGiB, 9, 0, 132}, {1, "NVIDIA H200", 140 * kGiB, 9, 0, 132}};
@@ -415,6 +416,11 @@ TEST(Doctor, RealCudaBackendProbe) {
   const DoctorReport r = run_doctor(p);
   if (b->gpus.empty()) {
     EXPECT_FALSE(b->no_gpu_reason.empty());
+    // Without the driver's library the runtime's "CUDA driver version is insufficient" would
+    // mislead: the reason says there is no driver.
+    if (!driver_library_loads()) {
+      EXPECT_EQ(b->no_gpu_reason, "no NVIDIA driver (libcuda.so.1 not found)");
+    }
     EXPECT_HAS(joined(lines(r, Level::kNote, "backend")),
                "CUDA backend: no GPU visible (" + b->no_gpu_reason + ")");
   } else {

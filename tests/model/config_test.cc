@@ -4,6 +4,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/model/layout.h"
+#include "kiln/model/phase_costs.h"
 
 namespace kiln {
 namespace {
@@ -51,6 +52,50 @@ TEST(Config, NamesMissingAndBadFields) {
 }
 
 TEST(Config, UnknownPreset) { EXPECT_THROW(preset_config("gpt2"), Error); }
+
+// The GPU check's tiny models reach the flash attention kernels (head_dim 64 and 128, grouped
+// query heads) with a vocabulary the demo tokens fit.
+TEST(Config, TinyPresetsWithFlashHeadDims) {
+  for (const auto& [name, D] : {std::pair{"tiny-hd64", 64}, {"tiny-hd128", 128}}) {
+    const Qwen2Config c = preset_config(name);
+    EXPECT_EQ(c.head_dim(), D) << name;
+    EXPECT_EQ(c.num_attention_heads % c.num_key_value_heads, 0) << name;
+    EXPECT_GT(c.num_attention_heads, c.num_key_value_heads) << name;
+    EXPECT_EQ(c.vocab_size, preset_config("tiny").vocab_size) << name;
+    EXPECT_LT(parameter_count(c), 3'000'000) << name;
+  }
+  EXPECT_EQ(preset_config("tiny").head_dim(), 16);  // the reference kernels' case
+}
+
+// phase_costs: MFU's FLOPs are the products, the LM head and attention without recomputation;
+// recomputation adds one forward; every phase moves bytes.
+TEST(PhaseCosts, SumToTrainFlopsAndGrowWithRecompute) {
+  const Qwen2Config c = preset_config("qwen2.5-0.5b");
+  const StepShape s{.tokens = 4096, .seq = 2048, .head_rows = 4000, .act_bytes = 2};
+  const PhaseCosts p = phase_costs(c, s);
+  const auto at = [](const PhaseCosts& x, Phase ph) { return x[static_cast<int>(ph)]; };
+  EXPECT_DOUBLE_EQ(
+      at(p, Phase::kGemm).flops + at(p, Phase::kLmHead).flops + at(p, Phase::kAttention).flops,
+      train_flops(c, 4096, 2048, 4000));
+  // 6 x V x C x rows for the head, by hand.
+  EXPECT_DOUBLE_EQ(at(p, Phase::kLmHead).flops, 6.0 * 151936 * 896 * 4000);
+  StepShape r = s;
+  r.recompute = true;
+  const PhaseCosts q = phase_costs(c, r);
+  // One more forward of the layers: 8/6 of the products' FLOPs, 4/3 of attention's.
+  EXPECT_DOUBLE_EQ(at(q, Phase::kGemm).flops, at(p, Phase::kGemm).flops * 8 / 6);
+  EXPECT_DOUBLE_EQ(at(q, Phase::kAttention).flops, at(p, Phase::kAttention).flops * 4 / 3);
+  EXPECT_EQ(at(q, Phase::kLmHead).flops, at(p, Phase::kLmHead).flops);
+  for (int i = 0; i < kNumPhases; ++i) {
+    EXPECT_GT(p[i].bytes, 0) << i;
+    EXPECT_GT(q[i].bytes, p[i].bytes * (i == static_cast<int>(Phase::kGemm) ? 1.0 : 0.99)) << i;
+  }
+  // The optimizer reads and writes 40 bytes per parameter; fp32 inputs move more than bf16.
+  EXPECT_DOUBLE_EQ(at(p, Phase::kOptimizer).bytes, 40.0 * parameter_count(c));
+  StepShape f = s;
+  f.act_bytes = 4;
+  EXPECT_GT(at(phase_costs(c, f), Phase::kGemm).bytes, at(p, Phase::kGemm).bytes);
+}
 
 TEST(Layout, UnitsAndOffsets) {
   Qwen2Config c = preset_config("tiny");

@@ -6,12 +6,17 @@
 //
 // Each (shape, recompute) row runs in a fresh child process (this binary re-executed with
 // --row), so its peak RSS is its own and not the high-water mark of an earlier, larger shape.
+// Before each row, indented lines give the first step's loss per target beside ln(vocabulary)
+// (what an untrained model's loss is near: a broken kernel shows at once) and, per phase, the
+// profiled step's time with the phase's estimated FLOPs and bytes (model/phase_costs.h) for a
+// roofline comparison (scripts/gpu_check_report.py makes it); the row stays the last line.
 #include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -24,6 +29,7 @@
 #include "kiln/kernels/host_cpu.h"
 #include "kiln/kernels/phase_timed_backend.h"
 #include "kiln/model/init.h"
+#include "kiln/model/phase_costs.h"
 #include "kiln/model/qwen2.h"
 #include "kiln/train/optimizer.h"
 
@@ -147,21 +153,24 @@ void run_row(const BenchOpts& o) {
   Batch b;
   fill_batch(b, c, o.batch, o.seq);
   const float scale = 1.0f / static_cast<float>(b.num_targets());
+  // Returns the step's loss sum (read back at the end of forward and backward).
   const auto step = [&] {
     store.zero_grads();
-    model.forward_backward(b, store, scale, recompute);
+    const double loss_sum = model.forward_backward(b, store, scale, recompute);
     opt.begin_step();
     for (int u = 0; u < store.num_units(); ++u) {
       opt.step(u, store.params(u).data(), store.grads(u).data(), 1e-4);
     }
     be->synchronize();
+    return loss_sum;
   };
   std::vector<double> times;
-  double busy0 = 0, own0 = 0;
+  double busy0 = 0, own0 = 0, first_loss = 0;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     if (s == o.warmup) busy0 = machine_busy_seconds(), own0 = own_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
-    step();
+    const double loss_sum = step();
+    if (s == 0) first_loss = loss_sum / static_cast<double>(b.num_targets());
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= o.warmup) times.push_back(dt);
   }
@@ -180,6 +189,19 @@ void run_row(const BenchOpts& o) {
                       : o.dtype == "bf16"           ? o.peak_bf16
                                                     : o.peak_fp32;
   const double hwm_mib = proc_status_kib("VmHWM") / 1024.0;
+  std::printf("  first_loss %.4f ln_vocab %.4f\n", first_loss,
+              std::log(static_cast<double>(c.vocab_size)));
+  const PhaseCosts costs =
+      phase_costs(c, {.tokens = tokens,
+                      .seq = o.seq,
+                      .head_rows = b.num_targets(),
+                      .act_bytes = static_cast<double>(dtype_size(be->activation_dtype())),
+                      .recompute = recompute});
+  for (int i = 0; i < kNumPhases; ++i) {
+    std::printf("  phase %-9s %10.6f s %11.4e flop %11.4e bytes\n",
+                std::string(phase_name(static_cast<Phase>(i))).c_str(), phases.seconds[i],
+                costs[i].flops, costs[i].bytes);
+  }
   std::printf(
       "%-13s %7.1fM %3dx%-4d %-4s %-4s %9.4f %9.0f %8.1f %6.1f%% %8.0f %8.0f %7.0f %9.1f %8.0f "
       "%s\n",
@@ -277,7 +299,8 @@ int run_bench(BenchOpts o) {
       "time by phase (gemm: the layers' products; lmh: fused LM head and loss; attn: attention; "
       "opt: optimizer; other: norms, RoPE, SwiGLU, embedding, copies), timed by an event after "
       "every op, phase_s = that step's time (one process: no communication; `kiln bench comm` "
-      "times collectives)\n",
+      "times collectives); the indented lines before a row give its first step's loss beside "
+      "ln(vocabulary) and each phase's time with its estimated FLOPs and bytes\n",
       o.device.c_str());
   std::printf(
       "%-13s %8s %-8s %-4s %-4s %9s %9s %8s %7s %8s %8s %7s %9s %8s %6s %6s %6s %6s %6s "

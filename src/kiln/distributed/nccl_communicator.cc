@@ -24,6 +24,7 @@
 #include "kiln/distributed/sub_group.h"
 #include "kiln/kernels/cuda/cuda_check.h"
 #include "kiln/kernels/cuda/cuda_stream.h"
+#include "kiln/kernels/cuda/stream_scratch.h"
 
 namespace kiln {
 
@@ -138,11 +139,13 @@ struct Health {
   }
 };
 
-// An op on host buffers leaves its result in pinned memory; the wait copies it out.
+// An op on host buffers leaves its result in pinned memory; the wait copies it out. Where the
+// device has no stream-ordered pool, the device staging (cudaMalloc) is freed with it.
 struct HostResult {
   void* pinned = nullptr;
   void* out = nullptr;
   size_t bytes = 0;
+  void* staging = nullptr;
 };
 
 class NcclWork final : public Work {
@@ -154,6 +157,7 @@ class NcclWork final : public Work {
     if (host_.pinned == nullptr) return;
     cudaEventSynchronize(done_->native());  // the copy into it must be over before it is freed
     cudaFreeHost(host_.pinned);
+    if (host_.staging != nullptr) cudaFree(host_.staging);
   }
   NcclWork(const NcclWork&) = delete;
   NcclWork& operator=(const NcclWork&) = delete;
@@ -180,6 +184,8 @@ class NcclWork final : public Work {
       std::memcpy(host_.out, host_.pinned, host_.bytes);
       cudaFreeHost(host_.pinned);
       host_.pinned = nullptr;
+      if (host_.staging != nullptr) KILN_CUDA_CHECK(cudaFree(host_.staging));
+      host_.staging = nullptr;
     }
   }
 
@@ -218,6 +224,7 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(GroupSpec g, ncclComm_t comm)
       : g_(std::move(g)), store_(std::make_shared<PrefixStore>(g_.name, g_.root)) {
     KILN_CUDA_CHECK(cudaGetDevice(&device_));
+    stream_pool_ = cuda::prepare_stream_pool(device_);
     health_->comm = comm;
     stream_ = std::make_unique<CudaStream>();
     progress_ = std::make_unique<ProgressReporter>(store_, "progress/" + std::to_string(g_.rank));
@@ -363,22 +370,28 @@ class NcclCommunicator final : public Communicator {
     }
     // Pinned, so the copy never blocks the host (a blocked issuer would keep the watcher from
     // aborting a hung collective).
-    HostResult host{nullptr, b.out, b.out_bytes};
+    HostResult host{nullptr, b.out, b.out_bytes, stream_pool_ ? nullptr : staging};
     KILN_CUDA_CHECK(cudaMallocHost(&host.pinned, b.out_bytes + 1));
     KILN_CUDA_CHECK(cudaMemcpyAsync(host.pinned, dev_out, b.out_bytes, cudaMemcpyDeviceToHost, s));
-    KILN_CUDA_CHECK(cudaFreeAsync(staging, s));
+    if (stream_pool_) KILN_CUDA_CHECK(cudaFreeAsync(staging, s));
     return std::make_unique<NcclWork>(std::make_shared<CudaEvent>(s, false), health_,
                                       fmt::format("{} #{}", name, seq), host);
   }
 
-  // Copies host input into stream-ordered device memory: out's copy, with `in` placed where it
-  // aliases out (all_gather in place, all_reduce), else after it.
+  // Copies host input into device memory (stream-ordered where the device has a pool, else
+  // cudaMalloc, freed by the op's Work): out's copy, with `in` placed where it aliases out
+  // (all_gather in place, all_reduce), else after it.
   void stage_in(const HostBuffers& b, cudaStream_t s, void** staging, void** dev_out,
                 const void** dev_in) {
     const auto* out8 = static_cast<const uint8_t*>(b.out);
     const auto* in8 = static_cast<const uint8_t*>(b.in);
     const bool inside = in8 >= out8 && in8 + b.in_bytes <= out8 + b.out_bytes;
-    KILN_CUDA_CHECK(cudaMallocAsync(staging, b.out_bytes + (inside ? 0 : b.in_bytes) + 1, s));
+    const size_t bytes = b.out_bytes + (inside ? 0 : b.in_bytes) + 1;
+    if (stream_pool_) {
+      KILN_CUDA_CHECK(cudaMallocAsync(staging, bytes, s));
+    } else {
+      KILN_CUDA_CHECK(cudaMalloc(staging, bytes));
+    }
     auto* base = static_cast<uint8_t*>(*staging);
     *dev_out = base;
     uint8_t* din = inside ? base + (in8 - out8) : base + b.out_bytes;
@@ -479,6 +492,7 @@ class NcclCommunicator final : public Communicator {
   GroupSpec g_;
   std::shared_ptr<Store> store_;  // this group's namespace
   int device_ = 0;
+  bool stream_pool_ = false;  // the device has a stream-ordered pool (stream_scratch.h)
   std::shared_ptr<Health> health_ = std::make_shared<Health>();
   std::unique_ptr<CudaStream> stream_;
   std::unique_ptr<ProgressReporter> progress_;

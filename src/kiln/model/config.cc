@@ -3,6 +3,7 @@
 #include <map>
 
 #include "kiln/base/error.h"
+#include "kiln/model/phase_costs.h"
 
 namespace kiln {
 
@@ -146,6 +147,10 @@ const std::map<std::string, Qwen2Config>& presets() {
   };
   static const std::map<std::string, Qwen2Config> p = {
       {"tiny", make(64, 176, 2, 4, 2, 1024, true, 10000.0, 1e-6)},
+      // Tiny models whose heads the flash attention kernels take (head_dim 64 and 128; tiny's
+      // is 16, which runs the reference kernels): the GPU check's end-to-end runs.
+      {"tiny-hd64", make(128, 352, 2, 2, 1, 1024, true, 10000.0, 1e-6)},
+      {"tiny-hd128", make(256, 704, 2, 2, 1, 1024, true, 10000.0, 1e-6)},
       {"25m", make(384, 1024, 8, 6, 2, 32000, true, 10000.0, 1e-6)},
       // The shapes of `kiln bench train` (and bench/pytorch_train_bench.py).
       {"bench-h64", make(64, 176, 2, 4, 2, 4096, true, 10000.0, 1e-6)},
@@ -185,13 +190,9 @@ int64_t parameter_count(const Qwen2Config& c) {
 }
 
 double train_flops(const Qwen2Config& c, int64_t tokens, int64_t T, int64_t head_rows) {
-  const double C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const double layer_matmul = C * c.q_dim() + 2 * C * c.kv_dim() + c.q_dim() * C + 3 * C * I;
-  const double head_tokens = head_rows >= 0 ? static_cast<double>(head_rows) : tokens;
-  // Causal attention: QK^T and PV each 2 * (T/2) * q_dim FLOPs per token forward.
-  const double attn = c.num_hidden_layers * 2.0 * 2.0 * (T / 2.0) * c.q_dim();
-  return 6.0 * c.num_hidden_layers * layer_matmul * tokens + 6.0 * V * C * head_tokens +
-         3.0 * attn * tokens;
+  const PhaseCosts p = phase_costs(c, {.tokens = tokens, .seq = T, .head_rows = head_rows});
+  const auto flops = [&p](Phase phase) { return p[static_cast<int>(phase)].flops; };
+  return flops(Phase::kGemm) + flops(Phase::kLmHead) + flops(Phase::kAttention);
 }
 
 }  // namespace kiln

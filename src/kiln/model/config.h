@@ -36,7 +36,8 @@ Qwen2Config read_config(const fs::path& config_json);
 // A complete HF-style config.json for this model (model_type qwen2, Qwen2ForCausalLM).
 Json config_to_json(const Qwen2Config& c, const std::string& torch_dtype = "float32");
 
-// Named shapes for `kiln init`: tiny, 25m, bench-h64, bench-h512 (the shapes of `kiln bench
+// Named shapes for `kiln init`: tiny, tiny-hd64 and tiny-hd128 (tiny models with head_dim 64 and
+// 128, the flash attention kernels' sizes), 25m, bench-h64, bench-h512 (the shapes of `kiln bench
 // train`), qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b.
 Qwen2Config preset_config(const std::string& name);
 std::vector<std::string> preset_names();

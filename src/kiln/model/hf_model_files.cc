@@ -181,10 +181,7 @@ HfModelFiles HfModelFiles::read(const fs::path& base, const fs::path& tokenizer_
   const bool has_gen = fs::is_regular_file(gen_path);
   const fs::path tok_json = tokenizer_json_path(base, tokenizer_setting);
   if (!fs::is_regular_file(tok_json)) {
-    KILN_LOG_WARN(
-        "{}: no tokenizer.json at {}; model directories written from it have no "
-        "tokenizer",
-        base.string(), tok_json.string());
+    f.missing_tokenizer_ = tok_json;
     f.files_.emplace_back("generation_config.json", has_gen ? read_file(gen_path)
                                                             : json_text(derived_generation_config(
                                                                   f.config_, nullptr, nullptr)));
@@ -216,6 +213,10 @@ nlohmann::ordered_json HfModelFiles::config_json(const std::string& torch_dtype)
 }
 
 void HfModelFiles::write(const fs::path& out, const std::string& torch_dtype) const {
+  if (!missing_tokenizer_.empty()) {
+    KILN_LOG_WARN("{}: no tokenizer.json at {}; the model directory has no tokenizer", out.string(),
+                  missing_tokenizer_.string());
+  }
   fs::create_directories(out);
   for (const auto& [name, bytes] : files_) write_file_atomic(out / name, bytes);
   write_file_atomic(out / "config.json", json_text(config_json(torch_dtype)));

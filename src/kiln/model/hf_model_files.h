@@ -44,6 +44,7 @@ class HfModelFiles {
  private:
   nlohmann::ordered_json config_;
   std::vector<std::pair<std::string, std::string>> files_;  // name -> bytes, config.json aside
+  fs::path missing_tokenizer_;  // the tokenizer.json looked for, when there was none
 };
 
 // Tokenizer files other than tokenizer.json and tokenizer_config.json that are copied as they

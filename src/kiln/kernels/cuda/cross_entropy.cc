@@ -26,19 +26,19 @@ CeBuffers take_buffers(const CrossEntropyArgs& a, const CePlan& p, bool bf16,
   const size_t chunk = static_cast<size_t>(p.chunk_rows);
   const size_t in_size = bf16 ? sizeof(uint16_t) : sizeof(float);
   CeBuffers b{};
-  b.rows = sc.rows.as<int32_t>(static_cast<size_t>(p.padded_rows()), stream);
-  b.row_loss = sc.row_loss.as<double>(static_cast<size_t>(p.padded_rows()), stream);
-  b.xr = sc.xr.get(chunk * a.C * in_size, stream);
-  b.logits = sc.logits.as<float>(chunk * a.V, stream);
+  b.rows = sc.rows.as<int32_t>(static_cast<size_t>(p.padded_rows()));
+  b.row_loss = sc.row_loss.as<double>(static_cast<size_t>(p.padded_rows()));
+  b.xr = sc.xr.get(chunk * a.C * in_size);
+  b.logits = sc.logits.as<float>(chunk * a.V);
   b.dlogits = b.logits;
   if (a.dx != nullptr) {
-    if (bf16) b.dlogits = sc.dlogits_bf16.as<uint16_t>(chunk * a.V, stream);
-    b.dxr = sc.dxr.as<float>(chunk * a.C, stream);
+    if (bf16) b.dlogits = sc.dlogits_bf16.as<uint16_t>(chunk * a.V);
+    b.dxr = sc.dxr.as<float>(chunk * a.C);
   }
   b.w = a.w.data;
   if (bf16 && a.w.dtype == DType::F32) {
     const size_t n = static_cast<size_t>(a.V) * a.C;
-    auto* w16 = sc.w_bf16.as<uint16_t>(n, stream);
+    auto* w16 = sc.w_bf16.as<uint16_t>(n);
     cast_f32_to_bf16(w16, a.w.f32(), n, stream);
     b.w = w16;
   }

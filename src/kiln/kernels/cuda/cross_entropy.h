@@ -22,8 +22,11 @@
 
 namespace kiln::cuda {
 
-// Device memory the cross-entropy keeps between calls (grown to the largest call).
+// Device memory the cross-entropy keeps between calls (grown to the largest call), the
+// backend's own (counted in its memory statistics).
 struct CrossEntropyScratch {
+  explicit CrossEntropyScratch(const Backend& be)
+      : rows(be), row_loss(be), xr(be), logits(be), dlogits_bf16(be), dxr(be), w_bf16(be) {}
   DeviceScratch rows, row_loss, xr, logits, dlogits_bf16, dxr, w_bf16;
 };
 

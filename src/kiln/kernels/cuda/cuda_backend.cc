@@ -9,13 +9,23 @@
 #include "kiln/base/error.h"
 #include "kiln/kernels/cuda/attention_ops.h"
 #include "kiln/kernels/cuda/cuda_check.h"
+#include "kiln/kernels/cuda/gpu_peak_flops.h"
 #include "kiln/kernels/cuda/pointwise_ops.h"
 
 namespace kiln {
 
-CudaBackend::CudaBackend(ComputeDType dtype, int device)
-    : bf16_(dtype == ComputeDType::kBf16), device_(device) {
+namespace {
+// Makes `device` current and prepares its stream-ordered pool: whether it has one.
+bool use_device_and_pool(int device) {
   KILN_CUDA_CHECK(cudaSetDevice(device));
+  return cuda::prepare_stream_pool(device);
+}
+}  // namespace
+
+CudaBackend::CudaBackend(ComputeDType dtype, int device)
+    : bf16_(dtype == ComputeDType::kBf16),
+      device_(device),
+      stream_scratch_(*this, memory_, use_device_and_pool(device)) {
   stream_ = std::make_unique<CudaStream>();
 }
 
@@ -50,27 +60,15 @@ void CudaBackend::free(void* p) const {
   KILN_CUDA_CHECK(cudaFree(p));
 }
 
-namespace {
-// Dense FLOP per clock per SM: tensor-core bf16 products with fp32 accumulation (bf16), or fp32
-// FMA on the CUDA cores (fp32: CUBLAS_COMPUTE_32F, no TF32). A100 sm_80: 2048 / 128; L4 and
-// other sm_86/89: 1024 / 256; H100/H200 sm_90: 4096 / 256. 0 for other architectures.
-double flops_per_clock_per_sm(int major, int minor, bool bf16) {
-  if (major == 8 && minor == 0) return bf16 ? 2048 : 128;
-  if (major == 8) return bf16 ? 1024 : 256;
-  if (major == 9) return bf16 ? 4096 : 256;
-  return 0;
-}
-}  // namespace
-
-double CudaBackend::peak_flops() const {
-  int major = 0, minor = 0, sms = 0, khz = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
+PeakFlops CudaBackend::peak() const {
+  cudaDeviceProp prop{};
+  KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  int khz = 0;  // the boost clock (cudaDeviceProp no longer carries it)
   KILN_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device_));
-  const bool bf16 = compute_dtype() == ComputeDType::kBf16;
-  return flops_per_clock_per_sm(major, minor, bf16) * sms * khz * 1e3;
+  return gpu_peak_flops(prop.name, prop.major, prop.minor, prop.multiProcessorCount, khz, bf16_);
 }
+
+double CudaBackend::peak_flops() const { return peak().flops; }
 
 void* CudaBackend::alloc_pinned(size_t bytes) const {
   void* p = nullptr;
@@ -146,7 +144,7 @@ void CudaBackend::add_rmsnorm_forward(float* sum, DevPtr out, float* rstd, const
 void CudaBackend::rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
                                    ConstDevPtr w, const float* rstd, int N, int C,
                                    bool accumulate) const {
-  cuda::rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, accumulate, native());
+  cuda::rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, accumulate, native(), stream_scratch_);
 }
 void CudaBackend::rope_forward(float* x, const int32_t* pos, const float* cos_table,
                                const float* sin_table, int N, int heads, int D) const {
@@ -173,7 +171,7 @@ void CudaBackend::cast_from_bf16(float* dst, const void* src, size_t n) const {
   cuda::cast_bf16_to_f32(dst, static_cast<const uint16_t*>(src), n, native());
 }
 void CudaBackend::sum_squares(double* sum, const float* x, size_t n) const {
-  cuda::sum_squares(sum, x, n, native());
+  cuda::sum_squares(sum, x, n, native(), stream_scratch_);
 }
 void CudaBackend::scale(float* x, float a, size_t n) const { cuda::scale(x, a, n, native()); }
 void CudaBackend::clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm) const {
@@ -203,7 +201,7 @@ void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const floa
                                      const float* q, const float* k, const float* v, const float* y,
                                      const float* lse, const int32_t* doc_start,
                                      const AttnShape& s) const {
-  void* scratch = attention_scratch_.get(cuda::attention_backward_scratch_bytes(s), native());
+  void* scratch = attention_scratch_.get(cuda::attention_backward_scratch_bytes(s));
   if (bf16_ && cuda::flash_attention_supports(s)) {
     cuda::flash_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, doc_start, s, scratch,
                                    native());

@@ -15,6 +15,8 @@
 #include "kiln/kernels/cuda/cuda_stream.h"
 #include "kiln/kernels/cuda/device_scratch.h"
 #include "kiln/kernels/cuda/gemm_lt.h"
+#include "kiln/kernels/cuda/gpu_peak_flops.h"
+#include "kiln/kernels/cuda/stream_scratch.h"
 #include "kiln/kernels/ops.h"
 
 namespace kiln {
@@ -40,10 +42,13 @@ class CudaBackend final : public Backend {
   void free(void* p) const override;
   void* alloc_pinned(size_t bytes) const override;
   void free_pinned(void* p) const override;
-  // alloc()'s memory; the backend's own scratch (casts, cuBLASLt workspace, cross-entropy
-  // chunks) comes straight from cudaMalloc and is not counted.
+  // alloc()'s memory, the backend's own scratch included (cast copies, cuBLASLt's workspace,
+  // the cross-entropy's chunks, attention's backward scratch, reductions' partial sums).
   DeviceMemoryStats memory_stats() const override { return memory_.stats(); }
+  // The published dense bf16 figure of this GPU, else the clock-based estimate
+  // (gpu_peak_flops.h); peak() says which.
   double peak_flops() const override;
+  PeakFlops peak() const;
   void copy_to_device(void* dst, const void* host_src, size_t bytes) const override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) const override;
   void copy_on_device(void* dst, const void* src, size_t bytes) const override;
@@ -124,9 +129,13 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CudaStream> stream_;
   // Mutable: ops are const, their scratch and caches are not (one thread per backend).
   mutable MemoryCounter memory_;
-  mutable cuda::LtGemm gemm_;
-  mutable cuda::DeviceScratch cast_a_, cast_b_, cast_c_, bias_f32_, attention_scratch_;
-  mutable cuda::CrossEntropyScratch ce_scratch_;
+  // The scratch is this backend's own memory (alloc(), counted in memory_): declared after
+  // memory_ and stream_, which their destructors' free() uses.
+  mutable cuda::LtGemm gemm_{*this};
+  mutable cuda::DeviceScratch cast_a_{*this}, cast_b_{*this}, cast_c_{*this}, bias_f32_{*this},
+      attention_scratch_{*this};
+  mutable cuda::CrossEntropyScratch ce_scratch_{*this};
+  mutable cuda::StreamScratchPool stream_scratch_;
 };
 
 }  // namespace kiln

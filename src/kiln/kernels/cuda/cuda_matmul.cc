@@ -15,7 +15,7 @@ const void* CudaBackend::gemm_operand(ConstDevPtr p, size_t n, cuda::DeviceScrat
   KILN_CHECK(p.dtype == DType::F32 || (p.dtype == DType::BF16 && bf16_), "{}: {} input on {}", op,
              dtype_name(p.dtype), name());
   if (!bf16_ || p.dtype == DType::BF16) return p.data;
-  auto* rounded = scratch.as<uint16_t>(n, native());
+  auto* rounded = scratch.as<uint16_t>(n);
   cuda::cast_f32_to_bf16(rounded, p.f32(), n, native());
   return rounded;
 }
@@ -29,11 +29,11 @@ const float* CudaBackend::gemm_bias(ConstDevPtr b, int OC) const {
     if (cuda::pointer_alignment(b.data) >= cuda::kLtBiasAlignment) return b.f32();
     // A bias sliced from a flat unit at an offset that is not a multiple of 4 floats: copied
     // into the (256-byte aligned) scratch, as cuBLASLt's bias epilogue needs 16 bytes.
-    auto* aligned = bias_f32_.as<float>(n, native());
+    auto* aligned = bias_f32_.as<float>(n);
     copy_on_device(aligned, b.data, n * sizeof(float));
     return aligned;
   }
-  auto* wide = bias_f32_.as<float>(n, native());
+  auto* wide = bias_f32_.as<float>(n);
   cuda::cast_bf16_to_f32(wide, static_cast<const uint16_t*>(b.data), n, native());
   return wide;
 }

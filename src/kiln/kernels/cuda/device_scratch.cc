@@ -1,25 +1,27 @@
 #include "kiln/kernels/cuda/device_scratch.h"
 
-#include "kiln/kernels/cuda/cuda_check.h"
-
 namespace kiln::cuda {
 
 DeviceScratch::~DeviceScratch() {
-  if (ptr_ != nullptr) cudaFree(ptr_);
+  if (ptr_ == nullptr) return;
+  try {
+    be_->free(ptr_);
+  } catch (...) {
+    // A destructor must not throw; the next checked call reports the device's error.
+  }
 }
 
-void* DeviceScratch::get(size_t bytes, cudaStream_t stream) {
+void* DeviceScratch::get(size_t bytes) {
   if (bytes <= bytes_) return ptr_;
   if (ptr_ != nullptr) {
-    KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
-    KILN_CUDA_CHECK(cudaFree(ptr_));
+    be_->synchronize();
+    void* old = ptr_;
     ptr_ = nullptr;
     bytes_ = 0;
+    be_->free(old);
   }
-  // Rounded up to 2 MiB so that slowly growing requests do not reallocate every call.
-  constexpr size_t kGranule = size_t{2} << 20;
   const size_t rounded = (bytes + kGranule - 1) / kGranule * kGranule;
-  KILN_CUDA_CHECK(cudaMalloc(&ptr_, rounded));
+  ptr_ = be_->alloc(rounded);
   bytes_ = rounded;
   return ptr_;
 }

@@ -4,8 +4,8 @@
 // plus the stream it is enqueued on. Parameters (ConstDevPtr w, wte) are F32 or BF16;
 // activations written through a DevPtr are F32 or BF16. Every reduction has a fixed order (no
 // float atomics), so a run repeats bit for bit. Empty ops (n, N or C zero) launch nothing.
-// rmsnorm_backward and sum_squares take their scratch from the stream-ordered pool
-// (cudaMallocAsync on `stream`).
+// rmsnorm_backward and sum_squares take their scratch from `scratch` (stream_scratch.h: the
+// stream-ordered pool, or the backend's persistent scratch where the device has no pool).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kiln/kernels/cuda/stream_scratch.h"
 #include "kiln/kernels/ops.h"
 
 namespace kiln::cuda {
@@ -31,7 +32,8 @@ void rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w, int
 void add_rmsnorm_forward(float* sum, DevPtr out, float* rstd, const float* a, const float* b,
                          ConstDevPtr w, int N, int C, float eps, cudaStream_t stream);
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, ConstDevPtr w,
-                      const float* rstd, int N, int C, bool accumulate, cudaStream_t stream);
+                      const float* rstd, int N, int C, bool accumulate, cudaStream_t stream,
+                      StreamScratchPool& scratch);
 
 void rope_forward(float* x, const int32_t* pos, const float* cos_table, const float* sin_table,
                   int N, int heads, int D, cudaStream_t stream);
@@ -45,7 +47,8 @@ void swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int
 void add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
 void scale(float* x, float a, size_t n, cudaStream_t stream);
 // *sum += sum of squares of x, in double, over fixed blocks (independent of the launch).
-void sum_squares(double* sum, const float* x, size_t n, cudaStream_t stream);
+void sum_squares(double* sum, const float* x, size_t n, cudaStream_t stream,
+                 StreamScratchPool& scratch);
 void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm, cudaStream_t stream);
 
 void adamw_step(float* p, float* m, float* v, const float* g, size_t n, const AdamWStep& s,

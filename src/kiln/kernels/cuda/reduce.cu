@@ -99,10 +99,11 @@ void scale(float* x, float a, size_t n, cudaStream_t stream) {
   KILN_CUDA_CHECK_LAUNCH();
 }
 
-void sum_squares(double* sum, const float* x, size_t n, cudaStream_t stream) {
+void sum_squares(double* sum, const float* x, size_t n, cudaStream_t stream,
+                 StreamScratchPool& scratch) {
   if (n == 0) return;
   const size_t blocks = (n + kSumBlock - 1) / kSumBlock;
-  StreamScratch partial(sizeof(double) * blocks, stream);
+  StreamScratch partial(sizeof(double) * blocks, stream, scratch);
   sum_squares_partial_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       partial.as<double>(), x, n);
   KILN_CUDA_CHECK_LAUNCH();

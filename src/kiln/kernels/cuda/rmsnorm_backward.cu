@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, ConstDevPtr w,
-                      const float* rstd, int N, int C, bool accumulate, cudaStream_t stream) {
+                      const float* rstd, int N, int C, bool accumulate, cudaStream_t stream,
+                      StreamScratchPool& scratch) {
   if (N == 0 || C == 0) return;
   with_dtype(w.dtype, "rmsnorm_backward weight", [&](auto tag) {
     using TW = decltype(tag);
@@ -89,7 +90,7 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, C
   KILN_CUDA_CHECK_LAUNCH();
 
   const int chunks = (N + kChunkRows - 1) / kChunkRows;
-  StreamScratch partial(sizeof(float) * static_cast<size_t>(chunks) * C, stream);
+  StreamScratch partial(sizeof(float) * static_cast<size_t>(chunks) * C, stream, scratch);
   const dim3 tile(kTileColumns, kRowLanes);
   const dim3 grid(chunks, (C + kTileColumns - 1) / kTileColumns);  // chunks in x: no 65535 cap
   rmsnorm_dw_partial_kernel<<<grid, tile, 0, stream>>>(partial.as<float>(), dout, x, rstd, N, C);

@@ -1,0 +1,35 @@
+// The work of one training step per phase of kernels/phase_timed_backend.h (the layers'
+// products, the LM head, attention, the optimizer, the rest): FLOPs and the bytes moved to and
+// from device memory, estimated from the shapes (not counted), so that a measured phase time can
+// be set beside a roofline estimate, max(FLOPs / GEMM ceiling, bytes / copy bandwidth), and the
+// phase furthest from its limit stands out (`kiln bench train` prints these; the GPU check
+// compares). train_flops() (config.h) is the FLOPs of the products, the LM head and attention
+// without recomputation: MFU's numerator.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "kiln/kernels/phase_timed_backend.h"
+#include "kiln/model/config.h"
+
+namespace kiln {
+
+struct PhaseCost {
+  double flops = 0;
+  double bytes = 0;
+};
+using PhaseCosts = std::array<PhaseCost, kNumPhases>;
+
+struct StepShape {
+  int64_t tokens = 0;      // B x T
+  int64_t seq = 0;         // T
+  int64_t head_rows = -1;  // rows with a target (the LM head computes only those); < 0: tokens
+  double act_bytes = 4;    // bytes of a product input: 2 under bf16, 4 under fp32
+  bool recompute = false;  // each layer's forward runs again in backward
+};
+
+// One step of forward, backward and AdamW on one device (no sharding): estimates per phase.
+PhaseCosts phase_costs(const Qwen2Config& c, const StepShape& s);
+
+}  // namespace kiln
