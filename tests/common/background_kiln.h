@@ -22,8 +22,10 @@ namespace kiln::testing {
 class BackgroundKiln {
  public:
   // Runs `bin/kiln args...` with its stdout and stderr in `log`; `env`: extra NAME=VALUE pairs.
+  // `own_group`: in a process group of its own (as a shell starts a job), so that signal_group()
+  // reaches it and everything it started, and not the test.
   BackgroundKiln(const std::vector<std::string>& args, const std::filesystem::path& log,
-                 const std::vector<std::string>& env = {})
+                 const std::vector<std::string>& env = {}, bool own_group = false)
       : log_(log) {
     std::vector<std::string> argv_s = {std::string(KILN_BINARY_DIR) + "/bin/kiln"};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
@@ -37,7 +39,9 @@ class BackgroundKiln {
     envp.push_back(nullptr);
     const std::string log_s = log.string();
     pid_ = ::fork();
+    if (pid_ > 0 && own_group) ::setpgid(pid_, pid_);  // either side may run first
     if (pid_ == 0) {
+      if (own_group) ::setpgid(0, 0);
       const int fd = ::open(log_s.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
@@ -74,6 +78,8 @@ class BackgroundKiln {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
+  // Sends `sig` to its process group (own_group): Ctrl-C in a terminal, `kill -- -PGID`.
+  void signal_group(int sig) { ::kill(-pid_, sig); }
   // Sends `sig`; when it is SIGKILL the process is reaped at once.
   void signal(int sig) {
     ::kill(pid_, sig);

@@ -157,30 +157,75 @@ TEST(PackingSampler, DeterministicAndResumable) {
   EXPECT_THROW(c.restore({0, 38}), Error);  // past the 37 examples of an epoch
 }
 
-TEST(PackingSampler, RanksTakeDisjointShares) {
+// The group's micro-batch: every rank's documents in the group's row order (row g = b * W + r).
+std::vector<int> group_docs(std::vector<PackingSampler>& ranks, int B) {
+  const int W = static_cast<int>(ranks.size());
+  std::vector<std::vector<std::vector<int>>> rows(W, std::vector<std::vector<int>>(B));
+  for (int r = 0; r < W; ++r) {
+    Batch b;
+    ranks[r].next(b);
+    for (const Doc& d : docs_of(b)) rows[r][d.row].push_back(d.example);
+  }
+  std::vector<int> out;
+  for (int b = 0; b < B; ++b) {
+    for (int r = 0; r < W; ++r) out.insert(out.end(), rows[r][b].begin(), rows[r][b].end());
+  }
+  return out;
+}
+
+// The ranks fill the group's rows in order from one shared order: together they take it front to
+// back, each example once per epoch, and agree on where they are.
+TEST(PackingSampler, RanksFillTheGroupsRowsInOrder) {
   const size_t n = 50;
   const TokenDataset ds = numbered(random_lengths(n, 6, 3));
   const int W = 3;
   const std::vector<size_t> order = epoch_permutation(n, 9, 0);
+  std::vector<PackingSampler> ranks;
+  for (int r = 0; r < W; ++r) ranks.emplace_back(ds, 2, 10, true, 9, r, W);
   std::vector<int> all;
-  for (int r = 0; r < W; ++r) {
-    PackingSampler s(ds, 2, 10, true, 9, r, W);
-    EXPECT_EQ(s.examples_per_epoch(), n / W);
-    std::vector<int> mine;
-    Batch b;
-    while (mine.size() < n / W) {
-      s.next(b);
-      for (const Doc& d : docs_of(b)) mine.push_back(d.example);
-    }
-    // Rank r takes positions r, r+W, ... of the shared order.
-    for (size_t k = 0; k < n / W; ++k) {
-      EXPECT_EQ(mine[k], static_cast<int>(order[static_cast<size_t>(r) + k * W])) << r << " " << k;
-    }
-    all.insert(all.end(), mine.begin(), mine.begin() + static_cast<long>(n / W));
+  while (all.size() < n) {
+    const std::vector<int> g = group_docs(ranks, 2);
+    all.insert(all.end(), g.begin(), g.end());
+    for (int r = 1; r < W; ++r) EXPECT_EQ(ranks[r].state(), ranks[0].state());
   }
-  std::sort(all.begin(), all.end());
-  EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());  // disjoint
-  EXPECT_THROW(PackingSampler(numbered({1, 2}), 1, 4, false, 0, 0, 3), Error);
+  for (size_t k = 0; k < n; ++k) EXPECT_EQ(all[k], static_cast<int>(order[k])) << k;
+  // Fewer examples than ranks: the rows go on into the next epoch.
+  std::vector<PackingSampler> few;
+  const TokenDataset two = numbered({1, 2});
+  for (int r = 0; r < 3; ++r) few.emplace_back(two, 1, 4, false, 0, r, 3);
+  // Rows of 4 tokens: [0 1 0] [1 0] [1 0], the examples alternating across epochs.
+  EXPECT_EQ(group_docs(few, 1), (std::vector<int>{0, 1, 0, 1, 0, 1, 0}));
+}
+
+// Resumed on 1, 2, 4, then 1 rank, packing continues with the next example of the same order as
+// an uninterrupted run (rows differ, since there are more of them in a group, examples do not).
+TEST(PackingSampler, ResumeOnAnyWorldSizeContinuesTheOrder) {
+  const size_t n = 41;
+  const TokenDataset ds = numbered(random_lengths(n, 7, 4));
+  const auto run = [&](int W, int steps, SamplerState st, std::vector<int>& seen) {
+    std::vector<PackingSampler> ranks;
+    for (int r = 0; r < W; ++r) {
+      ranks.emplace_back(ds, 2, 12, true, 3, r, W);
+      ranks.back().restore(st);
+    }
+    for (int i = 0; i < steps; ++i) {
+      const std::vector<int> g = group_docs(ranks, 2);
+      seen.insert(seen.end(), g.begin(), g.end());
+    }
+    return ranks[0].state();
+  };
+  std::vector<int> seen;
+  SamplerState st = run(1, 3, {}, seen);
+  st = run(2, 2, st, seen);
+  st = run(4, 2, st, seen);
+  st = run(1, 6, st, seen);
+  std::vector<int> expected;
+  for (uint64_t e = 0; expected.size() < seen.size(); ++e) {
+    for (size_t i : epoch_permutation(n, 3, e)) expected.push_back(static_cast<int>(i));
+  }
+  expected.resize(seen.size());
+  EXPECT_EQ(seen, expected);
+  EXPECT_GE(st.epoch, 1u);
 }
 
 TEST(MakeSampler, FollowsDataPack) {

@@ -149,7 +149,8 @@ TEST(Sampler, ResumeContinuesIdentically) {
     ASSERT_EQ(a.batches_per_epoch(), 5);
     draw(a, taken);
     SamplerState st = a.state();
-    EXPECT_EQ(st.epoch * 5 + st.index, static_cast<uint64_t>(taken));
+    // A micro-batch of the group (2 ranks x 2 rows) takes 4 positions; 3 are skipped at the end.
+    EXPECT_EQ(st.epoch * 5 + st.position / 4, static_cast<uint64_t>(taken));
 
     Sampler b(ds, 2, 8, true, 9, 1, 2);
     b.restore(st);
@@ -169,18 +170,56 @@ TEST(Sampler, ResumeContinuesIdentically) {
 TEST(Sampler, RestoreRejectsForeignState) {
   TokenDataset ds = numbered(10);
   Sampler s(ds, 2, 8, true, 0);
-  EXPECT_NO_THROW(s.restore({3, 5}));  // end of epoch 3: the next batch starts epoch 4
+  EXPECT_NO_THROW(s.restore({3, 10}));  // end of epoch 3: the next batch starts epoch 4
   Batch b;
   s.next(b);
-  EXPECT_EQ(s.state(), (SamplerState{4, 1}));
+  EXPECT_EQ(s.state(), (SamplerState{4, 2}));
   try {
-    s.restore({0, 6});
+    s.restore({0, 11});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("numbered: sampler state index 6 is past the 5 batches"),
+    EXPECT_NE(std::string(e.what()).find("numbered: the data position 11 is past the 10 examples"),
               std::string::npos)
         << e.what();
   }
+}
+
+// The examples a group of `world` ranks takes in `steps` micro-batches, in the group's order (row
+// g = b * W + r of a micro-batch is rank r's row b), continuing from `state`; returns the state
+// after.
+SamplerState group_draw(const TokenDataset& ds, int B, int world, int steps, SamplerState state,
+                        std::vector<size_t>& seen) {
+  std::vector<Sampler> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.emplace_back(ds, B, 8, true, 5, r, world);
+    ranks.back().restore(state);
+  }
+  for (int i = 0; i < steps; ++i) {
+    std::vector<std::vector<size_t>> rows(world);
+    for (int r = 0; r < world; ++r) rows[r] = draw(ranks[r], 1);
+    for (int b = 0; b < B; ++b) {
+      for (int r = 0; r < world; ++r) seen.push_back(rows[r][b]);
+    }
+  }
+  for (int r = 1; r < world; ++r) EXPECT_EQ(ranks[r].state(), ranks[0].state());
+  return ranks[0].state();
+}
+
+// A run saved and resumed on 1, then 2, then 4, then 1 rank takes the very examples, in the very
+// order, of an uninterrupted run: every example once per epoch.
+TEST(Sampler, ResumeOnAnyWorldSizeContinuesTheOrder) {
+  const TokenDataset ds = numbered(32);
+  std::vector<size_t> uninterrupted;
+  group_draw(ds, 2, 1, 24, {}, uninterrupted);  // 48 examples: an epoch and a half
+  std::vector<size_t> seen;
+  SamplerState st = group_draw(ds, 2, 1, 2, {}, seen);  // positions 0..3
+  st = group_draw(ds, 2, 2, 3, st, seen);               // 4..15
+  st = group_draw(ds, 2, 4, 1, st, seen);               // 16..23
+  st = group_draw(ds, 2, 1, 12, st, seen);              // 24..31, then 16 of epoch 1
+  EXPECT_EQ(st, (SamplerState{1, 16}));
+  EXPECT_EQ(seen, uninterrupted);
+  const std::vector<size_t> order = epoch_permutation(32, 5, 0);
+  EXPECT_EQ(std::vector<size_t>(seen.begin(), seen.begin() + 32), order);
 }
 
 TEST(Sampler, TooFewExamples) {

@@ -71,7 +71,7 @@ TEST(CheckpointIntegrity, BitFlipInAShardIsAnErrorNamingTheFileAndBothChecksums)
   ASSERT_EQ(r.code, 0) << r.out;
   const fs::path ck = d / "run/checkpoints/step-00000005", shard = ck / kShard1;
   const Json m = read_json_file(ck / "manifest.json");
-  EXPECT_EQ(m.at("format_version"), 3);
+  EXPECT_EQ(m.at("format_version"), 4);
   ASSERT_EQ(m.at("files").size(), 2u);
   const Json& entry = m.at("files")[1];
   EXPECT_EQ(entry.at("name"), kShard1);
@@ -172,9 +172,52 @@ TEST(CheckpointIntegrity, AnOlderFormatVersionIsRefusedNotSkipped) {
   EXPECT_NE(again.code, 0);
   EXPECT_TRUE(has(again.out, "kiln: error: " + (ck / "manifest.json").string() +
                                  ": unsupported checkpoint format version 2 (this kiln reads "
-                                 "version 3)"))
+                                 "versions 3 to 4)"))
       << again.out;
   EXPECT_FALSE(has(again.out, "resumed from")) << again.out;
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
+}
+
+// A checkpoint of format 3 (rank 0's own position, no data fingerprints) still resumes: unpacked,
+// its index of batches is the group's position times the batch of the group, and the run ends
+// with the weights of an uninterrupted run. A packed one written by several ranks recorded only
+// rank 0's count: refused, naming the format.
+void as_format_3(const fs::path& ck, uint64_t index) {
+  Json m = read_json_file(ck / "manifest.json");
+  m["format_version"] = 3;
+  m["sampler"] = {{"epoch", m["sampler"]["epoch"]}, {"index", index}};
+  m.erase("data");
+  write_file_atomic(ck / "manifest.json", m.dump());
+}
+
+TEST(CheckpointIntegrity, AFormat3CheckpointStillResumes) {
+  const fs::path d = make_run("format3");
+  auto full = train(d, "full");
+  ASSERT_EQ(full.code, 0) << full.out;
+  auto r = train(d, "run", "train.max_steps=10");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const fs::path ck = d / "run/checkpoints/step-00000010";
+  const Json m = read_json_file(ck / "manifest.json");
+  // A micro-batch of 2 ranks x 2 rows takes 4 positions of the order: format 3 counted batches.
+  const uint64_t position = m["sampler"]["position"].get<uint64_t>();
+  ASSERT_EQ(position % 4, 0u) << m.dump();
+  as_format_3(ck, position / 4);
+  fs::remove_all(d / "run/checkpoints/step-00000005");
+  auto again = train(d, "run", "train.resume=auto");
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_TRUE(has(again.out, "checkpoint format 3 records no data fingerprints")) << again.out;
+  EXPECT_TRUE(read_file(d / "full/final/model.safetensors") ==
+              read_file(d / "run/final/model.safetensors"));
+
+  auto packed = train(d, "packed", "data.pack=true train.max_steps=5");
+  ASSERT_EQ(packed.code, 0) << packed.out;
+  const fs::path pk = d / "packed/checkpoints/step-00000005";
+  as_format_3(pk, 7);
+  auto refused = train(d, "packed", "data.pack=true train.resume=auto");
+  EXPECT_NE(refused.code, 0);
+  EXPECT_TRUE(has(refused.out, pk.string() + ": checkpoint format 3 recorded a packed run's data "
+                                             "position per rank (2 ranks)"))
+      << refused.out;
   if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
 

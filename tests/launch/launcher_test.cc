@@ -36,6 +36,14 @@ TEST(Launcher, TwoWorkersPrefixOutputAndTrain) {
   EXPECT_TRUE(fs::exists(d / "run/final/model.safetensors"));
 }
 
+// The last line of `out`.
+std::string last_line(const std::string& out) {
+  const size_t end = out.find_last_not_of('\n');
+  if (end == std::string::npos) return "";
+  const size_t begin = out.rfind('\n', end);
+  return out.substr(begin == std::string::npos ? 0 : begin + 1, end + 1 - (begin + 1));
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -49,6 +57,57 @@ TEST(Launcher, WorkerExitTearsDownGroup) {
   EXPECT_NE(r.out.find("kiln: error: worker group failed: rank 1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("exit code 3"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(d / "run/final"));
+}
+
+// The failure line names the step the failed rank began, even when it died a moment later (the
+// watchdog publishes steps to the store only twice a second; the agent reads the worker's slot).
+TEST(Launcher, TheFailureLineNamesTheStepTheRankDiedIn) {
+  const fs::path d = setup_run("step");
+  auto r = run_kiln("train " + (d / "recipe.yaml").string() + " train.max_steps=40",
+                    "KILN_FAULT=1:23:kill");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("kiln: error: worker group failed: rank 1 (pid "), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(") failed with signal 9 (Killed), last step 23\n"), std::string::npos)
+      << r.out;
+}
+
+// Every rank fails with the same error: it is printed once, naming both ranks, and the agent's
+// last line (what `kubectl logs | tail -1` shows) ends with that message.
+TEST(Launcher, AWorkersErrorIsPrintedOnceAndEndsTheLastLine) {
+  const fs::path d = setup_run("oneline");
+  auto r = run_kiln("train " + (d / "recipe.yaml").string() + " train.max_steps=2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run_kiln("train " + (d / "recipe.yaml").string() + " train.resume=auto train.seed=9");
+  EXPECT_EQ(r.code, 1) << r.out;
+  const std::string msg = "train.resume=auto: " + (d / "run/checkpoints/step-00000002").string() +
+                          " was written by another run: train.seed was 0, is 9";
+  const size_t first = r.out.find("[ranks 0, 1] kiln: error: " + msg);
+  EXPECT_NE(first, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("kiln: error: " + msg, first + 1), r.out.rfind("kiln: error: " + msg))
+      << "printed more than once besides the last line:\n"
+      << r.out;
+  const std::string last = last_line(r.out);
+  EXPECT_EQ(last.rfind("kiln: error: worker group failed: rank ", 0), 0u) << r.out;
+  EXPECT_NE(last.find("failed with exit code 1: " + msg), std::string::npos) << r.out;
+}
+
+// What needs no worker (a data file, the model directory) is checked before any starts: one line.
+TEST(Launcher, InputsAreCheckedBeforeAnyWorkerStarts) {
+  const fs::path d = setup_run("preflight");
+  auto r = run_kiln("train " + (d / "recipe.yaml").string() +
+                    " data.train=" + (d / "missing.jsonl").string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.out,
+            "kiln: error: data.train: " + (d / "missing.jsonl").string() + " does not exist\n");
+  write_file_atomic(d / "chat.jsonl",
+                    "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n");
+  r = run_kiln("train " + (d / "recipe.yaml").string() +
+               " data.train=" + (d / "chat.jsonl").string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_NE(r.out.find("kiln: error: " + (d / "chat.jsonl").string() + ":1: "), std::string::npos)
+      << r.out;
 }
 
 TEST(Launcher, KilledWorkerIsNamed) {
@@ -141,6 +200,54 @@ std::vector<testing::CmdResult> run_two_nodes(const std::string& args, const std
   }
   for (auto& a : agents) a.join();
   return res;
+}
+
+// Two agents as two nodes on 127.0.0.1, each with its own extra arguments.
+std::vector<testing::CmdResult> run_two_nodes_each(const std::string& args,
+                                                   const std::vector<std::string>& per_node) {
+  const int port = free_port();
+  std::vector<testing::CmdResult> res(2);
+  std::vector<std::thread> agents;
+  for (int n = 0; n < 2; ++n) {
+    agents.emplace_back([&, n] {
+      res[n] = run_kiln(args + " " + per_node[n] + " --nnodes 2 --node-rank " + std::to_string(n) +
+                            " --master-addr 127.0.0.1 --master-port " + std::to_string(port),
+                        "KILN_STORE_TOKEN=launcher-test-" + std::to_string(::getpid()));
+    });
+  }
+  for (auto& a : agents) a.join();
+  return res;
+}
+
+// Nodes started with different recipes (another learning rate: both would train, with a loss
+// that diverges) or another number of workers (a store key never set) fail at once, every node
+// with the same line naming the setting, the node and both values; no worker starts.
+TEST(MultiNode, NodesThatDisagreeRefuseToStartNamingTheDifference) {
+  const fs::path d = setup_run("disagree");
+  const std::string train = "train " + (d / "recipe.yaml").string() +
+                            " output.dir=" + (d / "run").string() + " --nproc-per-node 1";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_two_nodes_each(train, {"optimizer.lr=1e-3", "optimizer.lr=2e-3"});
+  for (int n = 0; n < 2; ++n) {
+    EXPECT_EQ(r[n].code, 1) << r[n].out;
+    EXPECT_EQ(last_line(r[n].out),
+              "kiln: error: the nodes disagree on optimizer.lr: node 0 has 0.001, node 1 has "
+              "0.002 (every node must train the same recipe)")
+        << r[n].out;
+    EXPECT_EQ(r[n].out.find("[rank "), std::string::npos) << r[n].out;
+  }
+  r = run_two_nodes_each(
+      "train " + (d / "recipe.yaml").string() + " output.dir=" + (d / "run").string(),
+      {"--nproc-per-node 1", "--nproc-per-node 2"});
+  for (int n = 0; n < 2; ++n) {
+    EXPECT_EQ(r[n].code, 1) << r[n].out;
+    EXPECT_EQ(last_line(r[n].out),
+              "kiln: error: the nodes disagree on the workers per node (--nproc-per-node, "
+              "dist.nproc_per_node): node 0 has 1, node 1 has 2")
+        << r[n].out;
+  }
+  EXPECT_LT(seconds_since(t0), 60);  // not a store timeout (dist.timeout_s 5 is never waited)
+  EXPECT_FALSE(fs::exists(d / "run/final"));
 }
 
 TEST(MultiNode, AgentsAgreeOnRestartsAndFinishLikeAnUninterruptedRun) {

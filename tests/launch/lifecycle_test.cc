@@ -122,5 +122,112 @@ void sigterm_then_resume(int nproc) {
 TEST(Lifecycle, SigtermToTheAgentCheckpointsAndResumesExactly) { sigterm_then_resume(2); }
 TEST(Lifecycle, SigtermToASingleProcessCheckpointsAndResumesExactly) { sigterm_then_resume(1); }
 
+// One user action is one stop request, however many copies of the signal arrive: Ctrl-C in a
+// terminal signals the whole process group (the agent, its workers, and, in a private network,
+// the supervisor, which forwards its copy too); `timeout` and systemd signal the process, then
+// its group. Either way the run commits its stop checkpoint and exits 75.
+//
+// Ctrl-C: the supervisor's forwarded copy may reach the agent after the agent began its graceful
+// stop (the race the user lost): the supervisor is held (SIGSTOP) until the agent has noticed
+// the group's copy, when the agent receives one at all, and then let go.
+TEST(Lifecycle, CtrlCToTheProcessGroupStopsWithACheckpoint) {
+  const fs::path d = testing::setup_tiny_run("kiln_lifecycle", "ctrlc", {.max_steps = 100000});
+  BackgroundKiln run({"train", (d / "recipe.yaml").string()}, d / "run.log", {},
+                     /*own_group=*/true);
+  wait_for_training(run, 2, d / "run/metrics.jsonl");
+  const std::vector<pid_t> agents = testing::children_of(run.pid());
+  const bool supervised = run.log().find("no private network") == std::string::npos;
+  if (supervised) {
+    ASSERT_EQ(agents.size(), 1u) << run.log();
+    ::kill(run.pid(), SIGSTOP);
+  }
+  run.signal_group(SIGINT);
+  if (supervised) {
+    if (::getpgid(agents[0]) == ::getpgid(run.pid())) {  // the agent got a copy of its own
+      const auto deadline = Clock::now() + milliseconds(60000);
+      while (run.log().find("agent: received signal 2") == std::string::npos &&
+             Clock::now() < deadline) {
+        std::this_thread::sleep_for(milliseconds(20));
+      }
+    }
+    ::kill(run.pid(), SIGCONT);
+  }
+  const int code = run.wait(milliseconds(60000));
+  const std::string log = run.log();
+  ASSERT_EQ(code, 75) << log;
+  const size_t at = log.find("kiln: stopped on request after step ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const int64_t step = std::stoll(log.substr(at + 36));
+  EXPECT_TRUE(
+      fs::exists(d / "run/checkpoints" / fmt::format("step-{:08d}", step) / "manifest.json"))
+      << log;
+  EXPECT_EQ(log.find("killing the workers now"), std::string::npos) << log;
+  fs::remove_all(d);
+}
+
+// `timeout` (and systemd) signal the process, then its group, at once: copies within 2 s are one
+// request.
+TEST(Lifecycle, TimeoutsSignalThenGroupSignalStopsWithACheckpoint) {
+  const fs::path d = testing::setup_tiny_run("kiln_lifecycle", "timeout", {.max_steps = 100000});
+  BackgroundKiln run({"train", (d / "recipe.yaml").string()}, d / "run.log", {},
+                     /*own_group=*/true);
+  wait_for_training(run, 2, d / "run/metrics.jsonl");
+  run.signal(SIGTERM);
+  run.signal_group(SIGTERM);
+  const int code = run.wait(milliseconds(60000));
+  const std::string log = run.log();
+  ASSERT_EQ(code, 75) << log;
+  EXPECT_HAS(log, "kiln: stopped on request after step ");
+  EXPECT_EQ(log.find("killing the workers now"), std::string::npos) << log;
+  fs::remove_all(d);
+}
+
+// A preemption that arrives while a run that has finished training evaluates for the last time:
+// the run completes (final/ written) and exits 0, not 143. Rank 0 sends the agent SIGTERM as
+// the final evaluation begins (KILN_FAULT ...:term@eval).
+TEST(Lifecycle, SigtermDuringTheFinalEvaluationOfACompletedRunExitsZero) {
+  const fs::path d = testing::setup_tiny_run("kiln_lifecycle", "evalterm", {.max_steps = 4});
+  const std::string demo = std::string(KILN_SOURCE_DIR) + "/assets/demo/tokens.jsonl";
+  auto r = run_kiln(
+      "train " + (d / "recipe.yaml").string() + " data.eval=" + demo + " eval.max_batches=4",
+      "KILN_FAULT=0:4:term@eval");
+  EXPECT_HAS(r.out, "injecting 'term' at step 4 (eval)");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::exists(d / "run/final/model.safetensors")) << r.out;
+  EXPECT_EQ(r.out.find("kiln: error:"), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
+// The agent a private network's supervisor watches stops (SIGSTOP; a cgroup freezer does the
+// same): its workers lose the store and exit, and the supervisor, hearing no heartbeat for the
+// watchdog's 5 s, kills it and fails in one line naming it, instead of waiting forever.
+TEST(Lifecycle, AFrozenAgentFailsItsNodeInsteadOfHanging) {
+  const fs::path d = testing::setup_tiny_run("kiln_lifecycle", "frozen", {.max_steps = 100000});
+  BackgroundKiln run({"train", (d / "recipe.yaml").string()}, d / "run.log");
+  const std::vector<pid_t> workers = wait_for_training(run, 2, d / "run/metrics.jsonl");
+  if (run.log().find("no private network") != std::string::npos) {
+    GTEST_SKIP() << "no private network here (the agent is the launcher itself): " << run.log();
+  }
+  const std::vector<pid_t> agents = testing::children_of(run.pid());
+  ASSERT_EQ(agents.size(), 1u) << run.log();
+  const auto t0 = Clock::now();
+  ::kill(agents[0], SIGSTOP);
+  const int code = run.wait(milliseconds(90000));
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  const std::string log = run.log();
+  ASSERT_EQ(code, 1) << log;
+  std::fprintf(stderr, "supervisor failed %.1f s after SIGSTOP of its agent\n", took);
+  const size_t at = log.rfind("kiln: error: ");
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_HAS(log.substr(at), "kiln: error: the node agent (pid " + std::to_string(agents[0]) +
+                                 ") sent no heartbeat for ");
+  const auto gone_by = Clock::now() + milliseconds(10000);
+  for (pid_t w : workers) {
+    while (alive(w) && Clock::now() < gone_by) std::this_thread::sleep_for(milliseconds(20));
+    EXPECT_FALSE(alive(w)) << "worker " << w << " outlived its agent";
+  }
+  fs::remove_all(d);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -111,5 +111,32 @@ TEST(Torchrun, NoPythonLineTrainsLikeTheKilnLauncher) {
   fs::remove_all(d);
 }
 
+// Ranks started with different recipes (another learning rate would train on with a diverging
+// loss) fail once they have joined, every rank with the same line naming the key and both values.
+TEST(Torchrun, RanksThatDisagreeFailNamingTheDifference) {
+  const fs::path d = testing::setup_tiny_run("kiln_torchrun", "disagree", {});
+  const AgentStoreSocket agent_store;
+  std::vector<testing::CmdResult> res(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      res[r] = testing::run_kiln("train " + (d / "recipe.yaml").string() +
+                                     " output.dir=" + (d / "run").string() +
+                                     " optimizer.lr=" + (r == 0 ? "1e-3" : "2e-3"),
+                                 torchrun_env(r, 2, agent_store.port()));
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(res[r].code, 1) << "rank " << r << ": " << res[r].out;
+    EXPECT_NE(res[r].out.find("kiln: error: the ranks disagree on optimizer.lr: rank 0 has 0.001, "
+                              "rank 1 has 0.002 (every rank must train the same recipe)"),
+              std::string::npos)
+        << "rank " << r << ": " << res[r].out;
+  }
+  EXPECT_FALSE(fs::exists(d / "run/final"));
+  fs::remove_all(d);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -56,6 +56,7 @@ TEST(CheckpointManifestFuzz, EachInvalidSeedIsRejectedForItsFlaw) {
       {"bad_short_xxh3.json", {ManifestRead::kDamaged, "xxh3 is not 16 hex digits"}},
       // Found by checkpoint_manifest_fuzz: a name with a newline (and a short xxh3).
       {"bad_name_with_newline.json", {ManifestRead::kDamaged, "not a file name inside"}},
+      {"bad_data_xxh3.json", {ManifestRead::kDamaged, "data entry"}},
   };
   int valid = 0;
   for (const auto& e : fs::directory_iterator(kSeeds)) {
@@ -78,6 +79,7 @@ TEST(CheckpointManifestFuzz, TheWriterWritesWhatTheReaderReads) {
   CheckpointState st;
   st.step = 7;
   st.sampler = {2, 40};
+  st.data_files = {{"/data/a.jsonl", {123, 0x1234}}, {"/data/b.jsonl", {5, ~uint64_t{0}}}};
   st.strategy = "full_shard";
   st.recipe_yaml = "train:\n  max_steps: 7\n";
   st.metrics = {{"loss", 1.25}};
@@ -88,7 +90,10 @@ TEST(CheckpointManifestFuzz, TheWriterWritesWhatTheReaderReads) {
   ASSERT_EQ(r.status, ManifestRead::kOk) << r.error;
   EXPECT_EQ(r.state.step, 7);
   EXPECT_EQ(r.state.sampler.epoch, 2u);
-  EXPECT_EQ(r.state.sampler.index, 40u);
+  EXPECT_EQ(r.state.sampler.position, 40u);
+  EXPECT_EQ(r.state.format_version, kCheckpointFormatVersion);
+  EXPECT_EQ(r.state.world_size, 2);
+  EXPECT_EQ(r.state.data_files, st.data_files);
   EXPECT_EQ(r.state.strategy, "full_shard");
   EXPECT_EQ(r.state.recipe_yaml, st.recipe_yaml);
   EXPECT_EQ(r.state.metrics, st.metrics);
@@ -109,7 +114,7 @@ TEST(CheckpointManifestFuzz, SeedsAndTheirTruncations) {
   for (const std::string& s : all) {
     for (const std::string& t : fuzz_truncations(s)) run_one(t, "truncated", tally);
   }
-  EXPECT_EQ(tally.loaded, 6);  // the three valid seeds, whole and with their newline cut
+  EXPECT_EQ(tally.loaded, 8);  // the four valid seeds, whole and with their newline cut
 }
 
 TEST(CheckpointManifestFuzz, ByteEdits) {

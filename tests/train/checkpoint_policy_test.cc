@@ -74,6 +74,52 @@ TEST_F(CheckpointPolicy, KeepLastZeroKeepsEverything) {
   EXPECT_EQ(kept().size(), 4u);
 }
 
+// What each crash between a commit's or a prune's steps leaves, and what recover_checkpoints()
+// makes of it: one whole copy of every committed step, nothing half deleted.
+TEST_F(CheckpointPolicy, RecoveryLeavesOneWholeCopyOfEveryCommittedStep) {
+  const auto put = [&](const std::string& name, double loss) {
+    fs::create_directories(root_ / name);
+    write_file_atomic(root_ / name / "manifest.json",
+                      Json{{"step", 0}, {"metrics", {{"loss", loss}}}}.dump());
+  };
+  put("step-00000005.old", 1.0);  // killed between the renames of a recommit: both whole
+  put("step-00000005.tmp", 2.0);
+  put("step-00000006.old", 1.0);  // only the old one (its replacement never committed)
+  put("step-00000007", 2.0);      // killed while removing the old copy
+  put("step-00000007.old", 1.0);
+  put("step-00000008.tmp", 2.0);                        // a first commit killed before its rename
+  fs::create_directories(root_ / "step-00000009.tmp");  // a save that never committed
+  put("step-00000003.del", 1.0);                        // killed while pruning
+  fs::create_directories(root_ / "step-00000002");      // an older kiln killed while pruning
+  write_file_atomic(root_ / "step-00000002/rank-00000-of-00001.safetensors", "x");
+  EXPECT_EQ(list_checkpoints(root_).size(), 1u);  // only step 7 has its final name and manifest
+  const std::vector<std::string> done = recover_checkpoints(root_);
+  EXPECT_EQ(done.size(), 4u);
+  EXPECT_EQ(kept(), (std::set<std::string>{"step-00000005", "step-00000006", "step-00000007",
+                                           "step-00000008", "step-00000009.tmp"}));
+  const auto loss = [&](int64_t step) {
+    return read_json_file(root_ / checkpoint_dir_name(step) / "manifest.json")["metrics"]["loss"];
+  };
+  EXPECT_EQ(loss(5), 2.0);  // the new copy, committed
+  EXPECT_EQ(loss(6), 1.0);
+  EXPECT_EQ(loss(7), 2.0);
+  EXPECT_EQ(list_checkpoints(root_).size(), 4u);
+  prune_checkpoints(root_, 2);
+  EXPECT_EQ(kept(), (std::set<std::string>{"step-00000007", "step-00000008"}));
+}
+
+TEST_F(CheckpointPolicy, CommittingAStepAgainReplacesIt) {
+  const fs::path final_dir = root_ / checkpoint_dir_name(4);
+  for (const char* loss : {"1", "2"}) {
+    const fs::path tmp = root_ / (checkpoint_dir_name(4) + ".tmp");
+    fs::create_directories(tmp);
+    write_file_atomic(tmp / "rank-00000-of-00001.safetensors", loss);
+    commit_checkpoint_dir(tmp, final_dir, root_, {{"manifest.json", "{}"}}, 4);
+  }
+  EXPECT_EQ(read_file(final_dir / "rank-00000-of-00001.safetensors"), "2");
+  EXPECT_EQ(kept(), std::set<std::string>{"step-00000004"});
+}
+
 // Example i has i + 2 tokens, all predicted.
 class Examples : public ExampleSource {
  public:

@@ -354,12 +354,23 @@ TEST(Recipe, OutOfRange) {
              "recipe.yaml:4: data.overlong: invalid value 'wrap' (valid: truncate, drop)");
   EXPECT_HAS(with("optimizer:\n  name: adam\n"),
              "optimizer.name: invalid value 'adam' (valid: adamw, sgd)");
-  EXPECT_HAS(with("optimizer:\n  lr: 0\n"), "optimizer.lr: must be > 0, got 0");
+  EXPECT_HAS(with("optimizer:\n  lr: 0\n"),
+             "optimizer.lr: must be in (0, 3.4028235e+38] (a float32), got 0");
+  // Finite as a double, infinite as the float32 the optimizer computes in.
+  EXPECT_HAS(with("optimizer:\n  lr: 1e39\n"),
+             "optimizer.lr: must be in (0, 3.4028235e+38] (a float32), got 1e39");
   EXPECT_HAS(with("optimizer:\n  weight_decay: -0.1\n"),
-             "optimizer.weight_decay: must be >= 0, got -0.1");
+             "optimizer.weight_decay: must be in [0, 3.4028235e+38] (a float32), got -0.1");
   EXPECT_HAS(with("optimizer:\n  betas: [0.9, 1.0]\n"),
              "optimizer.betas[1]: must be in [0, 1), got 1");
-  EXPECT_HAS(with("optimizer:\n  eps: 0\n"), "optimizer.eps: must be > 0, got 0");
+  EXPECT_HAS(with("optimizer:\n  eps: 0\n"), "optimizer.eps: must be in [1.17549435e-38, ");
+  EXPECT_HAS(with("optimizer:\n  eps: 1e-50\n"), "a smaller one is 0 in fp32), got 1e-50");
+  // A step holds every micro-batch: 1e9 of them is refused with the limit, not std::bad_alloc.
+  EXPECT_HAS(with("train:\n  grad_accum_steps: 1000000000\n"),
+             "train.grad_accum_steps 1000000000 x train.micro_batch_size 1 x data.seq_len 512 = "
+             "512000000000 tokens in one step; at most 268435456");
+  EXPECT_HAS(with("train:\n  grad_accum_steps: 1000000000\n"),
+             "train.grad_accum_steps may be at most 524288 here");
   EXPECT_HAS(with("optimizer:\n  momentum: 1\n"), "optimizer.momentum: must be in [0, 1), got 1");
   EXPECT_HAS(with("schedule:\n  name: step\n"),
              "schedule.name: invalid value 'step' (valid: constant, linear, cosine)");

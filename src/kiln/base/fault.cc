@@ -70,6 +70,7 @@ void fault_point(const char* point, int64_t step) {
   if (f.kind == "exit") std::_Exit(3);
   if (f.kind == "abort") std::abort();
   if (f.kind == "kill") ::kill(::getpid(), SIGKILL);
+  if (f.kind == "term") ::kill(::getppid(), SIGTERM);  // and carry on
   if (f.kind == "hang") {
     for (;;) ::pause();
   }

@@ -2,11 +2,16 @@
 //
 // KILN_FAULT="RANK:STEP:KIND[@POINT][:ATTEMPT]" makes rank RANK, in optimizer step STEP
 // (1-based), at POINT, exit with code 3 ("exit"), abort ("abort"), be killed with SIGKILL
-// ("kill") or stop responding ("hang"); only in restart attempt ATTEMPT of the group (default 0,
-// the first; "*": every attempt). POINTs:
+// ("kill"), stop responding ("hang") or send SIGTERM to its parent, the node agent, and carry on
+// ("term": a preemption arriving at that moment); only in restart attempt ATTEMPT of the group
+// (default 0, the first; "*": every attempt). POINTs:
 //   step        (default) at the start of the step, before any collective;
 //   collective  inside the first collective the rank enters during the step, after it started;
-//   checkpoint  while writing the checkpoint saved after the step, with part of its shard written.
+//   checkpoint  while writing the checkpoint saved after the step, with part of its shard written;
+//   commit      while committing checkpoint STEP: its manifest written, the renames that put it
+//               in place (and set aside an older copy of the same step) not all done;
+//   prune       while retention removes a checkpoint, during step STEP: renamed, not yet deleted;
+//   eval        as the evaluation after step STEP begins.
 // Each fault fires at most once per process.
 #pragma once
 

@@ -2,10 +2,13 @@
 // Single process, N local workers (dist.nproc_per_node=N), kiln as the agent on every node, or
 // ranks of an external launcher: launch() decides (src/kiln/launch/launch.h).
 #include <cstdio>
+#include <cstdlib>
 
 #include "kiln/base/stop_request.h"
 #include "kiln/cli/commands.h"
 #include "kiln/launch/launch.h"
+#include "kiln/train/preflight.h"
+#include "kiln/train/run_identity.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::cli {
@@ -34,6 +37,11 @@ Command add_train(CLI::App& app) {
       "several nodes, torchrun, mpirun and srun.");
   return {sub, [o] {
             const Recipe r = load_recipe(o->recipe, o->overrides);
+            // Checks that need no worker, once, by the process that starts them (not again by
+            // each spawned worker, nor by an agent re-run in its private network).
+            if (std::getenv("KILN_WORKER") == nullptr && !in_private_network()) {
+              preflight_checks(r);
+            }
             LaunchOptions lo;
             lo.flags = o->flags;
             lo.nproc_per_node = r.dist.nproc_per_node;
@@ -51,6 +59,7 @@ Command add_train(CLI::App& app) {
             lo.communicator = parse_comm_request(r.dist.communicator);
             lo.private_network = parse_private_network(r.dist.private_network);
             lo.authenticate_pairs = parse_pair_auth(r.dist.authenticate_pairs);
+            lo.identity = run_identity_values(r);
             return launch(lo, [&](WorkerContext& ctx) {
               TrainResult res = train(r, ctx);
               if (res.stopped) {
@@ -61,6 +70,15 @@ Command add_train(CLI::App& app) {
                                static_cast<long long>(res.steps), kExitStopped);
                 }
                 return kExitStopped;
+              }
+              if (res.nothing_to_do) {
+                if (ctx.rank == 0) {
+                  std::fprintf(stderr,
+                               "kiln: nothing to do: %s is at step %lld, its last; model in %s\n",
+                               r.output.dir.c_str(), static_cast<long long>(res.steps),
+                               res.model_dir.c_str());
+                }
+                return 0;
               }
               if (ctx.rank == 0) {
                 std::fprintf(stderr, "trained %lld steps: loss %.4f -> %.4f; model in %s\n",

@@ -18,10 +18,7 @@ PackingSampler::PackingSampler(const ExampleSource& dataset, int micro_batch_siz
       world_size_(world_size) {
   KILN_CHECK(micro_batch_size > 0 && seq_len > 0, "B={} T={}", micro_batch_size, seq_len);
   KILN_CHECK(world_size > 0 && rank >= 0 && rank < world_size, "rank {} of {}", rank, world_size);
-  per_rank_ = dataset.size() / static_cast<size_t>(world_size);
-  if (per_rank_ == 0) {
-    fail("{}: {} examples are too few for {} ranks", dataset.what(), dataset.size(), world_size);
-  }
+  if (dataset.size() == 0) fail("{}: no examples to pack", dataset.what());
   build_order(0);
 }
 
@@ -30,23 +27,17 @@ void PackingSampler::build_order(uint64_t epoch) {
 }
 
 void PackingSampler::restore(const SamplerState& state) {
-  if (state.index > per_rank_) {
-    fail(
-        "{}: sampler state index {} is past the {} examples of this rank's epoch (did the data or "
-        "the number of ranks change?)",
-        dataset_->what(), state.index, per_rank_);
-  }
+  check_sampler_state(state, dataset_->size(), dataset_->what());
   if (state.epoch != state_.epoch) build_order(state.epoch);
   state_ = state;
 }
 
 ExampleView PackingSampler::peek() {
-  if (state_.index == per_rank_) {
+  if (state_.position == dataset_->size()) {
     build_order(state_.epoch + 1);
     state_ = {state_.epoch + 1, 0};
   }
-  const size_t pos = static_cast<size_t>(rank_) + state_.index * static_cast<size_t>(world_size_);
-  return dataset_->example(order_[pos]);
+  return dataset_->example(order_[state_.position]);
 }
 
 void place_document(Batch& out, int b, int at, ExampleView ex, int len) {
@@ -61,18 +52,21 @@ void place_document(Batch& out, int b, int at, ExampleView ex, int len) {
 }
 
 void PackingSampler::next(Batch& out) {
-  const int B = micro_batch_size_, T = seq_len_;
+  const int B = micro_batch_size_, T = seq_len_, W = world_size_;
   out.resize(B, T);
-  for (int b = 0; b < B; ++b) {
+  for (int g = 0; g < B * W; ++g) {  // the group's rows in order; this rank fills its own
+    const bool mine = g % W == rank_;
+    const int b = g / W;
     int used = 0;
     while (used < T) {
       const ExampleView ex = peek();
       const int len = static_cast<int>(std::min(ex.size(), static_cast<size_t>(T)));
       if (used > 0 && used + len > T) break;  // starts the next row
-      place_document(out, b, used, ex, len);
+      if (mine) place_document(out, b, used, ex, len);
       used += len;
-      ++state_.index;
+      ++state_.position;
     }
+    if (!mine) continue;
     // Padding is a document of its own, so it costs no attention over the row's examples.
     const size_t row = static_cast<size_t>(b) * T;
     for (int t = used; t < T; ++t) {

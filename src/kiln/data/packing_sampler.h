@@ -1,12 +1,15 @@
 // Packing: several examples per row of seq_len tokens, so short examples do not pay for padding.
 //
 // The epoch's visiting order is the unpacked Sampler's (identity or epoch_permutation(seed,
-// epoch)), and rank r of W again takes positions r, r+W, r+2W, ... of it: its share is
-// floor(N / W) examples. Rows are filled greedily in that order: an example goes into the current
-// row if it fits in what is left of it, else it starts the next row; no example is split (one
-// longer than seq_len, which the loader normally prevents, is cut to seq_len in a row of its
-// own). When the share runs out, the next epoch's share continues the same batch. The state is
-// (epoch, examples of the share taken), so a restored sampler packs exactly the same rows.
+// epoch)), read front to back by the whole group: a micro-batch fills the group's B * W rows in
+// order (row g = b * W + r is row b of rank r), each row greedily: an example goes into the
+// current row if it fits in what is left of it, else it starts the next row; no example is split
+// (one longer than seq_len, which the loader normally prevents, is cut to seq_len in a row of its
+// own). Every rank walks the same rows (it needs only the examples' lengths) and fills its own.
+// When the epoch runs out, the next epoch's order continues the same row, so no example is left
+// out. The state is (epoch, examples of the order taken), the same on every rank, so a restored
+// sampler packs exactly the same rows, and one on another world size continues with the next
+// example.
 //
 // Each example in a row is a document of its own:
 //   row [a0 a1 a2 | b0 b1 | pad pad]   doc_start = [0 0 0 | 3 3 | 5 5]
@@ -26,23 +29,19 @@ namespace kiln {
 
 class PackingSampler : public BatchSampler {
  public:
-  // `dataset` must outlive the sampler. Throws kiln::Error if it has fewer examples than ranks.
+  // `dataset` must outlive the sampler. Throws kiln::Error if it has no examples.
   PackingSampler(const ExampleSource& dataset, int micro_batch_size, int seq_len, bool shuffle,
                  uint64_t seed, int rank = 0, int world_size = 1);
 
   void next(Batch& out) override;
   SamplerState state() const override { return state_; }
-  // Throws kiln::Error if state.index exceeds examples_per_epoch().
   void restore(const SamplerState& state) override;
   uint64_t epoch() const override { return state_.epoch; }
 
-  // This rank's share of each epoch.
-  uint64_t examples_per_epoch() const { return per_rank_; }
-
  private:
   void build_order(uint64_t epoch);
-  // The next example of this rank's share (moving to the next epoch first when this one is used
-  // up), without taking it.
+  // The next example of the order (moving to the next epoch first when this one is used up),
+  // without taking it.
   ExampleView peek();
 
   const ExampleSource* dataset_;
@@ -52,7 +51,6 @@ class PackingSampler : public BatchSampler {
   uint64_t seed_;
   int rank_;
   int world_size_;
-  uint64_t per_rank_;
   SamplerState state_;
   std::vector<size_t> order_;  // (N) the current epoch's visiting order
 };

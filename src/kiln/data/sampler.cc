@@ -58,8 +58,8 @@ Sampler::Sampler(const ExampleSource& dataset, int micro_batch_size, int seq_len
       world_size_(world_size) {
   KILN_CHECK(micro_batch_size > 0 && seq_len > 0, "B={} T={}", micro_batch_size, seq_len);
   KILN_CHECK(world_size > 0 && rank >= 0 && rank < world_size, "rank {} of {}", rank, world_size);
-  size_t per_rank = dataset.size() / static_cast<size_t>(world_size);
-  batches_per_epoch_ = static_cast<int64_t>(per_rank / static_cast<size_t>(micro_batch_size));
+  batches_per_epoch_ = static_cast<int64_t>(
+      dataset.size() / (static_cast<size_t>(world_size) * static_cast<size_t>(micro_batch_size)));
   if (batches_per_epoch_ == 0) {
     fail("{}: {} examples are too few for micro_batch_size {} on each of {} ranks", dataset.what(),
          dataset.size(), micro_batch_size, world_size);
@@ -81,13 +81,17 @@ void Sampler::build_order(uint64_t epoch) {
   epoch_order(order_, dataset_->size(), shuffle_, seed_, epoch);
 }
 
-void Sampler::restore(const SamplerState& state) {
-  if (state.index > static_cast<uint64_t>(batches_per_epoch_)) {
+void check_sampler_state(const SamplerState& state, size_t n, const std::string& what) {
+  if (state.position > n) {
     fail(
-        "{}: sampler state index {} is past the {} batches of an epoch (did the data or batch "
-        "size change?)",
-        dataset_->what(), state.index, batches_per_epoch_);
+        "{}: the data position {} is past the {} examples of an epoch (did the data change since "
+        "the checkpoint?)",
+        what, state.position, n);
   }
+}
+
+void Sampler::restore(const SamplerState& state) {
+  check_sampler_state(state, dataset_->size(), dataset_->what());
   if (state.epoch != state_.epoch) build_order(state.epoch);
   state_ = state;
 }
@@ -105,19 +109,19 @@ void fill_row(Batch& out, int b, ExampleView ex) {
 }
 
 void Sampler::next(Batch& out) {
-  if (state_.index == static_cast<uint64_t>(batches_per_epoch_)) {
+  const size_t group = static_cast<size_t>(micro_batch_size_) * static_cast<size_t>(world_size_);
+  if (state_.position + group > dataset_->size()) {  // the rest of the epoch fills no batch
     build_order(state_.epoch + 1);
     state_ = {state_.epoch + 1, 0};
   }
   const int B = micro_batch_size_, T = seq_len_;
   out.resize(B, T);
   for (int b = 0; b < B; ++b) {
-    // This rank's k-th example of the epoch sits at position rank + k * world_size of the order.
-    size_t k = state_.index * static_cast<size_t>(B) + static_cast<size_t>(b);
-    const ExampleView ex = dataset_->example(order_[static_cast<size_t>(rank_) + k * world_size_]);
-    fill_row(out, b, ex);
+    // Row b of this rank is the group's row g = b * W + rank.
+    const size_t g = static_cast<size_t>(b) * world_size_ + static_cast<size_t>(rank_);
+    fill_row(out, b, dataset_->example(order_[state_.position + g]));
   }
-  ++state_.index;
+  state_.position += group;
 }
 
 }  // namespace kiln

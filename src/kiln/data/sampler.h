@@ -3,14 +3,19 @@
 //
 // Each epoch visits the examples in one order, shared by every rank: the identity, or a
 // permutation drawn from (seed, epoch) by splitmix64 + Fisher-Yates, so the order depends on
-// nothing but those two numbers (not on the standard library's distributions). Rank r of
-// world_size W takes positions r, r+W, r+2W, ... of that order, B at a time; the tail that would
-// leave some rank a short or missing batch is dropped, so every rank has batches_per_epoch() full
-// batches:
-//   batches_per_epoch = floor(floor(N / W) / B)
+// nothing but those two numbers (not on the standard library's distributions). The group reads
+// that order front to back: one micro-batch of every rank together takes the next B * W examples
+// (rows of the group numbered g = b * W + r for row b of rank r), so where the group is is one
+// position in the epoch's order, the same on every rank. A checkpoint records it, and a run
+// resumed on any number of ranks continues from that very example. Unpacked, row g takes the
+// example at position + g, and when fewer than B * W examples are left the rest of the epoch is
+// skipped, so a fresh epoch has
+//   batches_per_epoch = floor(N / (W * B))
+// full micro-batches on every rank.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kiln/data/batch.h"
@@ -19,12 +24,13 @@
 
 namespace kiln {
 
-// Where a sampler is; saved with a checkpoint so a resumed run continues with the same batches.
+// Where the group is; saved with a checkpoint so a resumed run, on any number of ranks, continues
+// with the next example of the same order.
 struct SamplerState {
   uint64_t epoch = 0;  // the current epoch, from 0
-  // How far this rank is into the epoch: batches taken (Sampler, in [0, batches_per_epoch]) or
-  // examples taken (PackingSampler, in [0, examples_per_epoch]).
-  uint64_t index = 0;
+  // Examples of the epoch's order the group has taken (or skipped), in [0, N]: the same on every
+  // rank, whatever the world size.
+  uint64_t position = 0;
   bool operator==(const SamplerState&) const = default;
 };
 
@@ -36,8 +42,9 @@ class BatchSampler {
   // the next epoch when this one is used up.
   virtual void next(Batch& out) = 0;
   virtual SamplerState state() const = 0;
-  // Continues from a state() of a sampler built with the same arguments. Throws kiln::Error if
-  // the state's index is past the end of an epoch (the dataset or batch size changed).
+  // Continues from a state() of a sampler over the same dataset, seed and shuffling (any batch
+  // size, rank and world size). Throws kiln::Error if the position is past the end of an epoch
+  // (the dataset changed).
   virtual void restore(const SamplerState& state) = 0;
   virtual uint64_t epoch() const = 0;
 };
@@ -49,6 +56,9 @@ std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, uint64_t epoch);
 // The visiting order of `epoch` into `order`: epoch_permutation when shuffling, else 0..n-1
 // (kept across epochs).
 void epoch_order(std::vector<size_t>& order, size_t n, bool shuffle, uint64_t seed, uint64_t epoch);
+
+// Throws kiln::Error naming `what` when `state` is past the end of an epoch of n examples.
+void check_sampler_state(const SamplerState& state, size_t n, const std::string& what);
 
 // Writes `ex` (truncated to out.T) into row b of a freshly resized batch: ids, positions from 0,
 // and the HF causal-LM shifted targets. Padding keeps its defaults (id 0, no target).
@@ -71,9 +81,9 @@ class Sampler : public BatchSampler {
   void next(Batch& out) override;
 
   SamplerState state() const override { return state_; }
-  // Throws kiln::Error if state.index exceeds batches_per_epoch().
   void restore(const SamplerState& state) override;
 
+  // Full micro-batches of a fresh epoch on every rank.
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   uint64_t epoch() const override { return state_.epoch; }
 

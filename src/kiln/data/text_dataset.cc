@@ -95,6 +95,7 @@ TokenizedDataset read_jsonl(std::string_view text, const std::string& name,
 
   DataStats s;
   s.lines = static_cast<int64_t>(lines.size());
+  s.source = {text.size(), xxh3_64(text)};
   std::vector<uint64_t> offsets = {0};
   std::vector<int32_t> ids, labels;
   // Blocks of lines bound the memory of results waiting to be appended in line order.

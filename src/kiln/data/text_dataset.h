@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/base/checksum.h"
 #include "kiln/base/file.h"
 #include "kiln/data/example_source.h"
 #include "kiln/data/formats.h"
@@ -55,6 +56,7 @@ struct DataStats {
   int64_t skipped = 0;    // bad lines skipped (skip_bad_lines)
   int64_t no_target = 0;  // kept examples with no token that takes loss (e.g. all cut off)
   int64_t max_id = -1;    // the largest token id
+  FileDigest source;      // the file's length and XXH3-64, as read (checkpoints record it)
   bool operator==(const DataStats&) const = default;
 };
 

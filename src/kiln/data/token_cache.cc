@@ -63,6 +63,8 @@ void write_token_cache(const fs::path& path, uint64_t key, const TokenizedDatase
   h.skipped = static_cast<uint64_t>(s.skipped);
   h.no_target = static_cast<uint64_t>(s.no_target);
   h.max_id = s.max_id;
+  h.source_bytes = s.source.bytes;
+  h.source_xxh3 = s.source.xxh3;
   h.checksum = checksum(h, data.offsets(), data.input_ids(), data.labels());
   AtomicFileWriter w(path);
   w.write(&h, sizeof h);
@@ -124,6 +126,7 @@ std::optional<TokenizedDataset> open_token_cache(const fs::path& path, uint64_t 
   s.skipped = static_cast<int64_t>(h.skipped);
   s.no_target = static_cast<int64_t>(h.no_target);
   s.max_id = h.max_id;
+  s.source = {h.source_bytes, h.source_xxh3};
   return TokenizedDataset(std::move(map), offsets, ids, labels, s, what);
 }
 

@@ -20,7 +20,8 @@
 
 namespace kiln {
 
-inline constexpr uint32_t kTokenCacheVersion = 1;
+// 2: the data file's length and XXH3-64 (DataStats::source) in the header.
+inline constexpr uint32_t kTokenCacheVersion = 2;
 
 struct CacheHeader {
   char magic[8];          // "KILNTOK\n"
@@ -32,7 +33,8 @@ struct CacheHeader {
   uint64_t lines, targets, truncated, dropped, skipped, no_target;  // DataStats
   int64_t max_id;
   uint64_t checksum;
-  uint64_t reserved[3];
+  uint64_t source_bytes, source_xxh3;  // DataStats::source
+  uint64_t reserved[1];
 };
 static_assert(sizeof(CacheHeader) == 128);
 

@@ -11,6 +11,9 @@
 
 namespace kiln {
 
+// The CPUs this process may run on (its affinity mask: a container's cpuset, taskset), at least 1.
+int usable_cpu_count();
+
 // The OpenBLAS core in use ("SkylakeX", "Haswell", "Prescott", ...).
 std::string blas_core_name();
 

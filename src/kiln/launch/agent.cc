@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -22,7 +23,11 @@
 #include "kiln/base/stop_request.h"
 #include "kiln/distributed/tcp_store.h"
 #include "kiln/distributed/watchdog.h"
+#include "kiln/kernels/host_cpu.h"
+#include "kiln/launch/formation.h"
+#include "kiln/launch/step_board.h"
 #include "kiln/launch/store_token.h"
+#include "kiln/launch/worker_output.h"
 
 extern char** environ;
 
@@ -30,20 +35,35 @@ namespace kiln {
 
 namespace {
 
-// The agent's signal state (a handler can only store to volatile sig_atomic_t): the last signal
-// and how many arrived, so a second one can cut a graceful stop short.
+// The agent's signal state (a handler may only touch lock-free atomics and volatile
+// sig_atomic_t): the last signal, and how many stop requests arrived. One user action often
+// delivers several copies of a signal: Ctrl-C and `kill -- -PGID` reach every process of the
+// group, the private network's supervisor forwards its own copy, `timeout` and systemd signal
+// the process and then its group. Copies within kSignalCopies of a request's first copy are that
+// request; only a signal after that asks again (and cuts a graceful stop short).
+constexpr int64_t kSignalCopiesNs = 2'000'000'000;
 volatile std::sig_atomic_t g_signal = 0;
-volatile std::sig_atomic_t g_signal_count = 0;
+std::atomic<int64_t> g_requests{0};
+std::atomic<int64_t> g_request_ns{0};  // when the latest request's first copy arrived
+static_assert(std::atomic<int64_t>::is_always_lock_free);
 void on_signal(int sig) {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  const int64_t now = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+  const int64_t first = g_request_ns.load(std::memory_order_relaxed);
+  if (g_requests.load(std::memory_order_relaxed) == 0 || now - first > kSignalCopiesNs) {
+    g_request_ns.store(now, std::memory_order_relaxed);
+    g_requests.fetch_add(1, std::memory_order_relaxed);
+  }
   g_signal = sig;
-  g_signal_count = g_signal_count + 1;
 }
 
 struct Worker {
+  explicit Worker(int r) : rank(r), out(r) {}
   int rank = 0;
   pid_t pid = -1;
   int out_fd = -1;  // stdout and stderr of the worker, merged
-  std::string partial;
+  WorkerOutput out;
   bool exited = false;
   int status = 0;
 };
@@ -56,53 +76,35 @@ std::string describe_status(int status) {
   return "unknown status";
 }
 
-// Writes complete lines of `w`'s output with a "[rank N] " prefix; keeps a partial tail.
-void forward_output(Worker& w, bool flush_all) {
-  size_t start = 0;
-  for (;;) {
-    size_t nl = w.partial.find('\n', start);
-    if (nl == std::string::npos) break;
-    std::string line = fmt::format("[rank {}] {}\n", w.rank, w.partial.substr(start, nl - start));
-    (void)!::write(STDERR_FILENO, line.data(), line.size());
-    start = nl + 1;
-  }
-  w.partial.erase(0, start);
-  if (flush_all && !w.partial.empty()) {
-    std::string line = fmt::format("[rank {}] {}\n", w.rank, w.partial);
-    (void)!::write(STDERR_FILENO, line.data(), line.size());
-    w.partial.clear();
-  }
-}
-
+// Reads what `w` wrote (forwarded by WorkerOutput); false once its output has ended.
 bool drain_fd(Worker& w) {
   char buf[8192];
   for (;;) {
     ssize_t n = ::read(w.out_fd, buf, sizeof buf);
     if (n > 0) {
-      w.partial.append(buf, static_cast<size_t>(n));
+      w.out.append(std::string_view(buf, static_cast<size_t>(n)));
       continue;
     }
     if (n == 0) {
       ::close(w.out_fd);
       w.out_fd = -1;
-      forward_output(w, true);
+      w.out.finish();
       return false;
     }
     if (errno == EINTR) continue;
     break;  // EAGAIN
   }
-  forward_output(w, false);
   return true;
 }
 
-pid_t spawn(const AgentSpec& s, int local_rank, int port, int attempt, int* out_fd) {
+pid_t spawn(const AgentSpec& s, int local_rank, int port, int attempt, int step_fd, int* out_fd) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) fail("agent: pipe failed: {}", std::strerror(errno));
   const int rank = s.node_rank * s.nproc_per_node + local_rank;
   const int world = s.nnodes * s.nproc_per_node;
   int threads = s.threads_per_worker;
   if (threads <= 0) {
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / s.nproc_per_node);
+    threads = std::max(1, usable_cpu_count() / s.nproc_per_node);
   }
   std::vector<std::string> env = {
       "KILN_WORKER=1",
@@ -120,6 +122,7 @@ pid_t spawn(const AgentSpec& s, int local_rank, int port, int attempt, int* out_
       fmt::format("OMP_NUM_THREADS={}", threads),
       fmt::format("OPENBLAS_NUM_THREADS={}", threads),
       fmt::format("KILN_RESTART_ATTEMPT={}", attempt),
+      fmt::format("KILN_STEP_FD={}", step_fd),
   };
   // Everything the child needs is built before fork: the agent may have threads (the store
   // server), so the child must not allocate between fork and exec.
@@ -229,20 +232,23 @@ struct AttemptRecord {
   bool remote_stop = false;
   int signal = 0;
   bool stopped = false;  // every local worker exited with kExitStopped (graceful_stop)
+  int64_t step = -1;     // the step the failed rank last began (StepBoard), -1: unknown
 };
 
 // Spawns and watches one attempt of the group. Returns when every local worker has exited:
 // rc 0 when all succeeded; otherwise the group was torn down because a local worker failed,
 // another node's did (kiln/agent/A/failed), or the agent got a signal.
-AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl) {
+AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl, StepBoard& steps) {
   AgentSpec a = s;
   if (attempt > 0) {
     a.worker_args.insert(a.worker_args.end(), s.restart_args.begin(), s.restart_args.end());
   }
-  std::vector<Worker> ws(s.nproc_per_node);
+  steps.reset();
+  std::vector<Worker> ws;
+  ws.reserve(s.nproc_per_node);
   for (int l = 0; l < s.nproc_per_node; ++l) {
-    ws[l].rank = s.node_rank * s.nproc_per_node + l;
-    ws[l].pid = spawn(a, l, port, attempt, &ws[l].out_fd);
+    ws.emplace_back(s.node_rank * s.nproc_per_node + l);
+    ws[l].pid = spawn(a, l, port, attempt, steps.fd(), &ws[l].out_fd);
   }
 
   AttemptRecord rec;
@@ -252,8 +258,10 @@ AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl) {
   // A broken group is torn down, not asked to checkpoint: workers that honour SIGTERM as a stop
   // request (graceful_stop) would finish their step first, and a hung one never would.
   const int failure_signal = s.graceful_stop ? SIGKILL : SIGTERM;
-  int stopped = 0;       // workers that exited with kExitStopped
-  int signals_seen = 0;  // g_signal_count when the graceful stop began
+  int stopped = 0;            // workers that exited with kExitStopped
+  int succeeded = 0;          // workers that exited 0: the run completed
+  int64_t requests_seen = 0;  // g_requests when the graceful stop began
+  Worker* failed = nullptr;   // the local culprit, once known
   auto teardown = [&](int sig) {
     signal_all(ws, sig);
     tearing_down = true;
@@ -285,13 +293,13 @@ AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl) {
           "node {} stopped by signal {} before every worker committed its stop checkpoint "
           "(failure.sigterm_grace_s)",
           s.node_rank, static_cast<int>(g_signal));
-      signals_seen = g_signal_count;
+      requests_seen = g_requests.load();
       teardown(SIGTERM);
       teardown_deadline =
           Clock::now() + milliseconds(static_cast<int64_t>(s.sigterm_grace_s * 1000));
-    } else if (rec.signal != 0 && s.graceful_stop && g_signal_count > signals_seen &&
+    } else if (rec.signal != 0 && s.graceful_stop && g_requests.load() > requests_seen &&
                teardown_deadline != Clock::time_point::max()) {
-      KILN_LOG_WARN("agent: a second signal: killing the workers now");
+      KILN_LOG_WARN("agent: a second stop request: killing the workers now");
       teardown_deadline = Clock::now();
     }
     if (g_signal != 0 && !tearing_down) {
@@ -338,6 +346,7 @@ AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl) {
         const bool stop =
             s.graceful_stop && WIFEXITED(status) && WEXITSTATUS(status) == kExitStopped;
         stopped += stop ? 1 : 0;
+        succeeded += ok ? 1 : 0;
         const int score = failure_score(ctl, attempt, w.rank, status);
         if (!ok && !stop && !tearing_down && score > culprit_score) {
           culprit = &w;
@@ -348,8 +357,10 @@ AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl) {
       }
     }
     if (culprit != nullptr) {
+      failed = culprit;
       rec.failed = true;
       rec.rank = culprit->rank;
+      rec.step = steps.get(culprit->rank - s.node_rank * s.nproc_per_node);
       rec.score = culprit_score;
       rec.time_ms = wall_ms();
       rec.rc = 1;
@@ -373,6 +384,9 @@ AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl) {
       rec.stopped = true;
       rec.rc = kExitStopped;
     }
+    // Every worker completed (a stop request that came after the last step, during the final
+    // evaluation or save, changes nothing): the run succeeded.
+    if (all_done && succeeded == s.nproc_per_node && !rec.failed && !rec.remote_stop) rec.rc = 0;
     if (all_done) {
       bool open = false;
       for (auto& w : ws) {
@@ -380,6 +394,14 @@ AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl) {
       }
       if (!open) break;
     }
+  }
+  // Each worker's error once (the ranks that reported it listed), and the culprit's own message
+  // on the failure line.
+  std::vector<const WorkerOutput*> outs;
+  for (const auto& w : ws) outs.push_back(&w.out);
+  print_held_errors(outs);
+  if (failed != nullptr && !failed->out.error().empty()) {
+    rec.failure += ": " + failed->out.error();
   }
   return rec;
 }
@@ -428,7 +450,8 @@ std::string describe_attempt(const AgentSpec& s, Store& ctl, int attempt,
     return "the group stopped";
   }
   std::string out = first->value("failure", "");
-  int64_t step = published_step(ctl, group_ns(attempt), first->value("rank", 0));
+  int64_t step = first->value("step", int64_t{-1});
+  if (step < 0) step = published_step(ctl, group_ns(attempt), first->value("rank", 0));
   if (step < 0) {
     for (int r = 0; r < world; ++r)
       step = std::max(step, published_step(ctl, group_ns(attempt), r));
@@ -485,9 +508,19 @@ int run_agent(const AgentSpec& s) {
                     max_restarts, s.max_restarts);
     }
   }
+  // Before any worker starts: every node runs the same shape and recipe (formation.h).
+  if (s.nnodes > 1) {
+    NodeShape shape{s.node_rank, s.nnodes, s.nproc_per_node, s.identity};
+    const std::string differ = agree_on_formation(ctl, shape, wait_limit);
+    if (!differ.empty()) {
+      std::fprintf(stderr, "kiln: error: %s\n", differ.c_str());
+      return 1;
+    }
+  }
+  StepBoard steps = StepBoard::create(s.nproc_per_node);
   std::vector<std::string> history;
   for (int attempt = 0;; ++attempt) {
-    const AttemptRecord rec = run_group(s, port, attempt, ctl);
+    const AttemptRecord rec = run_group(s, port, attempt, ctl, steps);
     bool failed_elsewhere = false;
     if (rec.rc == 0 || rec.stopped) {
       try {
@@ -509,7 +542,7 @@ int run_agent(const AgentSpec& s) {
     // Every agent records its attempt, then node 0 decides for all.
     const Json mine{{"node", s.node_rank},    {"failed", rec.failed},   {"rank", rec.rank},
                     {"time_ms", rec.time_ms}, {"failure", rec.failure}, {"signal", rec.signal},
-                    {"score", rec.score}};
+                    {"score", rec.score},     {"step", rec.step}};
     Json decision;
     int answered = s.nnodes;
     if (s.node_rank == 0) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln {
@@ -29,10 +30,14 @@ struct AgentSpec {
   std::string hang_dir;    // where workers write hang reports ("" : store only), for messages
   // The workers honour a stop request (LaunchOptions::graceful_stop): on SIGTERM or SIGINT the
   // agent sends them SIGTERM and gives them sigterm_grace_s to commit a checkpoint and exit with
-  // kExitStopped (base/stop_request.h), which it then returns; a second signal, or the deadline,
-  // kills them. Otherwise a signal tears the group down at once.
+  // kExitStopped (base/stop_request.h), which it then returns; a second stop request (a signal
+  // more than 2 s after the first: copies of one signal arriving together are one request), or
+  // the deadline, kills them. Otherwise a signal tears the group down at once. Workers that all
+  // complete meanwhile (the signal came after the last step) make it return 0.
   bool graceful_stop = false;
   double sigterm_grace_s = 25;
+  // What every node must agree on before a worker starts (formation.h; LaunchOptions::identity).
+  std::vector<std::pair<std::string, std::string>> identity;
 };
 
 // Runs the agent until every worker has exited. Returns 0 when all succeeded, kExitStopped when

@@ -6,9 +6,11 @@
 #include <thread>
 
 #include "kiln/base/dir_lock.h"
+#include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/base/stop_request.h"
 #include "kiln/kernels/gpu_assignment.h"
+#include "kiln/kernels/host_cpu.h"
 #include "kiln/launch/agent.h"
 #include "kiln/launch/private_network.h"
 #include "kiln/launch/store_token.h"
@@ -44,8 +46,20 @@ std::string hang_dir(const LaunchOptions& o) {
 
 }  // namespace
 
+void check_threads_per_worker(int threads) {
+  const int cpus = usable_cpu_count();
+  if (threads > cpus) {
+    fail(
+        "dist.threads_per_worker is {}; at most {}, the CPUs this process may run on (more "
+        "threads than CPUs only slow a worker down, and far more crash libgomp; 0 divides them "
+        "between the local workers)",
+        threads, cpus);
+  }
+}
+
 int launch(const LaunchOptions& o, const TrainFn& fn) {
   const char* spawned = std::getenv("KILN_WORKER");
+  check_threads_per_worker(o.threads_per_worker);
   const Topology t = discover_topology(o.flags);
   const bool agent = spawned == nullptr && t.agent_spawns_workers;
   const int nproc = o.flags.nproc_per_node.value_or(t.local_world_size > 1 ? t.local_world_size
@@ -82,6 +96,7 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
     w.device = o.device;
     w.communicator = o.communicator;
     w.authenticate_pairs = o.authenticate_pairs;
+    w.identity = o.identity;
     if (spawned != nullptr) {  // ours: the agent passed the store's address and token
       const char* port = std::getenv("KILN_STORE_PORT");
       const char* token = std::getenv("KILN_STORE_TOKEN");
@@ -102,7 +117,7 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
       w.store_listen = local ? "127.0.0.1" : "0.0.0.0";
       w.token = job_store_token(!local);
       w.topology_source = t.source;
-      const int cores = static_cast<int>(std::thread::hardware_concurrency());
+      const int cores = usable_cpu_count();
       w.threads =
           o.threads_per_worker > 0 ? o.threads_per_worker : std::max(1, cores / t.local_world_size);
     }
@@ -126,6 +141,9 @@ int launch(const LaunchOptions& o, const TrainFn& fn) {
   a.hang_dir = hang_dir(o);
   a.graceful_stop = o.graceful_stop;
   a.sigterm_grace_s = o.sigterm_grace_s;
+  a.identity = o.identity;
+  // Inside a private network: tell the supervisor this agent is alive (a frozen one is killed).
+  const auto heartbeat = in_private_network() ? SupervisorHeartbeat::start() : nullptr;
   // Several hosts: node 0's store listens on every interface, so only an operator's secret
   // will do. Several agents on this host (MASTER_ADDR on loopback): a job id or
   // KILN_STORE_TOKEN. One node: the agent hands its workers a random token.

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/distributed/comm_choice.h"
@@ -56,7 +57,17 @@ struct LaunchOptions {
   // Whether the Gloo pairs authenticate their connections with the job's token (WorkerSpec);
   // kiln train: dist.authenticate_pairs.
   PairAuth authenticate_pairs = PairAuth::kAuto;
+  // (key, value) pairs every node of a multi-node job must share, compared by the agents before
+  // any worker starts (launch/formation.h) along with --nnodes and --nproc-per-node; a
+  // difference fails every node with one line naming the key, the node and both values. kiln
+  // train: the run identity keys (train/run_identity.h) and their values.
+  std::vector<std::pair<std::string, std::string>> identity;
 };
+
+// dist.threads_per_worker's bound: the CPUs this process may run on (more OpenMP threads than
+// that only slow a worker down, and far more crash libgomp). Throws kiln::Error naming the key,
+// the value and the limit.
+void check_threads_per_worker(int threads);
 
 int launch(const LaunchOptions& opts, const TrainFn& fn);
 

@@ -8,15 +8,25 @@
 // network namespace (Linux `unshare(CLONE_NEWNET)`, inside a new user namespace when not root)
 // whose only interface is its own loopback. The store, every worker and every collective then
 // live there, out of reach of the host's processes. The process that was started stays as a
-// thin supervisor: it forwards SIGINT/SIGTERM, returns the group's exit status, and takes the
-// group down with it when it is killed (the agent runs with PR_SET_PDEATHSIG).
+// thin supervisor: it forwards SIGINT/SIGTERM (the agent runs in a process group of its own, so a
+// signal to the supervisor's group, Ctrl-C included, reaches it once, through the supervisor),
+// returns the group's exit status, and takes the group down with it when it is killed (the agent
+// runs with PR_SET_PDEATHSIG). It also hears
+// the agent's heartbeat (SupervisorHeartbeat): an agent silent for as long as its workers wait
+// for a lost store (the watchdog's store_lost_exit, 5 s) is frozen (SIGSTOP, a cgroup freezer),
+// and the supervisor kills it, which ends its workers too, and fails in one line naming it,
+// instead of waiting forever.
 //
 // Several nodes need the host's network, so this applies to one node only; docs/security.md
 // says what protects a multi-node job.
 #pragma once
 
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace kiln {
 
@@ -35,5 +45,24 @@ bool in_private_network();
 // N). Returns std::nullopt when no namespace could be made and `mode` is kAuto, after a warning
 // naming why (the caller then goes on in the host's network); fails when `mode` is kOn.
 std::optional<int> run_in_private_network(PrivateNetwork mode);
+
+// The agent's side of the heartbeat: a thread that writes a byte to the supervisor's socket
+// (KILN_SUPERVISOR_FD) every 250 ms for as long as the object lives.
+class SupervisorHeartbeat {
+ public:
+  // nullptr when this process has no supervisor.
+  static std::unique_ptr<SupervisorHeartbeat> start();
+  explicit SupervisorHeartbeat(int fd);
+  ~SupervisorHeartbeat();
+  SupervisorHeartbeat(const SupervisorHeartbeat&) = delete;
+  SupervisorHeartbeat& operator=(const SupervisorHeartbeat&) = delete;
+
+ private:
+  int fd_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
 
 }  // namespace kiln

@@ -7,12 +7,15 @@
 #include <memory>
 
 #include "kiln/base/error.h"
+#include "kiln/base/json.h"
 #include "kiln/base/log.h"
 #include "kiln/distributed/gloo_communicator.h"
 #include "kiln/distributed/nccl_communicator.h"
 #include "kiln/distributed/tcp_store.h"
 #include "kiln/distributed/watchdog.h"
 #include "kiln/kernels/gpu_assignment.h"
+#include "kiln/launch/formation.h"
+#include "kiln/launch/step_board.h"
 
 namespace kiln {
 
@@ -65,6 +68,37 @@ WorldGroup join_world(const WorkerSpec& s, std::shared_ptr<Store> store, GlooOpt
   return w;
 }
 
+// The ranks of an external launcher agree on the run identity (kiln's agents did so for theirs
+// before spawning): each publishes its own and compares it with rank 0's; the lowest rank that
+// differs is agreed by an all-reduce, and every rank fails with the same line.
+void agree_on_identity(const WorkerSpec& s, Store& store, Communicator& comm,
+                       const std::string& ns) {
+  const auto key = [&](int rank) { return fmt::format("{}/identity/{}", ns, rank); };
+  const auto read = [&](int rank) {
+    RunIdentity id;
+    const Json j = parse_json(
+        to_string(store.get(key(rank),
+                            std::chrono::milliseconds(static_cast<int64_t>(s.timeout_s * 1000)))),
+        key(rank));
+    for (const Json& kv : j)
+      id.emplace_back(kv.at(0).get<std::string>(), kv.at(1).get<std::string>());
+    return id;
+  };
+  Json mine = Json::array();
+  for (const auto& [k, v] : s.identity) mine.push_back({k, v});
+  store.set(key(s.rank), to_bytes(mine.dump()));
+  const RunIdentity zero = read(0);
+  // The lowest rank that differs (world_size: none), by a max over negated ranks.
+  const bool differs = !identity_difference("rank", 0, zero, s.rank, s.identity).empty();
+  double lowest = -static_cast<double>(differs ? s.rank : s.world_size);
+  comm.all_reduce(&lowest, size_t{1}, ReduceOp::kMax);
+  const int r = static_cast<int>(-lowest);
+  if (r == s.world_size) return;
+  const std::string line = identity_difference("rank", 0, zero, r, read(r));
+  comm.barrier();  // rank 0 serves the store: it stays until every rank has read rank r's
+  fail("{}", line);
+}
+
 }  // namespace
 
 int run_worker(const WorkerSpec& s, const TrainFn& fn) {
@@ -105,6 +139,9 @@ int run_worker(const WorkerSpec& s, const TrainFn& fn) {
       std::make_shared<TcpStore>(s.master_addr, s.store_port, s.token, timeout, so), wo);
   WorldGroup world = join_world(s, store, go);
   Communicator* comm = world.comm.get();
+  if (s.launcher != "kiln-agent" && !s.identity.empty()) {
+    agree_on_identity(s, *store, *comm, "kiln/" + go.group_name);
+  }
   KILN_LOG_DEBUG("rank {}/{} joined: {}", s.rank, s.world_size, comm->transport());
   WorkerContext ctx;
   ctx.rank = s.rank;
@@ -119,7 +156,15 @@ int run_worker(const WorkerSpec& s, const TrainFn& fn) {
   ctx.restart_attempt = attempt != nullptr ? std::atoi(attempt) : 0;
   ctx.run_dir = s.run_dir;
   ctx.keep_last = s.keep_last;
-  ctx.step_listener = [wd = go.watchdog](int64_t step, bool began) { wd->set_step(step, began); };
+  // Spawned by kiln's agent: the step slot it reads when this worker dies (step_board.h).
+  std::shared_ptr<StepBoard> board;
+  if (auto b = StepBoard::inherited(s.local_world_size)) {
+    board = std::make_shared<StepBoard>(std::move(*b));
+  }
+  ctx.step_listener = [wd = go.watchdog, board, slot = s.local_rank](int64_t step, bool began) {
+    wd->set_step(step, began);
+    if (began && board) board->set(slot, step);
+  };
   const int rc = fn(ctx);
   // Rank 0 may host the store: everyone finishes with it before it goes away.
   comm->barrier();

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kiln/distributed/comm_choice.h"
 #include "kiln/distributed/pair_auth.h"
@@ -31,6 +33,10 @@ struct WorkerSpec {
   CommRequest communicator = CommRequest::kAuto;
   // Gloo's pairs prove they hold `token` (GlooOptions::authenticate; LaunchOptions).
   PairAuth authenticate_pairs = PairAuth::kAuto;
+  // An external launcher's ranks agree on it after joining (LaunchOptions::identity; kiln's own
+  // agents agree before spawning): a difference fails every rank with one line naming the key,
+  // the ranks and both values.
+  std::vector<std::pair<std::string, std::string>> identity;
 };
 
 // Joins the group and runs `fn`; returns its exit code. Errors become kiln::Error.

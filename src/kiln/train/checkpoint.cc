@@ -89,17 +89,6 @@ void assemble(const std::vector<ShardFile>& shards, const fs::path& dir, int uni
 
 }  // namespace
 
-std::string checkpoint_dir_name(int64_t step) { return fmt::format("step-{:08}", step); }
-
-void commit_checkpoint_dir(const fs::path& tmp, const fs::path& final_dir, const fs::path& root,
-                           const std::vector<std::pair<std::string, std::string>>& files) {
-  for (const auto& [name, contents] : files) write_file_atomic(tmp / name, contents);
-  fsync_dir(tmp);
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);
-  fs::rename(tmp, final_dir);
-  fsync_dir(root);
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -286,8 +275,8 @@ void CheckpointSaver::finalize() {
       manifest["files"] = shard_entries(v.data() + 1, world_.world_size());
       write_checkpoint_config(p.tmp, p.model_config, p.hf_files.get());
       manifest["other_files"] = other_file_entries(p.tmp);
-      commit_checkpoint_dir(p.tmp, p.final_dir, root_,
-                            {{"manifest.json", manifest.dump(2) + "\n"}});
+      commit_checkpoint_dir(p.tmp, p.final_dir, root_, {{"manifest.json", manifest.dump(2) + "\n"}},
+                            p.step);
     } catch (const std::exception& e) {
       err = e.what();
       bad = 1;
@@ -465,84 +454,6 @@ CheckpointState load_checkpoint(const CheckpointCheck& checked, const ParamLayou
 CheckpointState load_checkpoint(const fs::path& dir, const ParamLayout& layout, Fsdp& fsdp,
                                 Optimizer& opt, Communicator& world) {
   return load_checkpoint(check_checkpoint(dir, layout, world), layout, fsdp, opt);
-}
-
-std::vector<CheckpointInfo> list_checkpoints(const fs::path& root) {
-  std::vector<CheckpointInfo> out;
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) return out;
-  for (const auto& e : fs::directory_iterator(root)) {
-    const std::string name = e.path().filename().string();
-    if (!e.is_directory() || !name.starts_with("step-") || name.ends_with(".tmp")) continue;
-    if (!fs::exists(e.path() / "manifest.json")) continue;
-    try {
-      Json m = read_json_file(e.path() / "manifest.json");
-      // As read_manifest reads it: get<int64_t>() of 1e300 would be an undefined cast.
-      const Json& step = m.at("step");
-      if (!step.is_number_unsigned() ||
-          step.get<uint64_t>() > static_cast<uint64_t>(kMaxCheckpointStep)) {
-        fail("manifest.json: step is {}, expected an integer in [0, {}]", step.dump(),
-             kMaxCheckpointStep);
-      }
-      out.push_back({e.path(), step.get<int64_t>(), std::move(m)});
-    } catch (const std::exception& ex) {
-      KILN_LOG_WARN("ignoring {}: {}", e.path().string(), ex.what());
-    }
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
-  return out;
-}
-
-std::optional<CheckpointInfo> latest_checkpoint(const fs::path& root) {
-  auto all = list_checkpoints(root);
-  if (all.empty()) return std::nullopt;
-  return all.back();
-}
-
-void prune_checkpoints(const fs::path& root, int keep_last, const std::vector<fs::path>& protect) {
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) return;
-  for (const auto& e : fs::directory_iterator(root)) {
-    if (e.path().filename().string().ends_with(".tmp")) fs::remove_all(e.path(), ec);
-  }
-  if (keep_last <= 0) return;
-  auto all = list_checkpoints(root);
-  const size_t n = all.size();
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < n; ++i) {
-    if (std::find(protect.begin(), protect.end(), all[i].dir) != protect.end()) continue;
-    fs::remove_all(all[i].dir, ec);
-  }
-}
-
-std::vector<fs::path> best_checkpoints(const fs::path& root, int n, const std::string& metric,
-                                       bool maximize) {
-  std::vector<std::pair<double, CheckpointInfo>> scored;
-  for (auto& c : list_checkpoints(root)) {
-    const Json* metrics = c.manifest.contains("metrics") ? &c.manifest.at("metrics") : nullptr;
-    if (metrics == nullptr || !metrics->is_object() || !metrics->contains(metric)) continue;
-    const Json& v = metrics->at(metric);
-    if (!v.is_number()) continue;
-    const double x = v.get<double>();
-    if (!std::isfinite(x)) continue;
-    scored.emplace_back(maximize ? -x : x, std::move(c));
-  }
-  // Best first; among equals the newer checkpoint.
-  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first < b.first : a.second.step > b.second.step;
-  });
-  std::vector<fs::path> out;
-  for (size_t i = 0; i < scored.size() && static_cast<int>(i) < n; ++i) {
-    out.push_back(scored[i].second.dir);
-  }
-  return out;
-}
-
-void apply_retention(const fs::path& root, const RetentionPolicy& policy) {
-  std::vector<fs::path> protect;
-  if (policy.keep_best > 0) {
-    protect = best_checkpoints(root, policy.keep_best, policy.best_metric, policy.maximize);
-  }
-  prune_checkpoints(root, policy.keep_last, protect);
 }
 
 struct CheckpointUnitReader::Impl {

@@ -25,12 +25,14 @@
 #include <thread>
 #include <vector>
 
+#include "kiln/base/checksum.h"
 #include "kiln/base/json.h"
 #include "kiln/data/sampler.h"
 #include "kiln/distributed/communicator.h"
 #include "kiln/model/hf_model_files.h"
 #include "kiln/model/layout.h"
 #include "kiln/model/unit_access.h"
+#include "kiln/train/checkpoint_dir.h"
 
 namespace kiln {
 
@@ -38,16 +40,23 @@ class Fsdp;
 class Optimizer;
 struct CheckpointCheck;
 
-struct CheckpointInfo {
-  fs::path dir;
-  int64_t step = 0;
-  Json manifest;
+// A training data file as a checkpoint records it: its path and its contents' digest.
+struct DataFileRecord {
+  std::string path;
+  FileDigest digest;
+  bool operator==(const DataFileRecord&) const = default;
 };
 
 // What a save records besides the tensors.
 struct CheckpointState {
   int64_t step = 0;  // optimizer steps completed
+  // The group's position in the data order (format 4). Read from a format 3 manifest it holds
+  // that format's per-rank index (batches, or packed examples, of rank 0), which the reader
+  // converts with the manifest's world size (format_version, world_size).
   SamplerState sampler;
+  int format_version = 0;                  // of a manifest read back
+  int world_size = 0;                      // of a manifest read back
+  std::vector<DataFileRecord> data_files;  // data.train in order (format 4)
   std::string strategy;
   std::string recipe_yaml;
   Json metrics = Json::object();  // e.g. {"loss": ..., "eval_loss": ...}
@@ -66,16 +75,6 @@ struct CheckpointState {
 fs::path save_checkpoint(const fs::path& root, const CheckpointState& state,
                          const ParamLayout& layout, Fsdp& fsdp, Optimizer& opt, Communicator& world,
                          bool write_shard);
-
-// What to keep after each commit: the newest `keep_last` (<= 0: everything) and the `keep_best`
-// checkpoints with the best `best_metric` in their manifests' metrics (lowest, or highest when
-// `maximize`); checkpoints whose manifest lacks the metric do not compete.
-struct RetentionPolicy {
-  int keep_last = 0;
-  int keep_best = 0;
-  std::string best_metric = "eval_loss";
-  bool maximize = false;
-};
 
 // Saves checkpoints for the training loop, synchronously or in the background.
 //
@@ -150,23 +149,6 @@ CheckpointState load_checkpoint(const fs::path& dir, const ParamLayout& layout, 
 CheckpointState load_checkpoint(const CheckpointCheck& checked, const ParamLayout& layout,
                                 Fsdp& fsdp, Optimizer& opt);
 
-// Complete checkpoints under `root` (directories named step-N holding manifest.json), oldest
-// first. Incomplete ".tmp" directories are ignored.
-std::vector<CheckpointInfo> list_checkpoints(const fs::path& root);
-std::optional<CheckpointInfo> latest_checkpoint(const fs::path& root);
-
-// Removes all but the newest `keep_last` checkpoints (keep_last <= 0 keeps everything), and any
-// checkpoint named in `protect`; also removes stale ".tmp" directories.
-void prune_checkpoints(const fs::path& root, int keep_last,
-                       const std::vector<fs::path>& protect = {});
-
-// The `n` complete checkpoints under `root` with the best `metric` (manifest "metrics"), best
-// first; those without the metric are skipped. Ties go to the newer checkpoint.
-std::vector<fs::path> best_checkpoints(const fs::path& root, int n, const std::string& metric,
-                                       bool maximize);
-// prune_checkpoints(root, policy.keep_last, best_checkpoints(...)).
-void apply_retention(const fs::path& root, const RetentionPolicy& policy);
-
 // Reads a checkpoint's parameters unit by unit (memory bounded by one unit): for export. The
 // checkpoint is verified first (every file's checksum, on this process); damage is an error.
 class CheckpointUnitReader {
@@ -181,14 +163,5 @@ class CheckpointUnitReader {
   std::unique_ptr<Impl> impl_;
   Json manifest_;
 };
-
-std::string checkpoint_dir_name(int64_t step);
-
-// Commits a checkpoint directory: writes `files` (name, contents) into `tmp` atomically, fsyncs
-// it, replaces `final_dir` by renaming `tmp` to it and fsyncs `root`, the parent. Until the
-// rename the checkpoint does not exist; after it, it is complete. The trainer's saver and the
-// runtime API's report() both commit through it.
-void commit_checkpoint_dir(const fs::path& tmp, const fs::path& final_dir, const fs::path& root,
-                           const std::vector<std::pair<std::string, std::string>>& files);
 
 }  // namespace kiln

@@ -39,9 +39,13 @@ int64_t get_step(const fs::path& dir, const Json& obj, const char* key) {
 void check_version(const fs::path& dir, const Json& m) {
   const auto it = m.find("format_version");
   const bool integer = it != m.end() && it->is_number_integer();
-  if (!integer || it->get<int64_t>() != kCheckpointFormatVersion) {
-    fail("{}/manifest.json: unsupported checkpoint format version {} (this kiln reads version {})",
-         dir.string(), it == m.end() ? "0" : it->dump(), kCheckpointFormatVersion);
+  if (!integer || it->get<int64_t>() < kOldestCheckpointFormat ||
+      it->get<int64_t>() > kCheckpointFormatVersion) {
+    fail(
+        "{}/manifest.json: unsupported checkpoint format version {} (this kiln reads versions {} "
+        "to {})",
+        dir.string(), it == m.end() ? "0" : it->dump(), kOldestCheckpointFormat,
+        kCheckpointFormatVersion);
   }
 }
 
@@ -106,8 +110,29 @@ void read_state(const fs::path& dir, ManifestRead& r) {
   const Json& m = r.manifest;
   r.optimizer_steps = get_step(dir, m, "optimizer_steps");
   r.state.step = get_step(dir, m, "step");
+  r.state.format_version = static_cast<int>(m.at("format_version").get<int64_t>());
+  const uint64_t world = get_count(dir, m, "world_size");
+  if (world < 1 || world > (1u << 24)) {
+    fail("{}/manifest.json: world_size {} is out of range", dir.string(), world);
+  }
+  r.state.world_size = static_cast<int>(world);
   r.state.sampler.epoch = get_count(dir, m.at("sampler"), "epoch");
-  r.state.sampler.index = get_count(dir, m.at("sampler"), "index");
+  r.state.sampler.position =
+      get_count(dir, m.at("sampler"), r.state.format_version >= 4 ? "position" : "index");
+  if (r.state.format_version >= 4) {
+    const Json& data = m.at("data");
+    if (!data.is_array()) fail("{}/manifest.json: data is not a list", dir.string());
+    for (const Json& e : data) {
+      const Json& name = e.at("name");
+      const Json& hex = e.at("xxh3");
+      const auto h = hex.is_string() ? parse_xxh3_hex(hex.get<std::string>()) : std::nullopt;
+      if (!name.is_string() || !h) {
+        fail("{}/manifest.json: data entry {} is not a path with 16 hex digits of xxh3",
+             dir.string(), e.dump());
+      }
+      r.state.data_files.push_back({name.get<std::string>(), {get_count(dir, e, "bytes"), *h}});
+    }
+  }
   r.state.strategy = m.at("strategy").get<std::string>();
   r.state.recipe_yaml = m.at("recipe").get<std::string>();
   r.state.metrics = m.at("metrics");
@@ -119,13 +144,19 @@ Json manifest_json(const CheckpointState& st, const ParamLayout& layout, int wor
                    int64_t optimizer_steps) {
   Json units = Json::array();
   for (const auto& u : layout.units()) units.push_back({{"name", u.name}, {"numel", u.numel}});
+  Json data = Json::array();
+  for (const auto& f : st.data_files) {
+    data.push_back(
+        {{"name", f.path}, {"bytes", f.digest.bytes}, {"xxh3", xxh3_hex(f.digest.xxh3)}});
+  }
   return {{"format_version", kCheckpointFormatVersion},
           {"kiln_version", "0.1.0"},
           {"step", st.step},
           {"world_size", world_size},
           {"strategy", st.strategy},
           {"units", units},
-          {"sampler", {{"epoch", st.sampler.epoch}, {"index", st.sampler.index}}},
+          {"sampler", {{"epoch", st.sampler.epoch}, {"position", st.sampler.position}}},
+          {"data", data},
           {"optimizer_steps", optimizer_steps},
           {"recipe", st.recipe_yaml},
           {"recipe_hash", fmt::format("{:016x}", fnv1a(st.recipe_yaml))},

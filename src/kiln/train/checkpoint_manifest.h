@@ -4,11 +4,15 @@
 // fall back past it) and incompatibility (another format version or another model: never
 // skipped, always an error).
 //
-// Format 3: "files" (the rank shards) and "other_files" (config.json, tokenizer and generation
-// files) list {"name", "bytes", "xxh3"} per file: its length and the XXH3-64 of its bytes as
-// 16 hex digits, digested while writing. Every name is a plain file name inside the checkpoint
-// directory. "step" and "optimizer_steps" are integers in [0, kMaxCheckpointStep]; the sampler's
-// epoch and index and every file's "bytes" are unsigned integers.
+// Format 4: "sampler" is the group's position in the data order ({"epoch", "position"}, the same
+// for any world size), and "data" lists each data.train file with its length and XXH3-64
+// ({"name": its path, "bytes", "xxh3"}). Format 3 (read too) recorded rank 0's own index
+// ({"epoch", "index"}) and no data.
+// Since format 3: "files" (the rank shards) and "other_files" (config.json, tokenizer and
+// generation files) list {"name", "bytes", "xxh3"} per file: its length and the XXH3-64 of its
+// bytes as 16 hex digits, digested while writing. Every name is a plain file name inside the
+// checkpoint directory. "step" and "optimizer_steps" are integers in [0, kMaxCheckpointStep]; the
+// sampler's epoch and index and every file's "bytes" are unsigned integers.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +29,11 @@ namespace kiln {
 
 // 2: a layer unit holds wq, wk, wv, then bq, bk, bv (1 interleaved each weight with its bias).
 // 3: every file's length and XXH3-64 in "files" and "other_files".
-inline constexpr int kCheckpointFormatVersion = 3;
+// 4: the data position in the group's order (any world size resumes it) and the data files'
+//    digests.
+inline constexpr int kCheckpointFormatVersion = 4;
+// The oldest format this kiln still reads.
+inline constexpr int kOldestCheckpointFormat = 3;
 
 // The largest step (and optimizer step count) a manifest may record: 2^53, exact as a double, far
 // beyond any run, and far enough from INT64_MAX that the trainer's step arithmetic cannot overflow.

@@ -35,6 +35,7 @@ const std::vector<std::string> kKeys = {
     "data.cache_dir",
     "data.eval",
     "data.eval_split",
+    "data.allow_changed",
     "optimizer.name",
     "optimizer.lr",
     "optimizer.weight_decay",
@@ -464,13 +465,21 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
                             "too: set one of them",
                             r.data.eval));
   }
+  in.boolean("data.allow_changed", r.data.allow_changed);
 
   in.choice("optimizer.name", r.optimizer.name, {"adamw", "sgd"});
-  in.real("optimizer.lr", r.optimizer.lr, "> 0", [](double v) { return v > 0; });
-  in.real("optimizer.weight_decay", r.optimizer.weight_decay, ">= 0",
-          [](double v) { return v >= 0; });
+  // The optimizer's arithmetic is fp32, as the parameters are: a value fp32 cannot hold (lr 1e39
+  // is finite as a double, infinite as a float) would make every weight non-finite.
+  constexpr double kF32Max = std::numeric_limits<float>::max();
+  constexpr double kF32MinNormal = std::numeric_limits<float>::min();
+  in.real("optimizer.lr", r.optimizer.lr, "in (0, 3.4028235e+38] (a float32)",
+          [](double v) { return v > 0 && v <= kF32Max; });
+  in.real("optimizer.weight_decay", r.optimizer.weight_decay, "in [0, 3.4028235e+38] (a float32)",
+          [](double v) { return v >= 0 && v <= kF32Max; });
   in.pair("optimizer.betas", r.optimizer.betas);
-  in.real("optimizer.eps", r.optimizer.eps, "> 0", [](double v) { return v > 0; });
+  in.real("optimizer.eps", r.optimizer.eps,
+          "in [1.17549435e-38, 3.4028235e+38] (a normal float32; a smaller one is 0 in fp32)",
+          [](double v) { return v >= kF32MinNormal && v <= kF32Max; });
   in.real("optimizer.momentum", r.optimizer.momentum, "in [0, 1)",
           [](double v) { return v >= 0 && v < 1; });
 
@@ -486,6 +495,22 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.integer("train.micro_batch_size", r.train.micro_batch_size, "> 0", positive);
   in.integer("train.grad_accum_steps", r.train.grad_accum_steps, "> 0", positive);
   in.real("train.grad_clip", r.train.grad_clip, ">= 0", [](double v) { return v >= 0; });
+  {
+    const int64_t tokens =
+        int64_t{r.train.grad_accum_steps} * r.train.micro_batch_size * int64_t{r.data.seq_len};
+    if (tokens > kMaxStepTokens) {
+      const Entry* e = in.find("train.grad_accum_steps");
+      if (e == nullptr) e = in.find("train.micro_batch_size");
+      if (e == nullptr) e = in.find("data.seq_len");
+      fail(
+          "{}: train.grad_accum_steps {} x train.micro_batch_size {} x data.seq_len {} = {} tokens "
+          "in one step; at most {} (a step holds every micro-batch in memory, 16 bytes a token, "
+          "to count its targets first): train.grad_accum_steps may be at most {} here",
+          e != nullptr ? e->where : what, r.train.grad_accum_steps, r.train.micro_batch_size,
+          r.data.seq_len, tokens, kMaxStepTokens,
+          kMaxStepTokens / (int64_t{r.train.micro_batch_size} * r.data.seq_len));
+    }
+  }
   in.unsigned_integer("train.seed", r.train.seed);
   in.boolean("train.activation_checkpointing", r.train.activation_checkpointing);
   in.integer("train.log_every", r.train.log_every, "> 0", positive);
@@ -594,6 +619,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "cache_dir" << YAML::Value << YAML::DoubleQuoted << r.data.cache_dir;
   out << YAML::Key << "eval" << YAML::Value << YAML::DoubleQuoted << r.data.eval;
   out << YAML::Key << "eval_split" << YAML::Value << number(r.data.eval_split);
+  out << YAML::Key << "allow_changed" << YAML::Value << r.data.allow_changed;
   end();
   section("optimizer");
   out << YAML::Key << "name" << YAML::Value << r.optimizer.name;

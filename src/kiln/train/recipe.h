@@ -57,6 +57,9 @@ struct Recipe {
     // [0, 1): without data.eval, hold out this seeded fraction of data.train's examples (each
     // file's, by train.seed) as the evaluation data; 0: none. Exclusive with data.eval.
     double eval_split = 0.0;
+    // Resume even though a data.train file's contents differ from what the checkpoint recorded
+    // (its length and XXH3-64): the run then continues the old order over the new examples.
+    bool allow_changed = false;
     bool operator==(const Data&) const = default;
   };
   struct Optimizer {
@@ -78,8 +81,9 @@ struct Recipe {
     int64_t max_steps = 100;   // > 0 optimizer steps
     int64_t epochs = 0;        // >= 0; > 0: train this many epochs (max_steps is ignored)
     int micro_batch_size = 1;  // > 0 rows per forward/backward on each rank
-    int grad_accum_steps = 1;  // > 0 micro-batches per optimizer step
-    double grad_clip = 1.0;    // >= 0: max global grad norm; 0 disables clipping
+    // > 0 micro-batches per optimizer step; a step holds all of them (kMaxStepTokens)
+    int grad_accum_steps = 1;
+    double grad_clip = 1.0;  // >= 0: max global grad norm; 0 disables clipping
     uint64_t seed = 0;
     bool activation_checkpointing = false;
     int64_t log_every = 1;  // > 0 steps between metric lines
@@ -168,6 +172,12 @@ struct Recipe {
   Failure failure;
   bool operator==(const Recipe&) const = default;
 };
+
+// The most tokens one optimizer step may hold: the trainer keeps every micro-batch of a step in
+// memory (ids, positions, targets, document starts: 16 bytes a token) to count its targets before
+// the first forward, so train.grad_accum_steps x train.micro_batch_size x data.seq_len is bounded
+// (2^28 tokens, 4 GiB) instead of ending in std::bad_alloc.
+inline constexpr int64_t kMaxStepTokens = int64_t{1} << 28;
 
 // Reads `yaml_path` and applies `overrides` (each "dotted.key=value", the value parsed as YAML, so
 // "optimizer.betas=[0.9,0.95]" and "train.activation_checkpointing=true" work). Throws kiln::Error

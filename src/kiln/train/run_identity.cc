@@ -47,6 +47,13 @@ std::string value_of(const YAML::Node& doc, const std::string& key) {
 }
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> run_identity_values(const Recipe& r) {
+  const YAML::Node doc = YAML::Load(recipe_to_yaml(r));
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& key : run_identity_keys()) out.emplace_back(key, value_of(doc, key));
+  return out;
+}
+
 std::optional<RecipeKeyChange> run_identity_change(const Recipe& before, const Recipe& after) {
   const YAML::Node a = YAML::Load(recipe_to_yaml(before)), b = YAML::Load(recipe_to_yaml(after));
   for (const std::string& key : run_identity_keys()) {

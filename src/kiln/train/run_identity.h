@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/train/recipe.h"
@@ -19,6 +20,10 @@ const std::vector<std::string>& run_identity_keys();
 struct RecipeKeyChange {
   std::string key, before, after;  // the values as recipe_to_yaml writes them
 };
+
+// Every identity key with its value in `recipe` (as recipe_to_yaml writes it), in key order: what
+// the agents of a multi-node job compare before they start (launch/formation.h).
+std::vector<std::pair<std::string, std::string>> run_identity_values(const Recipe& recipe);
 
 // The first identity key (in documentation order) whose value differs; nullopt when none does.
 std::optional<RecipeKeyChange> run_identity_change(const Recipe& before, const Recipe& after);

@@ -196,7 +196,8 @@ fs::path WorkerContext::report(const Json& metrics, const std::optional<fs::path
                           {"world_size", world_size},
                           {"ranks_with_parts", ranks},
                           {"metrics", metrics}};
-      commit_checkpoint_dir(tmp, final_dir, root, {{"manifest.json", manifest.dump(2) + "\n"}});
+      commit_checkpoint_dir(tmp, final_dir, root, {{"manifest.json", manifest.dump(2) + "\n"}},
+                            step);
     } catch (const std::exception& e) {
       err = e.what();
     }

@@ -57,11 +57,6 @@ std::unique_ptr<BatchSampler> make_sampler(const ExampleSource& dataset, const R
 }
 
 namespace {
-// A data file the recipe names: its key, the resolved path and the path rule when it is missing.
-void require_file(const std::string& key, const std::string& path) {
-  if (!fs::exists(path)) fail("{}: {} does not exist ({})", key, path, recipe_path_rule());
-}
-
 // Micro-batches of one epoch of this rank's share.
 int64_t micro_batches_per_epoch(const ExampleSource& dataset, const Recipe& r, int rank,
                                 int world_size) {
@@ -102,11 +97,6 @@ int64_t train_steps(const Recipe& r, const ExampleSource& dataset, WorkerContext
 
 std::unique_ptr<TrainData> open_train_data(const Recipe& r, int64_t vocab_size,
                                            WorkerContext& ctx) {
-  for (size_t i = 0; i < r.data.train.size(); ++i) {
-    const std::string key =
-        r.data.train.size() == 1 ? "data.train" : fmt::format("data.train[{}]", i);
-    require_file(key, r.data.train[i].path);
-  }
   auto data = std::make_unique<TrainData>();
   const bool first = ctx.local_rank == 0;
   const auto load_all = [&] {
@@ -126,6 +116,15 @@ std::unique_ptr<TrainData> open_train_data(const Recipe& r, int64_t vocab_size,
   data->mixture = std::make_unique<Mixture>(parts, r.data.eval_split, r.train.seed);
   const ExampleSource& examples = data->examples();
   if (examples.size() == 0) fail("data.train: {} hold no examples", examples.what());
+  int64_t targets = 0;
+  for (const TokenizedDataset& f : data->files) targets += f.stats().targets;
+  if (targets == 0) {
+    // Training on it would report loss 0 and change nothing: refused before step 1.
+    fail(
+        "data.train: {} examples and 0 predicted tokens in {}: every label is masked (no token "
+        "takes loss; data.train_on_prompt=true trains on the prompts too)",
+        examples.size(), examples.what());
+  }
   if (const ExampleSource* held = data->held_out()) {
     if (held->size() == 0) {
       size_t total = 0;
@@ -145,12 +144,16 @@ std::unique_ptr<TrainData> open_train_data(const Recipe& r, int64_t vocab_size,
 }
 
 TokenizedDataset load_eval_data(const Recipe& r, int64_t vocab_size, bool verbose) {
-  require_file("data.eval", r.data.eval);
   DataOptions o = data_options(r, r.data.eval, r.data.format);
   o.use_cache = false;
   o.verbose = verbose;
   TokenizedDataset d = load_dataset(o, vocab_size);
   if (d.size() == 0) fail("data.eval: {} holds no examples", r.data.eval);
+  if (d.stats().targets == 0) {
+    // An evaluation would divide by zero at the first eval step or the end: refused before step 1.
+    fail("data.eval: {} has {} examples and 0 predicted tokens: every label is masked", r.data.eval,
+         d.size());
+  }
   return d;
 }
 

@@ -32,6 +32,8 @@
 #include "kiln/train/memory_plan.h"
 #include "kiln/train/metrics_log.h"
 #include "kiln/train/optimizer.h"
+#include "kiln/train/preflight.h"
+#include "kiln/train/resume_checks.h"
 #include "kiln/train/run_identity.h"
 #include "kiln/train/run_meta.h"
 #include "kiln/train/step_counters.h"
@@ -51,18 +53,6 @@ std::string prediction_error(double predicted, double measured) {
   const double pct = 100.0 * (predicted - measured) / measured;
   if (std::fabs(pct) < 0.05) return "matches";
   return fmt::format("{:.1f}% {}", std::fabs(pct), pct > 0 ? "over" : "under");
-}
-
-// model.path's config.json; a missing directory names the key, the resolved path and the rule.
-Qwen2Config read_model_config(const Recipe& r) {
-  const fs::path dir(r.model.path);
-  if (!fs::is_directory(dir)) {
-    fail("model.path: {} is not a directory ({})", dir.string(), recipe_path_rule());
-  }
-  if (!fs::exists(dir / "config.json")) {
-    fail("model.path: {} has no config.json (not a Hugging Face model directory)", dir.string());
-  }
-  return read_config(dir / "config.json");
 }
 
 std::string format_duration(double s) {
@@ -107,8 +97,7 @@ class Trainer {
   void open_eval_data();
   void resume();
   void claim_run_dir();
-  void check_same_run(const Recipe& before, const fs::path& checkpoint, bool refuse) const;
-  void note_step_budget(const Recipe& before, const fs::path& checkpoint) const;
+  void finish_finished_run(TrainResult& result);
   StepMetrics train_step(int64_t step);
   double evaluate(int64_t step);
   void log_step(const StepMetrics& m, const std::optional<double>& eval_loss);
@@ -150,7 +139,8 @@ class Trainer {
   std::vector<Batch> batches_;
   int64_t max_steps_ = 0;  // train.max_steps, or train.epochs' steps
   int64_t start_step_ = 0;
-  bool stop_ = false;  // a rank was asked to stop (set by train_step, the same on every rank)
+  fs::path resumed_from_;  // the checkpoint the run continues (empty: a fresh start)
+  bool stop_ = false;      // a rank was asked to stop (set by train_step, the same on every rank)
   Clock::time_point t_start_;
   const bool tty_;
   mutable double peak_flops_ = -1;  // the backend's, asked at the first step's log (< 0: not yet)
@@ -235,8 +225,8 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       schedule_(schedule_settings()),
       saver_(run_dir_ / "checkpoints", model_.layout(), fsdp_, opt_, world_, writes_shard(),
              r.checkpoint.background, retention()),
-      step_scalars_(*backend_, 2),
-      step_scalars_host_(*backend_, 2),
+      step_scalars_(*backend_, 3),
+      step_scalars_host_(*backend_, 3),
       batches_(r.train.grad_accum_steps),
       tty_(::isatty(STDERR_FILENO) != 0) {
   check_context_length(r_, config_, lead_);
@@ -327,12 +317,16 @@ void Trainer::resume() {
     from = check_checkpoint(fs::path(r_.train.resume), model_.layout(), world_);
   }
   if (from) {
-    const Recipe before = checkpoint_recipe(from->dir);
-    check_same_run(before, from->dir, /*refuse=*/r_.train.resume == "auto");
-    note_step_budget(before, from->dir);
+    const Recipe written_with = checkpoint_recipe(from->dir);
+    check_same_run(from->dir, written_with, r_, /*refuse=*/r_.train.resume == "auto", lead_);
+    note_step_budget(from->dir, written_with, r_, max_steps_, lead_);
     const CheckpointState st = load_checkpoint(*from, model_.layout(), fsdp_, opt_);
-    data_->sampler->restore(st.sampler);
+    std::vector<FileDigest> data_now;
+    for (const TokenizedDataset& f : data_->files) data_now.push_back(f.stats().source);
+    check_data_unchanged(from->dir, st, r_, data_now, lead_);
+    data_->sampler->restore(resumed_data_position(from->dir, st, written_with));
     start_step_ = st.step;
+    resumed_from_ = from->dir;
     if (lead_) KILN_LOG_INFO("resumed from {} (step {})", from->dir.string(), st.step);
   } else if (lead_) {
     KILN_LOG_INFO("train.resume=auto: no checkpoint in {}, starting fresh", ckpt_root.string());
@@ -341,64 +335,35 @@ void Trainer::resume() {
 
 // A fresh run (train.resume=none) never writes over another run's checkpoints: it is refused,
 // or with output.overwrite=true the first worker of each node deletes them (and the old final
-// model) before anything is written. Restarts after a failure resume (train.resume=auto).
+// model) before anything is written, unless the recipe reads from what it would delete. Restarts
+// after a failure resume (train.resume=auto). First of all, what a crash left half done in the
+// checkpoint directory is settled (recover_checkpoints).
 void Trainer::claim_run_dir() {
   const fs::path ckpt_root = run_dir_ / "checkpoints";
-  if (r_.train.resume != "none") return;
-  const auto latest = latest_checkpoint(ckpt_root);
+  if (ctx_.local_rank == 0) {
+    for (const std::string& what : recover_checkpoints(ckpt_root)) {
+      KILN_LOG_WARN("checkpoints: {}", what);
+    }
+  }
+  world_.barrier();
+  const auto latest = r_.train.resume == "none" ? latest_checkpoint(ckpt_root) : std::nullopt;
   if (latest && !r_.output.overwrite) {
     fail(
         "output.dir {} already holds checkpoints (newest: {}): train.resume=auto continues that "
         "run, output.overwrite=true deletes them and starts over, or choose another output.dir",
         run_dir_.string(), latest->dir.string());
   }
+  if (latest) {
+    if (const auto clash = overwrite_deletes_input(r_)) fail("{}", *clash);
+  }
   if (latest && ctx_.local_rank == 0) {
     KILN_LOG_WARN("output.overwrite=true: deleting {} and {} of the previous run",
-                  ckpt_root.string(), (run_dir_ / "final").string());
+                  ckpt_root.string(), final_model_dir(run_dir_).string());
     std::error_code ec;  // another node sharing the directory may be deleting it too
     fs::remove_all(ckpt_root, ec);
-    fs::remove_all(run_dir_ / "final", ec);
+    fs::remove_all(final_model_dir(run_dir_), ec);
   }
   world_.barrier();
-}
-
-// The checkpoint must be this run's (run_identity.h): train.resume=auto refuses another run's,
-// naming the key; an explicit checkpoint directory may start a different run from it (a
-// warning says what differs).
-void Trainer::check_same_run(const Recipe& before, const fs::path& checkpoint, bool refuse) const {
-  const auto change = run_identity_change(before, r_);
-  if (!change) return;
-  const std::string what =
-      fmt::format("{} was written by another run: {} was {}, is {}", checkpoint.string(),
-                  change->key, change->before, change->after);
-  if (refuse) {
-    fail(
-        "train.resume=auto: {} (resume with the old value; to start over use output.overwrite=true "
-        "or another output.dir)",
-        what);
-  }
-  if (lead_) KILN_LOG_WARN("train.resume: {}; continuing from it as asked", what);
-}
-
-// The step budget may change on resume (run_identity.h), but it reshapes the learning-rate
-// schedule, which decays to the last step: one line says so, with both values.
-void Trainer::note_step_budget(const Recipe& before, const fs::path& checkpoint) const {
-  if (!lead_) return;
-  const auto& a = before.train;
-  const auto& b = r_.train;
-  std::string what;
-  if (a.epochs != b.epochs) {
-    what = fmt::format("train.epochs was {}, is {}", a.epochs, b.epochs);
-  } else if (b.epochs == 0 && a.max_steps != b.max_steps) {
-    what = fmt::format("train.max_steps was {}, is {}", a.max_steps, b.max_steps);
-  } else {
-    return;
-  }
-  KILN_LOG_WARN("resuming {} with another step budget: {}; the run now ends at step {}{}",
-                checkpoint.string(), what, max_steps_,
-                r_.schedule.name == "constant"
-                    ? std::string()
-                    : fmt::format(" and the {} schedule decays to it", r_.schedule.name));
 }
 
 CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
@@ -412,6 +377,9 @@ CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
   if (eval_loss) st.metrics["eval_loss"] = *eval_loss;
   st.model_config = config_to_json(config_);
   st.hf_files = model_files_;
+  for (size_t i = 0; i < data_->files.size(); ++i) {
+    st.data_files.push_back({r_.data.train[i].path, data_->files[i].stats().source});
+  }
   return st;
 }
 
@@ -474,22 +442,34 @@ StepMetrics Trainer::train_step(int64_t step) {
   if (r_.train.grad_clip > 0) fsdp_.clip_grads(grad_sq, r_.train.grad_clip);
   const double lr = lr_at(schedule_, r_.optimizer.lr, step, max_steps_);
   opt_.begin_step();
+  const auto ranges = fsdp_.shard_ranges();
+  double* param_sq = step_scalars_.data() + 2;
+  backend_->fill_zero(param_sq, sizeof(double));
   for (int u = 0; u < fsdp_.num_units(); ++u) {
     opt_.step(u, fsdp_.shard_params(u), fsdp_.shard_grads(u), lr);
+    // Summed in double, so finite unless some updated weight is not.
+    backend_->sum_squares(param_sq, fsdp_.shard_params(u), ranges[u].size());
   }
   // The step's one device read.
-  backend_->copy_to_host(step_scalars_host_.data(), step_scalars_.data(), 2 * sizeof(double));
+  backend_->copy_to_host(step_scalars_host_.data(), step_scalars_.data(), 3 * sizeof(double));
   backend_->synchronize();
   // A stop request (SIGTERM) on any rank rides on the loss's all-reduce: every rank stops after
-  // this same step.
-  double sums[2] = {step_scalars_host_.data()[0], ctx_.stop_requested() ? 1.0 : 0.0};
-  world_.all_reduce(sums, size_t{2}, ReduceOp::kSum);
+  // this same step. So does every rank's sum of squared weights: non-finite on one, on all.
+  double sums[3] = {step_scalars_host_.data()[0], ctx_.stop_requested() ? 1.0 : 0.0,
+                    step_scalars_host_.data()[2]};
+  world_.all_reduce(sums, size_t{3}, ReduceOp::kSum);
   const double loss = sums[0];
   stop_ = sums[1] > 0;
   const double grad_norm = std::sqrt(step_scalars_host_.data()[1]);
   if (!std::isfinite(grad_norm)) {
     fail("step {}: gradient norm is {} (loss {}); stopping (the last checkpoint is intact)",
          step + 1, grad_norm, loss / targets);
+  }
+  if (!std::isfinite(sums[2])) {
+    fail(
+        "step {}: the update made weights non-finite (lr {:.6g}, gradient norm {:.6g}; the step "
+        "size overflows float32?); stopping (the last checkpoint is intact)",
+        step + 1, lr, grad_norm);
   }
   StepMetrics m;
   m.step = step + 1;
@@ -608,9 +588,36 @@ void Trainer::save_final(TrainResult& result, const std::optional<double>& eval_
   world_.barrier();
 }
 
+// A resumed run with no step left (its last checkpoint is at train.max_steps or beyond) trains
+// nothing and writes no checkpoint; only a final/ that a crash kept from being written is
+// exported from that checkpoint.
+void Trainer::finish_finished_run(TrainResult& result) {
+  result.steps = start_step_;
+  result.nothing_to_do = true;
+  result.model_dir = final_model_dir(run_dir_);
+  const bool have_final = fs::exists(result.model_dir / "model.safetensors") ||
+                          fs::exists(result.model_dir / "model.safetensors.index.json");
+  if (lead_) {
+    KILN_LOG_INFO("{} is at step {}, train.max_steps is {}: nothing left to train{}",
+                  resumed_from_.string(), start_step_, max_steps_,
+                  have_final ? "" : "; exporting the missing final model from it");
+    if (!have_final) {
+      CheckpointUnitReader reader(resumed_from_, model_.layout());
+      save_hf_model_dir(
+          result.model_dir, *model_files_, model_.layout(),
+          [&](int u, float* out) { reader.read_unit(u, out); }, *dtype_from_cli(r_.output.dtype));
+    }
+  }
+  world_.barrier();
+}
+
 TrainResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
   TrainResult result;
   t_start_ = Clock::now();
+  if (!resumed_from_.empty() && start_step_ >= max_steps_) {
+    finish_finished_run(result);
+    return result;
+  }
   const bool has_eval = eval_batches_.has_value();
   std::optional<double> final_eval_loss;
   for (int64_t step = start_step_; step < max_steps_ && !result.stopped; ++step) {
@@ -623,6 +630,7 @@ TrainResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step)
     const bool last = m.step == max_steps_;
     std::optional<double> eval_loss;
     if (has_eval && (last || (r_.eval.every_steps > 0 && m.step % r_.eval.every_steps == 0))) {
+      fault_point("eval", m.step);
       eval_loss = evaluate(m.step);
     }
     if (last) final_eval_loss = eval_loss;
@@ -643,7 +651,6 @@ TrainResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step)
     world_.barrier();
     return result;
   }
-  if (has_eval && !final_eval_loss) final_eval_loss = evaluate(max_steps_);  // resumed at the end
   const size_t pool_bytes = fsdp_.pool_bytes();
   save_final(result, final_eval_loss);
   log_memory(pool_bytes);

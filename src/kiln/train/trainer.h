@@ -29,6 +29,9 @@ struct TrainResult {
   // Stopped on request (WorkerContext::stop_requested on any rank) after `steps`, with a
   // checkpoint of that step committed and no final model written.
   bool stopped = false;
+  // Resumed from a checkpoint at train.max_steps (or beyond): nothing was trained and no
+  // checkpoint written; `steps` is the checkpoint's step.
+  bool nothing_to_do = false;
 };
 
 // Runs the recipe on this worker of the group in `ctx` (a single process: world size 1).

@@ -1,12 +1,22 @@
 #include <cblas.h>
 #include <fmt/format.h>
 #include <omp.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 #include "kiln/kernels/host_cpu.h"
 
 namespace kiln {
+
+int usable_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
 
 std::string blas_core_name() {
   const char* n = openblas_get_corename();

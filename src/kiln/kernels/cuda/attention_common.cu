@@ -1,6 +1,7 @@
 // The two small kernels both attention backwards share (kernels/cuda/attention_internal.h).
 #include "kiln/kernels/cuda/attention_internal.h"
 #include "kiln/kernels/cuda/cuda_check.h"
+#include "kiln/kernels/cuda/launch.cuh"
 
 namespace kiln::cuda {
 
@@ -31,8 +32,7 @@ __global__ void __launch_bounds__(kRowDotWarps * 32)
 }
 
 // One thread per element of dkv (B, T, KV, D).
-__global__ void sum_parts_kernel(float* dkv, const float* part, long long n, int KV, int splits,
-                                 int D) {
+__global__ void sum_parts_kernel(float* dkv, const float* part, long long n, int splits, int D) {
   const long long e = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= n) return;
   const int d = static_cast<int>(e % D);
@@ -50,7 +50,7 @@ void attention_row_dot(float* di, const float* dy, const float* y, const AttnSha
   const long long rows = static_cast<long long>(s.B) * s.T * s.H;
   if (rows == 0) return;
   const unsigned blocks = static_cast<unsigned>((rows + kRowDotWarps - 1) / kRowDotWarps);
-  row_dot_kernel<<<blocks, kRowDotWarps * 32, 0, stream>>>(di, dy, y, s.B, s.T, s.H, s.D);
+  KILN_LAUNCH(blocks, kRowDotWarps * 32, 0, stream, row_dot_kernel)(di, dy, y, s.B, s.T, s.H, s.D);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -60,7 +60,7 @@ void attention_sum_parts(float* dkv, const float* part, const AttnShape& s, int 
   if (n == 0) return;
   constexpr int kThreads = 256;
   const unsigned blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
-  sum_parts_kernel<<<blocks, kThreads, 0, stream>>>(dkv, part, n, s.KV, splits, s.D);
+  KILN_LAUNCH(blocks, kThreads, 0, stream, sum_parts_kernel)(dkv, part, n, splits, s.D);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -19,6 +19,7 @@
 #include "kiln/kernels/cuda/attention_ops.h"
 #include "kiln/kernels/cuda/attention_tiling.h"
 #include "kiln/kernels/cuda/cuda_check.h"
+#include "kiln/kernels/cuda/launch.cuh"
 
 namespace kiln::cuda {
 
@@ -141,7 +142,7 @@ constexpr size_t dq_smem_bytes() {
 template <int D>
 __global__ void __launch_bounds__(kBwdThreads, 1) flash_dq_kernel(FlashBackward p) {
   constexpr int kLd = D + kPad, kNs = kBwdBlock / 8;
-  extern __shared__ __align__(16) unsigned char smem[];
+  KILN_EXTERN_SHARED(smem);
   bf16* qs = reinterpret_cast<bf16*>(smem);
   bf16* dys = qs + kBwdBlock * kLd;
   bf16* ks = dys + kBwdBlock * kLd;
@@ -211,7 +212,7 @@ constexpr size_t dkdv_smem_bytes() {
 template <int D>
 __global__ void __launch_bounds__(kBwdThreads, 1) flash_dkdv_kernel(FlashBackward p) {
   constexpr int kLd = D + kPad, kR = dkdv_query_rows<D>(), kNq = kR / 8;
-  extern __shared__ __align__(16) unsigned char smem[];
+  KILN_EXTERN_SHARED(smem);
   bf16* ks = reinterpret_cast<bf16*>(smem);
   bf16* vs = ks + kBwdBlock * kLd;
   bf16* qs = vs + kBwdBlock * kLd;
@@ -288,9 +289,9 @@ void launch_backward(const FlashBackward& p, const AttnShape& s, cudaStream_t st
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, dq_bytes));
   KILN_CUDA_CHECK(cudaFuncSetAttribute(flash_dkdv_kernel<D>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, dkdv_bytes));
-  flash_dq_kernel<D><<<grid, kBwdThreads, dq_bytes, stream>>>(p);
+  KILN_LAUNCH(grid, kBwdThreads, dq_bytes, stream, flash_dq_kernel<D>)(p);
   KILN_CUDA_CHECK(cudaGetLastError());
-  flash_dkdv_kernel<D><<<kv_grid, kBwdThreads, dkdv_bytes, stream>>>(p);
+  KILN_LAUNCH(kv_grid, kBwdThreads, dkdv_bytes, stream, flash_dkdv_kernel<D>)(p);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 

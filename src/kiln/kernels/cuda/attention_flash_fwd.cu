@@ -20,6 +20,7 @@
 #include "kiln/kernels/cuda/attention_ops.h"
 #include "kiln/kernels/cuda/attention_tiling.h"
 #include "kiln/kernels/cuda/cuda_check.h"
+#include "kiln/kernels/cuda/launch.cuh"
 
 namespace kiln::cuda {
 
@@ -66,8 +67,8 @@ __device__ void scores(float (&s)[kFwdKeys / 8][4], const uint32_t (&qf)[D / 16]
 template <int D>
 __global__ void __launch_bounds__(kFwdThreads, 1) flash_forward_kernel(FlashForward p) {
   constexpr int kLd = D + kPad, kNs = kFwdKeys / 8, kNo = D / 8;
-  __shared__ alignas(16) __nv_bfloat16 ks[kFwdKeys * kLd];
-  __shared__ alignas(16) __nv_bfloat16 vs[kFwdKeys * kLd];
+  __shared__ __align__(16) __nv_bfloat16 ks[kFwdKeys * kLd];
+  __shared__ __align__(16) __nv_bfloat16 vs[kFwdKeys * kLd];
   __shared__ int min_slot;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int b = blockIdx.z, h = blockIdx.y, g = h / (p.H / p.KV), T = p.T;
@@ -180,7 +181,7 @@ template <int D>
 void launch_forward(const FlashForward& p, const AttnShape& s, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(blocks_of(s.T, kFwdRows)), static_cast<unsigned>(s.H),
                   static_cast<unsigned>(s.B));
-  flash_forward_kernel<D><<<grid, kFwdThreads, 0, stream>>>(p);
+  KILN_LAUNCH(grid, kFwdThreads, 0, stream, flash_forward_kernel<D>)(p);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -19,25 +20,44 @@ namespace kiln::cuda::mma {
 
 constexpr int kPad = frag::kSmemPad;  // bf16 elements of padding per shared-memory row
 
-__device__ inline uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16 and mma.sync.aligned.m16n8k16 through inline
+// PTX; under the CPU emulator (tests/kernels/emul) its warp operations by the same layouts.
+#if defined(KILN_EMULATED_DEVICE)
+
+// r: lane l's four registers from the 8x8 matrices whose rows the lanes address (row: this lane's
+// row, 16 bytes of shared memory).
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  kiln::emul::ldmatrix_x4(r, row, false);
+}
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  kiln::emul::ldmatrix_x4(r, row, true);
+}
+// d (16 x 8) += a (16 x 16) b (16 x 8)
+__device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  kiln::emul::mma_m16n8k16_bf16(d, a, b0, b1);
 }
 
-__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+#else
+
+__device__ inline uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(row)));
+}
+
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
+               : "r"(smem_addr(row)));
 }
 
 // d (16 x 8) += a (16 x 16) b (16 x 8)
@@ -49,11 +69,13 @@ __device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+#endif
+
 // The A operand rows [row0, row0 + 16) x columns [col0, col0 + 16) of a row-major tile.
 template <int LD>
 __device__ inline void load_a(uint32_t (&a)[4], const __nv_bfloat16* tile, int row0, int col0,
                               int lane) {
-  ldmatrix_x4(a, smem_addr(tile + (row0 + frag::a_row(lane)) * LD + col0 + frag::a_col(lane)));
+  ldmatrix_x4(a, tile + (row0 + frag::a_row(lane)) * LD + col0 + frag::a_col(lane));
 }
 
 // B operands of two n-tiles from a tile stored n-major ([n][k], e.g. K in S = Q K^T, B = K^T):
@@ -61,7 +83,7 @@ __device__ inline void load_a(uint32_t (&a)[4], const __nv_bfloat16* tile, int r
 template <int LD>
 __device__ inline void load_b_nk(uint32_t (&b)[4], const __nv_bfloat16* tile, int n0, int k0,
                                  int lane) {
-  ldmatrix_x4(b, smem_addr(tile + (n0 + frag::b_nk_row(lane)) * LD + k0 + frag::b_nk_col(lane)));
+  ldmatrix_x4(b, tile + (n0 + frag::b_nk_row(lane)) * LD + k0 + frag::b_nk_col(lane));
 }
 
 // B operands of two n-tiles from a tile stored k-major ([k][n], e.g. V in O = P V): the same
@@ -69,8 +91,7 @@ __device__ inline void load_b_nk(uint32_t (&b)[4], const __nv_bfloat16* tile, in
 template <int LD>
 __device__ inline void load_b_kn(uint32_t (&b)[4], const __nv_bfloat16* tile, int k0, int n0,
                                  int lane) {
-  ldmatrix_x4_trans(b,
-                    smem_addr(tile + (k0 + frag::b_kn_row(lane)) * LD + n0 + frag::b_kn_col(lane)));
+  ldmatrix_x4_trans(b, tile + (k0 + frag::b_kn_row(lane)) * LD + n0 + frag::b_kn_col(lane));
 }
 
 // The A operand (16 x 16) made of two accumulators c0 (columns 0-7) and c1 (8-15), in bf16.

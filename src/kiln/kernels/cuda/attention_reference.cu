@@ -13,6 +13,7 @@
 #include "kiln/kernels/cuda/attention_ops.h"
 #include "kiln/kernels/cuda/attention_tiling.h"
 #include "kiln/kernels/cuda/cuda_check.h"
+#include "kiln/kernels/cuda/launch.cuh"
 
 namespace kiln::cuda {
 
@@ -303,7 +304,7 @@ void reference_attention_forward(float* y, float* lse, const float* q, const flo
                      s.D,
                      0,
                      1.0f / std::sqrt(static_cast<float>(s.D))};
-  ref_forward_kernel<<<row_grid(s.T, s.H, s.B), kRefWarps * 32, 0, stream>>>(p);
+  KILN_LAUNCH(row_grid(s.T, s.H, s.B), kRefWarps * 32, 0, stream, ref_forward_kernel)(p);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -318,9 +319,9 @@ void reference_attention_backward(float* dq, float* dk, float* dv, const float* 
   const RefBackward p{dq,  dk,  dv,   dy,  q,
                       k,   v,   lse,  di,  doc_start,
                       s.T, s.H, s.KV, s.D, 1.0f / std::sqrt(static_cast<float>(s.D))};
-  ref_dq_kernel<<<row_grid(s.T, s.H, s.B), kRefWarps * 32, 0, stream>>>(p);
+  KILN_LAUNCH(row_grid(s.T, s.H, s.B), kRefWarps * 32, 0, stream, ref_dq_kernel)(p);
   KILN_CUDA_CHECK(cudaGetLastError());
-  ref_dkdv_kernel<<<row_grid(s.T, s.KV, s.B), kRefWarps * 32, 0, stream>>>(p);
+  KILN_LAUNCH(row_grid(s.T, s.KV, s.B), kRefWarps * 32, 0, stream, ref_dkdv_kernel)(p);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -343,7 +344,7 @@ void attention_decode(float* y, const float* q, const float* k_cache, const floa
                      D,
                      past,
                      1.0f / std::sqrt(static_cast<float>(D))};
-  ref_forward_kernel<<<row_grid(n_q, H, 1), kRefWarps * 32, 0, stream>>>(p);
+  KILN_LAUNCH(row_grid(n_q, H, 1), kRefWarps * 32, 0, stream, ref_forward_kernel)(p);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 

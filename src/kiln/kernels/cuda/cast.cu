@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/kernels/cuda/device_math.cuh"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/pointwise_ops.h"
 
 namespace kiln::cuda {
@@ -23,13 +24,13 @@ __global__ void __launch_bounds__(kThreads)
 
 void cast_f32_to_bf16(uint16_t* dst, const float* src, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  cast_f32_to_bf16_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dst, src, n);
+  KILN_LAUNCH(grid_for(n, kThreads), kThreads, 0, stream, cast_f32_to_bf16_kernel)(dst, src, n);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
 void cast_bf16_to_f32(float* dst, const uint16_t* src, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  cast_bf16_to_f32_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dst, src, n);
+  KILN_LAUNCH(grid_for(n, kThreads), kThreads, 0, stream, cast_bf16_to_f32_kernel)(dst, src, n);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,6 @@
 #include "kiln/kernels/cuda/column_sums.h"
 #include "kiln/kernels/cuda/cuda_check.h"
+#include "kiln/kernels/cuda/launch.cuh"
 
 namespace kiln::cuda {
 
@@ -9,7 +10,8 @@ constexpr int kLanes = 32;  // row lanes per block: lane y sums rows y, y + 32, 
 
 // Block (kCols, kLanes), grid ceil(OC / kCols). Each thread sums its rows in row order, then the
 // kLanes partial sums of a column are added in lane order: the order depends only on N.
-__global__ void add_column_sums_kernel(float* db, const float* dout, int N, int OC) {
+__global__ void __launch_bounds__(kCols* kLanes)
+    add_column_sums_kernel(float* db, const float* dout, int N, int OC) {
   __shared__ float part[kLanes][kCols + 1];
   const int col = blockIdx.x * kCols + threadIdx.x;
   float s = 0.0f;
@@ -28,8 +30,8 @@ __global__ void add_column_sums_kernel(float* db, const float* dout, int N, int 
 
 void add_column_sums(float* db, const float* dout, int N, int OC, cudaStream_t stream) {
   if (N <= 0 || OC <= 0) return;
-  add_column_sums_kernel<<<(OC + kCols - 1) / kCols, dim3(kCols, kLanes), 0, stream>>>(db, dout, N,
-                                                                                       OC);
+  KILN_LAUNCH((OC + kCols - 1) / kCols, dim3(kCols, kLanes), 0, stream, add_column_sums_kernel)
+  (db, dout, N, OC);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 

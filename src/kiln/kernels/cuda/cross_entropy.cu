@@ -4,6 +4,7 @@
 #include "kiln/kernels/cuda/cross_entropy_kernels.h"
 #include "kiln/kernels/cuda/cuda_check.h"
 #include "kiln/kernels/cuda/device_math.cuh"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/ops.h"
 
 namespace kiln::cuda {
@@ -17,7 +18,8 @@ constexpr int kLossThreads = 1024;
 // One block of kCompactThreads: tiles of targets, each an exclusive prefix sum of the flags
 // (warp scans, then a scan of the warp totals), placed after the rows of earlier tiles. Rows
 // past `padded` (a caller that miscounted its targets) are dropped, never written out of bounds.
-__global__ void compact_rows_kernel(int32_t* rows, const int32_t* targets, int N, int padded) {
+__global__ void __launch_bounds__(kCompactThreads)
+    compact_rows_kernel(int32_t* rows, const int32_t* targets, int N, int padded) {
   constexpr int32_t kIgnore = kIgnoreIndex;
   __shared__ int warp_incl[32];
   __shared__ int base;
@@ -116,7 +118,8 @@ __global__ void scatter_rows_kernel(float* dx, const float* dxr, const int32_t* 
   for (int c = threadIdx.x; c < C; c += blockDim.x) out[c] = in[c];
 }
 
-__global__ void add_loss_sum_kernel(double* loss_sum, const double* row_loss, int n) {
+__global__ void __launch_bounds__(kLossThreads)
+    add_loss_sum_kernel(double* loss_sum, const double* row_loss, int n) {
   double s = 0.0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) s += row_loss[i];
   s = block_all_reduce(s, BlockPlus{}, 0.0);
@@ -126,53 +129,53 @@ __global__ void add_loss_sum_kernel(double* loss_sum, const double* row_loss, in
 
 void ce_compact_rows(int32_t* rows, const int32_t* targets, int N, int padded,
                      cudaStream_t stream) {
-  compact_rows_kernel<<<1, kCompactThreads, 0, stream>>>(rows, targets, N, padded);
+  KILN_LAUNCH(1, kCompactThreads, 0, stream, compact_rows_kernel)(rows, targets, N, padded);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 
 void ce_gather_rows_f32(float* xr, const float* x, const int32_t* rows, int r, int C,
                         cudaStream_t stream) {
-  gather_rows_kernel<<<r, kRowThreads, 0, stream>>>(xr, x, rows, C);
+  KILN_LAUNCH(r, kRowThreads, 0, stream, gather_rows_kernel<float>)(xr, x, rows, C);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 
 void ce_gather_rows_bf16(uint16_t* xr, const float* x, const int32_t* rows, int r, int C,
                          cudaStream_t stream) {
-  gather_rows_kernel<<<r, kRowThreads, 0, stream>>>(xr, x, rows, C);
+  KILN_LAUNCH(r, kRowThreads, 0, stream, gather_rows_kernel<uint16_t>)(xr, x, rows, C);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 
 void ce_softmax_rows(double* row_loss, const float* logits, const int32_t* targets,
                      const int32_t* rows, int r, int V, cudaStream_t stream) {
-  softmax_rows_kernel<float>
-      <<<r, kSoftmaxThreads, 0, stream>>>(row_loss, nullptr, logits, targets, rows, V, 0.0f);
+  KILN_LAUNCH(r, kSoftmaxThreads, 0, stream, softmax_rows_kernel<float>)
+  (row_loss, nullptr, logits, targets, rows, V, 0.0f);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 
 void ce_softmax_grad_rows_f32(double* row_loss, float* dlogits, const float* logits,
                               const int32_t* targets, const int32_t* rows, int r, int V,
                               float scale, cudaStream_t stream) {
-  softmax_rows_kernel<float>
-      <<<r, kSoftmaxThreads, 0, stream>>>(row_loss, dlogits, logits, targets, rows, V, scale);
+  KILN_LAUNCH(r, kSoftmaxThreads, 0, stream, softmax_rows_kernel<float>)
+  (row_loss, dlogits, logits, targets, rows, V, scale);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 
 void ce_softmax_grad_rows_bf16(double* row_loss, uint16_t* dlogits, const float* logits,
                                const int32_t* targets, const int32_t* rows, int r, int V,
                                float scale, cudaStream_t stream) {
-  softmax_rows_kernel<uint16_t>
-      <<<r, kSoftmaxThreads, 0, stream>>>(row_loss, dlogits, logits, targets, rows, V, scale);
+  KILN_LAUNCH(r, kSoftmaxThreads, 0, stream, softmax_rows_kernel<uint16_t>)
+  (row_loss, dlogits, logits, targets, rows, V, scale);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 
 void ce_scatter_rows(float* dx, const float* dxr, const int32_t* rows, int r, int C,
                      cudaStream_t stream) {
-  scatter_rows_kernel<<<r, kRowThreads, 0, stream>>>(dx, dxr, rows, C);
+  KILN_LAUNCH(r, kRowThreads, 0, stream, scatter_rows_kernel)(dx, dxr, rows, C);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 
 void ce_add_loss_sum(double* loss_sum, const double* row_loss, int n, cudaStream_t stream) {
-  add_loss_sum_kernel<<<1, kLossThreads, 0, stream>>>(loss_sum, row_loss, n);
+  KILN_LAUNCH(1, kLossThreads, 0, stream, add_loss_sum_kernel)(loss_sum, row_loss, n);
   KILN_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -7,6 +7,7 @@
 #include "kiln/kernels/cuda/cross_entropy_kernels.h"
 #include "kiln/kernels/cuda/cuda_check.h"
 #include "kiln/kernels/cuda/device_math.cuh"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/ops.h"
 
 namespace kiln::cuda {
@@ -78,14 +79,15 @@ __global__ void __launch_bounds__(kLossThreads)
 void ce_part_max(float* row_max, const float* logits, int n, int m, int ld, bool accumulate,
                  cudaStream_t stream) {
   if (n == 0) return;
-  part_max_kernel<<<n, kRowThreads, 0, stream>>>(row_max, logits, m, ld, accumulate);
+  KILN_LAUNCH(n, kRowThreads, 0, stream, part_max_kernel)(row_max, logits, m, ld, accumulate);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
 void ce_part_sumexp(float* sums, const float* logits, const float* row_max, const int32_t* targets,
                     int v0, int n, int m, int ld, cudaStream_t stream) {
   if (n == 0 || m == 0) return;
-  part_sumexp_kernel<<<n, kRowThreads, 0, stream>>>(sums, logits, row_max, targets, v0, m, ld);
+  KILN_LAUNCH(n, kRowThreads, 0, stream, part_sumexp_kernel)
+  (sums, logits, row_max, targets, v0, m, ld);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
@@ -95,11 +97,13 @@ void ce_part_grad(float* logits, double* loss_sum, const float* row_max, const f
   if (n == 0) return;
   const int begin = std::max(0, loss_begin), end = std::min(n, loss_end);
   if (loss_sum != nullptr && begin < end) {
-    part_loss_kernel<<<1, kLossThreads, 0, stream>>>(loss_sum, row_max, sums, targets, begin, end);
+    KILN_LAUNCH(1, kLossThreads, 0, stream, part_loss_kernel)
+    (loss_sum, row_max, sums, targets, begin, end);
     KILN_CUDA_CHECK_LAUNCH();
   }
   if (m == 0) return;
-  part_grad_kernel<<<n, kRowThreads, 0, stream>>>(logits, row_max, sums, targets, v0, m, ld, scale);
+  KILN_LAUNCH(n, kRowThreads, 0, stream, part_grad_kernel)
+  (logits, row_max, sums, targets, v0, m, ld, scale);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

@@ -14,7 +14,7 @@ const void* CudaBackend::gemm_operand(ConstDevPtr p, size_t n, cuda::DeviceScrat
                                       const char* op) const {
   KILN_CHECK(p.dtype == DType::F32 || (p.dtype == DType::BF16 && bf16_), "{}: {} input on {}", op,
              dtype_name(p.dtype), name());
-  if (!bf16_ || p.dtype == DType::BF16) return p.data;
+  if (cuda::reads_in_place(p.dtype, gemm_inputs())) return p.data;
   auto* rounded = scratch.as<uint16_t>(n);
   cuda::cast_f32_to_bf16(rounded, p.f32(), n, native());
   return rounded;

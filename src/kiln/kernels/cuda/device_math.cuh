@@ -44,9 +44,10 @@ struct BlockPlus {
 };
 
 // The reduction of v over the block (blockDim.x a multiple of 32), the same value in every
-// thread: a butterfly within each warp, then over the warps' results in warp order.
+// thread: a butterfly within each warp, then over the warps' results in warp order. static: its
+// __shared__ array is then a variable of each kernel file, which the CPU emulator bounds-checks.
 template <typename T, typename Op>
-__device__ T block_all_reduce(T v, Op op, T identity) {
+static __device__ T block_all_reduce(T v, Op op, T identity) {
   __shared__ T warp_vals[32];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/kernels/cuda/device_math.cuh"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/pointwise_ops.h"
 
 namespace kiln::cuda {
@@ -71,8 +72,8 @@ void embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N, i
   if (N == 0 || C == 0) return;
   with_dtype(wte.dtype, "embedding_forward", [&](auto tag) {
     using T = decltype(tag);
-    embedding_forward_kernel<T>
-        <<<N, kThreads, 0, stream>>>(out, ids, static_cast<const T*>(wte.data), C);
+    KILN_LAUNCH(N, kThreads, 0, stream, embedding_forward_kernel<T>)
+    (out, ids, static_cast<const T*>(wte.data), C);
   });
   KILN_CUDA_CHECK_LAUNCH();
 }
@@ -80,8 +81,8 @@ void embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N, i
 void embedding_forward_part(float* out, const int32_t* ids, const float* part, size_t part_begin,
                             size_t part_len, int N, int C, bool round_bf16, cudaStream_t stream) {
   if (N == 0 || C == 0) return;
-  embedding_forward_part_kernel<<<N, kThreads, 0, stream>>>(out, ids, part, part_begin, part_len, C,
-                                                            round_bf16);
+  KILN_LAUNCH(N, kThreads, 0, stream, embedding_forward_part_kernel)
+  (out, ids, part, part_begin, part_len, C, round_bf16);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
@@ -89,8 +90,8 @@ void embedding_backward(float* dpart, const float* dout, const int32_t* ids, siz
                         size_t part_len, int N, int C, cudaStream_t stream) {
   if (N == 0 || C == 0) return;
   const dim3 grid((C + kColumnsPerBlock - 1) / kColumnsPerBlock, kIdBuckets);
-  embedding_backward_kernel<<<grid, kColumnsPerBlock, 0, stream>>>(dpart, dout, ids, N, C,
-                                                                   part_begin, part_len);
+  KILN_LAUNCH(grid, kColumnsPerBlock, 0, stream, embedding_backward_kernel)
+  (dpart, dout, ids, N, C, part_begin, part_len);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

@@ -12,12 +12,6 @@
 
 namespace kiln::cuda {
 
-uint16_t pointer_alignment(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  if (a == 0) return 256;
-  return static_cast<uint16_t>(std::min<uintptr_t>(uintptr_t{1} << std::countr_zero(a), 256));
-}
-
 namespace {
 
 // cuBLASLt handles of this process, per device, that no LtGemm holds now. Never destroyed (see

@@ -27,12 +27,6 @@ namespace kiln::cuda {
 
 inline constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 
-// The largest power of two (<= 256) that divides the address; 256 for null.
-uint16_t pointer_alignment(const void* p);
-// The alignment an epilogue bias must have. cuBLASLt's alignment preferences cover A, B, C and D
-// but not the bias: the heuristic may pick a kernel that loads the bias in 16-byte vectors, which
-// faults ("misaligned address") on a bias sliced from a flat parameter buffer.
-inline constexpr uint16_t kLtBiasAlignment = 16;
 
 class LtGemm {
  public:

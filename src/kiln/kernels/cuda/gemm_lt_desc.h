@@ -14,30 +14,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string>
 
-#include "kiln/tensor/dtype.h"
+#include "kiln/kernels/cuda/gemm_spec.h"
 
 namespace kiln::cuda {
-
-// C (M, N) = op(A) @ op(B) (+ bias) (+ C when accumulate), row-major. A is stored (M, K) with row
-// stride lda, or (K, M) when trans_a; B is stored (K, N) with row stride ldb, or (N, K) when
-// trans_b. A and B are both `inputs` (F32, or BF16 with fp32 accumulation); C and the bias are
-// always F32. The bias (N) is added to every row (cuBLASLt's bias epilogue).
-struct GemmSpec {
-  bool trans_a = false, trans_b = false;
-  int M = 0, N = 0, K = 0;
-  int64_t lda = 0, ldb = 0, ldc = 0;
-  DType inputs = DType::F32;
-  bool bias = false;
-  bool accumulate = false;  // beta = 1 (C +=), else beta = 0 (C written)
-  bool operator==(const GemmSpec&) const = default;
-};
-
-// One line naming the shape, for errors.
-std::string describe(const GemmSpec& s);
-// KILN_CHECKs sizes, leading dimensions and the input dtype.
-void validate(const GemmSpec& s);
 
 // cuBLASLt's view of a spec (column-major).
 struct LtProblem {

@@ -3,9 +3,14 @@
 // run, and what tests/kernels/cuda_gemm_host_test.cc checks against cuBLASLt's descriptors.
 #pragma once
 
-#include "kiln/kernels/cuda/gemm_lt_desc.h"
+#include "kiln/kernels/cuda/gemm_spec.h"
 
 namespace kiln::cuda {
+
+// Whether a product reads an operand stored as `operand` where it lies: when that is the
+// product's input dtype. Otherwise (an F32 operand of bf16 products) the backend rounds it into
+// scratch first.
+inline bool reads_in_place(DType operand, DType inputs) { return operand == inputs; }
 
 // y (N, OC) = x (N, IC) @ w^T (+ b)
 inline GemmSpec linear_forward_spec(int N, int IC, int OC, DType inputs, bool bias) {

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/kernels/cuda/device_math.cuh"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/pointwise_ops.h"
 #include "kiln/kernels/cuda/vector_access.cuh"
 
@@ -62,16 +63,17 @@ void adamw_step(float* p, float* m, float* v, const float* g, size_t n, const Ad
                 cudaStream_t stream) {
   if (n == 0) return;
   if (aligned16(p) && aligned16(m) && aligned16(v) && aligned16(g)) {
-    adamw_kernel<true><<<grid_for(n / 4 + 1, kThreads), kThreads, 0, stream>>>(p, m, v, g, n, s);
+    KILN_LAUNCH(grid_for(n / 4 + 1, kThreads), kThreads, 0, stream, adamw_kernel<true>)
+    (p, m, v, g, n, s);
   } else {
-    adamw_kernel<false><<<grid_for(n, kThreads), kThreads, 0, stream>>>(p, m, v, g, n, s);
+    KILN_LAUNCH(grid_for(n, kThreads), kThreads, 0, stream, adamw_kernel<false>)(p, m, v, g, n, s);
   }
   KILN_CUDA_CHECK_LAUNCH();
 }
 
 void sgd_step(float* p, float* m, const float* g, size_t n, const SgdStep& s, cudaStream_t stream) {
   if (n == 0) return;
-  sgd_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(p, m, g, n, s);
+  KILN_LAUNCH(grid_for(n, kThreads), kThreads, 0, stream, sgd_kernel)(p, m, g, n, s);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

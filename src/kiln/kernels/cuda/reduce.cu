@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/kernels/cuda/device_math.cuh"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/pointwise_ops.h"
 #include "kiln/kernels/cuda/stream_scratch.h"
 #include "kiln/kernels/cuda/vector_access.cuh"
@@ -82,9 +83,9 @@ __global__ void __launch_bounds__(kThreads)
 void add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   if (aligned16(out) && aligned16(a) && aligned16(b)) {
-    add_kernel<true><<<grid_for(n / 4 + 1, kThreads), kThreads, 0, stream>>>(out, a, b, n);
+    KILN_LAUNCH(grid_for(n / 4 + 1, kThreads), kThreads, 0, stream, add_kernel<true>)(out, a, b, n);
   } else {
-    add_kernel<false><<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, a, b, n);
+    KILN_LAUNCH(grid_for(n, kThreads), kThreads, 0, stream, add_kernel<false>)(out, a, b, n);
   }
   KILN_CUDA_CHECK_LAUNCH();
 }
@@ -92,9 +93,9 @@ void add(float* out, const float* a, const float* b, size_t n, cudaStream_t stre
 void scale(float* x, float a, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   if (aligned16(x)) {
-    scale_kernel<true><<<grid_for(n / 4 + 1, kThreads), kThreads, 0, stream>>>(x, a, n);
+    KILN_LAUNCH(grid_for(n / 4 + 1, kThreads), kThreads, 0, stream, scale_kernel<true>)(x, a, n);
   } else {
-    scale_kernel<false><<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, a, n);
+    KILN_LAUNCH(grid_for(n, kThreads), kThreads, 0, stream, scale_kernel<false>)(x, a, n);
   }
   KILN_CUDA_CHECK_LAUNCH();
 }
@@ -104,17 +105,18 @@ void sum_squares(double* sum, const float* x, size_t n, cudaStream_t stream,
   if (n == 0) return;
   const size_t blocks = (n + kSumBlock - 1) / kSumBlock;
   StreamScratch partial(sizeof(double) * blocks, stream, scratch);
-  sum_squares_partial_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      partial.as<double>(), x, n);
+  KILN_LAUNCH(static_cast<unsigned>(blocks), kThreads, 0, stream, sum_squares_partial_kernel)
+  (partial.as<double>(), x, n);
   KILN_CUDA_CHECK_LAUNCH();
-  sum_squares_finish_kernel<<<1, kThreads, 0, stream>>>(sum, partial.as<double>(), blocks);
+  KILN_LAUNCH(1, kThreads, 0, stream, sum_squares_finish_kernel)(sum, partial.as<double>(), blocks);
   KILN_CUDA_CHECK_LAUNCH();
   partial.release();
 }
 
 void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm, cudaStream_t stream) {
   if (n == 0) return;
-  clip_by_norm_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, n, sq_norm, max_norm);
+  KILN_LAUNCH(grid_for(n, kThreads), kThreads, 0, stream, clip_by_norm_kernel)
+  (x, n, sq_norm, max_norm);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

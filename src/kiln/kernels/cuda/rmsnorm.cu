@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/kernels/cuda/device_math.cuh"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/pointwise_ops.h"
 
 namespace kiln::cuda {
@@ -63,8 +64,8 @@ void rmsnorm_forward(DevPtr out, float* rstd, const float* x, ConstDevPtr w, int
     with_dtype(out.dtype, "rmsnorm_forward output", [&](auto otag) {
       using TW = decltype(wtag);
       using TO = decltype(otag);
-      rmsnorm_forward_kernel<TW, TO><<<N, kThreads, 0, stream>>>(
-          static_cast<TO*>(out.data), rstd, x, static_cast<const TW*>(w.data), C, eps);
+      KILN_LAUNCH(N, kThreads, 0, stream, rmsnorm_forward_kernel<TW, TO>)
+      (static_cast<TO*>(out.data), rstd, x, static_cast<const TW*>(w.data), C, eps);
     });
   });
   KILN_CUDA_CHECK_LAUNCH();
@@ -77,8 +78,8 @@ void add_rmsnorm_forward(float* sum, DevPtr out, float* rstd, const float* a, co
     with_dtype(out.dtype, "add_rmsnorm_forward output", [&](auto otag) {
       using TW = decltype(wtag);
       using TO = decltype(otag);
-      add_rmsnorm_forward_kernel<TW, TO><<<N, kThreads, 0, stream>>>(
-          sum, static_cast<TO*>(out.data), rstd, a, b, static_cast<const TW*>(w.data), C, eps);
+      KILN_LAUNCH(N, kThreads, 0, stream, add_rmsnorm_forward_kernel<TW, TO>)
+      (sum, static_cast<TO*>(out.data), rstd, a, b, static_cast<const TW*>(w.data), C, eps);
     });
   });
   KILN_CUDA_CHECK_LAUNCH();

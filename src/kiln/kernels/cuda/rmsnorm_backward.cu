@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/kernels/cuda/device_math.cuh"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/pointwise_ops.h"
 #include "kiln/kernels/cuda/stream_scratch.h"
 
@@ -84,8 +85,8 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, C
   if (N == 0 || C == 0) return;
   with_dtype(w.dtype, "rmsnorm_backward weight", [&](auto tag) {
     using TW = decltype(tag);
-    rmsnorm_dx_kernel<TW><<<N, kThreads, 0, stream>>>(dx, dout, x, static_cast<const TW*>(w.data),
-                                                      rstd, C, accumulate);
+    KILN_LAUNCH(N, kThreads, 0, stream, rmsnorm_dx_kernel<TW>)
+    (dx, dout, x, static_cast<const TW*>(w.data), rstd, C, accumulate);
   });
   KILN_CUDA_CHECK_LAUNCH();
 
@@ -93,10 +94,11 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, C
   StreamScratch partial(sizeof(float) * static_cast<size_t>(chunks) * C, stream, scratch);
   const dim3 tile(kTileColumns, kRowLanes);
   const dim3 grid(chunks, (C + kTileColumns - 1) / kTileColumns);  // chunks in x: no 65535 cap
-  rmsnorm_dw_partial_kernel<<<grid, tile, 0, stream>>>(partial.as<float>(), dout, x, rstd, N, C);
+  KILN_LAUNCH(grid, tile, 0, stream, rmsnorm_dw_partial_kernel)
+  (partial.as<float>(), dout, x, rstd, N, C);
   KILN_CUDA_CHECK_LAUNCH();
-  rmsnorm_dw_finish_kernel<<<(C + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-      dw, partial.as<float>(), chunks, C);
+  KILN_LAUNCH((C + kThreads - 1) / kThreads, kThreads, 0, stream, rmsnorm_dw_finish_kernel)
+  (dw, partial.as<float>(), chunks, C);
   KILN_CUDA_CHECK_LAUNCH();
   partial.release();
 }

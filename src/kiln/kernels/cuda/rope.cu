@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/kernels/cuda/device_math.cuh"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/pointwise_ops.h"
 
 namespace kiln::cuda {
@@ -34,8 +35,8 @@ void rope_rotate(float* x, const int32_t* pos, const float* cos_table, const flo
                  int N, int heads, int D, float sign, cudaStream_t stream) {
   const size_t pairs = static_cast<size_t>(N) * heads * (D / 2);
   if (pairs == 0) return;
-  rope_rotate_kernel<<<grid_for(pairs, kThreads), kThreads, 0, stream>>>(
-      x, pos, cos_table, sin_table, pairs, heads, D, sign);
+  KILN_LAUNCH(grid_for(pairs, kThreads), kThreads, 0, stream, rope_rotate_kernel)
+  (x, pos, cos_table, sin_table, pairs, heads, D, sign);
   KILN_CUDA_CHECK_LAUNCH();
 }
 }  // namespace

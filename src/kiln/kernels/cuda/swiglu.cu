@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/kernels/cuda/device_math.cuh"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/pointwise_ops.h"
 
 namespace kiln::cuda {
@@ -45,8 +46,8 @@ void swiglu_forward(DevPtr h, const float* gate_up, int N, int I, cudaStream_t s
   if (n == 0) return;
   with_dtype(h.dtype, "swiglu_forward output", [&](auto tag) {
     using TO = decltype(tag);
-    swiglu_forward_kernel<TO><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<TO*>(h.data), gate_up, static_cast<size_t>(N), static_cast<unsigned>(I));
+    KILN_LAUNCH(grid_for(n, kThreads), kThreads, 0, stream, swiglu_forward_kernel<TO>)
+    (static_cast<TO*>(h.data), gate_up, static_cast<size_t>(N), static_cast<unsigned>(I));
   });
   KILN_CUDA_CHECK_LAUNCH();
 }
@@ -55,8 +56,8 @@ void swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int
                      cudaStream_t stream) {
   const size_t n = static_cast<size_t>(N) * I;
   if (n == 0) return;
-  swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-      dgate_up, dh, gate_up, static_cast<size_t>(N), static_cast<unsigned>(I));
+  KILN_LAUNCH(grid_for(n, kThreads), kThreads, 0, stream, swiglu_backward_kernel)
+  (dgate_up, dh, gate_up, static_cast<size_t>(N), static_cast<unsigned>(I));
   KILN_CUDA_CHECK_LAUNCH();
 }
 

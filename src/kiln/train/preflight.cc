@@ -1,0 +1,146 @@
+#include "kiln/train/preflight.h"
+
+#include <fstream>
+
+#include "kiln/base/error.h"
+#include "kiln/base/file.h"
+#include "kiln/data/formats.h"
+#include "kiln/data/text_dataset.h"
+#include "kiln/model/config.h"
+#include "kiln/text/tokenizer.h"
+#include "kiln/train/checkpoint.h"
+#include "kiln/train/train_data.h"
+
+namespace kiln {
+
+namespace {
+
+// `p` (resolved, links followed where they exist) is `dir` or lies inside it.
+bool inside(const fs::path& p, const fs::path& dir) {
+  std::error_code ec;
+  const fs::path a = fs::weakly_canonical(fs::absolute(p), ec);
+  const fs::path b = fs::weakly_canonical(fs::absolute(dir), ec);
+  auto ai = a.begin();
+  for (auto bi = b.begin(); bi != b.end(); ++bi, ++ai) {
+    if (bi->empty()) continue;  // a trailing separator
+    if (ai == a.end() || *ai != *bi) return false;
+  }
+  return true;
+}
+
+void check_readable_file(const std::string& key, const fs::path& p) {
+  std::error_code ec;
+  if (!fs::exists(p, ec)) fail("{}: {} does not exist ({})", key, p.string(), recipe_path_rule());
+  if (!fs::is_regular_file(p, ec)) fail("{}: {} is not a file", key, p.string());
+  std::ifstream f(p, std::ios::binary);
+  if (!f) fail("{}: {} cannot be read", key, p.string());
+}
+
+// The first record of a JSONL file and its line number; nullopt when the file holds a JSON array
+// (its records are found by parsing the whole array, which loading does) or only blank lines.
+std::optional<std::pair<std::string, size_t>> first_record(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::string line;
+  for (size_t n = 1; std::getline(f, line); ++n) {
+    const size_t at = line.find_first_not_of(" \t\r\f\v");
+    if (at == std::string::npos) continue;
+    if (line[at] == '[') return std::nullopt;
+    return std::make_pair(line, n);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> overwrite_deletes_input(const Recipe& r) {
+  const fs::path run = r.output.dir;
+  const std::vector<fs::path> deleted = {run / "checkpoints", run / "final"};
+  std::vector<std::pair<std::string, std::string>> inputs = {{"model.path", r.model.path},
+                                                             {"data.tokenizer", r.data.tokenizer},
+                                                             {"data.eval", r.data.eval},
+                                                             {"data.cache_dir", r.data.cache_dir}};
+  for (size_t i = 0; i < r.data.train.size(); ++i) {
+    inputs.emplace_back(r.data.train.size() == 1 ? "data.train" : fmt::format("data.train[{}]", i),
+                        r.data.train[i].path);
+  }
+  for (const auto& [key, path] : inputs) {
+    if (path.empty()) continue;
+    for (const fs::path& d : deleted) {
+      if (!inside(path, d)) continue;
+      return fmt::format(
+          "output.overwrite=true would delete {} of the previous run, but {} {} is inside it: "
+          "nothing was deleted (copy it elsewhere first, or train into another output.dir)",
+          d.string(), key, path);
+    }
+  }
+  return std::nullopt;
+}
+
+Qwen2Config read_model_config(const Recipe& r) {
+  std::error_code ec;
+  const fs::path model = r.model.path;
+  if (!fs::is_directory(model, ec)) {
+    fail("model.path: {} is not a directory ({})", model.string(), recipe_path_rule());
+  }
+  if (!fs::exists(model / "config.json", ec)) {
+    fail("model.path: {} has no config.json (not a Hugging Face model directory)",
+         model.string());
+  }
+  return read_config(model / "config.json");
+}
+
+void preflight_checks(const Recipe& r) {
+  std::error_code ec;
+  const Qwen2Config config = read_model_config(r);
+  check_context_length(r, config, /*lead=*/false);  // the trainer's rank 0 warns when allowed
+
+  // Each data.train file in its own format, data.eval in data.format.
+  struct File {
+    std::string key;
+    DataOptions options;
+  };
+  std::vector<File> files;
+  for (size_t i = 0; i < r.data.train.size(); ++i) {
+    files.push_back({r.data.train.size() == 1 ? "data.train" : fmt::format("data.train[{}]", i),
+                     data_options(r, r.data.train[i])});
+  }
+  if (!r.data.eval.empty()) {
+    files.push_back({"data.eval", data_options(r, r.data.eval, r.data.format)});
+  }
+  std::optional<Tokenizer> tokenizer;
+  for (const File& f : files) {
+    if (f.options.format == DataFormat::kTokens || tokenizer) continue;
+    const fs::path tj = tokenizer_json_path(f.options.tokenizer);
+    if (!fs::exists(tj, ec)) {
+      fail("{}: {} does not exist, and {}'s format {} needs a tokenizer",
+           r.data.tokenizer.empty() ? "model.path" : "data.tokenizer", tj.string(), f.key,
+           data_format_name(f.options.format));
+    }
+    tokenizer.emplace(Tokenizer::load(f.options.tokenizer));
+  }
+  for (const File& f : files) {
+    const fs::path& path = f.options.path;
+    check_readable_file(f.key, path);
+    if (r.data.skip_bad_lines) continue;  // a bad first line is skipped, not an error
+    if (const auto first = first_record(path)) {
+      const LineEncoder encoder(f.options.format, tokenizer ? &*tokenizer : nullptr,
+                                config.vocab_size, r.data.train_on_prompt);
+      // Throws "<file>:<line>: <problem>" naming the field, as loading would.
+      encoder.encode(first->first, fmt::format("{}:{}", path.string(), first->second),
+                     {first->second, 1});
+    }
+  }
+
+  if (r.train.resume != "none" && r.train.resume != "auto") {
+    const fs::path ckpt = r.train.resume;
+    if (!fs::is_regular_file(ckpt / "manifest.json", ec)) {
+      fail("train.resume: {} is not a checkpoint (no manifest.json)", ckpt.string());
+    }
+  }
+  if (r.train.resume == "none" && r.output.overwrite &&
+      latest_checkpoint(fs::path(r.output.dir) / "checkpoints")) {
+    if (const auto clash = overwrite_deletes_input(r)) fail("{}", *clash);
+  }
+}
+
+}  // namespace kiln
