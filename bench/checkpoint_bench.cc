@@ -26,9 +26,9 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
-#include "kiln/distributed/communicator.h"
-#include "kiln/distributed/fsdp.h"
-#include "kiln/kernels/backend.h"
+#include "kiln/comm/communicator.h"
+#include "kiln/fsdp/fsdp.h"
+#include "kiln/kernels/device/backend.h"
 #include "kiln/model/config.h"
 #include "kiln/model/hf_model_files.h"
 #include "kiln/model/layout.h"

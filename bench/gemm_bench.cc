@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "kiln/kernels/host_cpu.h"
 #include "kiln/kernels/cpu/gemm.h"
+#include "kiln/kernels/device/host_cpu.h"
 #include "kiln/kernels/ops.h"
 
 namespace {

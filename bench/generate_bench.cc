@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "kiln/base/cpu_time.h"
-#include "kiln/kernels/backend.h"
-#include "kiln/kernels/host_cpu.h"
+#include "kiln/kernels/device/backend.h"
+#include "kiln/kernels/device/host_cpu.h"
 #include "kiln/model/config.h"
 #include "kiln/model/generate.h"
 #include "kiln/model/init.h"

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "kiln/distributed/gloo_communicator.h"
-#include "kiln/distributed/store.h"
+#include "kiln/comm/gloo_communicator.h"
+#include "kiln/comm/store.h"
 
 namespace {
 

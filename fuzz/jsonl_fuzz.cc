@@ -11,8 +11,8 @@
 #include <string_view>
 
 #include "kiln/base/error.h"
+#include "kiln/base/ignore_index.h"
 #include "kiln/data/text_dataset.h"
-#include "kiln/kernels/ops.h"
 #include "kiln/text/tokenizer.h"
 
 namespace {

@@ -2,7 +2,7 @@
 // network: the input is a stream of request frames, parsed one after another as the server does.
 // Each frame must either parse into a request that keeps its promises or fail with kiln::Error.
 // Anything else (a crash, an out-of-bounds read under ASan, another exception type, a broken
-// invariant) is a bug. The small limits let the fuzzer reach the bound checks. tests/distributed also
+// invariant) is a bug. The small limits let the fuzzer reach the bound checks. tests/comm also
 // runs this entry point over deterministic mutations in the ordinary (gcc) test suite.
 #include <cstddef>
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "kiln/base/error.h"
-#include "kiln/distributed/tcp_store.h"
+#include "kiln/comm/tcp_store.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const kiln::StoreLimits limits{64, 1024};

@@ -76,15 +76,18 @@ class GenerateCli : public ::testing::Test {
 fs::path GenerateCli::dir_;
 
 // What kiln generate prints for `prompt` at temperature 0, computed with the library: up to
-// max_new tokens, stopping at <|im_end|> or <|endoftext|>.
+// max_new tokens, stopping at any of `stop_tokens` (Qwen's by default).
 std::vector<int32_t> greedy_reply(Generator& gen, Sampler& greedy, const Tokenizer& tok,
-                                  const std::vector<int32_t>& prompt, size_t max_new) {
+                                  const std::vector<int32_t>& prompt, size_t max_new,
+                                  std::vector<std::string_view> stop_tokens = {"<|im_end|>",
+                                                                               "<|endoftext|>"}) {
   std::vector<int32_t> reply;
   std::span<const float> logits = gen.prefill(prompt);
-  const int32_t stops[] = {tok.token_id("<|im_end|>"), tok.token_id("<|endoftext|>")};
+  std::vector<int32_t> stops;
+  for (const std::string_view t : stop_tokens) stops.push_back(tok.token_id(t));
   while (reply.size() < max_new) {
     const int32_t id = greedy.sample(logits);
-    if (std::find(std::begin(stops), std::end(stops), id) != std::end(stops)) break;
+    if (std::find(stops.begin(), stops.end(), id) != stops.end()) break;
     reply.push_back(id);
     logits = gen.step(id);
   }
@@ -217,9 +220,9 @@ TEST_F(GenerateCli, ChatWithTools) {
   const Tokenizer tok = Tokenizer::load(kTokenizer);
   Generator gen(c, params, testing::cpu_fp32());
   Sampler greedy({0.0, 1.0}, 0);
-  const std::vector<int32_t> prompt = encode_chat(
-      tok, {{"user", "hi"}}, true, false,
-      {R"({"type": "function", "function": {"name": "get_weather", "parameters": {}}})"});
+  const std::vector<int32_t> prompt =
+      encode_chat(tok, chat_template(ChatTemplateId::kQwen25), {{"user", "hi"}},
+                  {parse_json_ordered(tools, "tools")[0]}, {.add_generation_prompt = true}, false);
   ASSERT_NE(tok.decode(prompt).find("<tools>\n{\"type\": \"function\""), std::string::npos);
   const std::vector<int32_t> reply = greedy_reply(gen, greedy, tok, prompt, 6);
   EXPECT_EQ(r.out, tok.decode(reply) + "\n");
@@ -246,6 +249,85 @@ TEST_F(GenerateCli, OneLineErrors) {
   expect_one_line_error(kiln("generate --model " + model() + " --prompt ''"), "prompt is empty");
   expect_one_line_error(kiln("generate --model " + (dir_ / "nope").string() + " --prompt hi"),
                         "config.json");
+}
+
+// The CLI's greedy reply for `args` equals the library's for `prompt`, stopping at `stops`.
+void expect_reply(const CmdResult& r, const std::string& model, const Tokenizer& tok,
+                  const std::vector<int32_t>& prompt, std::vector<std::string_view> stops) {
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Qwen2Config c = read_config(fs::path(model) / "config.json");
+  const ParamLayout layout(c);
+  ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
+  load_hf_weights(model, layout, params);
+  Generator gen(c, params, testing::cpu_fp32());
+  Sampler greedy({0.0, 1.0}, 0);
+  EXPECT_EQ(r.out, tok.decode(greedy_reply(gen, greedy, tok, prompt, 6, std::move(stops))) + "\n");
+}
+
+// Qwen3's template with thinking off: the prompt ends with the empty think block.
+TEST_F(GenerateCli, Qwen3ThinkingOff) {
+  const CmdResult r = kiln("generate --model " + model() +
+                           " --chat --template qwen3 --enable-thinking false --prompt hi "
+                           "--max-new-tokens 6 --temperature 0");
+  const Tokenizer tok = Tokenizer::load(kTokenizer);
+  const std::vector<int32_t> prompt =
+      encode_chat(tok, chat_template(ChatTemplateId::kQwen3), {{"user", "hi"}}, {},
+                  {.add_generation_prompt = true, .enable_thinking = false}, false);
+  ASSERT_EQ(tok.decode(prompt),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+            "<think>\n\n</think>\n\n");
+  expect_reply(r, model(), tok, prompt, {"<|im_end|>", "<|endoftext|>"});
+  expect_one_line_error(kiln("generate --model " + model() + " --prompt hi --enable-thinking true"),
+                        "--enable-thinking needs --chat");
+  expect_one_line_error(
+      kiln("generate --model " + model() + " --chat --prompt hi --enable-thinking true"),
+      "--enable-thinking: the qwen2.5 chat template has no thinking mode");
+}
+
+// A model with Llama 3's tokenizer layout (a tiny vocabulary): a chat renders with the llama3
+// template (one <|begin_of_text|>, its own) and stops at <|eot_id|>; a plain prompt begins with
+// the post-processor's <|begin_of_text|>, as Hugging Face's tokenizer(text) gives it.
+TEST_F(GenerateCli, Llama3TemplateAndBeginOfText) {
+  const fs::path tok_json =
+      fs::path(KILN_SOURCE_DIR) / "tests/fixtures/tokenizer/llama3_tiny_tokenizer.json";
+  const Tokenizer tok = Tokenizer::load(tok_json);
+  const std::string llama = (dir_ / "llama").string();
+  Qwen2Config c = preset_config("tiny");
+  c.vocab_size = tok.vocab_size();
+  write_file_atomic(dir_ / "llama_config.json", config_to_json(c).dump(2));
+  ASSERT_EQ(
+      kiln("init --config " + (dir_ / "llama_config.json").string() + " --seed 5 --out " + llama)
+          .code,
+      0);
+  fs::copy_file(tok_json, fs::path(llama) / "tokenizer.json");
+  const std::string base = "generate --model " + llama + " --max-new-tokens 6 --temperature 0 ";
+
+  const std::vector<int32_t> chat_prompt =
+      encode_chat(tok, chat_template(ChatTemplateId::kLlama3), {{"user", "hello"}}, {},
+                  {.add_generation_prompt = true}, false);
+  EXPECT_EQ(std::count(chat_prompt.begin(), chat_prompt.end(), 128000), 1);
+  expect_reply(kiln(base + "--chat --template llama3 --prompt hello"), llama, tok, chat_prompt,
+               {"<|end_of_text|>", "<|eot_id|>", "<|eom_id|>"});
+  // The template known by content from the model's own tokenizer_config.json.
+  write_file_atomic(
+      fs::path(llama) / "tokenizer_config.json",
+      Json{{"chat_template", std::string(chat_template(ChatTemplateId::kLlama3).jinja())}}.dump());
+  expect_reply(kiln(base + "--chat --prompt hello"), llama, tok, chat_prompt,
+               {"<|end_of_text|>", "<|eot_id|>", "<|eom_id|>"});
+
+  const std::vector<int32_t> plain = tok.encode_with_special_tokens("hello");
+  ASSERT_EQ(plain, (std::vector<int32_t>{128000, 260}));
+  expect_reply(kiln(base + "--prompt hello"), llama, tok, plain,
+               {"<|end_of_text|>", "<|eot_id|>", "<|eom_id|>"});
+
+  // A template kiln does not know: --chat needs --template; a plain prompt does not.
+  write_file_atomic(fs::path(llama) / "tokenizer_config.json", R"({"chat_template": "{{ x }}"})");
+  expect_one_line_error(kiln(base + "--chat --prompt hello"),
+                        "tokenizer_config.json: its chat template is not one kiln knows; set "
+                        "--template to the one it renders");
+  expect_reply(kiln(base + "--prompt hello"), llama, tok, plain, {"<|end_of_text|>"});
+  expect_one_line_error(kiln(base + "--chat --template llama3 --enable-thinking false --prompt x"),
+                        "--enable-thinking: the llama3 chat template has no thinking mode");
 }
 
 }  // namespace

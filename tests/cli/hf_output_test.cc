@@ -71,7 +71,10 @@ class HfOutput : public ::testing::Test {
   fs::path write_recipe(const fs::path& base, const std::string& run) const {
     const fs::path r = p(run + ".yaml");
     write_file_atomic(r,
+                      // The base's template is its own (not one kiln knows): data.template says
+                      // which renders it, and the model directories keep the base's.
                       fmt::format("model:\n  path: {}\ndata:\n  train: {}\n  format: chat\n"
+                                  "  template: qwen2.5\n"
                                   "  seq_len: 96\n  eval: {}\noptimizer:\n  lr: 1.0e-2\n"
                                   "train:\n  max_steps: 4\n  micro_batch_size: 2\n"
                                   "eval:\n  max_batches: 4\ncheckpoint:\n  every_steps: 2\n"
@@ -82,7 +85,7 @@ class HfOutput : public ::testing::Test {
 
   double eval_loss(const fs::path& model) const {
     CmdResult r = kiln("eval --json --model " + model.string() + " --data " + kChat.string() +
-                       " --format chat --seq-len 96");
+                       " --format chat --template qwen2.5 --seq-len 96");
     EXPECT_EQ(r.code, 0) << r.out;
     const size_t brace = r.out.rfind('{');
     return parse_json(r.out.substr(brace), "eval").at("loss").get<double>();
@@ -147,9 +150,8 @@ TEST_F(HfOutput, BaseWithoutTemplateGetsQwenTemplateAndDerivedGenerationConfig) 
   fs::copy_file(kTokenizer, base / "tokenizer.json");
   ASSERT_EQ(kiln("export --checkpoint " + base.string() + " --out " + p("out").string()).code, 0);
   const Json tc = read_json_file(p("out/tokenizer_config.json"));
-  EXPECT_EQ(
-      tc.at("chat_template").get<std::string>(),
-      read_file(fs::path(KILN_SOURCE_DIR) / "tests/fixtures/data/qwen25_chat_template.jinja"));
+  EXPECT_EQ(tc.at("chat_template").get<std::string>(),
+            read_file(fs::path(KILN_SOURCE_DIR) / "assets/chat_templates/qwen2.5.jinja"));
   EXPECT_EQ(tc.at("eos_token"), "<|im_end|>");
   EXPECT_EQ(tc.at("pad_token"), "<|endoftext|>");
   EXPECT_EQ(tc.at("tokenizer_class"), "Qwen2Tokenizer");

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "kiln/kernels/backend.h"
+#include "kiln/kernels/device/backend.h"
 
 namespace kiln::testing {
 

@@ -110,6 +110,31 @@ TEST_F(DataCli, BadLinesFailOrAreSkipped) {
   EXPECT_HAS(r.out, "no tokenizer.json there");
 }
 
+// A chat template kiln does not know beside the tokenizer: one line naming data.template, until
+// it is set; a thinking switch for a template without thinking: one line naming the key.
+TEST_F(DataCli, UnknownChatTemplateNamesTheKey) {
+  const fs::path tok = dir_->path() / "tok";
+  fs::create_directories(tok);
+  fs::copy_file(test::kTinyTokenizer, tok / "tokenizer.json", fs::copy_options::overwrite_existing);
+  write_file_atomic(tok / "tokenizer_config.json", R"({"chat_template": "{{ messages }}"})");
+  testing::CmdResult r = kiln("train recipe.yaml data.tokenizer=tok output.dir=run4");
+  EXPECT_NE(r.code, 0);
+  EXPECT_HAS(r.out, "kiln: error: " + (tok / "tokenizer_config.json").string() +
+                        ": its chat template is not one kiln knows; set data.template to the one "
+                        "it renders (qwen2.5, qwen3 or llama3)\n");
+  r = kiln("prepare-data recipe.yaml data.tokenizer=tok data.template=qwen2.5");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_HAS(r.out, "chat template qwen2.5");
+  EXPECT_HAS(r.out, "the model's own chat template is not one kiln knows");
+  r = kiln(
+      "prepare-data recipe.yaml data.tokenizer=tok data.template=llama3 "
+      "data.enable_thinking=false");
+  EXPECT_NE(r.code, 0);
+  EXPECT_HAS(r.out,
+             "kiln: error: data.enable_thinking: the llama3 chat template has no thinking "
+             "mode\n");
+}
+
 // The reproduction of issue 15: a 70k-deep text line crashed prepare-data in the error path.
 TEST_F(DataCli, DeeplyNestedLineFailsNamingItOrIsSkipped) {
   write_file_atomic(dir_->path() / "deep.jsonl",

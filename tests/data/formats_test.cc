@@ -9,8 +9,8 @@
 
 #include "data_test_util.h"
 #include "kiln/base/error.h"
+#include "kiln/base/ignore_index.h"
 #include "kiln/data/text_dataset.h"
-#include "kiln/kernels/ops.h"
 #include "kiln/text/chat_messages.h"
 
 namespace kiln {
@@ -28,13 +28,13 @@ const fs::path kTemplateRef =
 
 struct RefCase {
   std::vector<ChatMessage> messages;
-  std::vector<std::string> tools;
+  std::vector<OrderedJson> tools;
   bool add_generation_prompt;
   std::string rendered;
   std::string line;  // the fixture line: a chat-format line with extra fields
 };
 
-// tools/qwen25_chat_template_ref.py: the Qwen2.5 template rendered by jinja2 as transformers
+// tools/chat_template_ref.py qwen2.5: the Qwen2.5 template rendered by jinja2 as transformers
 // sets it up.
 std::vector<RefCase> template_refs() {
   std::vector<RefCase> out;
@@ -68,6 +68,13 @@ Ids concat(std::initializer_list<Ids> parts) {
 
 Ids masked(const Ids& v) { return Ids(v.size(), X); }
 
+const ChatTemplate& qwen25() { return chat_template(ChatTemplateId::kQwen25); }
+
+std::vector<Segment> segments(const std::vector<ChatMessage>& m, bool train_on_prompt,
+                              const std::vector<OrderedJson>& tools = {}) {
+  return chat_segments(qwen(), qwen25(), m, tools, {}, train_on_prompt);
+}
+
 LineEncoder encoder(DataFormat f, bool train_on_prompt = false) {
   return LineEncoder(f, &qwen(), test::kVocab, train_on_prompt);
 }
@@ -81,24 +88,24 @@ Json chat_json(const std::vector<ChatMessage>& messages) {
 TEST(ChatFormat, RenderingMatchesTheQwen25TemplateByteForByte) {
   const std::vector<RefCase> refs = template_refs();
   ASSERT_EQ(refs.size(), 26u);
-  const SpecialTokens specials = SpecialTokens::of(qwen());
   for (const RefCase& c : refs) {
     SCOPED_TRACE(c.line);
-    EXPECT_EQ(render_chat(c.messages, c.add_generation_prompt, c.tools), c.rendered);
+    EXPECT_EQ(render_chat(qwen25(), c.messages, c.tools,
+                          {.add_generation_prompt = c.add_generation_prompt}),
+              c.rendered);
     if (c.add_generation_prompt) continue;
-    EXPECT_EQ(joined(chat_segments(c.messages, specials, false, c.tools)), c.rendered);
-    EXPECT_EQ(joined(chat_segments(c.messages, specials, true, c.tools)), c.rendered);
+    EXPECT_EQ(joined(segments(c.messages, false, c.tools)), c.rendered);
+    EXPECT_EQ(joined(segments(c.messages, true, c.tools)), c.rendered);
     // Through the JSONL reader too (the fixture's other fields are ignored).
     EXPECT_EQ(joined(encoder(DataFormat::kChat).segments(c.line, "t:1")), c.rendered);
   }
 }
 
 TEST(ChatFormat, PiecewiseTokenizationEqualsTokenizingTheWholeString) {
-  const SpecialTokens specials = SpecialTokens::of(qwen());
   int compared = 0;
   const auto check = [&](const std::vector<ChatMessage>& m, bool merges_header) {
-    const Example ex = encode_segments(qwen(), chat_segments(m, specials, false));
-    const std::string rendered = render_chat(m, false);
+    const Example ex = encode_segments(qwen(), segments(m, false));
+    const std::string rendered = render_chat(qwen25(), m, {}, {});
     // The same text either way (decode shows it NFC-normalised, as the tokenizer reads it).
     EXPECT_EQ(qwen().decode(ex.input_ids), qwen().decode(ids(rendered)));
     if (merges_header) {
@@ -144,8 +151,11 @@ TEST(ChatFormat, LossMaskTokenByToken) {
                                       {"assistant", "2 + 2 = 4."}};
   const Example ex = encoder(DataFormat::kChat).encode(chat_json(m).dump(), "t:1");
   const Ids nl = ids("\n");
-  const Ids system = concat(
-      {{kImStart}, ids(std::string("system\n") + std::string(kQwenDefaultSystem)), {kImEnd}, nl});
+  const Ids system =
+      concat({{kImStart},
+              ids("system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."),
+              {kImEnd},
+              nl});
   const Ids user1 = concat({{kImStart}, ids("user\nWhat is 3 + 4?"), {kImEnd}, nl});
   const Ids header = concat({{kImStart}, ids("assistant\n")});
   const Ids answer1 = concat({ids("3 + 4 = 7."), {kImEnd}});
@@ -187,16 +197,15 @@ TEST(ChatFormat, OwnSystemPrompt) {
 }
 
 TEST(InstructionFormat, RendersAsAChat) {
-  const SpecialTokens specials = SpecialTokens::of(qwen());
   const LineEncoder enc = encoder(DataFormat::kInstruction);
   EXPECT_EQ(enc.segments(R"({"instruction": "Add.", "input": "3 and 4", "output": "7"})", "t:1"),
-            chat_segments({{"user", "Add.\n\n3 and 4"}, {"assistant", "7"}}, specials, false));
+            segments({{"user", "Add.\n\n3 and 4"}, {"assistant", "7"}}, false));
   for (const char* no_input :
        {R"({"instruction": "Add 3 and 4.", "output": "7"})",
         R"({"instruction": "Add 3 and 4.", "input": "", "output": "7"})",
         R"({"instruction": "Add 3 and 4.", "input": null, "output": "7"})"}) {
     EXPECT_EQ(enc.segments(no_input, "t:1"),
-              chat_segments({{"user", "Add 3 and 4."}, {"assistant", "7"}}, specials, false));
+              segments({{"user", "Add 3 and 4."}, {"assistant", "7"}}, false));
   }
   const Example ex = enc.encode(R"({"instruction": "Add 3 and 4.", "output": "7"})", "t:1");
   const Ids answer = concat({ids("7"), {kImEnd}});

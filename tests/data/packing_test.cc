@@ -12,7 +12,7 @@
 #include "common/test_backend.h"
 #include "kiln/base/error.h"
 #include "kiln/data/packing_sampler.h"
-#include "kiln/kernels/host_cpu.h"
+#include "kiln/kernels/device/host_cpu.h"
 #include "kiln/model/qwen2.h"
 #include "kiln/train/train_data.h"
 

@@ -5,10 +5,10 @@
 
 #include "data_test_util.h"
 #include "kiln/base/error.h"
+#include "kiln/base/ignore_index.h"
 #include "kiln/data/formats.h"
 #include "kiln/data/source_lines.h"
 #include "kiln/data/text_dataset.h"
-#include "kiln/kernels/ops.h"
 
 namespace kiln {
 namespace {
@@ -144,8 +144,8 @@ TEST(ToolErrors, NameFileLineAndField) {
     return error_of(DataFormat::kChat, "{\"messages\": " + messages + "}");
   };
   EXPECT_EQ(chat(R"([{"role": "user", "content": "q", "weight": 1}])"),
-            "train.json:1: messages[0].weight is not supported (the Qwen2.5 chat template "
-            "renders role, content)");
+            "train.json:1: messages[0].weight is not supported (kiln's chat templates render "
+            "role, content)");
   EXPECT_EQ(chat(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}])"),
             "train.json:1: messages[0].tool_calls[0].function.arguments is missing");
   EXPECT_EQ(chat(R"([{"role": "assistant", "tool_calls": [{"name": "f", "arguments": "{x"}]}])")
@@ -157,8 +157,8 @@ TEST(ToolErrors, NameFileLineAndField) {
             "train.json:1: messages[0].tool_calls[0].arguments is a JSON string holding a "
             "array, expected an object");
   EXPECT_EQ(chat(R"([{"role": "user", "content": [{"type": "image", "image": "x.png"}]}])"),
-            "train.json:1: messages[0].content[0].image is not supported (the Qwen2.5 chat "
-            "template renders type, text)");
+            "train.json:1: messages[0].content[0].image is not supported (kiln's chat templates "
+            "render type, text)");
   EXPECT_EQ(chat(R"([{"role": "user", "content": [{"type": "image"}]}])"),
             "train.json:1: messages[0].content[0].type is 'image', expected text");
   EXPECT_EQ(chat(R"([{"role": "assistant", "content": null}])"),

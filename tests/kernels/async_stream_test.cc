@@ -11,7 +11,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/kernels/cpu/async_cpu_backend.h"
-#include "kiln/kernels/device_buffer.h"
+#include "kiln/kernels/device/device_buffer.h"
 
 namespace kiln {
 namespace {

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "kiln/base/process_lifetime.h"
-#include "kiln/kernels/backend.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cpu/gemm.h"
+#include "kiln/kernels/device/backend.h"
 #include "kiln/kernels/ops.h"
 
 namespace kiln::parity {

@@ -13,9 +13,9 @@
 
 #include "common/grad_check.h"
 #include "common/host_backend.h"
-#include "kiln/kernels/backend.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cpu/gemm.h"
+#include "kiln/kernels/device/backend.h"
 #include "kiln/kernels/ops.h"
 
 namespace kiln {

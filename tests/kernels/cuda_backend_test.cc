@@ -11,8 +11,8 @@
 
 #include "common/grad_check.h"
 #include "kernels/parity_util.h"
-#include "kiln/kernels/backend.h"
 #include "kiln/kernels/cuda/cuda_devices.h"
+#include "kiln/kernels/device/backend.h"
 
 namespace kiln {
 namespace {

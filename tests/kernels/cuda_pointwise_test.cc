@@ -12,11 +12,11 @@
 
 #include "backend_parity_shapes.h"
 #include "kiln/base/error.h"
-#include "kiln/kernels/backend.h"
 #include "kiln/kernels/cuda/cuda_check.h"
 #include "kiln/kernels/cuda/cuda_devices.h"
 #include "kiln/kernels/cuda/pointwise_ops.h"
 #include "kiln/kernels/cuda/stream_scratch.h"
+#include "kiln/kernels/device/backend.h"
 
 namespace kiln {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "kiln/base/error.h"
-#include "kiln/kernels/backend.h"
+#include "kiln/kernels/device/backend.h"
 
 #ifdef KILN_HAVE_CUDA
 #include "kiln/kernels/cuda/cuda_devices.h"

@@ -6,8 +6,8 @@
 #include "common/grad_check.h"
 #include "common/host_backend.h"
 #include "kiln/base/error.h"
-#include "kiln/kernels/backend.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/device/backend.h"
 #include "kiln/kernels/ops.h"
 
 namespace kiln {

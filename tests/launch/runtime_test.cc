@@ -14,7 +14,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
-#include "kiln/distributed/gloo_communicator.h"
+#include "kiln/comm/gloo_communicator.h"
 
 namespace kiln {
 namespace {

@@ -4,9 +4,10 @@
 The layer order is the table in docs/architecture.md ("## Layers"), bottom first. Every
 #include "kiln/<layer>/..." in src/kiln/<layer>/ must name the same layer or one listed before
 it. Above kernels/, no file includes a backend's own headers (kiln/kernels/cpu/, .../cuda/): only
-make_backend (kernels/backend.h) names a backend. One exception: the NCCL communicator
-(src/kiln/distributed/nccl_*), built only with CUDA, orders its own CUDA stream with CUDA events
-and so includes kiln/kernels/cuda/ (cuda_stream.h, cuda_check.h).
+make_backend (kernels/device/backend.h) names a backend; the device abstraction
+(kiln/kernels/device/) and ops.h are open to every layer above. One exception: the NCCL
+communicator (src/kiln/comm/nccl_*), built only with CUDA, orders its own CUDA stream with CUDA
+events and so includes kiln/kernels/cuda/ (cuda_stream.h, cuda_check.h).
 
 Usage: layers_test.py SOURCE_DIR          (exit 0: clean, 1: violations, each printed)
        layers_test.py --self-test         (checks that a planted violation is found)
@@ -27,7 +28,7 @@ def layer_order(root: Path) -> list:
 
 
 def nccl_uses_cuda(layer: str, path: Path, rest: str) -> bool:
-    return layer == "distributed" and path.name.startswith("nccl_") and rest.startswith("cuda/")
+    return layer == "comm" and path.name.startswith("nccl_") and rest.startswith("cuda/")
 
 
 def violations(root: Path) -> list:
@@ -55,7 +56,7 @@ def violations(root: Path) -> list:
             elif (layer != "kernels" and target == "kernels" and rest.split("/")[0] in ("cpu", "cuda")
                   and not nccl_uses_cuda(layer, path, rest)):
                 out.append(f"{where}: {layer}/ includes a backend's header kiln/kernels/{rest} "
-                           "(use kernels/backend.h)")
+                           "(use kernels/device/backend.h)")
     return out
 
 
@@ -67,12 +68,16 @@ def self_test() -> int:
             "## Layers\n\n| layer |\n|---|\n| `base/` | x |\n| `kernels/` | x |\n| `model/` | x |\n")
         for layer, text in {"base/a.h": '#include "kiln/model/m.h"\n',
                             "model/m.h": '#include "kiln/kernels/cpu/cpu_backend.h"\n',
+                            "model/c.h": '#include "kiln/kernels/cuda/cuda_stream.h"\n',
+                            "model/d.h": '#include "kiln/kernels/device/backend.h"\n',
                             "kernels/k.h": '#include "kiln/base/a.h"\n'}.items():
             p = root / "src/kiln" / layer
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text)
         found = violations(root)
-        ok = len(found) == 2 and "a layer above it" in found[0] and "backend's header" in found[1]
+        # model/d.h (kernels/device/) is allowed; cpu/ and cuda/ are not.
+        ok = (len(found) == 3 and "a layer above it" in found[0]
+              and all("backend's header" in f for f in found[1:]))
         print("\n".join(found))
         print("self-test", "passed" if ok else "FAILED")
         return 0 if ok else 1

@@ -20,6 +20,8 @@ inline const fs::path kFixtures = fs::path(KILN_SOURCE_DIR) / "tests/fixtures/to
 inline const fs::path kQwen3Json =
     fs::path(KILN_SOURCE_DIR) / "assets/tokenizer/qwen3/tokenizer.json";
 inline const fs::path kTinyJson = kFixtures / "tiny_tokenizer.json";
+// Llama 3's tokenizer.json layout with a vocabulary of 273 (tools/make_llama3_test_tokenizer.py).
+inline const fs::path kTinyLlama3Json = kFixtures / "llama3_tiny_tokenizer.json";
 
 inline std::vector<Json> read_jsonl(const fs::path& path) {
   std::istringstream in(read_file(path));
@@ -44,6 +46,11 @@ inline const Tokenizer& qwen3() {
 
 inline const Tokenizer& tiny() {
   static const Tokenizer t = Tokenizer::load(kTinyJson);
+  return t;
+}
+
+inline const Tokenizer& tiny_llama3() {
+  static const Tokenizer t = Tokenizer::load(kTinyLlama3Json);
   return t;
 }
 

@@ -116,38 +116,88 @@ TEST_F(TokenizeCli, Chat) {
   const std::string line =
       R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "x<|im_end|>"}], "add_generation_prompt": true})";
   const std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "x<|im_end|>"}};
+  // No tokenizer_config.json beside the tokenizer: qwen2.5, kiln's default.
+  const ChatTemplate& qwen25 = chat_template(ChatTemplateId::kQwen25);
+  const ChatOptions gen{.add_generation_prompt = true};
   CmdResult r = kiln("tokenize --chat " + qwen3_, line + "\n" + line);
   ASSERT_EQ(r.code, 0);
-  const std::string want = ids_line(encode_chat(test::qwen3(), msgs, true, true));
+  const std::string want = ids_line(encode_chat(test::qwen3(), qwen25, msgs, {}, gen, true));
   EXPECT_EQ(r.out, want + "\n" + want + "\n");
   r = kiln("tokenize --chat --no-special " + qwen3_, line);
-  EXPECT_EQ(r.out, ids_line(encode_chat(test::qwen3(), msgs, true, false)) + "\n");
+  EXPECT_EQ(r.out, ids_line(encode_chat(test::qwen3(), qwen25, msgs, {}, gen, false)) + "\n");
   r = kiln("tokenize --chat " + qwen3_, R"({"messages": [{"role": "user", "content": "hi"}]})");
-  EXPECT_EQ(r.out, ids_line(test::qwen3().encode(render_chat({{"user", "hi"}}, false))) + "\n");
+  EXPECT_EQ(r.out,
+            ids_line(test::qwen3().encode(render_chat(qwen25, {{"user", "hi"}}, {}, {}))) + "\n");
+  // --template and --enable-thinking (a line's own enable_thinking wins).
+  const ChatTemplate& qwen3 = chat_template(ChatTemplateId::kQwen3);
+  const std::string hi =
+      R"({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true})";
+  r = kiln("tokenize --chat --template qwen3 --enable-thinking false " + qwen3_, hi);
+  EXPECT_EQ(r.out,
+            ids_line(encode_chat(test::qwen3(), qwen3, {{"user", "hi"}}, {},
+                                 {.add_generation_prompt = true, .enable_thinking = false})) +
+                "\n");
+  EXPECT_EQ(r.out.find("151667,271,151668,271]"), r.out.size() - 23)
+      << r.out;  // <think>\n\n</think>\n\n
 }
 
-// Every case of the real template's renderings (tools, tool calls, tool results, text parts),
-// through the CLI: the ids of the reference's rendered string.
-TEST_F(TokenizeCli, ChatWithToolsMatchesTheReferenceTemplate) {
-  const std::string fixture =
-      read_file(fs::path(KILN_SOURCE_DIR) / "tests/fixtures/data/chat_template_ref.jsonl");
-  CmdResult r = kiln("tokenize --chat " + qwen3_, fixture);
-  ASSERT_EQ(r.code, 0) << r.out;
-  std::istringstream in(fixture);
-  std::string want;
-  int tools = 0;
-  for (std::string line; std::getline(in, line);) {
-    const Json j = parse_json(line, "fixture");
-    tools += j.contains("tools");
-    want += ids_line(test::qwen3().encode(j.at("rendered").get<std::string>(), true)) + "\n";
+TEST_F(TokenizeCli, AddSpecialTokens) {
+  const std::string llama = "--tokenizer " + test::kTinyLlama3Json.string();
+  EXPECT_EQ(kiln("tokenize " + llama, "hello world").out, "[260,264]\n");
+  EXPECT_EQ(kiln("tokenize --add-special-tokens " + llama, "hello world").out,
+            "[128000,260,264]\n");
+  EXPECT_EQ(kiln("tokenize --jsonl --add-special-tokens " + llama, "\"hello\"\n\" wow\"\n").out,
+            "[128000,260]\n[128000,272]\n");
+}
+
+// Every case of the published templates' renderings (tests/fixtures/data, tools/
+// chat_template_ref.py), through the CLI: the ids of the reference's rendered string.
+TEST_F(TokenizeCli, ChatMatchesTheReferenceTemplates) {
+  const std::string llama = "--tokenizer " + test::kTinyLlama3Json.string();
+  const std::tuple<const char*, std::string, const Tokenizer*> cases[] = {
+      {"chat_template_ref.jsonl", qwen3_, &test::qwen3()},
+      {"chat_template_qwen3.jsonl", "--template qwen3 " + qwen3_, &test::qwen3()},
+      {"chat_template_llama3.jsonl", "--template llama3 " + llama, &test::tiny_llama3()}};
+  for (const auto& [file, args, tok] : cases) {
+    SCOPED_TRACE(file);
+    const std::string fixture = read_file(fs::path(KILN_SOURCE_DIR) / "tests/fixtures/data" / file);
+    CmdResult r = kiln("tokenize --chat " + args, fixture);
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::istringstream in(fixture);
+    std::string want;
+    int tools = 0;
+    for (std::string line; std::getline(in, line);) {
+      const Json j = parse_json(line, "fixture");
+      tools += j.contains("tools");
+      want += ids_line(tok->encode(j.at("rendered").get<std::string>(), true)) + "\n";
+    }
+    EXPECT_GT(tools, 3);
+    EXPECT_EQ(r.out, want);
   }
-  EXPECT_GT(tools, 10);
-  EXPECT_EQ(r.out, want);
   expect_one_line_error(
       kiln("tokenize --chat " + qwen3_,
            R"({"messages": [{"role": "tool", "content": "r", "extra": 1}]})", true),
-      "stdin:1: messages[0].extra is not supported (the Qwen2.5 chat template renders role, "
+      "stdin:1: messages[0].extra is not supported (kiln's chat templates render role, "
       "content, name, tool_call_id)");
+}
+
+TEST_F(TokenizeCli, ChatTemplateErrors) {
+  // A template kiln does not know, beside the tokenizer: one line naming the file and --template.
+  fs::copy_file(test::kTinyLlama3Json, dir_ / "tokenizer.json");
+  write_file_atomic(dir_ / "tokenizer_config.json", R"({"chat_template": "{{ messages }}"})");
+  const std::string unknown = "--tokenizer " + dir_.string();
+  const std::string hi = R"({"messages": [{"role": "user", "content": "hi"}]})";
+  expect_one_line_error(kiln("tokenize --chat " + unknown, hi, true),
+                        (dir_ / "tokenizer_config.json").string() +
+                            ": its chat template is not one kiln knows; set --template to the "
+                            "one it renders (qwen2.5, qwen3 or llama3)");
+  EXPECT_EQ(kiln("tokenize --chat --template llama3 " + unknown, hi).code, 0);
+  expect_one_line_error(
+      kiln("tokenize --chat --template llama3 --enable-thinking true " + unknown, hi, true),
+      "--enable-thinking: the llama3 chat template has no thinking mode");
+  expect_one_line_error(kiln("tokenize --chat --template llama3 " + unknown,
+                             R"({"messages": [], "enable_thinking": false})", true),
+                        "stdin:1: enable_thinking: the llama3 chat template has no thinking mode");
 }
 
 TEST_F(TokenizeCli, ErrorsNameTheLine) {

@@ -45,7 +45,7 @@ TEST(TokenizerLoad, Vocabulary) {
   EXPECT_EQ(load_error([](Json& j) { j["model"]["vocab"]["zz"] = "7"; }),
             "model.vocab[\"zz\"] is a JSON string, expected an integer id");
   EXPECT_EQ(load_error([](Json& j) { j["model"]["vocab"]["zz"] = -3; }),
-            "model.vocab[\"zz\"] is -3, outside 0..66200");
+            "model.vocab[\"zz\"] is -3, outside 0..262808");
   EXPECT_EQ(load_error([](Json& j) { j["model"]["vocab"]["zz"] = 5; }),
             "model.vocab: id 5 is given to both \"&\" and \"zz\"");
 }

@@ -10,8 +10,8 @@
 #include "common/small_model.h"
 #include "common/test_backend.h"
 #include "kiln/base/error.h"
-#include "kiln/distributed/gloo_communicator.h"
-#include "kiln/distributed/store.h"
+#include "kiln/comm/gloo_communicator.h"
+#include "kiln/comm/store.h"
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/model/qwen2.h"
 

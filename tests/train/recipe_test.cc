@@ -27,6 +27,8 @@ data:
   train: data/train.jsonl
   format: chat
   tokenizer: tok/tokenizer.json
+  template: qwen3
+  enable_thinking: false
   seq_len: 1024
   overlong: drop
   pack: true
@@ -91,6 +93,8 @@ TEST(Recipe, Defaults) {
   EXPECT_EQ(r.data.train, files({"/data/train.jsonl"}));
   EXPECT_EQ(r.data.format, "tokens");
   EXPECT_EQ(r.data.tokenizer, "");
+  EXPECT_EQ(r.data.chat_template, "");
+  EXPECT_EQ(r.data.enable_thinking, std::nullopt);
   EXPECT_EQ(r.data.seq_len, 512);
   EXPECT_EQ(r.data.overlong, "truncate");
   EXPECT_FALSE(r.data.pack);
@@ -126,6 +130,27 @@ TEST(Recipe, Defaults) {
   EXPECT_EQ(r, expected);
 }
 
+TEST(Recipe, ChatTemplateKeys) {
+  const auto error = [](const std::string& override) -> std::string {
+    try {
+      parse(kMinimal, {override});
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error("data.template=chatml"),
+            "override 'data.template=chatml': data.template: invalid value 'chatml' (valid: "
+            "qwen2.5, qwen3, llama3)");
+  EXPECT_EQ(error("data.enable_thinking=maybe"),
+            "override 'data.enable_thinking=maybe': data.enable_thinking: expected true or false, "
+            "got 'maybe'");
+  EXPECT_EQ(parse(kMinimal, {"data.template=llama3"}).data.chat_template, "llama3");
+  EXPECT_EQ(parse(kMinimal, {"data.template="}).data.chat_template, "");
+  EXPECT_EQ(parse(kMinimal, {"data.enable_thinking=true"}).data.enable_thinking, true);
+  EXPECT_EQ(parse(kMinimal, {"data.enable_thinking=~"}).data.enable_thinking, std::nullopt);
+}
+
 TEST(Recipe, EmptySectionsKeepDefaults) {
   Recipe r = parse(std::string(kMinimal) + "optimizer:\nschedule: {}\n");
   EXPECT_EQ(r.optimizer.name, "adamw");
@@ -138,6 +163,8 @@ TEST(Recipe, EveryKeyParsed) {
   EXPECT_EQ(r.data.train, files({"/base/data/train.jsonl"}));
   EXPECT_EQ(r.data.format, "chat");
   EXPECT_EQ(r.data.tokenizer, "/base/tok/tokenizer.json");
+  EXPECT_EQ(r.data.chat_template, "qwen3");
+  EXPECT_EQ(r.data.enable_thinking, false);
   EXPECT_EQ(r.data.seq_len, 1024);
   EXPECT_EQ(r.data.overlong, "drop");
   EXPECT_TRUE(r.data.pack);

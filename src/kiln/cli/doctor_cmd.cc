@@ -1,10 +1,10 @@
 // kiln doctor [--json] [--require KEY=VALUE ...]: what this machine offers a kiln job and the
-// known mistakes that would make one fail or crawl (src/kiln/launch/doctor.h, docs/doctor.md).
+// known mistakes that would make one fail or crawl (src/kiln/doctor/doctor.h, docs/doctor.md).
 #include <cstdio>
 
 #include "kiln/base/error.h"
 #include "kiln/cli/commands.h"
-#include "kiln/launch/doctor.h"
+#include "kiln/doctor/doctor.h"
 
 namespace kiln::cli {
 

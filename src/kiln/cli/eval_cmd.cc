@@ -10,16 +10,17 @@
 #include "kiln/cli/commands.h"
 #include "kiln/data/sampler.h"
 #include "kiln/data/text_dataset.h"
-#include "kiln/kernels/backend.h"
+#include "kiln/kernels/device/backend.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/qwen2.h"
+#include "kiln/text/chat_template.h"
 #include "kiln/train/checkpoint.h"
 
 namespace kiln::cli {
 
 Command add_eval(CLI::App& app) {
   struct Opts {
-    std::string model, data, format, tokenizer;
+    std::string model, data, format, tokenizer, chat_template, enable_thinking;
     bool json = false;
     int seq_len = 2048;
   };
@@ -36,6 +37,14 @@ Command add_eval(CLI::App& app) {
   sub->add_option("--tokenizer", o->tokenizer,
                   "tokenizer.json or a directory holding one, for the text formats (default: "
                   "--model)");
+  sub->add_option("--template", o->chat_template,
+                  "The chat formats' template: qwen2.5, qwen3 or llama3 (default: the model's own, "
+                  "when kiln knows it)")
+      ->check(CLI::IsMember(chat_template_names()));
+  sub->add_option("--enable-thinking", o->enable_thinking,
+                  "The chat formats' thinking switch (Qwen3), true or false (default: the "
+                  "template's)")
+      ->check(CLI::IsMember({"true", "false"}));
   sub->add_option("--seq-len", o->seq_len, "Truncate examples to this many tokens")
       ->capture_default_str()
       ->check(CLI::Range(2, 1 << 20));
@@ -66,6 +75,10 @@ Command add_eval(CLI::App& app) {
             d.format = format ? *format : infer_file_format(o->data, "--format");
             d.tokenizer = o->tokenizer.empty() ? dir : fs::path(o->tokenizer);
             d.seq_len = o->seq_len;
+            d.chat_template = o->chat_template;
+            d.template_key = "--template";
+            d.thinking_key = "--enable-thinking";
+            if (!o->enable_thinking.empty()) d.enable_thinking = o->enable_thinking == "true";
             d.use_cache = false;  // evaluation sets are small; leave no files behind
             d.verbose = false;
             const TokenizedDataset data = load_dataset(d, c.vocab_size);

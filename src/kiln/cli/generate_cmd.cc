@@ -1,7 +1,11 @@
 // kiln generate: text from a model directory, streamed to stdout token by token. Incremental
 // decoding with a KV cache (model/generate.h); greedy or temperature + top-p sampling
-// (model/sampling.h); stops at <|im_end|>, <|endoftext|> or --max-new-tokens, and says which on
-// stderr ("stop: end token <|im_end|> after 12 new tokens", "stop: length (...)").
+// (model/sampling.h); stops at the chat template's end tokens (<|im_end|> and <|endoftext|>
+// for Qwen, <|eot_id|>, <|eom_id|> and <|end_of_text|> for Llama 3) or --max-new-tokens. A plain
+// prompt is encoded as Hugging Face's tokenizer(text) encodes it (Llama 3's <|begin_of_text|>
+// first), a chat one with the template (text/chat_template_choice.h), which renders its own.
+// It ends with the reason on stderr ("stop: end token <|im_end|> after 12 new tokens",
+// "stop: length (--max-new-tokens 32) after 32 new tokens").
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,12 +20,13 @@
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/cli/commands.h"
-#include "kiln/kernels/backend.h"
+#include "kiln/kernels/device/backend.h"
 #include "kiln/model/generate.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/sampling.h"
 #include "kiln/text/chat_messages.h"
 #include "kiln/text/chat_template.h"
+#include "kiln/text/chat_template_choice.h"
 #include "kiln/text/token_stream.h"
 #include "kiln/text/tokenizer.h"
 
@@ -29,7 +34,7 @@ namespace kiln::cli {
 namespace {
 
 struct GenerateOpts {
-  std::string model, tokenizer, prompt, system, tools_file;
+  std::string model, tokenizer, prompt, system, tools_file, chat_template, enable_thinking;
   bool chat = false, interactive = false, has_prompt = false;
   int max_new_tokens = 256;
   double temperature = 0.7, top_p = 0.8;  // Qwen2.5-Instruct's generation_config
@@ -47,7 +52,7 @@ void write_out(const std::string& s) {
 class Session {
  public:
   Session(const GenerateOpts& o, const Tokenizer& tok, const Qwen2Config& config,
-          ParamStore& params, const Backend& backend)
+          ParamStore& params, const Backend& backend, std::vector<int32_t> stops)
       : o_(o),
         tok_(tok),
         gen_(config, params, backend),
@@ -55,7 +60,7 @@ class Session {
         // Ids the model has but the tokenizer lacks (Qwen pads its embedding to a multiple of
         // 128) cannot be decoded, so they are never sampled.
         sample_vocab_(static_cast<size_t>(std::min(config.vocab_size, tok.vocab_size()))),
-        stops_{tok.token_id("<|im_end|>"), tok.token_id("<|endoftext|>")} {}
+        stops_(std::move(stops)) {}
 
   // Runs `prompt`, then samples, writing text to stdout as it comes, and a newline at the end.
   // Returns the generated ids, without the stop token.
@@ -79,7 +84,7 @@ class Session {
     std::string stop = fmt::format("length (--max-new-tokens {})", o_.max_new_tokens);
     while (static_cast<int>(reply.size()) < o_.max_new_tokens) {
       const int32_t id = sampler_.sample(logits.first(sample_vocab_));
-      if (std::find(std::begin(stops_), std::end(stops_), id) != std::end(stops_)) {
+      if (std::find(stops_.begin(), stops_.end(), id) != stops_.end()) {
         stop = fmt::format("end token {}", tok_.token_str(id).value_or("?"));
         break;
       }
@@ -109,7 +114,7 @@ class Session {
   Generator gen_;
   Sampler sampler_;
   size_t sample_vocab_;
-  int32_t stops_[2];             // -1 where the tokenizer lacks the token
+  std::vector<int32_t> stops_;   // the ids generation ends at
   std::vector<int32_t> cached_;  // the ids in gen_'s cache
 };
 
@@ -131,32 +136,64 @@ Tokenizer load_tokenizer(const GenerateOpts& o) {
   return Tokenizer::load(path);
 }
 
+// The template of a chat (chosen as training chooses it; an unknown one is an error naming
+// --template), or for a plain prompt the one kiln knows for this model, if any (for its end
+// tokens).
+const ChatTemplate* generate_template(const GenerateOpts& o) {
+  const fs::path tok_dir = o.tokenizer.empty() ? fs::path(o.model) : fs::path(o.tokenizer);
+  if (o.chat || !o.chat_template.empty()) {
+    return &choose_chat_template(tok_dir, o.chat_template, "--template");
+  }
+  const ModelChatTemplate own = model_chat_template(tok_dir);
+  if (own.known) return &chat_template(*own.known);
+  return own.where.empty() ? &chat_template(ChatTemplateId::kQwen25) : nullptr;
+}
+
+// The ids generation stops at: the template's end tokens the tokenizer has, and always its end of
+// text (<|endoftext|> or <|end_of_text|>).
+std::vector<int32_t> stop_ids(const Tokenizer& tok, const ChatTemplate* tmpl) {
+  std::vector<std::string_view> names = {"<|endoftext|>", "<|end_of_text|>"};
+  if (tmpl) {
+    const std::vector<std::string_view> own = tmpl->stop_tokens();
+    names.insert(names.end(), own.begin(), own.end());
+  }
+  std::vector<int32_t> ids;
+  for (const std::string_view n : names) {
+    const int32_t id = tok.token_id(n);
+    if (id >= 0 && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  }
+  return ids;
+}
+
 int run_generate(const GenerateOpts& o) {
   const fs::path dir = o.model;
   const Qwen2Config config = read_config(dir / "config.json");
   const Tokenizer tok = load_tokenizer(o);
+  const ChatTemplate* tmpl = generate_template(o);
+  ChatOptions options{.add_generation_prompt = true};
+  if (!o.enable_thinking.empty()) options.enable_thinking = o.enable_thinking == "true";
+  if (tmpl) check_enable_thinking(*tmpl, options.enable_thinking, "--enable-thinking");
   const ParamLayout layout(config);
   const std::unique_ptr<Backend> backend = make_backend(DeviceRequest::kAuto, ComputeDType::kFp32);
   ParamStore params(layout, *backend, /*with_grads=*/false);
   load_hf_weights(dir, layout, params);
-  Session session(o, tok, config, params, *backend);
+  Session session(o, tok, config, params, *backend, stop_ids(tok, tmpl));
 
   std::vector<ChatMessage> history;
   if (o.chat && !o.system.empty()) history.push_back({"system", o.system});
   // Tool definitions go into the system prompt; a reply's <tool_call> text stays in the history
   // as its content, which renders exactly as the tool calls it holds.
-  std::vector<std::string> tools;
+  std::vector<OrderedJson> tools;
   if (!o.tools_file.empty()) {
     tools = chat_tools_from_json(parse_json_ordered(read_file(o.tools_file), o.tools_file),
                                  o.tools_file);
   }
   // Tokens for one user turn: the whole conversation so far in chat mode, else the raw text.
   const auto prompt_ids = [&](const std::string& text) {
-    if (!o.chat) return tok.encode(text);
+    if (!o.chat) return tok.encode_with_special_tokens(text);
     history.push_back({"user", text});
     // Message contents are plain text: "<|im_end|>" typed by the user cannot end a turn.
-    return encode_chat(tok, history, /*add_generation_prompt=*/true,
-                       /*parse_special_in_content=*/false, tools);
+    return encode_chat(tok, *tmpl, history, tools, options, /*parse_special_in_content=*/false);
   };
   const auto turn = [&](const std::string& text) {
     const std::vector<int32_t> ids = prompt_ids(text);
@@ -200,10 +237,17 @@ Command add_generate(CLI::App& app) {
                 "Read prompts from stdin, one per line; with --chat the conversation goes on")
       ->excludes(prompt);
   sub->add_option("--system", o->system,
-                  "System prompt for --chat (default: the Qwen2.5 template's own)");
+                  "System prompt for --chat (default: the template's own, if it has one)");
   sub->add_option("--tools", o->tools_file,
-                  "With --chat: a JSON file holding a list of tool definitions, rendered into the "
-                  "system prompt as the Qwen2.5 template does");
+                  "With --chat: a JSON file holding a list of tool definitions, rendered as the "
+                  "chat template renders them");
+  sub->add_option("--template", o->chat_template,
+                  "The chat template: qwen2.5, qwen3 or llama3 (default: the model's own, when "
+                  "kiln knows it)")
+      ->check(CLI::IsMember(chat_template_names()));
+  sub->add_option("--enable-thinking", o->enable_thinking,
+                  "With --chat: Qwen3's thinking switch, true or false (default: the template's)")
+      ->check(CLI::IsMember({"true", "false"}));
   sub->add_option("--max-new-tokens", o->max_new_tokens, "Stop after this many new tokens")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
@@ -218,6 +262,7 @@ Command add_generate(CLI::App& app) {
   return {sub, [o, prompt] {
             if (!o->system.empty() && !o->chat) fail("--system needs --chat");
             if (!o->tools_file.empty() && !o->chat) fail("--tools needs --chat");
+            if (!o->enable_thinking.empty() && !o->chat) fail("--enable-thinking needs --chat");
             o->has_prompt = prompt->count() > 0;
             return run_generate(*o);
           }};

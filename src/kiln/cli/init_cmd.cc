@@ -7,7 +7,7 @@
 #include "kiln/base/file.h"
 #include "kiln/base/log.h"
 #include "kiln/cli/commands.h"
-#include "kiln/kernels/backend.h"
+#include "kiln/kernels/device/backend.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/hf_model_files.h"
 #include "kiln/model/init.h"

@@ -9,7 +9,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/cli/commands.h"
-#include "kiln/kernels/host_cpu.h"
+#include "kiln/kernels/device/host_cpu.h"
 
 int main(int argc, char** argv) {
   // Run with the BLAS kernels this CPU supports when OpenBLAS fell back to generic ones (see

@@ -154,8 +154,12 @@ Json to_json(const MemoryPlan& p, int world, size_t budget, const std::vector<Fi
   return j;
 }
 
+// The exit status when the recipe's own plan does not fit (an error exits 1), so a script can
+// gate a run on `kiln plan`.
+constexpr int kExitDoesNotFit = 3;
+
 int run_plan(const PlanOpts& o) {
-  const Recipe r = load_recipe(o.recipe, o.overrides);
+  const Recipe r = load_recipe(o.recipe, o.overrides, RecipeUse::kPlan);
   if (o.nnodes < 1) fail("--nnodes: {} is not a node count (>= 1)", o.nnodes);
   const std::string device = o.device.empty() ? r.train.device : o.device;
   if (device != "cpu" && device != "cuda" && device != "auto") {
@@ -177,7 +181,7 @@ int run_plan(const PlanOpts& o) {
   } else {
     print_text(c, r, p, world, on_cpu, budget, fit);
   }
-  return 0;
+  return p.peak <= budget ? 0 : kExitDoesNotFit;
 }
 
 }  // namespace
@@ -185,7 +189,9 @@ int run_plan(const PlanOpts& o) {
 Command add_plan(CLI::App& app) {
   auto o = std::make_shared<PlanOpts>();
   CLI::App* sub = app.add_subcommand(
-      "plan", "Predict a recipe's memory per rank (no weights needed) and which settings fit");
+      "plan",
+      "Predict a recipe's memory per rank (no weights or data needed) and which settings fit; "
+      "exits 3 when the recipe's plan does not fit");
   sub->add_option("recipe", o->recipe, "Recipe YAML (model.path: a model directory or a preset)")
       ->required();
   sub->add_option("overrides", o->overrides, "Overrides such as dist.nproc_per_node=4");

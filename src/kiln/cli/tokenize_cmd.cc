@@ -13,13 +13,15 @@
 #include <vector>
 
 #include "kiln/base/error.h"
+#include "kiln/base/ignore_index.h"
 #include "kiln/base/json.h"
 #include "kiln/cli/commands.h"
 #include "kiln/data/formats.h"
 #include "kiln/data/source_lines.h"
-#include "kiln/kernels/ops.h"  // kIgnoreIndex
+#include "kiln/data/text_dataset.h"
 #include "kiln/text/chat_messages.h"
 #include "kiln/text/chat_template.h"
+#include "kiln/text/chat_template_choice.h"
 #include "kiln/text/tokenizer.h"
 
 namespace kiln::cli {
@@ -113,9 +115,9 @@ void show_loss(std::string& out, const Tokenizer& tok, const LineEncoder& encode
 
 Command add_tokenize(CLI::App& app) {
   struct Opts {
-    std::string tokenizer, format;
-    bool jsonl = false, chat = false, no_special = false, show_loss = false,
-         train_on_prompt = false;
+    std::string tokenizer, format, chat_template, enable_thinking;
+    bool jsonl = false, chat = false, no_special = false, add_special_tokens = false,
+         show_loss = false, train_on_prompt = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
@@ -126,21 +128,34 @@ Command add_tokenize(CLI::App& app) {
       "--jsonl", o->jsonl,
       "Each stdin line is a JSON string or {\"text\": ...}; one array per line (blank lines are "
       "skipped). Without it, all of stdin is one text");
-  sub->add_flag("--chat", o->chat,
-                "Each stdin line is {\"messages\": [{\"role\", \"content\", \"tool_calls\"}...], "
-                "\"tools\": [...], \"add_generation_prompt\": bool}, rendered with the Qwen2.5 "
-                "chat template")
-      ->excludes(jsonl);
+  auto* chat =
+      sub->add_flag("--chat", o->chat,
+                    "Each stdin line is {\"messages\": [{\"role\", \"content\", \"tool_calls\", "
+                    "\"reasoning_content\"}...], \"tools\": [...], \"add_generation_prompt\": "
+                    "bool, \"enable_thinking\": bool, \"date_string\": \"...\"}, rendered with "
+                    "the chat template as training renders it")
+          ->excludes(jsonl);
+  sub->add_option("--template", o->chat_template,
+                  "With --chat or --show-loss: qwen2.5, qwen3 or llama3 (default: the chat "
+                  "template in the tokenizer_config.json beside --tokenizer, when kiln knows it)")
+      ->check(CLI::IsMember(chat_template_names()));
+  sub->add_option("--enable-thinking", o->enable_thinking,
+                  "With --chat or --show-loss: Qwen3's thinking switch, true or false (default: "
+                  "the template's)")
+      ->check(CLI::IsMember({"true", "false"}));
+  sub->add_flag("--add-special-tokens", o->add_special_tokens,
+                "Add the tokenizer's post-processor tokens as Hugging Face's tokenizer(text) does "
+                "(Llama 3's <|begin_of_text|>; none for Qwen)")
+      ->excludes(chat);
   auto* no_special = sub->add_flag(
       "--no-special", o->no_special,
       "Encode special-token text (<|im_start|>, ...) as plain text; with --chat, only in message "
       "contents");
   auto* show = sub->add_flag(
       "--show-loss", o->show_loss,
-      "Each stdin line (or element of a JSON array) is a training record in --format (with "
-      "--chat: chat); print its text as "
-      "training renders it, the tokens that take loss in colour on a terminal, else between [[ "
-      "and ]], and a line counting them");
+      "Each stdin line (or element of a JSON array) is a training record in --format (default "
+      "chat); print its text as training renders it, the tokens that take loss in colour on a "
+      "terminal, else between [[ and ]], and a line counting them");
   show->excludes(jsonl)->excludes(no_special);
   sub->add_option(
          "--format", o->format,
@@ -152,6 +167,22 @@ Command add_tokenize(CLI::App& app) {
   return {sub, [o] {
             const Tokenizer tok = Tokenizer::load(o->tokenizer);
             const bool parse_special = !o->no_special;
+            const auto encode = [&](std::string_view text) {
+              return o->add_special_tokens ? tok.encode_with_special_tokens(text, parse_special)
+                                           : tok.encode(text, parse_special);
+            };
+            // Chosen before stdin is read: a template kiln does not know fails at once.
+            const ChatTemplate* tmpl = nullptr;
+            ChatOptions options;
+            if (!o->chat && !o->show_loss &&
+                (!o->chat_template.empty() || !o->enable_thinking.empty())) {
+              fail("--template and --enable-thinking need --chat or --show-loss");
+            }
+            if (!o->enable_thinking.empty()) options.enable_thinking = o->enable_thinking == "true";
+            if (o->chat) {
+              tmpl = &choose_chat_template(o->tokenizer, o->chat_template, "--template");
+              check_enable_thinking(*tmpl, options.enable_thinking, "--enable-thinking");
+            }
             const std::string input = read_stdin();
             std::string out;
             if (o->show_loss) {
@@ -163,7 +194,16 @@ Command add_tokenize(CLI::App& app) {
               if (o->chat && *format != DataFormat::kChat) {
                 fail("--chat reads chat records; drop it to show --format {}", name);
               }
-              const LineEncoder encoder(*format, &tok, tok.vocab_size(), o->train_on_prompt);
+              // The template as training chooses it for this format (none for text, completion).
+              DataOptions d;
+              d.format = *format;
+              d.tokenizer = o->tokenizer;
+              d.chat_template = o->chat_template;
+              d.template_key = "--template";
+              d.enable_thinking = options.enable_thinking;
+              d.thinking_key = "--enable-thinking";
+              const LineEncoder encoder(*format, &tok, tok.vocab_size(), o->train_on_prompt,
+                                        data_chat_template(d), options);
               const LossMarks marks = LossMarks::for_stdout();
               // JSONL, or a JSON array of records, as a data file is read.
               for (const SourceLine& rec : source_lines(input, "stdin")) {
@@ -177,7 +217,7 @@ Command add_tokenize(CLI::App& app) {
               return 0;
             }
             if (!o->jsonl && !o->chat) {
-              in_context("stdin", out, [&] { write_ids(out, tok.encode(input, parse_special)); });
+              in_context("stdin", out, [&] { write_ids(out, encode(input)); });
               flush(out);
               return 0;
             }
@@ -185,7 +225,7 @@ Command add_tokenize(CLI::App& app) {
               const std::string where = fmt::format("stdin:{}", number);
               in_context(where, out, [&] {
                 if (o->jsonl) {
-                  write_ids(out, tok.encode(text_of(parse_json(line, where)), parse_special));
+                  write_ids(out, encode(text_of(parse_json(line, where))));
                   return;
                 }
                 // Ordered: tools and tool-call arguments render with their keys as given.
@@ -193,17 +233,25 @@ Command add_tokenize(CLI::App& app) {
                 if (!j.is_object()) fail("expected an object with \"messages\"");
                 const auto msgs = j.find("messages");
                 if (msgs == j.end()) fail("\"messages\" is missing");
-                bool generation_prompt = false;
+                ChatOptions line_options = options;
                 if (const auto g = j.find("add_generation_prompt"); g != j.end()) {
                   if (!g->is_boolean()) fail("\"add_generation_prompt\" is not true or false");
-                  generation_prompt = g->get<bool>();
+                  line_options.add_generation_prompt = g->get<bool>();
                 }
-                std::vector<std::string> tools;
+                if (const auto e = j.find("enable_thinking"); e != j.end()) {
+                  if (!e->is_boolean()) fail("\"enable_thinking\" is not true or false");
+                  line_options.enable_thinking = e->get<bool>();
+                }
+                if (const auto d = j.find("date_string"); d != j.end()) {
+                  if (!d->is_string()) fail("\"date_string\" is not a string");
+                  line_options.date_string = d->get<std::string>();
+                }
+                std::vector<OrderedJson> tools;
                 if (const auto t = j.find("tools"); t != j.end()) {
                   tools = chat_tools_from_json(*t, "tools");
                 }
-                write_ids(out, encode_chat(tok, chat_messages_from_json(*msgs, "messages"),
-                                           generation_prompt, parse_special, tools));
+                write_ids(out, encode_chat(tok, *tmpl, chat_messages_from_json(*msgs, "messages"),
+                                           tools, line_options, parse_special));
               });
               if (out.size() > (1 << 20)) flush(out);
             });

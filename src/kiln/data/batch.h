@@ -1,10 +1,11 @@
 // A micro-batch of token sequences as the model consumes it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include "kiln/kernels/ops.h"  // kIgnoreIndex
+#include "kiln/base/ignore_index.h"
 
 namespace kiln {
 

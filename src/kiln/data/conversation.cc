@@ -40,7 +40,7 @@ auto at_line(const std::string& where, F&& f) {
 }
 
 // "tools": a list, or (as ShareGPT files write it) a JSON string of one.
-std::vector<std::string> tools_of(const OrderedJson& line, const std::string& where) {
+std::vector<OrderedJson> tools_of(const OrderedJson& line, const std::string& where) {
   const auto it = line.find("tools");
   if (it == line.end() || it->is_null()) return {};
   if (!it->is_string()) return at_line(where, [&] { return chat_tools_from_json(*it, "tools"); });
@@ -78,8 +78,9 @@ std::vector<ToolCall> function_calls(const std::string& value, const std::string
     ToolCall c;
     c.name = string_at(v[i], "name", f + ".name", where);
     if (!v[i].contains("arguments")) fail("{}: missing field '{}.arguments'", where, f);
-    c.arguments =
-        at_line(where, [&] { return tool_arguments_json(v[i].at("arguments"), f + ".arguments"); });
+    const OrderedJson& arguments = v[i].at("arguments");
+    c.arguments = at_line(where, [&] { return tool_arguments_json(arguments, f + ".arguments"); });
+    if (arguments.is_string()) c.arguments_text = arguments.get<std::string>();
     calls.push_back(std::move(c));
   }
   return calls;

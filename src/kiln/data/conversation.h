@@ -26,7 +26,7 @@ namespace kiln {
 
 struct Conversation {
   std::vector<ChatMessage> messages;
-  std::vector<std::string> tools;  // each tool's JSON as the template renders it
+  std::vector<OrderedJson> tools;  // each tool's definition
 };
 
 Conversation chat_conversation(const OrderedJson& line, const std::string& where);

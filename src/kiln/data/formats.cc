@@ -5,9 +5,9 @@
 #include <algorithm>
 
 #include "kiln/base/error.h"
+#include "kiln/base/ignore_index.h"
 #include "kiln/data/conversation.h"
 #include "kiln/data/source_lines.h"
-#include "kiln/kernels/ops.h"  // kIgnoreIndex
 
 namespace kiln {
 
@@ -98,36 +98,27 @@ std::string_view data_format_name(DataFormat format) {
 
 const std::vector<std::string>& data_format_names() { return kFormatNames; }
 
-SpecialTokens SpecialTokens::of(const Tokenizer& tokenizer) {
-  SpecialTokens s;
-  const auto need = [&](std::string_view token) {
-    const int32_t id = tokenizer.token_id(token);
-    if (id < 0)
-      fail("{}: no {} token, which the text data formats need", tokenizer.source(), token);
-    return id;
-  };
-  s.im_start = need("<|im_start|>");
-  s.im_end = need("<|im_end|>");
-  s.endoftext = need("<|endoftext|>");
-  return s;
+int32_t end_of_text_token(const Tokenizer& tokenizer) {
+  for (const std::string_view token : {"<|endoftext|>", "<|end_of_text|>"}) {
+    if (const int32_t id = tokenizer.token_id(token); id >= 0) return id;
+  }
+  fail("{}: no <|endoftext|> or <|end_of_text|> token, which the text data formats need",
+       tokenizer.source());
 }
 
-std::vector<Segment> chat_segments(const std::vector<ChatMessage>& messages,
-                                   const SpecialTokens& specials, bool train_on_prompt,
-                                   const std::vector<std::string>& tools) {
+std::vector<Segment> chat_segments(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
+                                   const std::vector<ChatMessage>& messages,
+                                   const std::vector<OrderedJson>& tools,
+                                   const ChatOptions& options, bool train_on_prompt) {
+  ChatOptions rendering = options;
+  rendering.add_generation_prompt = false;
   std::vector<Segment> out;
-  for (ChatPiece& p : chat_pieces(messages, /*add_generation_prompt=*/false, tools)) {
+  for (ChatPiece& p : tmpl.pieces(messages, tools, rendering)) {
     const bool train = p.reply || train_on_prompt;
-    switch (p.kind) {
-      case ChatPiece::Kind::kImStart:
-        out.push_back({"", specials.im_start, train});
-        break;
-      case ChatPiece::Kind::kImEnd:
-        out.push_back({"", specials.im_end, train});
-        break;
-      case ChatPiece::Kind::kText:
-        out.push_back({std::move(p.text), -1, train});
-        break;
+    if (p.kind == ChatPiece::Kind::kSpecial) {
+      out.push_back({"", chat_special_token(tokenizer, tmpl, p.text), train});
+    } else {
+      out.push_back({std::move(p.text), -1, train});
     }
   }
   return out;
@@ -154,14 +145,16 @@ Example encode_segments(const Tokenizer& tokenizer, const std::vector<Segment>& 
 }
 
 LineEncoder::LineEncoder(DataFormat format, const Tokenizer* tokenizer, int64_t vocab_size,
-                         bool train_on_prompt)
+                         bool train_on_prompt, const ChatTemplate* chat, ChatOptions chat_options)
     : format_(format),
       tokenizer_(tokenizer),
       vocab_size_(vocab_size),
-      train_on_prompt_(train_on_prompt) {
+      train_on_prompt_(train_on_prompt),
+      chat_(chat ? chat : &chat_template(ChatTemplateId::kQwen25)),
+      chat_options_(std::move(chat_options)) {
   if (format != DataFormat::kTokens) {
     KILN_CHECK(tokenizer != nullptr, "data format {} needs a tokenizer", data_format_name(format));
-    specials_ = SpecialTokens::of(*tokenizer);
+    end_of_text_ = end_of_text_token(*tokenizer);
   }
 }
 
@@ -175,7 +168,7 @@ std::vector<Segment> LineEncoder::conversation_segments(const Conversation& c,
         "whole conversation)",
         where, format_ == DataFormat::kShareGpt ? "conversations" : "messages");
   }
-  return chat_segments(c.messages, specials_, train_on_prompt_, c.tools);
+  return chat_segments(*tokenizer_, *chat_, c.messages, c.tools, chat_options_, train_on_prompt_);
 }
 
 std::vector<Segment> LineEncoder::segments_of(const OrderedJson& obj,
@@ -191,19 +184,31 @@ std::vector<Segment> LineEncoder::segments_of(const OrderedJson& obj,
     case DataFormat::kCompletion: {
       std::string p = string_field(obj, "prompt", where);
       std::string c = string_field(obj, "completion", where);
-      return {
-          {std::move(p), -1, prompt}, {std::move(c), -1, true}, {"", specials_.endoftext, true}};
+      return with_special_tokens({{std::move(p), -1, prompt}, {std::move(c), -1, true}});
     }
     case DataFormat::kText: {
       std::string t = string_field(obj, "text", where);
       if (t.empty()) fail("{}: text: expected a non-empty string", where);
-      return {{std::move(t), -1, true}, {"", specials_.endoftext, true}};
+      return with_special_tokens({{std::move(t), -1, true}});
     }
     case DataFormat::kTokens:
       break;
   }
   KILN_CHECK(false, "segments of format {}", data_format_name(format_));
   return {};
+}
+
+// The text as Hugging Face's tokenizer(text) encodes it (the post-processor's tokens around it,
+// taking loss as the text next to them does), then the end of text (unless the post-processor
+// already ends with it).
+std::vector<Segment> LineEncoder::with_special_tokens(std::vector<Segment> text) const {
+  std::vector<Segment> out;
+  for (const int32_t id : tokenizer_->special_prefix()) out.push_back({"", id, text.front().train});
+  for (Segment& s : text) out.push_back(std::move(s));
+  const std::span<const int32_t> suffix = tokenizer_->special_suffix();
+  for (const int32_t id : suffix) out.push_back({"", id, true});
+  if (suffix.empty() || suffix.back() != end_of_text_) out.push_back({"", end_of_text_, true});
+  return out;
 }
 
 std::vector<Segment> LineEncoder::segments(std::string_view line, const std::string& where,

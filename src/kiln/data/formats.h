@@ -1,17 +1,22 @@
 // The JSONL data formats (data.format), one example per line, and what each teaches:
 //
 //   chat         {"messages": [...], "tools": [...]} (messages and tools as chat_messages.h
-//                reads them) rendered with the Qwen2.5 chat template (the default system prompt
-//                when the first message is not "system"); loss on each assistant turn's reply
-//                (content and tool calls) and its <|im_end|>, not on its
-//                "<|im_start|>assistant\n" header or the "\n" after it
+//                reads them) rendered with the chat template (chat_template_choice.h: qwen2.5,
+//                qwen3 or llama3); loss on each assistant turn's reply (its think block, content
+//                and tool calls) and the token that ends it (<|im_end|>, <|eot_id|>), not on its
+//                header ("<|im_start|>assistant\n") or what follows the end token
 //   sharegpt     {"conversations": [{"from", "value"}, ...], "system", "tools"} (conversation.h),
 //                rendered and masked as chat
 //   instruction  {"instruction", "input", "output", "system", "history"} (conversation.h): the
 //                chat [system, history..., user: instruction + "\n\n" + input, assistant: output]
-//   completion   {"prompt": "...", "completion": "..."}: prompt + completion + <|endoftext|>, loss
-//                on the completion and <|endoftext|>
-//   text         {"text": "..."}: text + <|endoftext|>, loss on everything
+//   completion   {"prompt": "...", "completion": "..."}: prompt + completion + end of text, loss
+//                on the completion and the end of text
+//   text         {"text": "..."}: text + end of text, loss on everything
+//
+// The end of text is <|endoftext|> (Qwen) or <|end_of_text|> (Llama 3). completion and text get
+// the tokenizer's post-processor tokens as Hugging Face's tokenizer(text) adds them (Llama 3's
+// <|begin_of_text|> first; none for Qwen), the chat formats never (their templates render their
+// own, as apply_chat_template tokenizes with add_special_tokens=False).
 //   tokens       {"input_ids": [...], "labels": [...]} (token_dataset.h), loss where labels say
 //
 // With train_on_prompt every token of the text formats takes loss. Other top-level fields are
@@ -19,14 +24,15 @@
 //
 // Masks come from tokenizing piecewise: a line becomes segments (text or one special token), each
 // tokenized on its own (special-token text inside content is parsed as the special token, as
-// Hugging Face does), and a segment's tokens take loss or not as a whole. Chat segments end at
-// the template's special tokens and at an assistant header, where generation starts:
+// Hugging Face does), and a segment's tokens take loss or not as a whole. Chat segments are the
+// template's pieces (chat_template.h): they end at the template's special tokens and where a
+// reply starts after its header, e.g. for qwen2.5
 //   <|im_start|> | "user\n{content}" | <|im_end|> | "\n" | <|im_start|> | "assistant\n" |
 //   "{content}" | <|im_end|> | "\n"
 // The tokenizer splits text at special tokens anyway, so this equals tokenizing the whole
-// rendered string, except that an assistant reply is never merged with its header "\n" (a reply
-// that starts with a line break): the tokens are those a model produces after the generation
-// prompt "<|im_start|>assistant\n". A completion is likewise tokenized apart from its prompt.
+// rendered string, except that an assistant reply is never merged with its header's "\n" (a
+// reply that starts with a line break): the tokens are those a model produces after the
+// generation prompt. A completion is likewise tokenized apart from its prompt.
 #pragma once
 
 #include <cstdint>
@@ -80,18 +86,17 @@ struct Segment {
   bool operator==(const Segment&) const = default;
 };
 
-// The special tokens the text formats need; a tokenizer without them is refused.
-struct SpecialTokens {
-  int32_t im_start = -1, im_end = -1, endoftext = -1;
-  static SpecialTokens of(const Tokenizer& tokenizer);
-};
+// The end-of-text token of the text formats: <|endoftext|>, else <|end_of_text|>; a tokenizer
+// with neither is refused.
+int32_t end_of_text_token(const Tokenizer& tokenizer);
 
-// The segments of a conversation, rendered as render_chat does (chat_pieces): their texts joined
-// equal render_chat(messages, false, tools). Loss on the pieces the model produces (each
-// assistant turn's reply and <|im_end|>), or on all with train_on_prompt.
-std::vector<Segment> chat_segments(const std::vector<ChatMessage>& messages,
-                                   const SpecialTokens& specials, bool train_on_prompt,
-                                   const std::vector<std::string>& tools = {});
+// The segments of a conversation, rendered by `tmpl` (without a generation prompt): their texts
+// joined equal render_chat(tmpl, messages, tools, options). Loss on the pieces the model produces
+// (each assistant turn's reply and its end token), or on all with train_on_prompt.
+std::vector<Segment> chat_segments(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
+                                   const std::vector<ChatMessage>& messages,
+                                   const std::vector<OrderedJson>& tools,
+                                   const ChatOptions& options, bool train_on_prompt);
 
 // Tokenizes segments into an example: labels are the ids of training segments, kIgnoreIndex
 // elsewhere.
@@ -103,9 +108,12 @@ struct Conversation;  // conversation.h
 class LineEncoder {
  public:
   // `tokenizer` (unused, may be null, for kTokens) must outlive the encoder. vocab_size bounds the
-  // ids of the tokens format and is checked against the tokenizer's ids for the others.
+  // ids of the tokens format and is checked against the tokenizer's ids for the others. `chat`
+  // renders the chat formats (nullptr: qwen2.5, kiln's default for a model without a template)
+  // with `chat_options` (their enable_thinking).
   LineEncoder(DataFormat format, const Tokenizer* tokenizer, int64_t vocab_size,
-              bool train_on_prompt);
+              bool train_on_prompt, const ChatTemplate* chat = nullptr,
+              ChatOptions chat_options = {});
 
   // The example of one line. Throws kiln::Error "<where>: <field>: <problem>" for a bad line:
   // malformed JSON or UTF-8, a missing field, a wrong type or role, nothing to learn. `origin`:
@@ -121,12 +129,15 @@ class LineEncoder {
  private:
   std::vector<Segment> segments_of(const OrderedJson& obj, const std::string& where) const;
   std::vector<Segment> conversation_segments(const Conversation& c, const std::string& where) const;
+  std::vector<Segment> with_special_tokens(std::vector<Segment> text) const;
 
   DataFormat format_;
   const Tokenizer* tokenizer_;
   int64_t vocab_size_;
   bool train_on_prompt_;
-  SpecialTokens specials_;
+  const ChatTemplate* chat_;
+  ChatOptions chat_options_;
+  int32_t end_of_text_ = -1;
 };
 
 }  // namespace kiln

@@ -10,10 +10,11 @@
 #include <exception>
 
 #include "kiln/base/error.h"
+#include "kiln/base/ignore_index.h"
 #include "kiln/base/log.h"
 #include "kiln/data/source_lines.h"
 #include "kiln/data/token_cache.h"
-#include "kiln/kernels/ops.h"  // kIgnoreIndex
+#include "kiln/text/chat_template_choice.h"
 
 namespace kiln {
 
@@ -30,6 +31,20 @@ struct LineResult {
   std::string error;         // the kiln::Error of a bad line
   std::exception_ptr other;  // anything else: a bug, rethrown
 };
+
+// Which template renders the data; a warning when the setting overrides a template of the
+// model's own (models written from the run keep that one).
+void log_chat_template(const DataOptions& o, const ChatTemplate& chat, const std::string& name) {
+  KILN_LOG_INFO("data {}: chat template {}", name, chat.name());
+  if (o.chat_template.empty()) return;
+  const ModelChatTemplate own = model_chat_template(tokenizer_json_path(o.tokenizer));
+  if (own.where.empty() || own.known == chat.id()) return;
+  KILN_LOG_WARN(
+      "{}: the model's own chat template is {}; {} renders the data with {}, and "
+      "the model directories this run writes keep the model's own",
+      own.where, own.known ? chat_template(*own.known).name() : "not one kiln knows",
+      o.template_key, chat.name());
+}
 
 void log_stats(const TokenizedDataset& d, int seq_len, const char* how, double seconds) {
   const DataStats& s = d.stats();
@@ -164,6 +179,17 @@ fs::path tokenizer_json_path(const fs::path& tokenizer) {
   return fs::is_directory(tokenizer) ? tokenizer / "tokenizer.json" : tokenizer;
 }
 
+const ChatTemplate* data_chat_template(const DataOptions& o) {
+  if (o.format != DataFormat::kChat && o.format != DataFormat::kShareGpt &&
+      o.format != DataFormat::kInstruction) {
+    return nullptr;
+  }
+  const ChatTemplate& t =
+      choose_chat_template(tokenizer_json_path(o.tokenizer), o.chat_template, o.template_key);
+  check_enable_thinking(t, o.enable_thinking, o.thinking_key);
+  return &t;
+}
+
 uint64_t data_cache_key(const DataOptions& o) {
   const fs::path data = fs::absolute(o.path).lexically_normal();
   struct stat st {};
@@ -171,13 +197,17 @@ uint64_t data_cache_key(const DataOptions& o) {
     fail("{}: cannot read: {}", o.path.string(), std::strerror(errno));
   }
   const std::string tok = read_file(tokenizer_json_path(o.tokenizer));
-  const std::string desc = fmt::format(
-      "kiln data cache v{}\ndata={}\nsize={}\nmtime={}.{:09}\ntokenizer={:016x}\nformat={}\n"
-      "seq_len={}\noverlong={}\ntrain_on_prompt={}\nskip_bad_lines={}\n",
-      kTokenCacheVersion, data.string(), static_cast<int64_t>(st.st_size),
-      static_cast<int64_t>(st.st_mtim.tv_sec), static_cast<int64_t>(st.st_mtim.tv_nsec),
-      hash_bytes(tok.data(), tok.size()), data_format_name(o.format), o.seq_len,
-      overlong_name(o.overlong), o.train_on_prompt, o.skip_bad_lines);
+  const ChatTemplate* chat = data_chat_template(o);
+  const std::string thinking = o.enable_thinking ? (*o.enable_thinking ? "on" : "off") : "default";
+  const std::string desc =
+      fmt::format(
+          "kiln data cache v{}\ndata={}\nsize={}\nmtime={}.{:09}\ntokenizer={:016x}\nformat={}\n"
+          "seq_len={}\noverlong={}\ntrain_on_prompt={}\nskip_bad_lines={}\n",
+          kTokenCacheVersion, data.string(), static_cast<int64_t>(st.st_size),
+          static_cast<int64_t>(st.st_mtim.tv_sec), static_cast<int64_t>(st.st_mtim.tv_nsec),
+          hash_bytes(tok.data(), tok.size()), data_format_name(o.format), o.seq_len,
+          overlong_name(o.overlong), o.train_on_prompt, o.skip_bad_lines) +
+      (chat ? fmt::format("template={}\nenable_thinking={}\n", chat->name(), thinking) : "");
   return hash_bytes(desc.data(), desc.size());
 }
 
@@ -240,7 +270,10 @@ TokenizedDataset load_dataset(const DataOptions& o, int64_t vocab_size) {
 
   const Tokenizer tokenizer = Tokenizer::load(o.tokenizer);
   const MappedFile file(o.path);
-  const LineEncoder encoder(o.format, &tokenizer, vocab_size, o.train_on_prompt);
+  const ChatTemplate* chat = data_chat_template(o);
+  if (chat && o.verbose) log_chat_template(o, *chat, name);
+  const LineEncoder encoder(o.format, &tokenizer, vocab_size, o.train_on_prompt, chat,
+                            {.enable_thinking = o.enable_thinking});
   TokenizedDataset d =
       read_jsonl(text_of(file), name, encoder, o.seq_len, o.overlong, o.skip_bad_lines, o.verbose);
   check_vocab(d);

@@ -39,6 +39,13 @@ struct DataOptions {
   int seq_len = 512;   // > 0: the longest example kept
   Overlong overlong = Overlong::kTruncate;
   bool train_on_prompt = false;
+  // The chat formats' template (chat_template_choice.h): "" (the tokenizer directory's own) or
+  // qwen2.5 | qwen3 | llama3, named in errors by template_key; and Qwen3's thinking switch
+  // (unset: the template's default), named by thinking_key.
+  std::string chat_template;
+  std::string template_key = "data.template";
+  std::optional<bool> enable_thinking;
+  std::string thinking_key = "data.enable_thinking";
   bool skip_bad_lines = false;
   bool use_cache = true;  // read and write the tokenized cache (text formats)
   fs::path cache_dir;     // empty: <directory of path>/.kiln-cache
@@ -113,9 +120,14 @@ TokenizedDataset read_jsonl(std::string_view text, const std::string& name,
 // Loads options.path as described at the top. Every token id must be < vocab_size.
 TokenizedDataset load_dataset(const DataOptions& options, int64_t vocab_size);
 
+// The chat template of `options` (chat_template_choice.h; also checks enable_thinking against it);
+// nullptr for a format that is not a chat.
+const ChatTemplate* data_chat_template(const DataOptions& options);
+
 // The cache file load_dataset uses for `options` (a text format): its name holds a hash of the
-// data file's path, size and modification time, the tokenizer.json's content, the format,
-// seq_len, overlong, train_on_prompt, skip_bad_lines and the cache format version.
+// data file's path, size and modification time, the tokenizer.json's content, the format, the
+// chat template and enable_thinking (chat formats), seq_len, overlong, train_on_prompt,
+// skip_bad_lines and the cache format version.
 fs::path data_cache_path(const DataOptions& options);
 // That hash.
 uint64_t data_cache_key(const DataOptions& options);

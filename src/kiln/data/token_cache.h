@@ -21,7 +21,9 @@
 namespace kiln {
 
 // 2: the data file's length and XXH3-64 (DataStats::source) in the header.
-inline constexpr uint32_t kTokenCacheVersion = 2;
+// 3: text and completion lines begin with the tokenizer's post-processor tokens (Llama 3's
+//    <|begin_of_text|>), and a chat's template is the model's or data.template.
+inline constexpr uint32_t kTokenCacheVersion = 3;
 
 struct CacheHeader {
   char magic[8];          // "KILNTOK\n"

@@ -1,7 +1,7 @@
 // The backend seam: device memory, copies and order (streams, events), and every op the model,
-// FSDP and the optimizer need, forward and backward, declared once. Backends (cpu/ now, cuda/
-// next) implement it; the model, FSDP and trainer never branch on the device, and only
-// make_backend() (backend.h) names one.
+// FSDP and the optimizer need, forward and backward, declared once. Backends (cpu/ and cuda/)
+// implement it; the model, FSDP and trainer never branch on the device, and only make_backend()
+// (device/backend.h) names one.
 //
 // Conventions: pointers are device pointers of the backend (memory from alloc(), DeviceBuffer,
 // DeviceArena or DevicePool), except where a parameter says "host". Ops run on the compute stream
@@ -18,14 +18,12 @@
 #include <memory>
 #include <string_view>
 
-#include "kiln/kernels/memory_counter.h"
-#include "kiln/kernels/stream.h"
+#include "kiln/base/ignore_index.h"  // kIgnoreIndex
+#include "kiln/kernels/device/memory_counter.h"
+#include "kiln/kernels/device/stream.h"
 #include "kiln/tensor/dtype.h"
 
 namespace kiln {
-
-// Target id meaning "no loss at this position" (HF's ignore_index).
-inline constexpr int32_t kIgnoreIndex = -100;
 
 // Attention geometry. q: (B, T, H, D), k/v: (B, T, KV, D), H % KV == 0 (grouped-query heads:
 // query head h reads kv head h / (H / KV)).

@@ -13,7 +13,6 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -21,9 +20,9 @@
 #include "kiln/base/json.h"
 #include "kiln/base/log.h"
 #include "kiln/base/stop_request.h"
-#include "kiln/distributed/tcp_store.h"
-#include "kiln/distributed/watchdog.h"
-#include "kiln/kernels/host_cpu.h"
+#include "kiln/comm/tcp_store.h"
+#include "kiln/comm/watchdog.h"
+#include "kiln/kernels/device/host_cpu.h"
 #include "kiln/launch/formation.h"
 #include "kiln/launch/step_board.h"
 #include "kiln/launch/store_token.h"
@@ -173,20 +172,6 @@ void signal_all(std::vector<Worker>& ws, int sig) {
     if (!w.exited && w.pid > 0) ::kill(w.pid, sig);
   }
 }
-
-}  // namespace
-
-std::string random_token() {
-  unsigned char b[16] = {};
-  std::ifstream f("/dev/urandom", std::ios::binary);
-  f.read(reinterpret_cast<char*>(b), sizeof b);
-  if (!f) fail("agent: cannot read /dev/urandom for the job token");
-  std::string hex;
-  for (unsigned char c : b) hex += fmt::format("{:02x}", c);
-  return hex;
-}
-
-namespace {
 
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;

@@ -47,7 +47,4 @@ struct AgentSpec {
 // reported and a non-zero status returned.
 int run_agent(const AgentSpec& spec);
 
-// A random per-job token (hex), for single-node runs where the agent makes one.
-std::string random_token();
-
 }  // namespace kiln

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/distributed/store.h"
+#include "kiln/comm/store.h"
 
 namespace kiln {
 

@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/distributed/comm_choice.h"
-#include "kiln/distributed/pair_auth.h"
-#include "kiln/distributed/topology.h"
-#include "kiln/kernels/backend.h"
+#include "kiln/comm/pair_auth.h"
+#include "kiln/kernels/device/backend.h"
+#include "kiln/launch/comm_choice.h"
 #include "kiln/launch/private_network.h"
+#include "kiln/launch/topology.h"
 #include "kiln/train/runtime.h"
 
 namespace kiln {
@@ -48,7 +48,7 @@ struct LaunchOptions {
   double sigterm_grace_s = 25;
   // The device fn's backend will use (kiln train: train.device) and the communicator asked for
   // (dist.communicator): each worker of a group chooses NCCL or Gloo from them
-  // (distributed/comm_choice.h) and, on CUDA, makes GPU local_rank its current device first.
+  // (launch/comm_choice.h) and, on CUDA, makes GPU local_rank its current device first.
   DeviceRequest device = DeviceRequest::kCpu;
   CommRequest communicator = CommRequest::kAuto;
   // A single-node group's agent runs it in a private network namespace (private_network.h);

@@ -23,7 +23,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
-#include "kiln/distributed/watchdog.h"
+#include "kiln/comm/watchdog.h"
 
 extern char** environ;
 

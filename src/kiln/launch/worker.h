@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/distributed/comm_choice.h"
-#include "kiln/distributed/pair_auth.h"
-#include "kiln/kernels/backend.h"
+#include "kiln/comm/pair_auth.h"
+#include "kiln/kernels/device/backend.h"
+#include "kiln/launch/comm_choice.h"
 #include "kiln/train/runtime.h"
 
 namespace kiln {

@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-#include "kiln/kernels/device_buffer.h"
+#include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/config.h"
 #include "kiln/model/layout.h"

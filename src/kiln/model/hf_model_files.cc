@@ -8,7 +8,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/model/hf_checkpoint.h"
-#include "kiln/text/qwen25_template.h"
+#include "kiln/text/chat_template.h"
 
 namespace kiln {
 
@@ -59,9 +59,11 @@ std::optional<int64_t> token_id(const nlohmann::json& tok, const std::string& te
   return std::nullopt;
 }
 
-// tokenizer_config.json for a base that has none: what transformers' Qwen2TokenizerFast needs
-// beside tokenizer.json, with the Qwen2.5 chat template.
-OJson derived_tokenizer_config(const nlohmann::json& tok, const OJson& config) {
+// tokenizer_config.json for a base that has none: what transformers' tokenizer class needs beside
+// tokenizer.json (Qwen2TokenizerFast for the Qwen templates, PreTrainedTokenizerFast for
+// Llama 3's), with the chat template `chat` and its tokens.
+OJson derived_tokenizer_config(const nlohmann::json& tok, const OJson& config,
+                               const ChatTemplate& chat) {
   OJson decoder = OJson::object();
   if (tok.contains("added_tokens")) {
     for (const auto& t : tok.at("added_tokens")) {
@@ -77,17 +79,29 @@ OJson derived_tokenizer_config(const nlohmann::json& tok, const OJson& config) {
   auto present = [&](const char* s) -> OJson {
     return token_id(tok, s) ? OJson(s) : OJson(nullptr);
   };
-  OJson eos = present("<|im_end|>");
-  if (eos.is_null()) eos = present("<|endoftext|>");
+  OJson eos = nullptr;  // the first of the template's end tokens the tokenizer has
+  for (const std::string_view t : chat.stop_tokens()) {
+    if (eos.is_null()) eos = present(std::string(t).c_str());
+  }
+  const int64_t max_length = config.value("max_position_embeddings", int64_t{32768});
+  if (chat.id() == ChatTemplateId::kLlama3) {
+    return {{"added_tokens_decoder", decoder},
+            {"bos_token", present("<|begin_of_text|>")},
+            {"chat_template", std::string(chat.jinja())},
+            {"clean_up_tokenization_spaces", true},
+            {"eos_token", eos},
+            {"model_max_length", max_length},
+            {"tokenizer_class", "PreTrainedTokenizerFast"}};
+  }
   return {{"add_bos_token", false},
           {"add_prefix_space", false},
           {"added_tokens_decoder", decoder},
           {"bos_token", nullptr},
-          {"chat_template", std::string(qwen25_chat_template_jinja())},
+          {"chat_template", std::string(chat.jinja())},
           {"clean_up_tokenization_spaces", false},
           {"eos_token", eos},
           {"errors", "replace"},
-          {"model_max_length", config.value("max_position_embeddings", int64_t{32768})},
+          {"model_max_length", max_length},
           {"pad_token", present("<|endoftext|>")},
           {"split_special_tokens", false},
           {"tokenizer_class", "Qwen2Tokenizer"},
@@ -98,16 +112,16 @@ OJson derived_tokenizer_config(const nlohmann::json& tok, const OJson& config) {
 // when a derivation needs it.
 std::pair<std::string, OJson> tokenizer_config(const fs::path& tok_dir,
                                                const std::function<const nlohmann::json&()>& tok,
-                                               const OJson& config) {
+                                               const OJson& config, const ChatTemplate& chat) {
   const fs::path base_cfg = tok_dir / "tokenizer_config.json";
   if (!fs::exists(base_cfg)) {
-    OJson cfg = derived_tokenizer_config(tok(), config);
+    OJson cfg = derived_tokenizer_config(tok(), config, chat);
     return {json_text(cfg), cfg};
   }
   std::string text = read_file(base_cfg);
   OJson cfg = parse_json_file<OJson>(base_cfg, text);
   if (has_chat_template(tok_dir, &cfg)) return {std::move(text), cfg};  // byte for byte
-  cfg["chat_template"] = std::string(qwen25_chat_template_jinja());
+  cfg["chat_template"] = std::string(chat.jinja());
   return {json_text(cfg), cfg};
 }
 
@@ -171,7 +185,13 @@ const char* torch_dtype_name(DType dtype) {
   return dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
 }
 
-HfModelFiles HfModelFiles::read(const fs::path& base, const fs::path& tokenizer_setting) {
+HfModelFiles HfModelFiles::read(const fs::path& base, const fs::path& tokenizer_setting,
+                                const std::string& chat_template_setting) {
+  const ChatTemplate* chat = chat_template_setting.empty()
+                                 ? &chat_template(ChatTemplateId::kQwen25)
+                                 : chat_template_named(chat_template_setting);
+  if (!chat)
+    fail("data.template is '{}', expected qwen2.5, qwen3 or llama3", chat_template_setting);
   HfModelFiles f;
   const fs::path cfg_path = base / "config.json";
   if (!fs::exists(cfg_path)) fail("{}: no such file", cfg_path.string());
@@ -194,7 +214,7 @@ HfModelFiles HfModelFiles::read(const fs::path& base, const fs::path& tokenizer_
     if (!tok) tok = parse_json_file<nlohmann::json>(tok_json, f.files_.front().second);
     return *tok;
   };
-  auto [cfg_text, tok_cfg] = tokenizer_config(tok_dir, parsed, f.config_);
+  auto [cfg_text, tok_cfg] = tokenizer_config(tok_dir, parsed, f.config_, *chat);
   f.files_.emplace_back("tokenizer_config.json", std::move(cfg_text));
   for (const std::string& name : hf_extra_tokenizer_files()) {
     if (fs::is_regular_file(tok_dir / name)) f.files_.emplace_back(name, read_file(tok_dir / name));

@@ -22,8 +22,9 @@ namespace kiln {
 //                          set at write time;
 //   tokenizer.json         the tokenizer setting's (or the base's), byte for byte;
 //   tokenizer_config.json  the base's byte for byte when it has a chat template (in the file or
-//                          beside it as chat_template.jinja/.json); else the base's plus kiln's
-//                          Qwen2.5 template; else one derived from tokenizer.json;
+//                          beside it as chat_template.jinja/.json); else the base's plus the
+//                          published text of the chat template the run chose (data.template,
+//                          qwen2.5 when empty); else one derived from tokenizer.json with it;
 //   generation_config.json the base's byte for byte, else {bos_token_id, eos_token_id: [config's
 //                          eos ids, the tokenizer's eos]} (and pad_token_id when the tokenizer
 //                          has one);
@@ -33,8 +34,10 @@ class HfModelFiles {
  public:
   // Reads `base` (config.json required) and the tokenizer `tokenizer_setting` names
   // (tokenizer_json_path). tokenizer.json is parsed only to derive a missing
-  // tokenizer_config.json or generation_config.json.
-  static HfModelFiles read(const fs::path& base, const fs::path& tokenizer_setting = {});
+  // tokenizer_config.json or generation_config.json. `chat_template` (data.template: "" for
+  // qwen2.5, or a template's name) is the template added when the base has none.
+  static HfModelFiles read(const fs::path& base, const fs::path& tokenizer_setting = {},
+                           const std::string& chat_template = {});
 
   // The base's config.json with torch_dtype set ("float32", "bfloat16", "float16").
   nlohmann::ordered_json config_json(const std::string& torch_dtype) const;

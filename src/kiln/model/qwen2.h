@@ -4,14 +4,18 @@
 //   embed:  ids (N) -> x (N, C)
 //   layer:  xn1 = rmsnorm(x); q,k,v = xn1 W^T + b; rope(q,k); y = attn(q,k,v) (N, Q);
 //           x += y Wo^T; xn2 = rmsnorm(x); h = silu(xn2 Wg^T) * (xn2 Wu^T) (N, I); x += h Wd^T
-//   head:   xf = rmsnorm(x); loss = CE(xf W_head^T, targets), chunked (kernels' cross_entropy)
+//   head:   xf = rmsnorm(x); loss = CE(xf W_head^T, targets), never holding the (N, V) logits:
+//           forward() calls the backend's fused cross_entropy (chunked); forward_backward()
+//           calls UnitAccess::head_cross_entropy, which is that same op for ParamStore, and for
+//           Fsdp unless it splits the vocabulary, when each rank computes the logits of its own
+//           rows of the head (vocabulary-parallel, fsdp/fsdp_vocab_head.cc)
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "kiln/data/batch.h"
-#include "kiln/kernels/device_buffer.h"
+#include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/config.h"
 #include "kiln/model/decoder_layer.h"

@@ -3,7 +3,7 @@
 // (Qwen2Model) and decoding (Generator), so their rotations are bit-identical.
 #pragma once
 
-#include "kiln/kernels/device_buffer.h"
+#include "kiln/kernels/device/device_buffer.h"
 #include "kiln/model/config.h"
 
 namespace kiln {

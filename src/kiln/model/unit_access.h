@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "kiln/kernels/device_buffer.h"
+#include "kiln/kernels/device/device_buffer.h"
 #include "kiln/model/layout.h"
 
 namespace kiln {

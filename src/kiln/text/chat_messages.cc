@@ -30,8 +30,8 @@ void only_fields(const OrderedJson& obj, const std::array<const char*, N>& allow
     if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; })) {
       std::string list;
       for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      fail("{}.{} is not supported (the Qwen2.5 chat template renders {})", what,
-           text::printable(key), list);
+      fail("{}.{} is not supported (kiln's chat templates render {})", what, text::printable(key),
+           list);
     }
   }
 }
@@ -69,7 +69,9 @@ ToolCall tool_call_of(const OrderedJson& c, const std::string& what) {
   only_fields(*f, std::array{"name", "arguments"}, fwhat);
   ToolCall call;
   call.name = string_of(field(*f, "name", fwhat), fwhat + ".name");
-  call.arguments = tool_arguments_json(field(*f, "arguments", fwhat), fwhat + ".arguments");
+  const OrderedJson& arguments = field(*f, "arguments", fwhat);
+  call.arguments = tool_arguments_json(arguments, fwhat + ".arguments");
+  if (arguments.is_string()) call.arguments_text = arguments.get<std::string>();
   return call;
 }
 
@@ -82,7 +84,10 @@ ChatMessage message_of(const OrderedJson& m, const std::string& what) {
          text::printable(msg.role));
   }
   if (msg.role == "assistant") {
-    only_fields(m, std::array{"role", "content", "tool_calls"}, what);
+    only_fields(m, std::array{"role", "content", "tool_calls", "reasoning_content"}, what);
+    if (const auto r = m.find("reasoning_content"); r != m.end() && !r->is_null()) {
+      msg.reasoning_content = string_of(*r, what + ".reasoning_content");
+    }
   } else if (msg.role == "tool") {
     only_fields(m, std::array{"role", "content", "name", "tool_call_id"}, what);
   } else {
@@ -132,15 +137,16 @@ std::vector<ChatMessage> chat_messages_from_json(const OrderedJson& messages,
   return out;
 }
 
-std::vector<std::string> chat_tools_from_json(const OrderedJson& tools, const std::string& what) {
+std::vector<OrderedJson> chat_tools_from_json(const OrderedJson& tools, const std::string& what) {
   if (tools.is_null()) return {};
   if (!tools.is_array()) fail("{} is a JSON {}, expected an array", what, tools.type_name());
-  std::vector<std::string> out;
+  std::vector<OrderedJson> out;
   for (size_t i = 0; i < tools.size(); ++i) {
     if (!tools[i].is_object()) {
       fail("{}[{}] is a JSON {}, expected an object", what, i, tools[i].type_name());
     }
-    out.push_back(tojson(tools[i]));
+    tojson(tools[i]);  // checks its strings' UTF-8 now, not at rendering
+    out.push_back(tools[i]);
   }
   return out;
 }

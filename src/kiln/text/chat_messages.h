@@ -6,7 +6,10 @@
 //     tool_calls  assistant only: [{"type": "function", "id": ..., "function": {"name": "...",
 //                 "arguments": {...}}}, ...] or [{"name": ..., "arguments": ...}]; arguments as
 //                 an object or as a JSON string of one (OpenAI's form), rendered as the object
-//     name, tool_call_id   accepted on tool messages; the Qwen2.5 template does not render them
+//                 (Qwen3's template renders such a string as it is, and so does kiln for it)
+//     reasoning_content    assistant only: its reasoning, for templates with thinking (Qwen3);
+//                 the others refuse it
+//     name, tool_call_id   accepted on tool messages; no template renders them
 //   tools: [{"type": "function", "function": {...}}, ...], each rendered as its JSON
 //
 // Every other field is an error naming it, never a silent drop. Errors name `what` and the
@@ -24,8 +27,8 @@ namespace kiln {
 std::vector<ChatMessage> chat_messages_from_json(const OrderedJson& messages,
                                                  const std::string& what);
 
-// Each tool's definition as the template renders it (`tool | tojson`).
-std::vector<std::string> chat_tools_from_json(const OrderedJson& tools, const std::string& what);
+// Each tool's definition (objects; their strings checked as valid UTF-8).
+std::vector<OrderedJson> chat_tools_from_json(const OrderedJson& tools, const std::string& what);
 
 // A tool call's arguments (an object, or a JSON string holding one) as the template renders them.
 std::string tool_arguments_json(const OrderedJson& arguments, const std::string& what);

@@ -10,8 +10,9 @@
 
 namespace kiln {
 
-// json.dumps(value, ensure_ascii=False) of the value `j` holds. Throws kiln::Error for strings
-// that are not valid UTF-8.
-std::string tojson(const OrderedJson& j);
+// json.dumps(value, ensure_ascii=False) of the value `j` holds, or with indent >= 0
+// json.dumps(value, ensure_ascii=False, indent=indent) (Llama 3's `tojson(indent=4)`). Throws
+// kiln::Error for strings that are not valid UTF-8.
+std::string tojson(const OrderedJson& j, int indent = -1);
 
 }  // namespace kiln

@@ -89,6 +89,17 @@ void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, bool pa
   impl_->encode(text, parse_special, out);
 }
 
+std::vector<int32_t> Tokenizer::encode_with_special_tokens(std::string_view text,
+                                                           bool parse_special) const {
+  std::vector<int32_t> out(impl_->prefix);
+  encode(text, out, parse_special);
+  out.insert(out.end(), impl_->suffix.begin(), impl_->suffix.end());
+  return out;
+}
+
+std::span<const int32_t> Tokenizer::special_prefix() const { return impl_->prefix; }
+std::span<const int32_t> Tokenizer::special_suffix() const { return impl_->suffix; }
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   const text::TokenizerImpl& t = *impl_;
   std::string bytes;

@@ -1,5 +1,5 @@
-// The tokenizer of the Qwen2 family: byte-level BPE loaded from a Hugging Face tokenizer.json
-// (Qwen2, Qwen2.5, Qwen3). Encoding gives the same ids as Hugging Face tokenizers:
+// A byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (Qwen2, Qwen2.5, Qwen3,
+// Llama 3). Encoding gives the same ids as Hugging Face tokenizers:
 //
 //   text -> added tokens (<|im_start|>, ...) cut out, leftmost-longest, before anything else
 //        -> each stretch between them: NFC -> Split regex -> byte-level BPE
@@ -7,8 +7,13 @@
 // What is supported is what that family uses: NFC (or no) normaliser; Split (Regex or String
 // pattern, any behaviour, invert) and ByteLevel (use_regex either way) pre-tokenizers; a BPE
 // model with merges in either form ("a b" or ["a", "b"]), unk_token, fuse_unk, ignore_merges;
-// the ByteLevel decoder. Anything else is refused at load with an error naming the field. The
-// post-processor is ignored: encode() adds no BOS/EOS (the Qwen2 family's adds none).
+// the ByteLevel decoder; a ByteLevel or TemplateProcessing post-processor, or a Sequence of them.
+// Anything else is refused at load with an error naming the field.
+//
+// encode() gives the ids of the text alone, as HF's encode(text, add_special_tokens=False) does
+// (and apply_chat_template, whose template renders its own BOS); encode_with_special_tokens()
+// adds the post-processor's special tokens as HF's tokenizer(text) does: Llama 3's
+// <|begin_of_text|> first, nothing for the Qwen family (a ByteLevel post-processor).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +47,15 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
   // The same, appending to `out`.
   void encode(std::string_view text, std::vector<int32_t>& out, bool parse_special = true) const;
+
+  // What Hugging Face's tokenizer(text) gives (add_special_tokens=True): encode(text) between
+  // special_prefix() and special_suffix().
+  std::vector<int32_t> encode_with_special_tokens(std::string_view text,
+                                                  bool parse_special = true) const;
+  // The ids the post-processor puts before and after a single sequence (TemplateProcessing's
+  // "single"; the pair template is never used); empty when it adds none.
+  std::span<const int32_t> special_prefix() const;
+  std::span<const int32_t> special_suffix() const;
 
   // The text of `ids`: their bytes joined, ill-formed UTF-8 replaced by U+FFFD. Special tokens
   // are rendered as their text, or left out with skip_special. An id outside the vocabulary is a

@@ -42,6 +42,10 @@ struct TokenizerImpl {
   TokenMap model_ids;  // model vocabulary spelling -> id
   TokenMap added_ids;  // added token content -> id
 
+  // The post-processor's special tokens around a single sequence (TemplateProcessing's
+  // "single": Llama 3's <|begin_of_text|> before it); empty for a ByteLevel one or none.
+  std::vector<int32_t> prefix, suffix;
+
   void encode(std::string_view text, bool parse_special, std::vector<int32_t>& out) const;
   void encode_normalized(std::string_view text, bool parse_special,
                          std::vector<int32_t>& out) const;

@@ -167,6 +167,75 @@ void load_pre_tokenizer(const Loader& L, const Json& root, const std::string& wh
   if (!byte_level) L.error("pre_tokenizer has no ByteLevel step; only byte-level BPE is supported");
 }
 
+// TemplateProcessing: the special tokens of its "single" template before and after $A. The
+// "pair" template is never used (kiln encodes single texts only) and is not read.
+void load_template_processing(const Loader& L, const Json& p, const std::string& path,
+                              TokenizerImpl& t) {
+  const std::string spath = path + ".single";
+  const Json& single = L.array(L.need(p, "single", spath), spath);
+  const std::string tpath = path + ".special_tokens";
+  const Json& specials = L.object(L.need(p, "special_tokens", tpath), tpath);
+  bool sequence = false;
+  for (size_t i = 0; i < single.size(); ++i) {
+    const std::string ipath = fmt::format("{}[{}]", spath, i);
+    const Json& item = L.object(single[i], ipath);
+    if (const Json* seq = L.find(item, "Sequence")) {
+      const std::string& id =
+          L.string(L.need(L.object(*seq, ipath + ".Sequence"), "id", ipath + ".Sequence.id"),
+                   ipath + ".Sequence.id");
+      if (id != "A") L.error("{}.Sequence.id is {}, expected 'A'", ipath, name(id));
+      if (sequence) L.error("{} is a second Sequence", ipath);
+      sequence = true;
+      continue;
+    }
+    const Json* special = L.find(item, "SpecialToken");
+    if (!special) L.error("{} is neither a SpecialToken nor a Sequence", ipath);
+    const std::string& key = L.string(
+        L.need(L.object(*special, ipath + ".SpecialToken"), "id", ipath + ".SpecialToken.id"),
+        ipath + ".SpecialToken.id");
+    const auto entry = specials.find(key);
+    if (entry == specials.end()) L.error("{}: {} is not in {}", ipath, quote(key), tpath);
+    const std::string epath = fmt::format("{}[{}]", tpath, quote(key));
+    const std::string idspath = epath + ".ids";
+    const Json& ids = L.array(L.need(L.object(*entry, epath), "ids", idspath), idspath);
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const std::string kpath = fmt::format("{}[{}]", idspath, k);
+      const int32_t id = L.id(ids[k], kpath);
+      if (static_cast<size_t>(id) >= t.flags.size() || !(t.flags[id] & TokenizerImpl::kPresent)) {
+        L.error("{} is {}, which is not in the vocabulary", kpath, id);
+      }
+      (sequence ? t.suffix : t.prefix).push_back(id);
+    }
+  }
+  if (!sequence) L.error("{} has no Sequence 'A'", spath);
+}
+
+// The post-processor: none, ByteLevel (it moves offsets only, never ids), TemplateProcessing, or
+// a Sequence of those (Llama 3: ByteLevel then TemplateProcessing).
+void load_post_processor(const Loader& L, const Json& root, TokenizerImpl& t) {
+  const Json* p = L.find(root, "post_processor");
+  if (!p) return;
+  bool templated = false;
+  const auto step = [&](const Json& s, const std::string& path) {
+    const std::string type = L.type(s, path);
+    if (type == "ByteLevel") return;
+    if (type != "TemplateProcessing") {
+      L.error("{}.type is {}; only ByteLevel and TemplateProcessing are supported", path,
+              name(type));
+    }
+    if (templated) L.error("{} is a second TemplateProcessing", path);
+    templated = true;
+    load_template_processing(L, s, path, t);
+  };
+  if (L.type(*p, "post_processor") != "Sequence") {
+    step(*p, "post_processor");
+    return;
+  }
+  const std::string lpath = "post_processor.processors";
+  const Json& list = L.array(L.need(*p, "processors", lpath), lpath);
+  for (size_t i = 0; i < list.size(); ++i) step(list[i], fmt::format("{}[{}]", lpath, i));
+}
+
 void check_model_options(const Loader& L, const Json& model) {
   if (L.boolean(model, "byte_fallback", "model.byte_fallback", false)) {
     L.error("model.byte_fallback is true; not supported");
@@ -250,7 +319,8 @@ std::shared_ptr<const TokenizerImpl> build_tokenizer(const Json& root, const std
   if (vocab.empty()) L.error("model.vocab is empty");
   const Json* added = L.find(root, "added_tokens");
   if (added) L.array(*added, "added_tokens");
-  L.max_id = static_cast<int64_t>(vocab.size() + (added ? added->size() : 0)) + (1 << 16);
+  // Llama 3 numbers its added tokens from 128000; a small test vocabulary keeps that layout.
+  L.max_id = static_cast<int64_t>(vocab.size() + (added ? added->size() : 0)) + (1 << 18);
   t->model_ids.reserve(vocab.size());
   for (const auto& [token, value] : vocab.items()) {
     const int32_t id = L.id(value, "model.vocab[" + quote(token) + "]");
@@ -325,6 +395,7 @@ std::shared_ptr<const TokenizerImpl> build_tokenizer(const Json& root, const std
   t->raw_added = AddedMatcher(std::move(raw), std::move(raw_patterns));
   t->normalized_added = AddedMatcher(std::move(normalized), std::move(normalized_patterns));
   load_pre_tokenizer(L, root, what, *t);
+  load_post_processor(L, root, *t);
 
   const Json& decoder = L.need(root, "decoder", "decoder");
   if (const std::string type = L.type(decoder, "decoder"); type != "ByteLevel") {

@@ -13,7 +13,7 @@
 #include "kiln/base/fault.h"
 #include "kiln/base/file.h"
 #include "kiln/base/log.h"
-#include "kiln/distributed/fsdp.h"
+#include "kiln/fsdp/fsdp.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/train/checkpoint_manifest.h"
 #include "kiln/train/checkpoint_verify.h"

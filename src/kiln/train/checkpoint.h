@@ -27,8 +27,8 @@
 
 #include "kiln/base/checksum.h"
 #include "kiln/base/json.h"
+#include "kiln/comm/communicator.h"
 #include "kiln/data/sampler.h"
-#include "kiln/distributed/communicator.h"
 #include "kiln/model/hf_model_files.h"
 #include "kiln/model/layout.h"
 #include "kiln/model/unit_access.h"

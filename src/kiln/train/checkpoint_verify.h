@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/distributed/communicator.h"
+#include "kiln/comm/communicator.h"
 #include "kiln/model/layout.h"
 #include "kiln/train/checkpoint_manifest.h"
 

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "kiln/base/error.h"
-#include "kiln/distributed/fsdp_pool_plan.h"
-#include "kiln/distributed/shm_lane.h"
+#include "kiln/comm/shm_lane.h"
+#include "kiln/fsdp/fsdp_pool_plan.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/layout.h"
 
@@ -94,7 +94,7 @@ size_t final_save_bytes(const std::vector<UnitGeometry>& units, bool writes_fina
   return (writes_final ? std::max(largest_unit, largest_part) : largest_part) * kF32;
 }
 
-// FSDP's pool for these settings (distributed/fsdp_pool_plan.h).
+// FSDP's pool for these settings (fsdp/fsdp_pool_plan.h).
 FsdpPoolPlan pool_plan(const Qwen2Config& c, const std::vector<UnitGeometry>& units,
                        const MemorySettings& s, size_t S) {
   FsdpPoolSettings ps;

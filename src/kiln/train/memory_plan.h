@@ -14,7 +14,7 @@
 #include <string>
 
 #include "kiln/base/json.h"
-#include "kiln/distributed/fsdp.h"
+#include "kiln/fsdp/fsdp.h"
 #include "kiln/model/config.h"
 #include "kiln/train/recipe.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/kernels/device_buffer.h"
+#include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/layout.h"
 

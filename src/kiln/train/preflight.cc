@@ -83,8 +83,7 @@ Qwen2Config read_model_config(const Recipe& r) {
     fail("model.path: {} is not a directory ({})", model.string(), recipe_path_rule());
   }
   if (!fs::exists(model / "config.json", ec)) {
-    fail("model.path: {} has no config.json (not a Hugging Face model directory)",
-         model.string());
+    fail("model.path: {} has no config.json (not a Hugging Face model directory)", model.string());
   }
   return read_config(model / "config.json");
 }
@@ -124,7 +123,9 @@ void preflight_checks(const Recipe& r) {
     if (r.data.skip_bad_lines) continue;  // a bad first line is skipped, not an error
     if (const auto first = first_record(path)) {
       const LineEncoder encoder(f.options.format, tokenizer ? &*tokenizer : nullptr,
-                                config.vocab_size, r.data.train_on_prompt);
+                                config.vocab_size, r.data.train_on_prompt,
+                                data_chat_template(f.options),
+                                {.enable_thinking = f.options.enable_thinking});
       // Throws "<file>:<line>: <problem>" naming the field, as loading would.
       encoder.encode(first->first, fmt::format("{}:{}", path.string(), first->second),
                      {first->second, 1});

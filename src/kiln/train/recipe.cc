@@ -13,6 +13,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 #include "kiln/data/formats.h"
+#include "kiln/text/chat_template.h"
 #include "kiln/text/utf8.h"
 
 namespace kiln {
@@ -25,6 +26,8 @@ const std::vector<std::string> kKeys = {
     "data.train",
     "data.format",
     "data.tokenizer",
+    "data.template",
+    "data.enable_thinking",
     "data.seq_len",
     "data.allow_long_context",
     "data.overlong",
@@ -403,7 +406,7 @@ const std::string& train_file_format(const Recipe& r, const Recipe::TrainFile& f
 }
 
 Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const fs::path& base_dir,
-                    const std::vector<std::string>& overrides) {
+                    const std::vector<std::string>& overrides, RecipeUse use) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -432,8 +435,9 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
     out = path_of(*e, key);
   };
   r.model.path = path_of(in.require("model.path"), "model.path");
-  {
-    const Entry& e = in.require("data.train");
+  if (const Entry* found =
+          use == RecipeUse::kTrain ? &in.require("data.train") : in.find("data.train")) {
+    const Entry& e = *found;
     if (!e.node.IsSequence()) {
       r.data.train = {train_file(e, "data.train", path_of)};
     } else {
@@ -448,6 +452,16 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   }
   if (const Entry* e = in.find("data.format")) r.data.format = format_of(*e, "data.format");
   optional_path("data.tokenizer", r.data.tokenizer);
+  // data.template and data.enable_thinking: no value (or "") keeps the default.
+  if (const Entry* e = in.find("data.template");
+      e && !e->node.IsNull() && !(e->node.IsScalar() && e->node.Scalar().empty())) {
+    in.choice("data.template", r.data.chat_template, chat_template_names());
+  }
+  if (const Entry* e = in.find("data.enable_thinking"); e && !e->node.IsNull()) {
+    bool on = true;
+    in.boolean("data.enable_thinking", on);
+    r.data.enable_thinking = on;
+  }
   in.integer("data.seq_len", r.data.seq_len, "> 1", [](int64_t v) { return v > 1; });
   in.boolean("data.allow_long_context", r.data.allow_long_context);
   in.choice("data.overlong", r.data.overlong, {"truncate", "drop"});
@@ -540,7 +554,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.integer("dist.threads_per_worker", r.dist.threads_per_worker, ">= 0",
              [](int64_t v) { return v >= 0; });
   // An empty value keeps the default: no requirement. The kinds are transport_kinds() of
-  // src/kiln/distributed/transport.h, which this layer does not link.
+  // src/kiln/comm/transport.h, which this layer does not link.
   if (const Entry* e = in.find("dist.require_transport");
       e != nullptr && !e->node.IsNull() && !(e->node.IsScalar() && e->node.Scalar().empty())) {
     in.choice("dist.require_transport", r.dist.require_transport,
@@ -569,9 +583,10 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   return r;
 }
 
-Recipe load_recipe(const fs::path& yaml_path, const std::vector<std::string>& overrides) {
+Recipe load_recipe(const fs::path& yaml_path, const std::vector<std::string>& overrides,
+                   RecipeUse use) {
   return parse_recipe(read_file(yaml_path), yaml_path.string(),
-                      fs::absolute(yaml_path).parent_path(), overrides);
+                      fs::absolute(yaml_path).parent_path(), overrides, use);
 }
 
 std::string recipe_to_yaml(const Recipe& r) {
@@ -609,6 +624,13 @@ std::string recipe_to_yaml(const Recipe& r) {
   }
   out << YAML::Key << "format" << YAML::Value << r.data.format;
   out << YAML::Key << "tokenizer" << YAML::Value << YAML::DoubleQuoted << r.data.tokenizer;
+  out << YAML::Key << "template" << YAML::Value << YAML::DoubleQuoted << r.data.chat_template;
+  out << YAML::Key << "enable_thinking" << YAML::Value;
+  if (r.data.enable_thinking) {
+    out << *r.data.enable_thinking;
+  } else {
+    out << YAML::Null;
+  }
   out << YAML::Key << "seq_len" << YAML::Value << r.data.seq_len;
   out << YAML::Key << "allow_long_context" << YAML::Value << r.data.allow_long_context;
   out << YAML::Key << "overlong" << YAML::Value << r.data.overlong;

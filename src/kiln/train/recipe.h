@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,11 @@ struct Recipe {
     std::string format = "tokens";
     // tokenizer.json or a directory holding one, for the text formats; empty: model.path.
     std::string tokenizer;
+    // data.template, the chat formats' template: "" (the base's own when kiln knows it, qwen2.5
+    // when it has none) or qwen2.5 | qwen3 | llama3 (text/chat_template_choice.h).
+    std::string chat_template;
+    // Qwen3's thinking switch for the chat formats; unset: the template's default (on).
+    std::optional<bool> enable_thinking;
     int seq_len = 512;  // > 1: tokens per row
     // data.seq_len above the model's max_position_embeddings is refused unless true (RoPE then
     // extrapolates past the positions the model was trained on).
@@ -94,7 +100,7 @@ struct Recipe {
     // weights, optimizer state and accumulation.
     std::string dtype = "fp32";
     // "auto" (CUDA when a GPU is visible and this build has CUDA, else the CPU, with a notice) |
-    // "cpu" | "cuda": where the step runs (kernels/backend.h).
+    // "cpu" | "cuda": where the step runs (kernels/device/backend.h).
     std::string device = "auto";
     bool operator==(const Train&) const = default;
   };
@@ -110,16 +116,16 @@ struct Recipe {
 
   struct Dist {
     // "full_shard" | "shard_grad_op" | "no_shard" | "hybrid_shard" (see
-    // src/kiln/distributed/fsdp.h)
+    // src/kiln/fsdp/fsdp.h)
     std::string strategy = "full_shard";
     int nproc_per_node = 1;      // > 0 workers the launcher spawns on this node
     double timeout_s = 300;      // > 0: every collective and rendezvous wait
     bool prefetch = true;        // all-gather the next unit while the current one computes
     int threads_per_worker = 0;  // >= 0; 0 = this machine's cores / local workers
     // "" (no requirement) | "gloo-tcp" | "socket" | "efa" | "loopback": the group's transport
-    // must deliver it or training stops before step 1 (src/kiln/distributed/transport.h).
+    // must deliver it or training stops before step 1 (src/kiln/comm/transport.h).
     std::string require_transport;
-    // "auto" | "nccl" | "gloo": the communicator (src/kiln/distributed/comm_choice.h). auto: NCCL
+    // "auto" | "nccl" | "gloo": the communicator (src/kiln/launch/comm_choice.h). auto: NCCL
     // when the device is CUDA and every rank of a node has a GPU of its own, else Gloo.
     std::string communicator = "auto";
     // "fp32" | "bf16": the dtype gradients are reduce-scattered (all-reduced for no_shard and
@@ -130,7 +136,7 @@ struct Recipe {
     // allows one, else a warning; on: refuse to start without one.
     std::string private_network = "auto";
     // "auto" | "on" | "off": every connection between two ranks' Gloo pairs proves it knows the
-    // job's token (src/kiln/distributed/auth_tcp/), so a stray or hostile connection to a
+    // job's token (src/kiln/comm/auth_tcp/), so a stray or hostile connection to a
     // collective's listener is rejected instead of failing the group. auto: when the group
     // spans hosts (one node is isolated by its private network instead); on: always; off: never.
     std::string authenticate_pairs = "auto";
@@ -179,15 +185,21 @@ struct Recipe {
 // (2^28 tokens, 4 GiB) instead of ending in std::bad_alloc.
 inline constexpr int64_t kMaxStepTokens = int64_t{1} << 28;
 
+// What a recipe is read for: training (and prepare-data) needs data.train; planning memory
+// (`kiln plan`) does not read the data.
+enum class RecipeUse { kTrain, kPlan };
+
 // Reads `yaml_path` and applies `overrides` (each "dotted.key=value", the value parsed as YAML, so
 // "optimizer.betas=[0.9,0.95]" and "train.activation_checkpointing=true" work). Throws kiln::Error
 // with one line naming the file (and YAML line) or the override, and the key.
-Recipe load_recipe(const fs::path& yaml_path, const std::vector<std::string>& overrides = {});
+Recipe load_recipe(const fs::path& yaml_path, const std::vector<std::string>& overrides = {},
+                   RecipeUse use = RecipeUse::kTrain);
 
 // As load_recipe, from text. `what` names the source in errors; relative paths in the text
 // resolve against `base_dir` (the current directory if empty).
 Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const fs::path& base_dir,
-                    const std::vector<std::string>& overrides = {});
+                    const std::vector<std::string>& overrides = {},
+                    RecipeUse use = RecipeUse::kTrain);
 
 // A complete YAML recipe of every effective value; load_recipe of it gives an equal Recipe.
 std::string recipe_to_yaml(const Recipe& recipe);

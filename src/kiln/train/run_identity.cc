@@ -12,6 +12,8 @@ const std::vector<std::string>& run_identity_keys() {
                                                 "data.train",
                                                 "data.format",
                                                 "data.tokenizer",
+                                                "data.template",
+                                                "data.enable_thinking",
                                                 "data.seq_len",
                                                 "data.overlong",
                                                 "data.pack",

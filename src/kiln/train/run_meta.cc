@@ -9,7 +9,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 #include "kiln/base/log.h"
-#include "kiln/distributed/transport.h"
+#include "kiln/comm/transport.h"
 
 namespace kiln {
 

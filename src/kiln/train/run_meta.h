@@ -19,7 +19,7 @@ std::vector<std::string> gather_transports(Communicator& comm);
 // Collective: every rank calls it once, after the group is formed. Gathers the transports; rank
 // 0 logs them and writes run_meta.json atomically (kiln version, world size, strategy,
 // transports, topology source, start time). When recipe.dist.require_transport is set and some
-// rank's transport does not deliver it (src/kiln/distributed/transport.h), every rank throws the
+// rank's transport does not deliver it (src/kiln/comm/transport.h), every rank throws the
 // same kiln::Error naming the transport in use, after run_meta.json records it.
 void record_run_start(const Recipe& recipe, WorkerContext& ctx, const std::string& strategy);
 

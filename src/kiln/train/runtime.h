@@ -16,7 +16,7 @@
 
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
-#include "kiln/distributed/communicator.h"
+#include "kiln/comm/communicator.h"
 
 namespace kiln {
 

@@ -5,7 +5,7 @@
 
 #include <array>
 
-#include "kiln/distributed/communicator.h"
+#include "kiln/comm/communicator.h"
 
 namespace kiln {
 

@@ -20,6 +20,8 @@ DataOptions data_options(const Recipe& r, const std::string& path, const std::st
   KILN_CHECK(overlong.has_value(), "data.overlong '{}'", r.data.overlong);
   o.overlong = *overlong;
   o.train_on_prompt = r.data.train_on_prompt;
+  o.chat_template = r.data.chat_template;
+  o.enable_thinking = r.data.enable_thinking;
   o.skip_bad_lines = r.data.skip_bad_lines;
   o.cache_dir = r.data.cache_dir;
   return o;

@@ -15,14 +15,14 @@
 #include "kiln/base/json.h"
 #include "kiln/base/log.h"
 #include "kiln/base/process_memory.h"
+#include "kiln/comm/communicator.h"
+#include "kiln/comm/transport.h"
 #include "kiln/data/sampler.h"
 #include "kiln/data/token_dataset.h"
-#include "kiln/distributed/communicator.h"
-#include "kiln/distributed/fsdp.h"
-#include "kiln/distributed/transport.h"
-#include "kiln/kernels/backend.h"
-#include "kiln/kernels/device_buffer.h"
-#include "kiln/kernels/gpu_assignment.h"
+#include "kiln/fsdp/fsdp.h"
+#include "kiln/kernels/device/backend.h"
+#include "kiln/kernels/device/device_buffer.h"
+#include "kiln/kernels/device/gpu_assignment.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/hf_model_files.h"
 #include "kiln/model/qwen2.h"
@@ -211,8 +211,8 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       run_dir_(r.output.dir),
       recipe_yaml_(recipe_to_yaml(r)),
       config_(read_model_config(r)),
-      model_files_(lead_ ? std::make_shared<const HfModelFiles>(
-                               HfModelFiles::read(r.model.path, r.data.tokenizer))
+      model_files_(lead_ ? std::make_shared<const HfModelFiles>(HfModelFiles::read(
+                               r.model.path, r.data.tokenizer, r.data.chat_template))
                          : nullptr),
       strategy_(strategy_for(r, ctx)),
       start_rss_(resident_bytes()),

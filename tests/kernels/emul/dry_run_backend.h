@@ -19,7 +19,7 @@
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cuda/gemm_spec.h"
 #include "kiln/kernels/cuda/stream_scratch.h"
-#include "kiln/kernels/memory_counter.h"
+#include "kiln/kernels/device/memory_counter.h"
 #include "kiln/kernels/ops.h"
 
 namespace kiln::emul {

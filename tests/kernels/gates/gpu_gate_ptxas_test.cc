@@ -19,7 +19,7 @@
 #include "kernels/emul/emulator.h"
 #include "kernels/gates/kernel_resources.h"
 #include "kernels/gates/model_step.h"
-#include "kiln/kernels/device_buffer.h"
+#include "kiln/kernels/device/device_buffer.h"
 
 namespace kiln::gates {
 namespace {

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "kiln/data/batch.h"
-#include "kiln/kernels/device_buffer.h"
+#include "kiln/kernels/device/device_buffer.h"
 #include "kiln/model/layout.h"
 #include "kiln/model/qwen2.h"
 #include "kiln/model/unit_access.h"

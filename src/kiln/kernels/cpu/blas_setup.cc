@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "kiln/kernels/host_cpu.h"
+#include "kiln/kernels/device/host_cpu.h"
 
 namespace kiln {
 

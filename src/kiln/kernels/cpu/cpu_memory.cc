@@ -6,7 +6,7 @@
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/host_event.h"
-#include "kiln/kernels/host_cpu.h"
+#include "kiln/kernels/device/host_cpu.h"
 
 namespace kiln {
 

@@ -13,7 +13,7 @@
 #include <thread>
 #include <utility>
 
-#include "kiln/kernels/stream.h"
+#include "kiln/kernels/device/stream.h"
 
 namespace kiln {
 

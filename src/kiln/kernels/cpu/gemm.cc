@@ -22,7 +22,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
-#include "kiln/kernels/host_cpu.h"
+#include "kiln/kernels/device/host_cpu.h"
 
 namespace kiln {
 

@@ -6,7 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "kiln/kernels/stream.h"
+#include "kiln/kernels/device/stream.h"
 
 namespace kiln {
 

@@ -6,7 +6,7 @@
 
 #include <chrono>
 
-#include "kiln/kernels/host_cpu.h"
+#include "kiln/kernels/device/host_cpu.h"
 
 namespace kiln {
 

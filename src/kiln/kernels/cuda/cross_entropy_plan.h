@@ -1,8 +1,10 @@
-// How the CUDA cross-entropy splits its rows into chunks (host-only, tested in CI): every chunk
-// has the same number of rows, so its three GEMMs have one shape each (one heuristic query, kept)
-// and the host never needs to know how many rows have a target (it would have to read it back
-// from the device mid-step). The compacted rows are padded with -1 to chunks * chunk_rows; a
-// padding row has zero inputs and zero gradients, so its cost is only the wasted products.
+// How the CUDA cross-entropy (the fused LM head and loss, cross_entropy.h) splits the rows that
+// have a target into chunks (host-only, tested in CI): every chunk has the same number of rows,
+// so its three GEMMs have one shape each (one heuristic query, kept). How many rows have a target
+// (`targeted`) is counted by the caller on the host from the batch (rows_with_target(),
+// kernels/ops.h), so planning never reads the device mid-step. The compacted rows are padded with
+// -1 to chunks * chunk_rows; a padding row has zero inputs and zero gradients, so its cost is
+// only the wasted products.
 #pragma once
 
 #include <cstddef>
@@ -18,7 +20,7 @@ struct CePlan {
   int chunks = 0;
   int padded_rows() const { return chunk_rows * chunks; }
 };
-// For N rows over a vocabulary of V; N == 0 gives no chunks.
+// For N rows (those with a target) over a vocabulary of V; N == 0 gives no chunks.
 CePlan ce_plan(int N, int V);
 
 }  // namespace kiln::cuda

@@ -1,4 +1,4 @@
-// kernels/stream.h on a GPU: a CudaStream owns a cudaStream_t (non-blocking, so it never
+// kernels/device/stream.h on a GPU: a CudaStream owns a cudaStream_t (non-blocking, so it never
 // synchronises with the legacy default stream) and a CudaEvent a cudaEvent_t recorded on it
 // (timing disabled, except for record_timed()). Communicators (NCCL, and Gloo staging device
 // buffers) reach the native handle of a kiln::Stream through cuda_native_stream().
@@ -11,7 +11,7 @@
 #include <memory>
 #include <mutex>
 
-#include "kiln/kernels/stream.h"
+#include "kiln/kernels/device/stream.h"
 
 namespace kiln {
 

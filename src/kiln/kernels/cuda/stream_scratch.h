@@ -13,7 +13,7 @@
 #include <cstddef>
 
 #include "kiln/kernels/cuda/device_scratch.h"
-#include "kiln/kernels/memory_counter.h"
+#include "kiln/kernels/device/memory_counter.h"
 
 namespace kiln::cuda {
 

@@ -1,0 +1,89 @@
+// The communicator: collectives over a group of workers. Backends: local (world size 1, every
+// collective is a copy or nothing), Gloo (CPU, TCP) and NCCL (GPU, CUDA builds). The trainer
+// and FSDP only ever talk to this interface.
+//
+// Ordering contract: every rank of a group issues the same collectives in the same order.
+// Asynchronous operations run in issue order on the group's own stream (Gloo: its communication
+// thread).
+//
+// Device buffers and streams (the backend seam, kernels/device/stream.h): an operation given a
+// stream `after` starts only once everything enqueued on `after` before the call has run (the op
+// that produced its input): the communicator records an event there and waits on it. `after` null:
+// the buffers are host memory, ready now. Work::wait(stream) orders a stream after the
+// operation (work enqueued on that stream later runs after it) and does not block the host;
+// Work::wait_host() blocks the host until the operation is done. Either way a failure is
+// rethrown (by wait_host, or by the stream's next synchronize) as kiln::Error.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/kernels/device/stream.h"
+#include "kiln/tensor/dtype.h"
+
+namespace kiln {
+
+enum class ReduceOp { kSum, kMean, kMax };
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Work enqueued on `stream` after this call runs after the operation; the host is not blocked.
+  virtual void wait(Stream& stream) = 0;
+  // Blocks the host until the operation is done; rethrows its failure.
+  virtual void wait_host() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Transport actually in use, recorded in run metadata ("local", "gloo-tcp eth0 10.0.0.2", ...).
+  virtual std::string transport() const = 0;
+
+  // data (n) reduced in place over the group.
+  virtual std::unique_ptr<Work> all_reduce_async(void* data, size_t n, DType t, ReduceOp op,
+                                                 Stream* after) = 0;
+  // out (world * n) = concat over ranks of in (n). `in` may alias out + rank * n.
+  virtual std::unique_ptr<Work> all_gather_async(void* out, const void* in, size_t n, DType t,
+                                                 Stream* after) = 0;
+  // out (n) = reduce over ranks of in[rank * n, (rank + 1) * n); in: (world * n).
+  virtual std::unique_ptr<Work> reduce_scatter_async(void* out, const void* in, size_t n, DType t,
+                                                     ReduceOp op, Stream* after) = 0;
+  virtual std::unique_ptr<Work> broadcast_async(void* data, size_t n, DType t, int root,
+                                                Stream* after) = 0;
+  // Double-precision all-reduce of a few scalars in (device) memory: the gradient norm.
+  virtual std::unique_ptr<Work> all_reduce_f64_async(double* data, size_t n, ReduceOp op,
+                                                     Stream* after) = 0;
+  virtual void barrier() = 0;
+  // Double-precision all-reduce of a few host scalars (loss sums, counts); blocks the host.
+  virtual void all_reduce(double* data, size_t n, ReduceOp op) = 0;
+
+  // A sub-group of this group's `ranks` (ascending, containing rank()). Every rank of this
+  // group calls split() the same number of times in the same order, each with the group it
+  // belongs to; `name` distinguishes the groups of one call ("intra", "inter").
+  virtual std::unique_ptr<Communicator> split(const std::vector<int>& ranks,
+                                              const std::string& name) = 0;
+
+  // Synchronous forms over host buffers.
+  void all_reduce(float* data, size_t n, ReduceOp op) {
+    all_reduce_async(data, n, DType::F32, op, nullptr)->wait_host();
+  }
+  void all_gather(float* out, const float* in, size_t n) {
+    all_gather_async(out, in, n, DType::F32, nullptr)->wait_host();
+  }
+  void reduce_scatter(float* out, const float* in, size_t n, ReduceOp op) {
+    reduce_scatter_async(out, in, n, DType::F32, op, nullptr)->wait_host();
+  }
+  void broadcast(float* data, size_t n, int root) {
+    broadcast_async(data, n, DType::F32, root, nullptr)->wait_host();
+  }
+};
+
+// World size 1.
+std::unique_ptr<Communicator> make_local_communicator();
+
+}  // namespace kiln

@@ -1,0 +1,408 @@
+#include "kiln/fsdp/fsdp.h"
+
+#include <algorithm>
+
+#include "kiln/base/error.h"
+
+namespace kiln {
+
+ShardStrategy parse_strategy(const std::string& name) {
+  if (name == "full_shard") return ShardStrategy::kFullShard;
+  if (name == "shard_grad_op") return ShardStrategy::kShardGradOp;
+  if (name == "no_shard") return ShardStrategy::kNoShard;
+  if (name == "hybrid_shard") return ShardStrategy::kHybridShard;
+  fail("dist.strategy: unknown strategy '{}' (full_shard, shard_grad_op, no_shard, hybrid_shard)",
+       name);
+}
+
+const char* strategy_name(ShardStrategy s) {
+  switch (s) {
+    case ShardStrategy::kFullShard:
+      return "full_shard";
+    case ShardStrategy::kShardGradOp:
+      return "shard_grad_op";
+    case ShardStrategy::kNoShard:
+      return "no_shard";
+    case ShardStrategy::kHybridShard:
+      return "hybrid_shard";
+  }
+  return "?";
+}
+
+Fsdp::Fsdp(const ParamLayout& layout, const Backend& backend, ShardStrategy strategy,
+           Communicator& shard, Communicator* replica, bool prefetch, DType reduce_dtype)
+    : layout_(layout),
+      be_(backend),
+      pool_(std::make_unique<DevicePool>(backend)),
+      strategy_(strategy),
+      gather_dtype_(backend.activation_dtype()),
+      reduce_dtype_(reduce_dtype),
+      shard_(shard),
+      replica_(replica),
+      prefetch_(prefetch) {
+  KILN_CHECK((strategy == ShardStrategy::kHybridShard) == (replica != nullptr),
+             "a replica group is needed for (and only for) hybrid_shard");
+  KILN_CHECK(reduce_dtype == DType::F32 || reduce_dtype == DType::BF16,
+             "gradients reduce in F32 or BF16, not {}", dtype_name(reduce_dtype));
+  const size_t S =
+      strategy == ShardStrategy::kNoShard ? 1 : static_cast<size_t>(shard.world_size());
+  units_.resize(layout.num_units());
+  for (int u = 0; u < layout.num_units(); ++u) {
+    Unit& x = units_[u];
+    x.numel = layout.units()[u].numel;
+    x.padded = (x.numel + S - 1) / S * S;
+    x.shard_size = x.padded / S;
+    x.shard = DeviceBuffer<float>(be_, x.shard_size);
+    x.shard_grad = DeviceBuffer<float>(be_, x.shard_size);
+  }
+}
+
+Fsdp::~Fsdp() {
+  // Outstanding work must finish before the buffers it writes go away.
+  for (auto& p : pending_) {
+    try {
+      p.work->wait_host();
+    } catch (...) {
+    }
+  }
+  for (auto& x : units_) {
+    if (x.gathering) {
+      try {
+        x.gathering->wait_host();
+      } catch (...) {
+      }
+    }
+  }
+  try {
+    be_.synchronize();
+  } catch (...) {
+  }
+}
+
+std::vector<ShardRange> Fsdp::shard_ranges() const {
+  std::vector<ShardRange> out;
+  const size_t r = strategy_ == ShardStrategy::kNoShard ? 0 : static_cast<size_t>(shard_.rank());
+  for (const auto& x : units_) {
+    const size_t b = std::min(x.numel, r * x.shard_size);
+    const size_t e = std::min(x.numel, (r + 1) * x.shard_size);
+    out.push_back({b, e});
+  }
+  return out;
+}
+
+DeviceBuffer<float> Fsdp::take(size_t n) {
+  auto& [live, most] = pool_counts_[n];
+  if (++live > most) {
+    most = live;
+    pool_bytes_ += n * sizeof(float);
+  }
+  return pool_->take(n);
+}
+
+void Fsdp::give(DeviceBuffer<float> b) {
+  auto it = pool_counts_.find(b.size());
+  KILN_CHECK(it != pool_counts_.end() && it->second.first > 0, "give of a buffer not taken");
+  --it->second.first;
+  pool_->give(std::move(b));
+}
+
+void Fsdp::release_buffers() {
+  drain(0);
+  for (int u = 0; u < num_units(); ++u) {
+    units_[u].keep = false;
+    if (units_[u].in_use == 0) free_full(u);
+    if (units_[u].full_grad.size() > 0) give(std::move(units_[u].full_grad));
+    units_[u].full_grad = DeviceBuffer<float>();
+  }
+  be_.synchronize();  // nothing in flight uses a pooled buffer now
+  pool_ = std::make_unique<DevicePool>(be_);
+  for (auto& [n, c] : pool_counts_) c.second = c.first;  // a fresh pool holds only what is live
+  pool_bytes_ = 0;
+  for (const auto& [n, c] : pool_counts_) pool_bytes_ += c.second * n * sizeof(float);
+}
+
+void Fsdp::track_gathered(long delta) {
+  gathered_ = static_cast<size_t>(static_cast<long>(gathered_) + delta);
+  peak_gathered_ = std::max(peak_gathered_, gathered_);
+}
+
+// A pooled buffer is reused only in stream order: a compute-stream user comes after the waits
+// already enqueued there, and a collective starts only after the compute stream's work at its
+// issue, so no buffer is written while an earlier reader may still run.
+void Fsdp::start_gather(int unit) {
+  Unit& x = units_[unit];
+  if (x.full.size() > 0 || !gathers()) return;
+  const DType t = gather_dtype_;
+  x.full = take(storage_floats(x.padded, t));
+  track_gathered(static_cast<long>(x.full.bytes()));
+  Stream* after = &be_.compute_stream();
+  if (t == DType::F32) {
+    x.gathering = shard_.all_gather_async(x.full.data(), x.shard.data(), x.shard_size, t, after);
+    return;
+  }
+  // bf16: this rank's shard, rounded, into its slot; the all-gather fills the others in place.
+  const bool sharded = strategy_ != ShardStrategy::kNoShard;
+  const size_t rank = sharded ? static_cast<size_t>(shard_.rank()) : 0;
+  void* mine = reinterpret_cast<char*>(x.full.data()) + rank * x.shard_size * dtype_size(t);
+  be_.cast_to_bf16(mine, x.shard.data(), x.shard_size);
+  if (sharded) x.gathering = shard_.all_gather_async(x.full.data(), mine, x.shard_size, t, after);
+}
+
+void Fsdp::free_full(int unit) {
+  Unit& x = units_[unit];
+  if (x.full.size() == 0) return;
+  if (x.gathering) {
+    x.gathering->wait(be_.compute_stream());
+    x.gathering.reset();
+  }
+  track_gathered(-static_cast<long>(x.full.bytes()));
+  give(std::move(x.full));
+  x.full = DeviceBuffer<float>();
+}
+
+ConstDevPtr Fsdp::acquire(int unit) {
+  Unit& x = units_[unit];
+  // Learn the order of the first pass; afterwards follow it to prefetch.
+  if (!order_known_) {
+    order_.push_back(unit);
+  } else if (order_pos_ < order_.size() && order_[order_pos_] != unit) {
+    auto it = std::find(order_.begin() + static_cast<long>(order_pos_), order_.end(), unit);
+    order_pos_ = it == order_.end() ? order_.size() : static_cast<size_t>(it - order_.begin());
+  }
+  if (order_known_ && order_pos_ < order_.size()) ++order_pos_;
+  ++x.in_use;
+  if (!gathers()) return x.shard.data();
+  start_gather(unit);
+  if (prefetch_ && order_known_ && order_pos_ < order_.size()) start_gather(order_[order_pos_]);
+  if (x.gathering) {
+    x.gathering->wait(be_.compute_stream());
+    x.gathering.reset();
+  }
+  if (strategy_ == ShardStrategy::kShardGradOp) x.keep = true;
+  return {x.full.data(), gather_dtype_};
+}
+
+bool looks_up_by_rows(ShardStrategy strategy, size_t group, size_t table_numel, size_t tokens,
+                      size_t C, bool backward, bool reduced) {
+  if (group == 1) return false;
+  if (backward) {
+    // no_shard all-reduces the whole gradient in place: once this micro-step's grad_done has
+    // (a tied head's part), the rows must come by rows or the sum would count it twice; before
+    // (untied, or deferred while accumulating), they are added locally and reduced with the
+    // rest. hybrid_shard never goes by rows: the other nodes' rows would be missing.
+    if (strategy == ShardStrategy::kNoShard) return reduced;
+    if (strategy == ShardStrategy::kHybridShard) return false;
+  } else if (strategy == ShardStrategy::kNoShard) {
+    return false;
+  }
+  return group * tokens < table_numel / C;
+}
+
+bool Fsdp::rows_path(const Unit& x, int N, int C, bool backward) const {
+  return looks_up_by_rows(strategy_, static_cast<size_t>(shard_.world_size()), x.numel,
+                          static_cast<size_t>(N), static_cast<size_t>(C), backward, x.reduced);
+}
+
+DeviceBuffer<float> Fsdp::gather_ids(const int32_t* ids, int N) {
+  Stream* after = &be_.compute_stream();
+  // Token ids travel as 4-byte elements: an all-gather only copies them.
+  DeviceBuffer<float> all = take(static_cast<size_t>(shard_.world_size()) * N);
+  shard_.all_gather_async(all.data(), ids, N, DType::F32, after)->wait(*after);
+  return all;
+}
+
+void Fsdp::embed_rows(int unit, const int32_t* ids, int N, int C, float* out) {
+  Unit& x = units_[unit];
+  if (!rows_path(x, N, C, false)) {
+    const ConstDevPtr w = acquire(unit);
+    be_.embedding_forward(out, ids, w, N, C);
+    release(unit);
+    return;
+  }
+  const size_t S = static_cast<size_t>(shard_.world_size());
+  Stream* after = &be_.compute_stream();
+  DeviceBuffer<float> all_ids = gather_ids(ids, N);
+  DeviceBuffer<float> parts = take(S * N * C);
+  const size_t begin = static_cast<size_t>(shard_.rank()) * x.shard_size;
+  const size_t held = begin < x.numel ? std::min(x.shard_size, x.numel - begin) : 0;
+  be_.embedding_forward_part(parts.data(), reinterpret_cast<const int32_t*>(all_ids.data()),
+                             x.shard.data(), begin, held, static_cast<int>(S * N), C,
+                             gather_dtype_ == DType::BF16);
+  shard_
+      .reduce_scatter_async(out, parts.data(), static_cast<size_t>(N) * C, DType::F32,
+                            ReduceOp::kSum, after)
+      ->wait(*after);
+  // Pooled buffers are reused in stream order (see start_gather).
+  give(std::move(all_ids));
+  give(std::move(parts));
+}
+
+void Fsdp::embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N, int C) {
+  Unit& x = units_[unit];
+  const bool rows = rows_path(x, N, C, true);
+  x.reduced = false;
+  if (!rows) {
+    be_.embedding_backward(grad(unit), dout, ids, N, C);
+    grad_done(unit);
+    return;
+  }
+  // What the unit's grad_done reduced lands in its gradient shard first (no_shard in bf16
+  // overwrites it), then the rows add on top, in stream order.
+  drain(0);
+  const size_t S = static_cast<size_t>(shard_.world_size());
+  Stream* after = &be_.compute_stream();
+  DeviceBuffer<float> all_ids = gather_ids(ids, N);
+  DeviceBuffer<float> all_rows = take(S * N * C);
+  shard_.all_gather_async(all_rows.data(), dout, static_cast<size_t>(N) * C, DType::F32, after)
+      ->wait(*after);
+  const bool whole = strategy_ == ShardStrategy::kNoShard;
+  const size_t begin = whole ? 0 : static_cast<size_t>(shard_.rank()) * x.shard_size;
+  const size_t held = begin < x.numel ? std::min(x.shard_size, x.numel - begin) : 0;
+  be_.embedding_backward_part(x.shard_grad.data(), all_rows.data(),
+                              reinterpret_cast<const int32_t*>(all_ids.data()), begin, held,
+                              static_cast<int>(S * N), C);
+  give(std::move(all_ids));
+  give(std::move(all_rows));
+}
+
+void Fsdp::release(int unit) {
+  Unit& x = units_[unit];
+  KILN_CHECK(x.in_use > 0, "release of unit {} that was not acquired", unit);
+  --x.in_use;
+  if (x.in_use == 0 && !x.keep) free_full(unit);
+}
+
+float* Fsdp::grad(int unit) {
+  Unit& x = units_[unit];
+  if (strategy_ == ShardStrategy::kNoShard) return x.shard_grad.data();
+  if (x.full_grad.size() == 0) {
+    x.full_grad = take(x.padded);
+    x.full_grad.zero();
+  }
+  return x.full_grad.data();
+}
+
+void Fsdp::grad_done(int unit) {
+  Unit& x = units_[unit];
+  const bool can_defer =
+      strategy_ == ShardStrategy::kNoShard || strategy_ == ShardStrategy::kShardGradOp;
+  if (!sync_ && can_defer) return;  // accumulate locally until the last micro-step
+  x.reduced = true;
+  Stream* after = &be_.compute_stream();
+  const DType t = reduce_dtype_;
+  Pending p;
+  p.unit = unit;
+  if (strategy_ == ShardStrategy::kNoShard && t == DType::F32) {
+    p.work = shard_.all_reduce_async(x.shard_grad.data(), x.shard_size, t, ReduceOp::kSum, after);
+  } else if (strategy_ == ShardStrategy::kNoShard) {
+    // bf16: reduce a rounded copy; complete() writes the sum back over the local gradient.
+    p.out = take(storage_floats(x.shard_size, t));
+    be_.cast_to_bf16(p.out.data(), x.shard_grad.data(), x.shard_size);
+    p.work = shard_.all_reduce_async(p.out.data(), x.shard_size, t, ReduceOp::kSum, after);
+  } else {
+    KILN_CHECK(x.full_grad.size() > 0, "grad_done of unit {} without a gradient", unit);
+    p.full_grad = to_reduce_dtype(std::move(x.full_grad), x.padded);
+    x.full_grad = DeviceBuffer<float>();
+    p.out = take(storage_floats(x.shard_size, t));
+    p.work = shard_.reduce_scatter_async(p.out.data(), p.full_grad.data(), x.shard_size, t,
+                                         ReduceOp::kSum, after);
+  }
+  pending_.push_back(std::move(p));
+  drain(2);  // bound the whole-unit gradients in flight
+}
+
+DeviceBuffer<float> Fsdp::to_reduce_dtype(DeviceBuffer<float> g, size_t n) {
+  if (reduce_dtype_ == DType::F32) return g;
+  DeviceBuffer<float> g16 = take(storage_floats(n, DType::BF16));
+  be_.cast_to_bf16(g16.data(), g.data(), n);
+  give(std::move(g));  // reused only in stream order, after the cast
+  return g16;
+}
+
+void Fsdp::add_reduced(float* shard_grad, DeviceBuffer<float>& src, size_t n) {
+  if (reduce_dtype_ == DType::F32) {
+    be_.add(shard_grad, shard_grad, src.data(), n);
+    return;
+  }
+  DeviceBuffer<float> wide = take(n);
+  be_.cast_from_bf16(wide.data(), src.data(), n);
+  be_.add(shard_grad, shard_grad, wide.data(), n);
+  give(std::move(wide));
+}
+
+void Fsdp::complete(Pending& p) {
+  Stream& compute = be_.compute_stream();
+  p.work->wait(compute);
+  if (p.out.size() == 0) return;  // no_shard in fp32: reduced in place
+  Unit& x = units_[p.unit];
+  if (strategy_ == ShardStrategy::kNoShard) {  // bf16: the sum replaces the local gradient
+    be_.cast_from_bf16(x.shard_grad.data(), p.out.data(), x.shard_size);
+    give(std::move(p.out));
+    return;
+  }
+  if (replica_ != nullptr) {
+    // hybrid_shard: the shard's sum across nodes
+    replica_->all_reduce_async(p.out.data(), x.shard_size, reduce_dtype_, ReduceOp::kSum, &compute)
+        ->wait(compute);
+  }
+  add_reduced(x.shard_grad.data(), p.out, x.shard_size);
+  give(std::move(p.full_grad));
+  give(std::move(p.out));
+}
+
+void Fsdp::drain(size_t keep_at_most) {
+  while (pending_.size() > keep_at_most) {
+    complete(pending_.front());
+    pending_.pop_front();
+  }
+}
+
+void Fsdp::finish_backward() {
+  drain(0);
+  if (!order_known_ && !order_.empty()) order_known_ = true;
+  order_pos_ = 0;
+  for (auto& x : units_) x.reduced = false;
+  if (sync_) {
+    for (int u = 0; u < num_units(); ++u) {
+      units_[u].keep = false;
+      if (units_[u].in_use == 0) free_full(u);
+    }
+  }
+}
+
+void Fsdp::zero_grads() {
+  for (auto& x : units_) x.shard_grad.zero();
+}
+
+void Fsdp::grad_sq_norm(double* sq_norm) {
+  const auto ranges = shard_ranges();
+  be_.fill_zero(sq_norm, sizeof(double));
+  for (int u = 0; u < num_units(); ++u) {
+    be_.sum_squares(sq_norm, units_[u].shard_grad.data(), ranges[u].size());
+  }
+  if (strategy_ != ShardStrategy::kNoShard) {
+    Stream& compute = be_.compute_stream();
+    shard_.all_reduce_f64_async(sq_norm, 1, ReduceOp::kSum, &compute)->wait(compute);
+  }
+}
+
+void Fsdp::clip_grads(const double* sq_norm, double max_norm) {
+  for (auto& x : units_) be_.clip_by_norm(x.shard_grad.data(), x.shard_size, sq_norm, max_norm);
+}
+
+void Fsdp::load_shard(int unit, size_t offset, const float* src, size_t n) {
+  Unit& x = units_[unit];
+  KILN_CHECK(offset <= x.shard_size && n <= x.shard_size - offset,
+             "unit {}: load of [{}, {}) outside the shard's {}", unit, offset, offset + n,
+             x.shard_size);
+  be_.copy_to_device(x.shard.data() + offset, src, n * sizeof(float));
+  be_.synchronize();  // `src` is the caller's again
+}
+
+size_t Fsdp::shard_bytes() const {
+  size_t n = 0;
+  for (const auto& x : units_) n += 2 * x.shard_size * sizeof(float);
+  return n;
+}
+
+}  // namespace kiln

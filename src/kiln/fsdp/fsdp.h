@@ -1,0 +1,213 @@
+// FSDP over flat parameter units: each rank keeps a 1/S shard of every unit's parameters,
+// gradients and (through the Optimizer's ShardRange) optimizer state, gathers a whole unit only
+// while the model uses it, and reduce-scatters the unit's gradient as soon as backward is done
+// with it. Strategies, as PyTorch FSDP's ShardingStrategy:
+//   full_shard     all-gather before forward, free after; all-gather again in backward;
+//                  reduce-scatter gradients
+//   shard_grad_op  as full_shard, but parameters gathered in forward stay until backward ends
+//   no_shard       every rank holds everything; gradients all-reduced (DDP)
+//   hybrid_shard   full_shard inside a node (shard group), gradients then all-reduced across
+//                  nodes (replica group)
+//
+// Geometry: a unit of n floats is padded to P = ceil(n / S) * S; rank r of the shard group owns
+// [r * P / S, (r + 1) * P / S) of the padded unit (the optimizer sees the part below n).
+//
+// Overlap: acquire(u) orders the compute stream after u's all-gather and immediately issues the
+// next unit's (the order is learnt from the first micro-batch, so every rank prefetches
+// identically); grad_done(u) issues u's reduce-scatter, ordered after the backward ops that
+// wrote the gradient, without waiting. At most the units in use plus one prefetched unit are
+// gathered at any time (plus, for shard_grad_op, those kept for backward).
+//
+// Dtype: shards, gradients and optimizer state are fp32. Units are gathered in the backend's
+// activation_dtype(): bf16 under bf16 mixed precision (each rank rounds its shard into its slot
+// of the gathered buffer, then the all-gather moves half the bytes), so the model reads bf16
+// weights, as PyTorch FSDP's MixedPrecision(param_dtype=bf16) does; no_shard then keeps a bf16
+// copy while the unit is in use. Gradients are reduced in fp32, or in bf16 when asked
+// (dist.reduce_dtype: each whole-unit gradient is rounded to bf16 before its reduce-scatter, and
+// the reduced shard widened back and added into the fp32 gradient shard).
+//
+// Memory and order: shards, gradients and gathered units are device memory of the backend
+// (gathered units and gradient buffers from a DevicePool); every collective is ordered after
+// the compute stream's producer through the communicator's `after` stream, and the compute
+// stream waits for it (Work::wait) before it reads the result. The host never blocks on
+// communication except where a pooled buffer is handed back and in finish_backward().
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/comm/communicator.h"
+#include "kiln/kernels/device/device_buffer.h"
+#include "kiln/kernels/ops.h"
+#include "kiln/model/unit_access.h"
+
+namespace kiln {
+
+enum class ShardStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+ShardStrategy parse_strategy(const std::string& name);
+const char* strategy_name(ShardStrategy s);
+
+// Fsdp::head_cross_entropy's split vocabulary: the rows of logits it computes at once for
+// `rows` rows over a shard of `shard_size` elements of a table with rows of C, and the floats of
+// its per-chunk scratch (also fsdp_pool_plan.cc's).
+size_t vocab_head_logit_rows(size_t rows, size_t shard_size, size_t C);
+// Whether it splits the vocabulary: a (table_numel / C, C) table sharded `shard_size` elements
+// per rank over `group` ranks under `strategy`, with `tokens` per rank.
+bool splits_vocabulary(ShardStrategy strategy, size_t group, size_t shard_size, size_t table_numel,
+                       size_t tokens, size_t C);
+size_t vocab_head_scratch_floats(size_t chunk_rows, size_t group_size);
+// Whether Fsdp::embed_rows (or, with `backward`, embed_rows_backward) goes by rows: a table of
+// table_numel / C rows, `group` ranks in FSDP's shard communicator, `tokens` per rank;
+// `reduced`: the unit's grad_done already issued its reduction in this micro-step.
+bool looks_up_by_rows(ShardStrategy strategy, size_t group, size_t table_numel, size_t tokens,
+                      size_t C, bool backward, bool reduced);
+
+class Fsdp final : public UnitAccess {
+ public:
+  // shard: the group parameters are sharded over (the world, or the node for hybrid);
+  // replica: the group shards are replicated over (nullptr unless hybrid_shard).
+  Fsdp(const ParamLayout& layout, const Backend& backend, ShardStrategy strategy,
+       Communicator& shard, Communicator* replica, bool prefetch = true,
+       DType reduce_dtype = DType::F32);
+  ~Fsdp() override;
+
+  // UnitAccess
+  ConstDevPtr acquire(int unit) override;
+  void release(int unit) override;
+  float* grad(int unit) override;
+  void grad_done(int unit) override;
+  // When the group's tokens are fewer than the table's rows (S * N < V): every rank looks up
+  // all ranks' tokens in its own shard (zeros where another rank holds the element) and a
+  // reduce-scatter of those (S * N, C) rows sums each rank's rows, instead of gathering the
+  // whole (V, C) table. Otherwise the table is acquired as usual.
+  void embed_rows(int unit, const int32_t* ids, int N, int C, float* out) override;
+  // The same choice: every rank's ids and dout rows are gathered and each rank adds those that
+  // fall in its shard (all of them under no_shard) straight into its gradient shard, after
+  // what the unit's earlier grad_done reduced. Otherwise (and for hybrid_shard, whose other
+  // nodes' rows these would miss) a whole-unit gradient is made and reduced as usual.
+  void embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N, int C) override;
+  // Under full_shard and shard_grad_op, when the group's tokens are fewer than the table's rows
+  // and every shard holds at least a row: the vocabulary is split along the shards (Megatron's
+  // vocabulary-parallel head). Every rank's rows of x and targets are gathered, each rank
+  // computes the logits of its own part of the table for all of them, the ranks combine each
+  // row's max and sum of exponentials (two small all-reduces per chunk of rows), and each adds
+  // its part's gradient straight into its gradient shard; a reduce-scatter of the (S * N, C)
+  // input gradients gives each rank dx. Neither the table nor its whole gradient is ever held.
+  // Rows cut by a shard boundary are completed by a third small all-reduce (fsdp_vocab_head.cc).
+  // Otherwise the table is acquired and its gradient reduced as usual.
+  void head_cross_entropy(int unit, double* loss_sum, float* dx, const float* x,
+                          const int32_t* targets, int N, int targeted, int C, int V,
+                          float scale) override;
+
+  // Gradient accumulation: with sync off (micro-steps before the last), strategies that can
+  // keep whole-unit gradients (no_shard, shard_grad_op) skip communication and accumulate
+  // locally; the others reduce-scatter every micro-step.
+  void set_sync_grads(bool sync) { sync_ = sync; }
+  // Call after the last backward of a step: finishes outstanding communication so that
+  // shard_grads() hold the step's summed gradients (in stream order); drops parameters kept for
+  // backward.
+  void finish_backward();
+
+  ShardStrategy strategy() const { return strategy_; }
+  const Backend& backend() const { return be_; }
+  int num_units() const { return static_cast<int>(units_.size()); }
+  // This rank's part of each unit, for the optimizer (empty range if it owns only padding).
+  std::vector<ShardRange> shard_ranges() const;
+  // This rank's shard of a unit's parameters and gradients: device memory, (shard size).
+  float* shard_params(int unit) { return units_[unit].shard.data(); }
+  float* shard_grads(int unit) { return units_[unit].shard_grad.data(); }
+  void zero_grads();
+  // *sq_norm (one device double) = sum of squares of the whole model's gradient, the same on
+  // every rank once the compute stream reaches it; the host does not wait.
+  void grad_sq_norm(double* sq_norm);
+  // Clips every gradient shard to max_norm given the device norm from grad_sq_norm().
+  void clip_grads(const double* sq_norm, double max_norm);
+
+  // Sets elements [offset, offset + n) of this rank's shard of `unit` (offsets within the shard,
+  // i.e. from shard_ranges()[unit].begin) from host memory; returns once `src` may be reused.
+  // Loading a unit is one zero_shard() then its parts: no rank ever holds more than its own.
+  void load_shard(int unit, size_t offset, const float* src, size_t n);
+  void zero_shard(int unit) { units_[unit].shard.zero(); }
+  // Bytes held in shards (params + grads) and the peak of gathered whole-unit buffers.
+  size_t shard_bytes() const;
+  size_t peak_gathered_bytes() const { return peak_gathered_; }
+  // Bytes the pool of gathered units and gradient buffers holds (it keeps what it made).
+  size_t pool_bytes() const { return pool_bytes_; }
+  // Hands the pool's buffers back (after the last step, before the final save): the next
+  // acquire or grad starts a fresh pool. Waits for outstanding work first.
+  void release_buffers();
+
+ private:
+  struct Unit {
+    size_t numel = 0, padded = 0, shard_size = 0;
+    DeviceBuffer<float> shard, shard_grad;  // (shard_size)
+    DeviceBuffer<float> full;         // gathered parameters (gather_dtype_ storage), empty when not
+    std::unique_ptr<Work> gathering;  // in-flight all-gather into `full`
+    int in_use = 0;
+    bool keep = false;              // shard_grad_op: keep until finish_backward()
+    DeviceBuffer<float> full_grad;  // whole-unit gradient during backward (and across micro-steps)
+    bool reduced = false;           // grad_done issued its reduction in this micro-step
+  };
+  // A unit's gradient on its way from the whole-unit buffer into the shard: the reduce-scatter
+  // (and, for hybrid_shard, the all-reduce across replicas) in flight.
+  struct Pending {
+    int unit;
+    std::unique_ptr<Work> work;
+    DeviceBuffer<float> full_grad;  // owned until the reduce-scatter is done (reduce_dtype_)
+    DeviceBuffer<float> out;        // the reduce-scattered shard (reduce_dtype_), added into
+                                    // shard_grad when done; no_shard in bf16: the bf16 copy
+  };
+
+  // Whether acquire() hands out a gathered buffer (else the shard itself: no_shard in fp32).
+  bool gathers() const {
+    return strategy_ != ShardStrategy::kNoShard || gather_dtype_ != DType::F32;
+  }
+  // Whether a lookup of N tokens per rank in `unit` goes by rows (embed_rows) rather than by
+  // gathering the table; `backward`: for embed_rows_backward.
+  bool rows_path(const Unit& x, int N, int C, bool backward) const;
+  // Whether head_cross_entropy of N tokens per rank splits the vocabulary (see there).
+  bool vocab_path(const Unit& x, int N, int C) const;
+  // head_cross_entropy's split vocabulary.
+  void vocab_head(Unit& x, double* loss_sum, float* dx, const float* xin, const int32_t* targets,
+                  int N, int C, int V, float scale);
+  // all (S * N) = every rank's ids (N), in rank order, in a pooled buffer.
+  DeviceBuffer<float> gather_ids(const int32_t* ids, int N);
+  void start_gather(int unit);
+  void free_full(int unit);
+  void complete(Pending& p);
+  // The whole-unit gradient in reduce_dtype_: `g` itself in fp32, else a bf16 copy (and `g`
+  // goes back to the pool).
+  DeviceBuffer<float> to_reduce_dtype(DeviceBuffer<float> g, size_t n);
+  // shard_grad (n) += widen(src) where src is a reduced buffer in reduce_dtype_.
+  void add_reduced(float* shard_grad, DeviceBuffer<float>& src, size_t n);
+  void drain(size_t keep_at_most);
+  void track_gathered(long delta);
+
+  const ParamLayout& layout_;
+  // Every pooled buffer goes through take/give, so the pool's footprint is known.
+  DeviceBuffer<float> take(size_t n);
+  void give(DeviceBuffer<float> b);
+
+  const Backend& be_;
+  std::unique_ptr<DevicePool> pool_;
+  std::map<size_t, std::pair<size_t, size_t>> pool_counts_;  // size -> (live, most live at once)
+  size_t pool_bytes_ = 0;
+  ShardStrategy strategy_;
+  DType gather_dtype_;
+  DType reduce_dtype_;
+  Communicator& shard_;
+  Communicator* replica_;
+  bool prefetch_;
+  bool sync_ = true;
+  std::vector<Unit> units_;
+  std::vector<int> order_;  // acquire order learnt from the first micro-batch
+  bool order_known_ = false;
+  size_t order_pos_ = 0;
+  std::deque<Pending> pending_;
+  size_t gathered_ = 0, peak_gathered_ = 0;
+};
+
+}  // namespace kiln

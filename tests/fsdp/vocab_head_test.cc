@@ -1,0 +1,125 @@
+// Fsdp's split-vocabulary LM head (Fsdp::head_cross_entropy, fsdp_vocab_head.cc) against one
+// process holding the whole model: ranks as threads, each with its own row of tokens, train one
+// micro-batch through Fsdp; their loss sums and gradient shards must be the single process's
+// over the concatenated rows, for a tied head (the embedding) and an untied one (the lm_head
+// unit). The vocabulary (301 rows of 16) does not divide by the ranks, so
+// shard boundaries cut rows, whose targets the batch includes; some targets are ignored.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "common/rank_threads.h"
+#include "common/small_model.h"
+#include "common/test_backend.h"
+#include "kiln/comm/gloo_communicator.h"
+#include "kiln/comm/store.h"
+#include "kiln/fsdp/fsdp.h"
+#include "kiln/model/qwen2.h"
+
+namespace kiln {
+namespace {
+
+constexpr int kT = 12;  // tokens per rank: S * kT stays below the vocabulary
+
+Qwen2Config vocab_config(bool tied) {
+  Qwen2Config c = testing::small_config(tied);
+  c.vocab_size = 301;
+  c.num_hidden_layers = 1;  // the (V, C) tables are the largest units by far
+  return c;
+}
+
+// Row r of the group: ids and targets spread over the vocabulary, every third target ignored,
+// and targets on the rows that the shard boundaries of 2 and 3 ranks cut.
+Batch rank_batch(int r, int V) {
+  Batch b;
+  b.resize(1, kT);
+  const int cut_rows[] = {150, 100, 200};  // 2408 / 16, 1606 / 16, 3212 / 16
+  for (int t = 0; t < kT; ++t) {
+    b.input_ids[t] = (t * 37 + r * 101) % V;
+    b.positions[t] = t;
+    b.targets[t] = t % 3 == 2 ? kIgnoreIndex : (t * 53 + r * 29 + 7) % V;
+  }
+  b.targets[0] = cut_rows[r % 3];
+  b.targets[1] = cut_rows[(r + 1) % 3];
+  return b;
+}
+
+Batch concat(int world, int V) {
+  Batch all;
+  all.resize(world, kT);
+  for (int r = 0; r < world; ++r) {
+    const Batch b = rank_batch(r, V);
+    std::copy(b.input_ids.begin(), b.input_ids.end(), all.input_ids.begin() + r * kT);
+    std::copy(b.targets.begin(), b.targets.end(), all.targets.begin() + r * kT);
+    std::copy(b.positions.begin(), b.positions.end(), all.positions.begin() + r * kT);
+  }
+  return all;
+}
+
+void check_split_head(int world, bool tied, bool bf16, double tol) {
+  const Qwen2Config c = vocab_config(tied);
+  const int V = static_cast<int>(c.vocab_size);
+  const Backend& be = bf16 ? testing::cpu_bf16() : testing::cpu_fp32();
+  Qwen2Model ref_model(c, be);
+  ParamStore ref(ref_model.layout(), be);
+  testing::randomize(ref, ref_model.layout(), 11);
+  ref.zero_grads();
+  const Batch all = concat(world, V);
+  const float scale = 1.0f / static_cast<float>(all.num_targets());
+  const double ref_loss = ref_model.forward_backward(all, ref, scale, false);
+  const size_t embed_bytes = c.vocab_size * c.hidden_size * dtype_size(be.activation_dtype());
+
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<double> losses(world);
+  testing::run_rank_threads(world, [&](int r) {
+    auto comm = make_gloo_communicator(store, r, world, GlooOptions{});
+    Qwen2Model model(c, be);
+    Fsdp fsdp(model.layout(), be, ShardStrategy::kFullShard, *comm, nullptr);
+    const auto ranges = fsdp.shard_ranges();
+    for (int u = 0; u < fsdp.num_units(); ++u) {
+      fsdp.zero_shard(u);
+      fsdp.load_shard(u, 0, ref.params(u).data() + ranges[u].begin, ranges[u].size());
+    }
+    fsdp.zero_grads();
+    losses[r] = model.forward_backward(rank_batch(r, V), fsdp, scale, false);
+    fsdp.finish_backward();
+    be.synchronize();
+    const std::string what = "rank " + std::to_string(r) + " of " + std::to_string(world);
+    for (int u = 0; u < fsdp.num_units(); ++u) {
+      EXPECT_LT(testing::rel_err(fsdp.shard_grads(u), ref.grads(u).data() + ranges[u].begin,
+                                 ranges[u].size()),
+                tol)
+          << what << " unit " << u;
+    }
+    // The split head never gathers its table (nor does the lookup, by rows).
+    EXPECT_LT(fsdp.peak_gathered_bytes(), embed_bytes) << what;
+  });
+  double sum = 0;
+  for (double l : losses) sum += l;
+  EXPECT_NEAR(sum, ref_loss, tol * std::fabs(ref_loss));
+}
+
+TEST(VocabHead, SplitVocabularyMatchesOneProcess) {
+  for (bool tied : {true, false}) {
+    for (int world : {2, 3}) {
+      SCOPED_TRACE(std::string(tied ? "tied" : "untied") + ", fp32, world " +
+                   std::to_string(world));
+      check_split_head(world, tied, false, 2e-5);
+    }
+  }
+}
+
+TEST(VocabHead, SplitVocabularyMatchesOneProcessInBf16) {
+  for (bool tied : {true, false}) {
+    for (int world : {2, 3}) {
+      SCOPED_TRACE(std::string(tied ? "tied" : "untied") + ", bf16, world " +
+                   std::to_string(world));
+      check_split_head(world, tied, true, 2e-2);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
