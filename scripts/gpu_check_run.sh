@@ -8,9 +8,9 @@
 #   env        nvidia-smi, PyTorch's import (the machine's own python and environment), kiln doctor
 #   gemm       bf16 cuBLASLt ceiling and copy bandwidth (cuda_gemm_ceiling): MFU's and the
 #              rooflines' denominators, beside the GPU's published peak
-#   kiln-bench kiln bench train --dtype bf16, qwen2.5-0.5b and 1.5b at 2048 tokens: throughput,
-#              MFU, memory, the first step's loss against ln(vocabulary), and each phase's time
-#              beside its roofline estimate. A failing row is rerun once small (one step,
+#   kiln-bench kiln bench train --dtype bf16, qwen2.5-0.5b, qwen2.5-1.5b and qwen3-0.6b at 2048
+#              tokens: throughput, MFU, memory, the first step's loss against ln(vocabulary),
+#              and each phase's time beside its roofline estimate. A failing row is rerun once small (one step,
 #              sequence 256) under CUDA_LAUNCH_BLOCKING=1 and once under compute-sanitizer
 #              memcheck limited to kiln's kernels, to name the kernel and the line.
 #   torch      the same shapes by PyTorch (pytorch_gpu_train_bench.py) and kiln/PyTorch ratio
@@ -319,7 +319,7 @@ fi
 
 # --- kiln bench train, then PyTorch on the same shapes --------------------------------------
 batch=${KILN_GPU_CHECK_BATCH:-2}
-read -r -a presets <<<"${KILN_GPU_CHECK_PRESETS:-qwen2.5-0.5b qwen2.5-1.5b}"
+read -r -a presets <<<"${KILN_GPU_CHECK_PRESETS:-qwen2.5-0.5b qwen2.5-1.5b qwen3-0.6b}"
 seq=2048
 bench_steps=(--steps 5 --warmup 2)
 torch_flags=()

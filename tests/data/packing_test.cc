@@ -12,7 +12,7 @@
 #include "common/test_backend.h"
 #include "kiln/base/error.h"
 #include "kiln/data/packing_sampler.h"
-#include "kiln/model/qwen2.h"
+#include "kiln/model/decoder.h"
 #include "kiln/train/train_data.h"
 
 namespace kiln {
@@ -259,7 +259,7 @@ TokenDataset random_examples(const std::vector<int>& lengths, uint32_t seed) {
 }
 
 TEST(Packing, SameLossesAndGradientsAsOneByOne) {
-  Qwen2Model model(small_config(), testing::cpu_fp32());
+  Decoder model(small_config(), testing::cpu_fp32());
   const ParamLayout& layout = model.layout();
   ParamStore packed(layout, testing::cpu_fp32()), single(layout, testing::cpu_fp32());
   randomize(packed, layout, 11);

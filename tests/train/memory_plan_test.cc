@@ -12,14 +12,14 @@
 #include "kiln/base/error.h"
 #include "kiln/comm/gloo_communicator.h"
 #include "kiln/comm/store.h"
-#include "kiln/model/qwen2.h"
+#include "kiln/model/decoder.h"
 
 namespace kiln {
 namespace {
 
 // 4 layers, so three layer gradients can be in flight at once.
-Qwen2Config plan_config(bool tied = true) {
-  Qwen2Config c = testing::small_config(tied);
+ModelConfig plan_config(bool tied = true) {
+  ModelConfig c = testing::small_config(tied);
   c.num_hidden_layers = 4;
   return c;
 }
@@ -32,7 +32,7 @@ constexpr size_t kHeadTied = 16;
 size_t pad(size_t n, size_t S) { return (n + S - 1) / S * S; }
 
 TEST(MemoryPlan, ArithmeticOfATinyConfig) {
-  const Qwen2Config c = plan_config();
+  const ModelConfig c = plan_config();
   ASSERT_EQ(ParamLayout(c).units()[1].numel, kLayer);
   MemorySettings s;
   s.world_size = s.shard_size = 2;
@@ -87,8 +87,8 @@ TEST(MemoryPlan, ActivationsAreTheModelsArena) {
   for (bool bf16 : {false, true}) {
     for (bool recompute : {false, true}) {
       const Backend& be = bf16 ? testing::cpu_bf16() : testing::cpu_fp32();
-      const Qwen2Config c = plan_config();
-      Qwen2Model model(c, be);
+      const ModelConfig c = plan_config();
+      Decoder model(c, be);
       ParamStore store(model.layout(), be);
       testing::randomize(store, model.layout(), 3);
       Batch b;
@@ -119,7 +119,7 @@ TEST(MemoryPlan, PoolIsWhatFsdpHolds) {
                                        {ShardStrategy::kNoShard, true, false, true},
                                        {ShardStrategy::kNoShard, false, true, true}};
   for (const PoolCase& pc : cases) {
-    const Qwen2Config c = plan_config(pc.tied);
+    const ModelConfig c = plan_config(pc.tied);
     MemorySettings s;
     s.world_size = 2;
     s.shard_size = pc.strategy == ShardStrategy::kNoShard ? 1 : 2;
@@ -138,7 +138,7 @@ TEST(MemoryPlan, PoolIsWhatFsdpHolds) {
         try {
           auto comm = make_gloo_communicator(store, r, 2, GlooOptions{});
           const Backend& be = pc.bf16 ? testing::cpu_bf16() : testing::cpu_fp32();
-          Qwen2Model model(c, be);
+          Decoder model(c, be);
           Fsdp fsdp(model.layout(), be, pc.strategy, *comm, nullptr, true,
                     pc.reduce_bf16 ? DType::BF16 : DType::F32);
           Batch b;

@@ -29,7 +29,7 @@ Command add_init(CLI::App& app) {
   return {sub, [o] {
             const auto dtype = dtype_from_cli(o->dtype);
             if (!dtype) fail("--dtype: unknown dtype '{}' (f32, bf16, f16)", o->dtype);
-            Qwen2Config c =
+            ModelConfig c =
                 is_preset(o->config) ? preset_config(o->config) : read_config(fs::path(o->config));
             ParamLayout layout(c);
             const std::unique_ptr<Backend> be =

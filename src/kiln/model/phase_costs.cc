@@ -18,7 +18,7 @@ PhaseCost linear(double N, double IC, double OC, double a, bool recompute) {
 
 }  // namespace
 
-PhaseCosts phase_costs(const Qwen2Config& c, const StepShape& s) {
+PhaseCosts phase_costs(const ModelConfig& c, const StepShape& s) {
   const double N = static_cast<double>(s.tokens), T = static_cast<double>(s.seq);
   const double C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const double Q = c.q_dim(), KV = c.kv_dim(), L = c.num_hidden_layers;

@@ -80,7 +80,7 @@ void preflight_checks(const Recipe& r) {
   std::error_code ec;
   const fs::path model = r.model.path;
   if (!fs::is_directory(model, ec)) fail("model.path: {} is not a directory", model.string());
-  const Qwen2Config config = read_config(model / "config.json");
+  const ModelConfig config = read_config(model / "config.json");
 
   const DataOptions o = data_options(r);
   std::optional<Tokenizer> tokenizer;
