@@ -83,24 +83,28 @@ TEST(MemoryPlan, ArithmeticOfATinyConfig) {
             4 * (pad(kEmbed, 4) + 4 * pad(kLayer, 4) + pad(kHeadTied, 4)));
 }
 
+// For every family: Qwen3's q/k norms keep their inputs and reciprocal RMS per layer.
 TEST(MemoryPlan, ActivationsAreTheModelsArena) {
-  for (bool bf16 : {false, true}) {
-    for (bool recompute : {false, true}) {
-      const Backend& be = bf16 ? testing::cpu_bf16() : testing::cpu_fp32();
-      const ModelConfig c = plan_config();
-      Decoder model(c, be);
-      ParamStore store(model.layout(), be);
-      testing::randomize(store, model.layout(), 3);
-      Batch b;
-      b.resize(3, 5);
-      for (size_t i = 0; i < b.input_ids.size(); ++i) {
-        b.input_ids[i] = static_cast<int32_t>(i % 23);
-        b.positions[i] = static_cast<int32_t>(i % 5);
-        b.targets[i] = static_cast<int32_t>((i + 1) % 23);
+  for (const ModelFamily f : {ModelFamily::kQwen2, ModelFamily::kQwen3, ModelFamily::kLlama}) {
+    for (bool bf16 : {false, true}) {
+      for (bool recompute : {false, true}) {
+        const Backend& be = bf16 ? testing::cpu_bf16() : testing::cpu_fp32();
+        const ModelConfig c =
+            f == ModelFamily::kQwen2 ? plan_config() : testing::small_family_config(f, true);
+        Decoder model(c, be);
+        ParamStore store(model.layout(), be);
+        testing::randomize(store, model.layout(), 3);
+        Batch b;
+        b.resize(3, 5);
+        for (size_t i = 0; i < b.input_ids.size(); ++i) {
+          b.input_ids[i] = static_cast<int32_t>(i % 23);
+          b.positions[i] = static_cast<int32_t>(i % 5);
+          b.targets[i] = static_cast<int32_t>((i + 1) % 23);
+        }
+        model.forward_backward(b, store, 0.1f, recompute);
+        EXPECT_EQ(activation_arena_bytes(c, 15, recompute, bf16), model.activation_bytes())
+            << model_type_name(f) << " bf16 " << bf16 << " recompute " << recompute;
       }
-      model.forward_backward(b, store, 0.1f, recompute);
-      EXPECT_EQ(activation_arena_bytes(c, 15, recompute, bf16), model.activation_bytes())
-          << "bf16 " << bf16 << " recompute " << recompute;
     }
   }
 }

@@ -82,7 +82,7 @@ double proc_status_kib(const std::string& field) {
 }
 
 // Analytic memory of one training step in bytes: parameters, gradients and AdamW's two moments
-// (16 bytes per parameter) plus what Decoder holds (see decoder.cc prepare()): the residual
+// (16 bytes per parameter) plus what Decoder holds (see decoder.cc plan_buffers()): the residual
 // stream at every layer boundary, each layer's saved activations (one layer's when recomputing),
 // the backward scratch, and the fused cross-entropy's logits chunk. `act_bytes`: bytes per element
 // of the activations that only feed products (xn1, xn2, h: 2 when stored in bf16).
@@ -93,7 +93,9 @@ double estimate_bytes(const ModelConfig& c, int B, int T, bool recompute, double
   const double P = static_cast<double>(parameter_count(c));
   const double state = 16.0 * P;
   // per layer, in floats: q, k, v, y, xmid, gate, up, rstd1/2, lse; then xn1, xn2, h
-  const double per_layer = 2 * N * Q + 2 * N * KV + N * C + 2 * N * I + 2 * N + N * H +
+  // (with q/k norms also q_pre, k_pre and their rstd)
+  const double qk = c.qk_norm ? N * (Q + KV + H + c.num_key_value_heads) : 0;
+  const double per_layer = 2 * N * Q + 2 * N * KV + N * C + 2 * N * I + 2 * N + N * H + qk +
                            (act_bytes / 4.0) * (2 * N * C + N * I);
   const double stored = recompute ? 1 : L;
   const double resid = (L + 1) * N * C;

@@ -163,6 +163,21 @@ void Decoder::layer_forward(ConstDevPtr w, const float* x_in, float* x_out, cons
                         {batch.B * batch.T, pos_, act_dtype_}, rope_, attention);
 }
 
+// Qwen3's q/k norms, q = rmsnorm(q_pre) over (N*H, D) rows and k over (N*KVH, D), from d(q) in
+// dq_ and d(k) in dk_: d(q_pre) (N, Q) into dy_ (free once attention_backward has run), d(k_pre)
+// (N, KV) into dk_pre_; the shared weights' gradients (D) +=. Returns {d(q_pre), d(k_pre)}.
+std::pair<float*, float*> Decoder::qk_norm_backward(ConstDevPtr w, float* dw, const LayerActs& a,
+                                                    int N) {
+  const LayerOffsets& o = layout_.layer_offsets();
+  const int H = static_cast<int>(config_.num_attention_heads);
+  const int KVH = static_cast<int>(config_.num_key_value_heads),
+            D = static_cast<int>(config_.head_dim());
+  be_.rmsnorm_backward(dk_pre_, dw + o.k_norm, dk_, a.k_pre, w.at(o.k_norm), a.rstd_k, N * KVH, D,
+                       false);
+  be_.rmsnorm_backward(dy_, dw + o.q_norm, dq_, a.q_pre, w.at(o.q_norm), a.rstd_q, N * H, D, false);
+  return {dy_, dk_pre_};
+}
+
 // On entry dres_ holds d(x_out); on exit d(x_in).
 void Decoder::layer_backward(ConstDevPtr w, float* dw, const float* x_in, const LayerActs& a,
                              const Batch& batch) {
@@ -189,17 +204,8 @@ void Decoder::layer_backward(ConstDevPtr w, float* dw, const float* x_in, const 
   be_.attention_backward(dq_, dk_, dv_, dy_, a.q, a.k, a.v, a.y, a.lse, doc_, s);
   be_.rope_backward(dq_, pos_, rope_.cos(), rope_.sin(), N, H, D);
   be_.rope_backward(dk_, pos_, rope_.cos(), rope_.sin(), N, KVH, D);
-  float *dq = dq_, *dk = dk_;  // d(q) (N, Q), d(k) (N, KV) through RoPE
-  if (config_.qk_norm) {
-    // q = rmsnorm(q_pre) over (N*H, D) rows, k over (N*KVH, D): d(q_pre) into dy_ (free since
-    // attention_backward), d(k_pre) into dk_pre_; the shared weights' gradients (D) +=.
-    be_.rmsnorm_backward(dy_, dw + o.q_norm, dq_, a.q_pre, w.at(o.q_norm), a.rstd_q, N * H, D,
-                         false);
-    be_.rmsnorm_backward(dk_pre_, dw + o.k_norm, dk_, a.k_pre, w.at(o.k_norm), a.rstd_k, N * KVH, D,
-                         false);
-    dq = dy_;
-    dk = dk_pre_;
-  }
+  // d(q) (N, Q), d(k) (N, KV) before RoPE; with q/k norms, d(q_pre), d(k_pre)
+  const auto [dq, dk] = config_.qk_norm ? qk_norm_backward(w, dw, a, N) : std::pair{dq_, dk_};
   copy_qkv_columns(be_, a.qkv, dq, dk, dv_, N, Q, KV,
                    /*to_qkv=*/true);  // a.qkv: d(qkv) (N, Q + 2 KV)
   be_.matmul_backward(dxn_, dw + o.wq, layer_grad(dw, o.bq), a.qkv, ConstDevPtr{a.xn1, act_dtype_},

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kiln/data/batch.h"
@@ -71,6 +72,7 @@ class Decoder {
                      const Batch& batch);
   void layer_backward(ConstDevPtr w, float* dw, const float* x_in, const LayerActs& a,
                       const Batch& batch);
+  std::pair<float*, float*> qk_norm_backward(ConstDevPtr w, float* dw, const LayerActs& a, int N);
   // Embedding and every layer's forward: fills res_ (and the saved activations).
   // training: the embedding rows come from UnitAccess::embed_rows (every rank's N alike).
   void forward_trunk(const Batch& batch, UnitAccess& params, bool training);

@@ -52,7 +52,7 @@ class Generator {
   const ModelConfig& config() const { return config_; }
 
   // Tokens per prefill chunk: bounds the activation scratch at kChunk * (3C + 2Q + 3I + 1)
-  // floats whatever the prompt length.
+  // floats (and Q + KV + H + KVH more with q/k norms) whatever the prompt length.
   static constexpr int kChunk = 256;
 
  private:
