@@ -127,6 +127,19 @@ TEST(Config, RefusesWhatItDoesNotDo) {
   j = llama;
   j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
   EXPECT_EQ(config_from_json(j, "x").rope_scaling.type, RopeScaling::Type::kLinear);
+  // transformers 5's rope_parameters carry the same, and rope_theta.
+  j = llama;
+  j["rope_parameters"] = j["rope_scaling"];
+  j["rope_parameters"]["rope_theta"] = 123456.0;
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  const ModelConfig p = config_from_json(j, "x");
+  EXPECT_EQ(p.rope_theta, 123456.0);
+  EXPECT_EQ(p.rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_EQ(p.rope_scaling.factor, 32.0);
+  j = qwen3;
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_NE(error_of(j).find("sliding_attention"), std::string::npos);
 }
 
 TEST(Config, NamesMissingAndBadFields) {

@@ -1,4 +1,5 @@
-// kiln init: a randomly initialised Qwen2 checkpoint in Hugging Face layout.
+// kiln init: a randomly initialised checkpoint of any family (a preset or a config.json) in Hugging
+// Face layout.
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/cli/commands.h"
@@ -17,8 +18,7 @@ Command add_init(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   std::string presets;
   for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
-  CLI::App* sub =
-      app.add_subcommand("init", "Write a randomly initialised Qwen2 checkpoint (HF layout)");
+  CLI::App* sub = app.add_subcommand("init", "Write a randomly initialised checkpoint (HF layout)");
   sub->add_option("--config", o->config, "A preset (" + presets + ") or a Hugging Face config.json")
       ->required();
   sub->add_option("--seed", o->seed, "Random seed")->capture_default_str();

@@ -77,10 +77,12 @@ ModelFamily family_of(const Json& j, const std::string& what) {
        mt->dump());
 }
 
-// rope_scaling: null, {"rope_type"|"type": "default"|"linear"|"llama3", ...}.
+// rope_scaling: null, {"rope_type"|"type": "default"|"linear"|"llama3", ...}; or, as
+// transformers 5 writes it, rope_parameters (the same fields and rope_theta).
 RopeScaling rope_scaling_of(const Json& j, const std::string& what) {
   RopeScaling r;
   auto rs = j.find("rope_scaling");
+  if (rs == j.end() || rs->is_null()) rs = j.find("rope_parameters");
   if (rs == j.end() || rs->is_null()) return r;
   if (!rs->is_object()) fail("{}: field 'rope_scaling' must be an object or null", what);
   auto type = rs->find("rope_type");
@@ -130,6 +132,20 @@ void refuse_unsupported(const Json& j, const std::string& what) {
     fail("{}: field 'mlp_bias' = true is not supported (MLP projections without biases)", what);
   if (auto f = j.find("partial_rotary_factor"); f != j.end() && !f->is_null() && *f != 1.0)
     fail("{}: field 'partial_rotary_factor' = {} is not supported", what, f->dump());
+  if (auto lt = j.find("layer_types"); lt != j.end() && lt->is_array()) {
+    for (const auto& t : *lt) {
+      if (t != "full_attention")
+        fail("{}: field 'layer_types' holds {}: only full attention is supported", what, t.dump());
+    }
+  }
+}
+
+// rope_theta, or rope_parameters.rope_theta (transformers 5).
+double rope_theta_of(const Json& j, const std::string& what) {
+  if (auto rp = j.find("rope_parameters");
+      rp != j.end() && rp->is_object() && !j.contains("rope_theta"))
+    return get_double(*rp, "rope_theta", what + ": rope_parameters", 10000.0);
+  return get_double(j, "rope_theta", what, 10000.0);
 }
 
 }  // namespace
@@ -204,7 +220,7 @@ ModelConfig config_from_json(const Json& j, const std::string& what) {
   c.max_position_embeddings = get_int(j, "max_position_embeddings", what, false,
                                       family == ModelFamily::kLlama ? 2048 : 32768);
   c.rms_norm_eps = get_double(j, "rms_norm_eps", what, 1e-6);
-  c.rope_theta = get_double(j, "rope_theta", what, 10000.0);
+  c.rope_theta = rope_theta_of(j, what);
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", what, false);  // transformers' default
   c.head_dim_field = get_int(j, "head_dim", what, false, 0);
   // Qwen2's attention always has q/k/v biases (transformers ignores attention_bias there).
