@@ -125,7 +125,14 @@ TEST_P(DistEquivalence, EveryStrategyAndWorldSizeMatchesOneProcess) {
   const fs::path ref = train("single", 1, "full_shard", s);
   const auto ref_losses = run_losses(ref);
   ASSERT_EQ(ref_losses.size(), 20u);
-  EXPECT_LT(ref_losses.back(), ref_losses.front());
+  // It learns: the last five steps' mean loss below the first five's (single steps are noisy:
+  // each is another batch, and tiny-llama's untied head starts slowly).
+  const auto mean5 = [&](size_t from) {
+    double s = 0;
+    for (size_t i = from; i < from + 5; ++i) s += ref_losses[i];
+    return s / 5;
+  };
+  EXPECT_LT(mean5(15), mean5(0));
   for (const char* strategy : {"full_shard", "shard_grad_op", "no_shard"}) {
     for (int world : {2, 4}) {
       if (4 / world / s.accum < 1) continue;
