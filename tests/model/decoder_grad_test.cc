@@ -68,19 +68,28 @@ TEST_P(ModelGrad, MatchesFiniteDifferences) {
 
 constexpr ModelFamily kQwen2 = ModelFamily::kQwen2, kQwen3 = ModelFamily::kQwen3,
                       kLlama = ModelFamily::kLlama;
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& k = info.param;
+  return std::string(k.tied ? "tied" : "untied") + "_h" + std::to_string(k.heads) + "_kv" +
+         std::to_string(k.kv) + (k.packed ? "_packed" : "") + (k.recompute ? "_recompute" : "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Qwen2, ModelGrad,
                          ::testing::Values(Case{kQwen2, true, 4, 2, false, false},
                                            Case{kQwen2, false, 4, 4, false, false},
                                            Case{kQwen2, false, 4, 1, true, false},
-                                           Case{kQwen2, true, 4, 2, true, true}));
+                                           Case{kQwen2, true, 4, 2, true, true}),
+                         case_name);
 // Qwen3: q/k norms, head_dim 8 with hidden 16 and 4 heads; Llama: no biases, llama3 RoPE.
 INSTANTIATE_TEST_SUITE_P(Qwen3, ModelGrad,
                          ::testing::Values(Case{kQwen3, true, 4, 2, false, false},
                                            Case{kQwen3, false, 4, 1, true, false},
-                                           Case{kQwen3, false, 4, 2, true, true}));
+                                           Case{kQwen3, false, 4, 2, true, true}),
+                         case_name);
 INSTANTIATE_TEST_SUITE_P(Llama, ModelGrad,
                          ::testing::Values(Case{kLlama, true, 4, 2, false, false},
-                                           Case{kLlama, false, 4, 2, true, true}));
+                                           Case{kLlama, false, 4, 2, true, true}),
+                         case_name);
 
 TEST(Model, RecomputationGivesIdenticalGradients) {
   for (const ModelFamily f : {kQwen2, kQwen3, kLlama}) {
