@@ -36,7 +36,7 @@ class GenerateCli : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     // The tiny preset with the tokenizer's vocabulary (151643 BPE tokens + 26 added: 151669).
-    Qwen2Config c = preset_config("tiny");
+    ModelConfig c = preset_config("tiny");
     c.vocab_size = Tokenizer::load(kTokenizer).vocab_size();
     write_file_atomic(dir_ / "config.json", config_to_json(c).dump(2));
     const CmdResult r =
@@ -102,7 +102,7 @@ TEST_F(GenerateCli, GreedyIsDeterministicAndMatchesTheLibrary) {
   EXPECT_EQ(a.out, b.out);
 
   // The same five tokens from the Generator directly.
-  const Qwen2Config c = read_config(fs::path(model()) / "config.json");
+  const ModelConfig c = read_config(fs::path(model()) / "config.json");
   const ParamLayout layout(c);
   ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
   load_hf_weights(model(), layout, params);
@@ -130,7 +130,7 @@ TEST_F(GenerateCli, GreedyIsDeterministicAndMatchesTheLibrary) {
 // the argmax is one of the two whatever the sign of h0. Issue 22: such a run printed nothing and
 // exited 0; now stderr says it ended at an end token.
 TEST_F(GenerateCli, EndsWithAStopReasonOnStderr) {
-  const Qwen2Config c = read_config(fs::path(model()) / "config.json");
+  const ModelConfig c = read_config(fs::path(model()) / "config.json");
   const ParamLayout layout(c);
   ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
   load_hf_weights(model(), layout, params);
@@ -213,7 +213,7 @@ TEST_F(GenerateCli, ChatWithTools) {
                            " --chat --prompt hi --max-new-tokens 6 --temperature 0 --tools " +
                            (dir_ / "tools.json").string());
   ASSERT_EQ(r.code, 0) << r.err;
-  const Qwen2Config c = read_config(fs::path(model()) / "config.json");
+  const ModelConfig c = read_config(fs::path(model()) / "config.json");
   const ParamLayout layout(c);
   ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
   load_hf_weights(model(), layout, params);
@@ -255,7 +255,7 @@ TEST_F(GenerateCli, OneLineErrors) {
 void expect_reply(const CmdResult& r, const std::string& model, const Tokenizer& tok,
                   const std::vector<int32_t>& prompt, std::vector<std::string_view> stops) {
   ASSERT_EQ(r.code, 0) << r.err;
-  const Qwen2Config c = read_config(fs::path(model) / "config.json");
+  const ModelConfig c = read_config(fs::path(model) / "config.json");
   const ParamLayout layout(c);
   ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
   load_hf_weights(model, layout, params);
@@ -292,7 +292,7 @@ TEST_F(GenerateCli, Llama3TemplateAndBeginOfText) {
       fs::path(KILN_SOURCE_DIR) / "tests/fixtures/tokenizer/llama3_tiny_tokenizer.json";
   const Tokenizer tok = Tokenizer::load(tok_json);
   const std::string llama = (dir_ / "llama").string();
-  Qwen2Config c = preset_config("tiny");
+  ModelConfig c = preset_config("tiny");
   c.vocab_size = tok.vocab_size();
   write_file_atomic(dir_ / "llama_config.json", config_to_json(c).dump(2));
   ASSERT_EQ(

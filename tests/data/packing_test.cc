@@ -13,7 +13,7 @@
 #include "kiln/base/error.h"
 #include "kiln/data/packing_sampler.h"
 #include "kiln/kernels/device/host_cpu.h"
-#include "kiln/model/qwen2.h"
+#include "kiln/model/decoder.h"
 #include "kiln/train/train_data.h"
 
 namespace kiln {
@@ -273,7 +273,7 @@ double packing_tolerance() {
 TEST(Packing, SameLossesAndGradientsAsOneByOne) {
   const double tol = packing_tolerance();
   SCOPED_TRACE("OpenBLAS core " + blas_core_name() + ", tolerance " + std::to_string(tol));
-  Qwen2Model model(small_config(), testing::cpu_fp32());
+  Decoder model(small_config(), testing::cpu_fp32());
   const ParamLayout& layout = model.layout();
   ParamStore packed(layout, testing::cpu_fp32()), single(layout, testing::cpu_fp32());
   randomize(packed, layout, 11);

@@ -13,14 +13,14 @@
 #include "kiln/comm/gloo_communicator.h"
 #include "kiln/comm/store.h"
 #include "kiln/kernels/cpu/gemm.h"
-#include "kiln/model/qwen2.h"
+#include "kiln/model/decoder.h"
 
 namespace kiln {
 namespace {
 
 // 4 layers, so three layer gradients can be in flight at once.
-Qwen2Config plan_config(bool tied = true) {
-  Qwen2Config c = testing::small_config(tied);
+ModelConfig plan_config(bool tied = true) {
+  ModelConfig c = testing::small_config(tied);
   c.num_hidden_layers = 4;
   return c;
 }
@@ -33,7 +33,7 @@ constexpr size_t kHeadTied = 16;
 size_t pad(size_t n, size_t S) { return (n + S - 1) / S * S; }
 
 TEST(MemoryPlan, ArithmeticOfATinyConfig) {
-  const Qwen2Config c = plan_config();
+  const ModelConfig c = plan_config();
   ASSERT_EQ(ParamLayout(c).units()[1].numel, kLayer);
   MemorySettings s;
   s.world_size = s.shard_size = 2;
@@ -84,28 +84,32 @@ TEST(MemoryPlan, ArithmeticOfATinyConfig) {
             4 * (pad(kEmbed, 4) + 4 * pad(kLayer, 4) + pad(kHeadTied, 4)));
 }
 
+// For every family: Qwen3's q/k norms keep their inputs and reciprocal RMS per layer.
 TEST(MemoryPlan, ActivationsAreTheModelsArena) {
-  for (bool bf16 : {false, true}) {
-    for (bool recompute : {false, true}) {
-      const Backend& be = bf16 ? testing::cpu_bf16() : testing::cpu_fp32();
-      const Qwen2Config c = plan_config();
-      Qwen2Model model(c, be);
-      ParamStore store(model.layout(), be);
-      testing::randomize(store, model.layout(), 3);
-      Batch b;
-      b.resize(3, 5);
-      for (size_t i = 0; i < b.input_ids.size(); ++i) {
-        b.input_ids[i] = static_cast<int32_t>(i % 23);
-        b.positions[i] = static_cast<int32_t>(i % 5);
-        b.targets[i] = static_cast<int32_t>((i + 1) % 23);
+  for (const ModelFamily f : {ModelFamily::kQwen2, ModelFamily::kQwen3, ModelFamily::kLlama}) {
+    for (bool bf16 : {false, true}) {
+      for (bool recompute : {false, true}) {
+        const Backend& be = bf16 ? testing::cpu_bf16() : testing::cpu_fp32();
+        const ModelConfig c =
+            f == ModelFamily::kQwen2 ? plan_config() : testing::small_family_config(f, true);
+        Decoder model(c, be);
+        ParamStore store(model.layout(), be);
+        testing::randomize(store, model.layout(), 3);
+        Batch b;
+        b.resize(3, 5);
+        for (size_t i = 0; i < b.input_ids.size(); ++i) {
+          b.input_ids[i] = static_cast<int32_t>(i % 23);
+          b.positions[i] = static_cast<int32_t>(i % 5);
+          b.targets[i] = static_cast<int32_t>((i + 1) % 23);
+        }
+        model.forward_backward(b, store, 0.1f, recompute);
+        // bf16 storage only where the backend uses it (not where bf16 products fall back to
+        // fp32), as the trainer plans it.
+        const bool bf16_storage = be.activation_dtype() == DType::BF16;
+        EXPECT_EQ(bf16_storage, bf16 && gemm_bf16_native());
+        EXPECT_EQ(activation_arena_bytes(c, 15, recompute, bf16_storage), model.activation_bytes())
+            << model_type_name(f) << " bf16 " << bf16 << " recompute " << recompute;
       }
-      model.forward_backward(b, store, 0.1f, recompute);
-      // bf16 storage only where the backend uses it (not where bf16 products fall back to fp32),
-      // as the trainer plans it.
-      const bool bf16_storage = be.activation_dtype() == DType::BF16;
-      EXPECT_EQ(bf16_storage, bf16 && gemm_bf16_native());
-      EXPECT_EQ(activation_arena_bytes(c, 15, recompute, bf16_storage), model.activation_bytes())
-          << "bf16 " << bf16 << " recompute " << recompute;
     }
   }
 }
@@ -124,7 +128,7 @@ TEST(MemoryPlan, PoolIsWhatFsdpHolds) {
                                        {ShardStrategy::kNoShard, true, false, true},
                                        {ShardStrategy::kNoShard, false, true, true}};
   for (const PoolCase& pc : cases) {
-    const Qwen2Config c = plan_config(pc.tied);
+    const ModelConfig c = plan_config(pc.tied);
     MemorySettings s;
     s.world_size = 2;
     s.shard_size = pc.strategy == ShardStrategy::kNoShard ? 1 : 2;
@@ -145,7 +149,7 @@ TEST(MemoryPlan, PoolIsWhatFsdpHolds) {
         try {
           auto comm = make_gloo_communicator(store, r, 2, GlooOptions{});
           const Backend& be = pc.bf16 ? testing::cpu_bf16() : testing::cpu_fp32();
-          Qwen2Model model(c, be);
+          Decoder model(c, be);
           Fsdp fsdp(model.layout(), be, pc.strategy, *comm, nullptr, true,
                     pc.reduce_bf16 ? DType::BF16 : DType::F32);
           Batch b;

@@ -11,8 +11,8 @@
 #include "kiln/data/sampler.h"
 #include "kiln/data/text_dataset.h"
 #include "kiln/kernels/device/backend.h"
+#include "kiln/model/decoder.h"
 #include "kiln/model/hf_checkpoint.h"
-#include "kiln/model/qwen2.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/train/checkpoint.h"
 
@@ -55,10 +55,10 @@ Command add_eval(CLI::App& app) {
               fail("--format: unknown data format '{}' ({})", o->format, data_format_choices());
             }
             const fs::path dir = o->model;
-            Qwen2Config c = read_config(dir / "config.json");
+            ModelConfig c = read_config(dir / "config.json");
             const std::unique_ptr<Backend> be =
                 make_backend(DeviceRequest::kAuto, ComputeDType::kFp32);
-            Qwen2Model model(c, *be);
+            Decoder model(c, *be);
             ParamStore store(model.layout(), *be, /*with_grads=*/false);
             if (fs::exists(dir / "manifest.json")) {
               const CheckpointUnitReader reader(dir, model.layout());

@@ -51,7 +51,7 @@ void write_out(const std::string& s) {
 // them (the history of a chat) runs only its new tokens.
 class Session {
  public:
-  Session(const GenerateOpts& o, const Tokenizer& tok, const Qwen2Config& config,
+  Session(const GenerateOpts& o, const Tokenizer& tok, const ModelConfig& config,
           ParamStore& params, const Backend& backend, std::vector<int32_t> stops)
       : o_(o),
         tok_(tok),
@@ -167,7 +167,7 @@ std::vector<int32_t> stop_ids(const Tokenizer& tok, const ChatTemplate* tmpl) {
 
 int run_generate(const GenerateOpts& o) {
   const fs::path dir = o.model;
-  const Qwen2Config config = read_config(dir / "config.json");
+  const ModelConfig config = read_config(dir / "config.json");
   const Tokenizer tok = load_tokenizer(o);
   const ChatTemplate* tmpl = generate_template(o);
   ChatOptions options{.add_generation_prompt = true};

@@ -1,6 +1,6 @@
-// kiln init: a randomly initialised Qwen2 checkpoint in Hugging Face layout; with --tokenizer,
-// sized for that tokenizer and carrying its files (model/tokenizer_fit.h), so it trains and
-// chats with it as it is.
+// kiln init: a randomly initialised checkpoint of any family (a preset or a config.json) in Hugging
+// Face layout; with --tokenizer, sized for that tokenizer and carrying its files
+// (model/tokenizer_fit.h), so it trains and chats with it as it is.
 #include <optional>
 
 #include "kiln/base/error.h"
@@ -21,7 +21,7 @@ namespace {
 // config.json (the tokenizer's special ids), then the tokenizer files beside it (tokenizer.json
 // byte for byte, tokenizer_config.json with a chat template, generation_config.json), then the
 // weights last, so a directory whose weights are complete has everything else.
-void save_with_tokenizer(const fs::path& out, const Qwen2Config& c, const ParamLayout& layout,
+void save_with_tokenizer(const fs::path& out, const ModelConfig& c, const ParamLayout& layout,
                          const ParamStore& store, DType dtype, const Tokenizer& tok,
                          const fs::path& tok_json) {
   Json config = config_to_json(c, torch_dtype_name(dtype));
@@ -44,8 +44,7 @@ Command add_init(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   std::string presets;
   for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
-  CLI::App* sub =
-      app.add_subcommand("init", "Write a randomly initialised Qwen2 checkpoint (HF layout)");
+  CLI::App* sub = app.add_subcommand("init", "Write a randomly initialised checkpoint (HF layout)");
   sub->add_option("--config", o->config, "A preset (" + presets + ") or a Hugging Face config.json")
       ->required();
   sub->add_option("--seed", o->seed, "Random seed")->capture_default_str();
@@ -60,7 +59,7 @@ Command add_init(CLI::App& app) {
   return {sub, [o] {
             const auto dtype = dtype_from_cli(o->dtype);
             if (!dtype) fail("--dtype: unknown dtype '{}' (f32, bf16, f16)", o->dtype);
-            Qwen2Config c =
+            ModelConfig c =
                 is_preset(o->config) ? preset_config(o->config) : read_config(fs::path(o->config));
             std::optional<Tokenizer> tok;
             fs::path tok_json;

@@ -26,7 +26,7 @@ struct PlanOpts {
 
 // model.path: a model directory's config.json, or the name of a preset (the recipe resolves
 // every path, so a preset name arrives as <recipe dir>/<name>: one that is not a directory).
-Qwen2Config plan_config(const Recipe& r) {
+ModelConfig plan_config(const Recipe& r) {
   const fs::path dir(r.model.path);
   if (fs::exists(dir / "config.json")) return read_config(dir / "config.json");
   if (!fs::exists(dir)) {
@@ -53,7 +53,7 @@ struct Option {
   size_t peak;
 };
 
-Option try_setting(const Qwen2Config& c, Recipe r, const std::string& strategy, bool recompute,
+Option try_setting(const ModelConfig& c, Recipe r, const std::string& strategy, bool recompute,
                    int micro_batch, int world, int nnodes, bool on_cpu) {
   r.dist.strategy = strategy;
   r.train.activation_checkpointing = recompute;
@@ -70,7 +70,7 @@ struct Fit {
   int largest_micro_batch = 0, fewest_ranks = 0;
 };
 
-std::vector<Fit> fits(const Qwen2Config& c, const Recipe& r, int world, int nnodes, bool on_cpu,
+std::vector<Fit> fits(const ModelConfig& c, const Recipe& r, int world, int nnodes, bool on_cpu,
                       size_t budget) {
   std::vector<std::string> strategies = {"full_shard", "shard_grad_op", "no_shard"};
   if (nnodes > 1) strategies.push_back("hybrid_shard");
@@ -94,7 +94,7 @@ std::vector<Fit> fits(const Qwen2Config& c, const Recipe& r, int world, int nnod
   return out;
 }
 
-void print_text(const Qwen2Config& c, const Recipe& r, const MemoryPlan& p, int world, bool on_cpu,
+void print_text(const ModelConfig& c, const Recipe& r, const MemoryPlan& p, int world, bool on_cpu,
                 size_t budget, const std::vector<Fit>& fit) {
   auto line = [](const char* what, size_t b) {
     std::printf("  %-26s %10.1f MiB\n", what, b / 1048576.0);
@@ -166,7 +166,7 @@ int run_plan(const PlanOpts& o) {
     fail("--device: '{}' is not cpu or cuda", device);
   }
   const bool on_cpu = device != "cuda";
-  const Qwen2Config c = plan_config(r);
+  const ModelConfig c = plan_config(r);
   const int world = r.dist.nproc_per_node * o.nnodes;
   if (world > 1) parse_strategy(r.dist.strategy);  // names dist.strategy when it is wrong
   const size_t budget = !o.memory.empty() ? parse_memory_size(o.memory, "--memory-per-device")

@@ -213,7 +213,7 @@ class Replay {
   PoolBooks books_;
 };
 
-// One micro-batch of Qwen2Model::forward_backward, as it calls its UnitAccess.
+// One micro-batch of Decoder::forward_backward, as it calls its UnitAccess.
 void forward_backward(Replay& r, int layers, bool tied) {
   const int embed = 0, head = layers + 1, table = tied ? embed : layers + 2;
   r.embed_rows(embed);

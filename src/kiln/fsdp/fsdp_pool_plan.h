@@ -3,7 +3,7 @@
 // size, the most buffers of that size alive at once. Buffers of different kinds can share a size
 // (under bf16 at two ranks a gathered unit is exactly as large as a reduced shard), so the plan
 // replays the takes and gives of Fsdp for two steps (the first learns the order, the second
-// prefetches) in the order Qwen2Model's forward and backward call acquire, release, grad and
+// prefetches) in the order Decoder's forward and backward call acquire, release, grad and
 // grad_done. tests/train/memory_plan_test.cc holds it to a real Fsdp's pool_bytes().
 #pragma once
 

@@ -27,7 +27,7 @@ struct UnitGeometry {
   size_t numel = 0, padded = 0, shard = 0;
 };
 
-std::vector<UnitGeometry> unit_geometry(const Qwen2Config& c, size_t S) {
+std::vector<UnitGeometry> unit_geometry(const ModelConfig& c, size_t S) {
   std::vector<UnitGeometry> out;
   const ParamLayout layout(c);
   for (const auto& u : layout.units()) {
@@ -39,7 +39,7 @@ std::vector<UnitGeometry> unit_geometry(const Qwen2Config& c, size_t S) {
 
 // The fused cross-entropy's chunk of logits plus its gathered rows and their gradient; under
 // bf16 the rows and the chunk's gradient are also kept rounded for the products.
-size_t cross_entropy_bytes(const Qwen2Config& c, size_t tokens, bool bf16) {
+size_t cross_entropy_bytes(const ModelConfig& c, size_t tokens, bool bf16) {
   const size_t rows = ce_chunk_rows(tokens, c.vocab_size);
   const size_t floats = rows * (c.vocab_size + 2 * c.hidden_size);
   const size_t rounded = bf16 ? rows * (c.vocab_size + c.hidden_size) * 2 : 0;
@@ -69,7 +69,7 @@ size_t cpu_library_bytes(size_t rows, size_t cols) {
 // LM head whose vocabulary FSDP splits keeps its logits in FSDP's pool instead (the comm part);
 // the library then packs that chunk, and an evaluation (forward only) still runs the fused
 // cross-entropy over the whole table.
-size_t workspace_bytes(const Qwen2Config& c, const std::vector<UnitGeometry>& units,
+size_t workspace_bytes(const ModelConfig& c, const std::vector<UnitGeometry>& units,
                        const MemorySettings& s, size_t S, size_t tokens) {
   const size_t C = c.hidden_size, V = c.vocab_size;
   const UnitGeometry& table = units[ParamLayout(c).lm_head_unit()];
@@ -95,7 +95,7 @@ size_t final_save_bytes(const std::vector<UnitGeometry>& units, bool writes_fina
 }
 
 // FSDP's pool for these settings (fsdp/fsdp_pool_plan.h).
-FsdpPoolPlan pool_plan(const Qwen2Config& c, const std::vector<UnitGeometry>& units,
+FsdpPoolPlan pool_plan(const ModelConfig& c, const std::vector<UnitGeometry>& units,
                        const MemorySettings& s, size_t S) {
   FsdpPoolSettings ps;
   for (const auto& u : units) ps.unit_numel.push_back(u.numel);
@@ -113,24 +113,28 @@ FsdpPoolPlan pool_plan(const Qwen2Config& c, const std::vector<UnitGeometry>& un
 
 }  // namespace
 
-size_t activation_arena_bytes(const Qwen2Config& c, size_t N, bool recompute, bool bf16) {
+size_t activation_arena_bytes(const ModelConfig& c, size_t N, bool recompute, bool bf16) {
   const size_t L = c.num_hidden_layers, C = c.hidden_size, I = c.intermediate_size;
   const size_t Q = c.q_dim(), KV = c.kv_dim(), H = c.num_attention_heads;
   const size_t act = bf16 ? 2 : 4;  // xn1, xn2, h: only feed products
   auto f = [](size_t n) { return aligned64(n * kF32); };
   auto a = [&](size_t n) { return aligned64(n * act); };
-  // Qwen2Model::plan_buffers, piece by piece (MemoryPlan.ActivationsAreTheModelsArena holds the
+  // Decoder::plan_buffers, piece by piece (MemoryPlan.ActivationsAreTheModelsArena holds the
   // two equal): per layer xn1, rstd1, q, k, v, y, lse, xmid, xn2, rstd2, gate_up, h; the shared
   // q/k/v product; the backward's dxf, dres, dxn, dq, dk, dv, dy, dgate_up, dh.
+  // With q/k norms each layer also keeps q_pre, k_pre, rstd_q, rstd_k and backward d(k_pre).
+  const size_t qk = c.qk_norm ? 1 : 0, KVH = c.num_key_value_heads;
   const size_t layer = a(N * C) + f(N) + f(N * Q) + 2 * f(N * KV) + f(N * Q) + f(N * H) + f(N * C) +
-                       a(N * C) + f(N) + f(2 * N * I) + a(N * I);
+                       a(N * C) + f(N) + f(2 * N * I) + a(N * I) +
+                       qk * (f(N * Q) + f(N * KV) + f(N * H) + f(N * KVH));
   const size_t qkv = f(N * (Q + 2 * KV));
-  const size_t grads = 3 * f(N * C) + f(N * Q) + 2 * f(N * KV) + f(N * Q) + f(2 * N * I) + f(N * I);
+  const size_t grads =
+      3 * f(N * C) + f(N * Q) + 2 * f(N * KV) + f(N * Q) + f(2 * N * I) + f(N * I) + qk * f(N * KV);
   return f((L + 1) * N * C) + (recompute ? 1 : L) * layer + qkv + f(N * C) + f(N) + grads +
          f(4 * N);
 }
 
-MemoryPlan plan_memory(const Qwen2Config& c, const MemorySettings& s) {
+MemoryPlan plan_memory(const ModelConfig& c, const MemorySettings& s) {
   KILN_CHECK(s.world_size >= 1 && s.shard_size >= 1 && s.micro_batch >= 1 && s.seq_len >= 1,
              "memory plan: sizes must be positive");
   const bool no_shard = s.strategy == ShardStrategy::kNoShard;

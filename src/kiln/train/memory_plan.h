@@ -5,7 +5,7 @@
 //
 // The parts follow the code that allocates them: the shards (Fsdp, Optimizer), FSDP's pool of
 // gathered units and whole-unit gradients (the peak count of each buffer size, since the pool
-// keeps what it made), the model's activation arena (Qwen2Model::plan_buffers), the fused
+// keeps what it made), the model's activation arena (Decoder::plan_buffers), the fused
 // cross-entropy's chunk, the checkpoint snapshot (background saves) and rank 0's one unit at the
 // final Hugging Face save.
 #pragma once
@@ -73,14 +73,14 @@ struct MemoryPlan {
   std::string summary() const;  // one line, MiB
 };
 
-MemoryPlan plan_memory(const Qwen2Config& config, const MemorySettings& s);
+MemoryPlan plan_memory(const ModelConfig& config, const MemorySettings& s);
 
 // The settings of rank 0 of a run of `r` over `world_size` ranks, `per_node` of them on each
 // node (hybrid_shard shards over a node), on the CPU or a GPU.
 MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bool on_cpu);
 
-// Bytes of Qwen2Model's activation arena for N = micro_batch x seq_len tokens (training).
-size_t activation_arena_bytes(const Qwen2Config& c, size_t tokens, bool recompute, bool bf16);
+// Bytes of Decoder's activation arena for N = micro_batch x seq_len tokens (training).
+size_t activation_arena_bytes(const ModelConfig& c, size_t tokens, bool recompute, bool bf16);
 
 // "24GiB", "512MiB", "1.5GB", "1000000": bytes. Errors name `what` (the option or field).
 size_t parse_memory_size(const std::string& text, const std::string& what);

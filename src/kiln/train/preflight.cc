@@ -76,7 +76,7 @@ std::optional<std::string> overwrite_deletes_input(const Recipe& r) {
   return std::nullopt;
 }
 
-Qwen2Config read_model_config(const Recipe& r) {
+ModelConfig read_model_config(const Recipe& r) {
   std::error_code ec;
   const fs::path model = r.model.path;
   if (!fs::is_directory(model, ec)) {
@@ -90,7 +90,7 @@ Qwen2Config read_model_config(const Recipe& r) {
 
 void preflight_checks(const Recipe& r) {
   std::error_code ec;
-  const Qwen2Config config = read_model_config(r);
+  const ModelConfig config = read_model_config(r);
   check_context_length(r, config, /*lead=*/false);  // the trainer's rank 0 warns when allowed
 
   // Each data.train file in its own format, data.eval in data.format.

@@ -31,7 +31,7 @@ DataOptions data_options(const Recipe& r, const Recipe::TrainFile& f) {
   return data_options(r, f.path, train_file_format(r, f));
 }
 
-void check_context_length(const Recipe& r, const Qwen2Config& c, bool lead) {
+void check_context_length(const Recipe& r, const ModelConfig& c, bool lead) {
   if (r.data.seq_len <= c.max_position_embeddings) return;
   if (!r.data.allow_long_context) {
     fail(

@@ -37,7 +37,7 @@ std::unique_ptr<BatchSampler> make_sampler(const ExampleSource& dataset, const R
 
 // data.seq_len against the model's max_position_embeddings: above it is an error naming both,
 // unless data.allow_long_context (then rank 0 (`lead`) warns that RoPE extrapolates).
-void check_context_length(const Recipe& recipe, const Qwen2Config& config, bool lead);
+void check_context_length(const Recipe& recipe, const ModelConfig& config, bool lead);
 
 // Optimizer steps to run: train.max_steps, or with train.epochs > 0 the steps that cover that
 // many epochs of this rank's share (micro-batches per epoch: the sampler's full batches unpacked;

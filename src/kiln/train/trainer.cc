@@ -23,9 +23,9 @@
 #include "kiln/kernels/device/backend.h"
 #include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/device/gpu_assignment.h"
+#include "kiln/model/decoder.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/hf_model_files.h"
-#include "kiln/model/qwen2.h"
 #include "kiln/tensor/buffer.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/checkpoint_verify.h"
@@ -114,14 +114,14 @@ class Trainer {
   const bool lead_;
   const fs::path run_dir_;
   const std::string recipe_yaml_;  // the effective recipe, for recipe.yaml and every manifest
-  const Qwen2Config config_;
+  const ModelConfig config_;
   // The base's config, tokenizer and generation files, read once (rank 0 writes them beside every
   // checkpoint and into final/), so a base that moves mid-run does not fail later saves.
   const std::shared_ptr<const HfModelFiles> model_files_;
   const ShardStrategy strategy_;
   const size_t start_rss_;  // before the backend, model and shards exist: the plan's baseline
   std::unique_ptr<Backend> backend_;
-  Qwen2Model model_;
+  Decoder model_;
   Fsdp fsdp_;
   std::unique_ptr<TrainData> data_;
   std::optional<TokenizedDataset> eval_file_;  // data.eval's examples
