@@ -53,9 +53,15 @@ used = set(re.findall(r"build/bin/([A-Za-z0-9_]+)", demo))
 check("demo.sh runs binaries", bool(used))
 check("demo.sh builds every binary it runs", used <= built, f"runs {used}, builds {built}")
 
+# The demo runs on CPUs: no CUDA kernels; test.sh turns the CUDA backend back on (a cached
+# KILN_CUDA=OFF from the demo would otherwise leave it out of the tests).
+check("demo.sh builds without the CUDA backend", all("-DKILN_CUDA=OFF" in c for c in calls),
+      str(calls))
 test_calls = build_calls("scripts/test.sh")
 check("test.sh builds everything", len(test_calls) == 1 and not targets(test_calls[0]),
       str(test_calls))
+check("test.sh builds the CUDA backend where it can",
+      bool(test_calls) and "-DKILN_CUDA=AUTO" in test_calls[0], str(test_calls))
 
 # build.sh with a stand-in cmake: the configure step gets the extra arguments, the build step the
 # targets, and without targets it builds all.

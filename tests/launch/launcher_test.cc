@@ -101,8 +101,12 @@ TEST(Launcher, InputsAreCheckedBeforeAnyWorkerStarts) {
   auto r = run_kiln("train " + (d / "recipe.yaml").string() +
                     " data.train=" + (d / "missing.jsonl").string());
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_EQ(r.out,
-            "kiln: error: data.train: " + (d / "missing.jsonl").string() + " does not exist\n");
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_EQ(r.out.rfind("kiln: error: data.train: " + (d / "missing.jsonl").string() +
+                            " does not exist (a relative path in a recipe file is relative to",
+                        0),
+            0u)
+      << r.out;
   write_file_atomic(d / "chat.jsonl",
                     "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n");
   r = run_kiln("train " + (d / "recipe.yaml").string() +
