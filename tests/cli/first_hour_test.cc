@@ -55,14 +55,7 @@ class FirstHour : public ::testing::Test {
     write_file_atomic(dir_ / "stdin", input);
     const std::string cmd = std::string(KILN_BINARY_DIR) + "/bin/kiln " + args + " < '" +
                             path("stdin") + "' 2> '" + path("stderr") + "'";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int status = ::pclose(p);
-    return {CmdResult{WIFEXITED(status) ? WEXITSTATUS(status) : 128, out},
-            read_file(dir_ / "stderr")};
+    return {testing::run_shell(cmd), read_file(dir_ / "stderr")};
   }
 
   // A recipe training the model at `model` on the demo tokens (a few steps, one worker).

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/run_kiln.h"
 #include "common/test_backend.h"
 #include "kiln/base/file.h"
 #include "kiln/model/config.h"
@@ -54,13 +55,8 @@ class GenerateCli : public ::testing::Test {
     write_file_atomic(in, input);
     const std::string cmd = std::string(KILN_BINARY_DIR) + "/bin/kiln " + args + " < '" +
                             in.string() + "' 2> '" + err.string() + "'";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int status = ::pclose(p);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out, read_file(err)};
+    const testing::CmdResult r = testing::run_shell(cmd);
+    return {r.code, r.out, read_file(err)};
   }
 
   static void expect_one_line_error(const CmdResult& r, const std::string& needle) {

@@ -300,26 +300,16 @@ namespace kiln {
 namespace {
 
 TEST(RuntimeApi, UserTrainingFunctionRunsOnEveryWorker) {
-  const std::string cmd =
-      std::string(KILN_BINARY_DIR) + "/bin/kiln_custom_train_example --nproc 3 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_EQ(::pclose(p), 0) << out;
+  const testing::CmdResult r = testing::run_shell(std::string(KILN_BINARY_DIR) +
+                                                  "/bin/kiln_custom_train_example --nproc 3 2>&1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  const std::string& out = r.out;
   EXPECT_NE(out.find("[rank 0] report: {\"sum\":6.0,\"world_size\":3}"), std::string::npos) << out;
 }
 
 testing::CmdResult run_example(const std::string& args, const std::string& env = "") {
-  const std::string cmd =
-      env + " " + std::string(KILN_BINARY_DIR) + "/bin/kiln_custom_train_example " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+  return testing::run_shell(env + " " + std::string(KILN_BINARY_DIR) +
+                            "/bin/kiln_custom_train_example " + args + " 2>&1");
 }
 
 // report(metrics, dir) commits every rank's part atomically; a killed worker's group restarts
