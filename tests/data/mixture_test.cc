@@ -52,11 +52,10 @@ TEST(Mixture, HalfWeightTakesASeededHalf) {
   EXPECT_EQ(std::set<int>(got.begin(), got.end()).size(), 50u);
   std::vector<int> first_half(50);
   std::iota(first_half.begin(), first_half.end(), 0);
-  EXPECT_NE(got, first_half);  // drawn, not simply the first half
+  EXPECT_NE(got, first_half);                                 // drawn, not simply the first half
   EXPECT_EQ(ids(Mixture({{&a, 0.5}}, 0.0, 7).train()), got);  // the same for the same seed
   EXPECT_NE(ids(Mixture({{&a, 0.5}}, 0.0, 8).train()), got);  // another for another seed
-  EXPECT_NE(m.train().what().find("weight 0.5: 50 of 100"), std::string::npos)
-      << m.train().what();
+  EXPECT_NE(m.train().what().find("weight 0.5: 50 of 100"), std::string::npos) << m.train().what();
 }
 
 TEST(Mixture, WeightTwoTakesEveryExampleTwice) {

@@ -58,8 +58,8 @@ Mixture::Mixture(const std::vector<MixturePart>& parts, double eval_fraction, ui
            src.what(), h, n);
     }
     if (h > 0) {
-      views_.push_back(std::make_unique<IndexedSource>(
-          src, std::move(out), fmt::format("{} (held out)", src.what())));
+      views_.push_back(std::make_unique<IndexedSource>(src, std::move(out),
+                                                       fmt::format("{} (held out)", src.what())));
       held_out.push_back(views_.back().get());
     }
     const size_t m = kept.size();
