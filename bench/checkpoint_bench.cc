@@ -93,7 +93,7 @@ void tokenizer_row(const fs::path& dir, const fs::path& tokenizer, int runs) {
     std::printf("with a tokenizer: skipped (%s: no such file)\n", tokenizer.c_str());
     return;
   }
-  const kiln::Qwen2Config config = kiln::preset_config("tiny");
+  const kiln::ModelConfig config = kiln::preset_config("tiny");
   const kiln::ParamLayout layout(config);
   const fs::path base = dir / "base";
   fs::create_directories(base);
@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (!kiln::is_preset(preset)) kiln::fail("--preset: unknown preset '{}'", preset);
-    const kiln::Qwen2Config config = kiln::preset_config(preset);
+    const kiln::ModelConfig config = kiln::preset_config(preset);
     const kiln::ParamLayout layout(config);
     auto comm = kiln::make_local_communicator();
     // The synchronous CPU backend: its device memory is host memory, filled directly below.

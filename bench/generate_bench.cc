@@ -44,7 +44,7 @@ double median(std::vector<double> v) {
 }
 
 void bench(const std::string& preset, int prompt_len, int new_tokens, int runs) {
-  const kiln::Qwen2Config c = kiln::preset_config(preset);
+  const kiln::ModelConfig c = kiln::preset_config(preset);
   const kiln::ParamLayout layout(c);
   const std::unique_ptr<kiln::Backend> be =
       kiln::make_backend(kiln::DeviceRequest::kAuto, kiln::ComputeDType::kFp32);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch GPU baseline for `kiln bench train` on CUDA: trains Hugging Face's Qwen2ForCausalLM
-at the Qwen2.5 0.5B / 1.5B shapes (built from a config here: no downloads, random weights) on
+at the Qwen2.5 0.5B / 1.5B shapes, or Qwen3ForCausalLM at Qwen3-0.6B's (built from a config here: no downloads, random weights) on
 random tokens, with bf16 autocast, SDPA attention and fused AdamW (lr 1e-4, betas 0.9/0.999,
 eps 1e-8, no weight decay, fp32 master weights: the settings of kiln's bench), then prints one
 JSON object per shape:
@@ -23,18 +23,18 @@ import json
 import sys
 import time
 
-# name: (hidden, intermediate, layers, heads, kv_heads, vocab, rope_theta); tied embeddings.
-# The same numbers as kiln's presets (src/kiln/model/config.cc).
+# name: (hidden, intermediate, layers, heads, kv_heads, vocab, rope_theta, head_dim, family);
+# tied embeddings. The same numbers as kiln's presets (src/kiln/model/config.cc).
 PRESETS = {
-    "bench-h64": (64, 176, 2, 4, 2, 4096, 10000.0),
-    "qwen2.5-0.5b": (896, 4864, 24, 14, 2, 151936, 1000000.0),
-    "qwen2.5-1.5b": (1536, 8960, 28, 12, 2, 151936, 1000000.0),
+    "bench-h64": (64, 176, 2, 4, 2, 4096, 10000.0, 16, "qwen2"),
+    "qwen2.5-0.5b": (896, 4864, 24, 14, 2, 151936, 1000000.0, 64, "qwen2"),
+    "qwen2.5-1.5b": (1536, 8960, 28, 12, 2, 151936, 1000000.0, 128, "qwen2"),
+    "qwen3-0.6b": (1024, 3072, 28, 16, 8, 151936, 1000000.0, 128, "qwen3"),
 }
 
 
-def train_flops(h, inter, layers, heads, kv, vocab, tokens, seq):
+def train_flops(h, inter, layers, heads, kv, vocab, tokens, seq, hd):
     """kiln's train_flops (src/kiln/model/config.cc)."""
-    hd = h // heads
     q, k = heads * hd, kv * hd
     layer_matmul = h * q + 2 * h * k + q * h + 3 * h * inter
     matmul_params = layers * layer_matmul + vocab * h
@@ -62,14 +62,19 @@ def import_stack(cpu):
 
 
 def build_model(torch, transformers, preset, seq, device):
-    h, inter, layers, heads, kv, vocab, theta = PRESETS[preset]
-    config = transformers.Qwen2Config(
+    h, inter, layers, heads, kv, vocab, theta, hd, family = PRESETS[preset]
+    names = {"qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+             "qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}[family]
+    if not hasattr(transformers, names[0]):
+        die(f"transformers {transformers.__version__} has no {names[0]}")
+    config = getattr(transformers, names[0])(
         vocab_size=vocab,
         hidden_size=h,
         intermediate_size=inter,
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=kv,
+        head_dim=hd,
         max_position_embeddings=max(seq, 32768),
         rope_theta=theta,  # transformers 4.x; 5.x reads rope_parameters
         rope_parameters={"rope_type": "default", "rope_theta": theta},
@@ -80,7 +85,7 @@ def build_model(torch, transformers, preset, seq, device):
     )
     torch.manual_seed(0)
     with torch.device(device):  # initialised on the GPU: seconds, not minutes, at 1.5B
-        model = transformers.Qwen2ForCausalLM(config)
+        model = getattr(transformers, names[1])(config)
     return model.float()
 
 
@@ -123,8 +128,8 @@ def bench(args):
     times.sort()
     med = times[len(times) // 2]
     tokens = args.batch * args.seq
-    h, inter, layers, heads, kv, vocab, _ = PRESETS[args.preset]
-    tflops = train_flops(h, inter, layers, heads, kv, vocab, tokens, args.seq) / med / 1e12
+    h, inter, layers, heads, kv, vocab, _, hd, _ = PRESETS[args.preset]
+    tflops = train_flops(h, inter, layers, heads, kv, vocab, tokens, args.seq, hd) / med / 1e12
     out = {
         "preset": args.preset,
         "batch": args.batch,

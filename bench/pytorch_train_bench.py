@@ -30,14 +30,22 @@ import subprocess
 import sys
 import time
 
-# name: (hidden, intermediate, layers, heads, kv_heads, vocab, rope_theta); all tied embeddings.
-# The same numbers as kiln's presets (src/kiln/model/config.cc).
+# name: (hidden, intermediate, layers, heads, kv_heads, vocab, rope_theta[, head_dim]); all tied
+# embeddings. The same numbers as kiln's presets (src/kiln/model/config.cc). Qwen3 presets (a
+# head_dim given) have no q/k/v biases and RMSNorm each head of q and k before RoPE.
 PRESETS = {
     "bench-h64": (64, 176, 2, 4, 2, 4096, 10000.0),
     "25m": (384, 1024, 8, 6, 2, 32000, 10000.0),
     "bench-h512": (512, 1408, 8, 8, 2, 151936, 1000000.0),
     "qwen2.5-0.5b": (896, 4864, 24, 14, 2, 151936, 1000000.0),
+    "qwen3-0.6b": (1024, 3072, 28, 16, 8, 151936, 1000000.0, 128),
 }
+
+
+def preset(name):
+    """(hidden, intermediate, layers, heads, kv_heads, vocab, theta, head_dim, qwen3)."""
+    p = PRESETS[name]
+    return p[:7] + ((p[7], True) if len(p) > 7 else (p[0] // p[3], False))
 
 # (preset, batch, seq, timed steps, warm-up steps): kiln bench train's fixed set.
 SHAPES = [
@@ -52,16 +60,15 @@ SHAPES = [
 QUICK = [("bench-h64", 1, 256, 10, 2), ("25m", 1, 256, 3, 1)]
 
 
-def param_count(h, i, l, nh, kv, v):
-    hd = h // nh
+def param_count(h, i, l, nh, kv, v, hd, qwen3):
     q, k = nh * hd, kv * hd
-    layer = h * q + q + 2 * (h * k + k) + q * h + 3 * h * i + 2 * h
+    extra = 2 * hd if qwen3 else q + 2 * k  # q/k norms, or q/k/v biases
+    layer = h * q + 2 * h * k + extra + q * h + 3 * h * i + 2 * h
     return v * h + l * layer + h
 
 
-def train_flops(h, i, l, nh, kv, v, tokens, t):
+def train_flops(h, i, l, nh, kv, v, tokens, t, hd):
     """Same formula as kiln's train_flops (src/kiln/model/config.cc)."""
-    hd = h // nh
     q, k = nh * hd, kv * hd
     layer_matmul = h * q + 2 * h * k + q * h + 3 * h * i
     matmul_params = l * layer_matmul + v * h
@@ -76,8 +83,7 @@ def run_row(args):
     import torch.utils.checkpoint as cp
 
     torch.set_num_threads(args.threads)
-    h, inter, nl, nh, nkv, vocab, theta = PRESETS[args.preset]
-    hd = h // nh
+    h, inter, nl, nh, nkv, vocab, theta, hd, qwen3 = preset(args.preset)
     B, T = args.batch, args.seq
 
     class RMSNorm(nn.Module):
@@ -99,9 +105,11 @@ def run_row(args):
         def __init__(self):
             super().__init__()
             self.ln1 = RMSNorm(h)
-            self.q = nn.Linear(h, nh * hd, bias=True)
-            self.k = nn.Linear(h, nkv * hd, bias=True)
-            self.v = nn.Linear(h, nkv * hd, bias=True)
+            self.q = nn.Linear(h, nh * hd, bias=not qwen3)
+            self.k = nn.Linear(h, nkv * hd, bias=not qwen3)
+            self.v = nn.Linear(h, nkv * hd, bias=not qwen3)
+            self.qn = RMSNorm(hd) if qwen3 else nn.Identity()
+            self.kn = RMSNorm(hd) if qwen3 else nn.Identity()
             self.o = nn.Linear(nh * hd, h, bias=False)
             self.ln2 = RMSNorm(h)
             self.gate = nn.Linear(h, inter, bias=False)
@@ -110,8 +118,8 @@ def run_row(args):
 
         def forward(self, x, cos, sin, mask):
             xn = self.ln1(x)
-            q = self.q(xn).view(B, T, nh, hd).transpose(1, 2)
-            k = self.k(xn).view(B, T, nkv, hd).transpose(1, 2)
+            q = self.qn(self.q(xn).view(B, T, nh, hd)).transpose(1, 2)
+            k = self.kn(self.k(xn).view(B, T, nkv, hd)).transpose(1, 2)
             v = self.v(xn).view(B, T, nkv, hd).transpose(1, 2)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
@@ -178,13 +186,14 @@ def run_row(args):
     times.sort()
     med = times[len(times) // 2]
     tokens = B * T
-    gflops = train_flops(h, inter, nl, nh, nkv, vocab, tokens, T) / med / 1e9
+    gflops = train_flops(h, inter, nl, nh, nkv, vocab, tokens, T, hd) / med / 1e9
     peak = args.peak_bf16 if args.bf16 else args.peak_fp32
     frac = "%6.1f%%" % (100.0 * gflops / peak) if peak > 0 else "     - "
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    est = 16.0 * param_count(h, inter, nl, nh, nkv, vocab) / 1048576.0
+    count = param_count(h, inter, nl, nh, nkv, vocab, hd, qwen3)
+    est = 16.0 * count / 1048576.0
     print("%-13s %7.1fM %3dx%-4d %-4s %-4s %9.4f %9.0f %8.1f %s %8.0f %8.0f %7s %9s" %
-          (args.preset, param_count(h, inter, nl, nh, nkv, vocab) / 1e6, B, T,
+          (args.preset, count / 1e6, B, T,
            "bf16" if args.bf16 else "fp32", args.recompute, med, tokens / med, gflops, frac,
            rss, est, "-", "-"), flush=True)
 

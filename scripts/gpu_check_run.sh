@@ -8,12 +8,12 @@
 #   env        nvidia-smi, PyTorch's import (the machine's own python and environment), kiln doctor
 #   gemm       bf16 cuBLASLt ceiling and copy bandwidth (cuda_gemm_ceiling): MFU's and the
 #              rooflines' denominators, beside the GPU's published peak
-#   kiln-bench kiln bench train --dtype bf16, qwen2.5-0.5b and 1.5b at 2048 tokens: throughput,
-#              MFU, memory, the first step's loss against ln(vocabulary), and each phase's time
-#              beside its roofline estimate. A failing row is rerun once small (one step,
+#   kiln-bench kiln bench train --dtype bf16, qwen2.5-0.5b, qwen2.5-1.5b and qwen3-0.6b at 2048
+#              tokens: throughput, MFU, memory, the first step's loss against ln(vocabulary),
+#              and each phase's time beside its roofline estimate. A failing row is rerun once small (one step,
 #              sequence 256) under CUDA_LAUNCH_BLOCKING=1 and once under compute-sanitizer
 #              memcheck limited to kiln's kernels, to name the kernel and the line.
-#   torch      the same shapes by PyTorch (pytorch_gpu_train_bench.py) and kiln/PyTorch ratio
+#   torch      the Qwen2.5 shapes by PyTorch (pytorch_gpu_train_bench.py) and kiln/PyTorch ratio
 #   tests      the pack's test binaries (the parity suite, attention, pointwise, NCCL, ...)
 #   tiny       kiln init + train on CPU fp32 and CUDA bf16 from one seed: tiny (head_dim 16: the
 #              reference attention), tiny-hd64 and tiny-hd128 (the flash kernels): loss curves
@@ -34,7 +34,9 @@
 # Other knobs: KILN_GPU_CHECK_BATCH (2), KILN_GPU_CHECK_STEPS (tiny-model steps, 20),
 # KILN_GPU_CHECK_WORK (scratch, /tmp/kiln_gpu_check), KILN_GPU_CHECK_PYTHON (the python3 with
 # torch and transformers, default python3), KILN_GPU_CHECK_STAGES (the stages to run, default
-# all), KILN_GPU_CHECK_PRESETS (the bench's presets), KILN_GPU_CHECK_LIB_ROOTS and
+# all), KILN_GPU_CHECK_PRESETS (kiln's bench presets), KILN_GPU_CHECK_TORCH_PRESETS (PyTorch's,
+# those of kiln's it also runs: Qwen3-0.6B's row is kiln's alone, to keep the plan inside the
+# budget), KILN_GPU_CHECK_LIB_ROOTS and
 # KILN_GPU_CHECK_SITE_PACKAGES (more folders to look for libraries in, searched first).
 #
 #   run.sh --list-filters   prints the sanitizer's selections (binary, gtest filter) and exits
@@ -319,7 +321,8 @@ fi
 
 # --- kiln bench train, then PyTorch on the same shapes --------------------------------------
 batch=${KILN_GPU_CHECK_BATCH:-2}
-read -r -a presets <<<"${KILN_GPU_CHECK_PRESETS:-qwen2.5-0.5b qwen2.5-1.5b}"
+read -r -a presets <<<"${KILN_GPU_CHECK_PRESETS:-qwen2.5-0.5b qwen2.5-1.5b qwen3-0.6b}"
+read -r -a torch_presets <<<"${KILN_GPU_CHECK_TORCH_PRESETS:-qwen2.5-0.5b qwen2.5-1.5b}"
 seq=2048
 bench_steps=(--steps 5 --warmup 2)
 torch_flags=()
@@ -406,7 +409,7 @@ if stage kiln-bench; then
   done
 fi
 if stage torch; then
-  for p in "${presets[@]}"; do
+  for p in "${torch_presets[@]}"; do
     r=$(run_preset "$p")
     plan "$(torch_expected "$p")" 90 "torch bench $p"
     [[ -n $fake ]] && fake_sleep "$(torch_expected "$p")"

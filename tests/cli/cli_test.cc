@@ -96,7 +96,7 @@ TEST_F(Cli, InitExportReloadRoundTrip) {
 }
 
 TEST_F(Cli, InitFromConfigFileUntied) {
-  Qwen2Config c = preset_config("tiny");
+  ModelConfig c = preset_config("tiny");
   c.tie_word_embeddings = false;
   c.num_key_value_heads = 4;
   write_file_atomic(path("config.json"), config_to_json(c).dump());
@@ -254,13 +254,42 @@ TEST_F(Cli, TruncatedSafetensors) {
                         "model.safetensors");
 }
 
-TEST_F(Cli, NotQwen2) {
+TEST_F(Cli, UnsupportedModelType) {
   ASSERT_EQ(kiln("init --config tiny --out " + path("m")).code, 0);
   Json c = read_json_file(path("m/config.json"));
-  c["model_type"] = "llama";
-  c["architectures"] = {"LlamaForCausalLM"};
+  c["model_type"] = "gpt2";
+  c["architectures"] = {"GPT2LMHeadModel"};
   write_file_atomic(path("m/config.json"), c.dump());
-  expect_one_line_error(kiln("eval --model " + path("m") + " --data x.jsonl"), "llama");
+  expect_one_line_error(kiln("eval --model " + path("m") + " --data x.jsonl"), "gpt2");
+}
+
+// A field kiln would need but does not do: one line naming the field and its value.
+TEST_F(Cli, UnsupportedConfigField) {
+  ASSERT_EQ(kiln("init --config tiny-llama --out " + path("m")).code, 0);
+  Json c = read_json_file(path("m/config.json"));
+  c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  write_file_atomic(path("m/config.json"), c.dump());
+  expect_one_line_error(kiln("eval --model " + path("m") + " --data x.jsonl"),
+                        "rope_scaling.rope_type \"yarn\" is not supported");
+  c = read_json_file(path("m/config.json"));
+  c["rope_scaling"] = nullptr;
+  c["num_experts"] = 8;
+  write_file_atomic(path("m/config.json"), c.dump());
+  expect_one_line_error(kiln("export --checkpoint " + path("m") + " --out " + path("o")),
+                        "'num_experts' = 8");
+}
+
+// A Qwen3 config over weights without q_norm (a Qwen2.5 checkpoint's, relabelled): one line
+// naming the tensor.
+TEST_F(Cli, CheckpointMissingQNorm) {
+  ASSERT_EQ(kiln("init --config tiny --out " + path("m")).code, 0);
+  Json c = read_json_file(path("m/config.json"));
+  c["model_type"] = "qwen3";
+  c["architectures"] = {"Qwen3ForCausalLM"};
+  c["attention_bias"] = true;  // so the first tensor missing is layer 0's q_norm
+  write_file_atomic(path("m/config.json"), c.dump());
+  expect_one_line_error(kiln("export --checkpoint " + path("m") + " --out " + path("o")),
+                        "no tensor named model.layers.0.self_attn.q_norm.weight");
 }
 
 TEST_F(Cli, BadRecipe) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/run_kiln.h"
 #include "common/test_backend.h"
 #include "kiln/base/file.h"
 #include "kiln/model/config.h"
@@ -36,7 +37,7 @@ class GenerateCli : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     // The tiny preset with the tokenizer's vocabulary (151643 BPE tokens + 26 added: 151669).
-    Qwen2Config c = preset_config("tiny");
+    ModelConfig c = preset_config("tiny");
     c.vocab_size = Tokenizer::load(kTokenizer).vocab_size();
     write_file_atomic(dir_ / "config.json", config_to_json(c).dump(2));
     const CmdResult r =
@@ -54,13 +55,8 @@ class GenerateCli : public ::testing::Test {
     write_file_atomic(in, input);
     const std::string cmd = std::string(KILN_BINARY_DIR) + "/bin/kiln " + args + " < '" +
                             in.string() + "' 2> '" + err.string() + "'";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int status = ::pclose(p);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out, read_file(err)};
+    const testing::CmdResult r = testing::run_shell(cmd);
+    return {r.code, r.out, read_file(err)};
   }
 
   static void expect_one_line_error(const CmdResult& r, const std::string& needle) {
@@ -99,11 +95,10 @@ TEST_F(GenerateCli, GreedyIsDeterministicAndMatchesTheLibrary) {
       "generate --model " + model() + " --prompt hi --max-new-tokens 5 --temperature 0";
   const CmdResult a = kiln(args), b = kiln(args);
   ASSERT_EQ(a.code, 0) << a.err;
-  EXPECT_EQ(a.err, "");
   EXPECT_EQ(a.out, b.out);
 
   // The same five tokens from the Generator directly.
-  const Qwen2Config c = read_config(fs::path(model()) / "config.json");
+  const ModelConfig c = read_config(fs::path(model()) / "config.json");
   const ParamLayout layout(c);
   ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
   load_hf_weights(model(), layout, params);
@@ -112,12 +107,58 @@ TEST_F(GenerateCli, GreedyIsDeterministicAndMatchesTheLibrary) {
   Sampler greedy({0.0, 1.0}, 0);
   const std::vector<int32_t> reply = greedy_reply(gen, greedy, tok, tok.encode("hi"), 5);
   EXPECT_EQ(a.out, tok.decode(reply) + "\n");
+  // The only line on stderr says why it stopped.
+  if (reply.size() == 5) {
+    EXPECT_EQ(a.err, "stop: length (--max-new-tokens 5) after 5 new tokens\n");
+  } else {
+    EXPECT_EQ(a.err.rfind("stop: end token <|", 0), 0u) << a.err;
+  }
 
   // The whole of stdin is the prompt when there is no --prompt (its last newline dropped).
   const CmdResult s =
       kiln("generate --model " + model() + " --max-new-tokens 5 --temperature 0", "hi\n");
   ASSERT_EQ(s.code, 0) << s.err;
   EXPECT_EQ(s.out, a.out);
+}
+
+// A model that always answers a stop token: every logit is E[j][0] * h0 (the final norm keeps
+// only the first channel), and E[<|im_end|>][0] = -E[<|endoftext|>][0] = 1e3 dwarfs the rest, so
+// the argmax is one of the two whatever the sign of h0. Issue 22: such a run printed nothing and
+// exited 0; now stderr says it ended at an end token.
+TEST_F(GenerateCli, EndsWithAStopReasonOnStderr) {
+  const ModelConfig c = read_config(fs::path(model()) / "config.json");
+  const ParamLayout layout(c);
+  ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
+  load_hf_weights(model(), layout, params);
+  const Tokenizer tok = Tokenizer::load(kTokenizer);
+  std::vector<float> embed(layout.units()[layout.embed_unit()].numel);
+  params.read_unit(layout.embed_unit(), embed.data());
+  const auto C = static_cast<size_t>(c.hidden_size);
+  embed[static_cast<size_t>(tok.token_id("<|im_end|>")) * C] = 1e3f;
+  embed[static_cast<size_t>(tok.token_id("<|endoftext|>")) * C] = -1e3f;
+  params.load_unit(layout.embed_unit(), embed.data());
+  const ParamUnit& head = layout.units()[layout.head_unit()];
+  std::vector<float> norm(head.numel);
+  params.read_unit(layout.head_unit(), norm.data());
+  const ParamEntry& w = head.entry("model.norm.weight");
+  std::fill(norm.begin() + static_cast<ptrdiff_t>(w.offset),
+            norm.begin() + static_cast<ptrdiff_t>(w.offset + w.numel), 0.0f);
+  norm[w.offset] = 1.0f;
+  params.load_unit(layout.head_unit(), norm.data());
+  const fs::path stops = dir_ / "stops";
+  save_hf_checkpoint(stops, c, layout, params, DType::F32);
+  fs::copy_file(kTokenizer, stops / "tokenizer.json");
+
+  CmdResult r = kiln("generate --model " + stops.string() + " --prompt hi --temperature 0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "\n");
+  EXPECT_TRUE(r.err == "stop: end token <|im_end|> after 0 new tokens\n" ||
+              r.err == "stop: end token <|endoftext|> after 0 new tokens\n")
+      << r.err;
+  // And at the length limit, with the original model.
+  r = kiln("generate --model " + model() + " --prompt hi --temperature 0 --max-new-tokens 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "stop: length (--max-new-tokens 1) after 1 new tokens\n");
 }
 
 TEST_F(GenerateCli, SamplingIsReproducibleForASeed) {
@@ -168,7 +209,7 @@ TEST_F(GenerateCli, ChatWithTools) {
                            " --chat --prompt hi --max-new-tokens 6 --temperature 0 --tools " +
                            (dir_ / "tools.json").string());
   ASSERT_EQ(r.code, 0) << r.err;
-  const Qwen2Config c = read_config(fs::path(model()) / "config.json");
+  const ModelConfig c = read_config(fs::path(model()) / "config.json");
   const ParamLayout layout(c);
   ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
   load_hf_weights(model(), layout, params);
@@ -210,7 +251,7 @@ TEST_F(GenerateCli, OneLineErrors) {
 void expect_reply(const CmdResult& r, const std::string& model, const Tokenizer& tok,
                   const std::vector<int32_t>& prompt, std::vector<std::string_view> stops) {
   ASSERT_EQ(r.code, 0) << r.err;
-  const Qwen2Config c = read_config(fs::path(model) / "config.json");
+  const ModelConfig c = read_config(fs::path(model) / "config.json");
   const ParamLayout layout(c);
   ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
   load_hf_weights(model, layout, params);
@@ -247,7 +288,7 @@ TEST_F(GenerateCli, Llama3TemplateAndBeginOfText) {
       fs::path(KILN_SOURCE_DIR) / "tests/fixtures/tokenizer/llama3_tiny_tokenizer.json";
   const Tokenizer tok = Tokenizer::load(tok_json);
   const std::string llama = (dir_ / "llama").string();
-  Qwen2Config c = preset_config("tiny");
+  ModelConfig c = preset_config("tiny");
   c.vocab_size = tok.vocab_size();
   write_file_atomic(dir_ / "llama_config.json", config_to_json(c).dump(2));
   ASSERT_EQ(

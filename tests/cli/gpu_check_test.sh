@@ -104,6 +104,8 @@ check "kiln bench rows parsed, first loss checked" test "$(grep -cE \
 check "phase rows" test "$(grep -cE '^\| kiln-bench qwen2.5-[01].5b phases: measured vs roofline \| ok \| gemm [0-9.]+ ms; lm_head [0-9.]+ ms; attention .*other [0-9.]+ ms' "$summary")" -eq 2
 check "torch bench: missing or ok" test "$(grep -cE '^\| torch-bench qwen2.5-[01].5b[^|]* \| (missing|ok) \|' \
   "$summary")" -eq 2
+check "the Qwen3 bench row" grep -qE \
+  '^\| kiln-bench qwen3-0.6b 1x256 \(bench-h64 on the CPU\) \| ok \|' "$summary"
 check "sanitizer skipped" row "sanitizer" "skipped"
 n=$(find "$out" -type f | wc -l)
 check "at most 8 result files ($n)" test "$n" -le 8

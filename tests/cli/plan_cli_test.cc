@@ -24,12 +24,12 @@ fs::path temp_dir() {
   return d;
 }
 
-// A recipe whose model is `model` (a preset name or a directory); no data file is read.
+// A recipe whose model is `model` (a preset name or a directory), without data.train: planning
+// reads no data.
 fs::path write_recipe(const fs::path& dir, const std::string& model) {
   const fs::path p = dir / "recipe.yaml";
   write_file_atomic(p, "model: {path: " + model + "}\n" +
-                           "data: {train: " + (dir / "none.jsonl").string() +
-                           ", seq_len: 128}\n"
+                           "data: {seq_len: 128}\n"
                            "train: {micro_batch_size: 2, dtype: bf16}\n"
                            "output: {dir: " +
                            (dir / "run").string() + "}\n");
@@ -47,8 +47,8 @@ TEST(PlanCli, JsonIsTheLibrarysPlanAndItsPartsAddUp) {
   const fs::path recipe = write_recipe(dir, "25m");
   const Json j =
       plan_json(recipe.string() + " dist.nproc_per_node=2 train.activation_checkpointing=true");
-  const Recipe r =
-      load_recipe(recipe, {"dist.nproc_per_node=2", "train.activation_checkpointing=true"});
+  const Recipe r = load_recipe(
+      recipe, {"dist.nproc_per_node=2", "train.activation_checkpointing=true"}, RecipeUse::kPlan);
   const MemoryPlan p = plan_memory(preset_config("25m"), memory_settings(r, 2, 2, true));
   EXPECT_EQ(j.at("peak_bytes").get<size_t>(), p.peak);
   EXPECT_EQ(j.at("world_size").get<int>(), 2);
@@ -82,11 +82,13 @@ TEST(PlanCli, ReadsAModelDirectoryAndSaysWhatFits) {
   const Json from_preset = plan_json(write_recipe(dir, "tiny").string());
   EXPECT_EQ(from_dir.at("peak_bytes"), from_preset.at("peak_bytes"));
 
+  // A plan that does not fit exits 3 (after printing it), so scripts can gate a run on it.
   auto r = run_kiln("plan " + recipe.string() + " --memory-per-device 1MiB");
-  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("predicted peak"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("does NOT fit"), std::string::npos) << r.out;
   r = run_kiln("plan " + recipe.string() + " --memory-per-device 64GiB");
+  EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(": fits"), std::string::npos) << r.out;
   EXPECT_TRUE(plan_json(recipe.string() + " --memory-per-device 64GiB").at("fits").get<bool>());
 }

@@ -13,9 +13,9 @@ struct CmdResult {
   std::string out;  // stdout and stderr together
 };
 
-// `env`: assignments placed before the command, e.g. "KILN_FAULT=1:3:exit".
-inline CmdResult run_kiln(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " " + std::string(KILN_BINARY_DIR) + "/bin/kiln " + args + " 2>&1";
+// Runs the shell command `cmd` and returns its exit code (128 when it did not exit) and its
+// stdout. The one popen runner of the tests.
+inline CmdResult run_shell(const std::string& cmd) {
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -23,6 +23,14 @@ inline CmdResult run_kiln(const std::string& args, const std::string& env = "") 
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int status = ::pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+}
+
+// The kiln binary built next to the tests, as a shell word.
+inline std::string kiln_binary() { return std::string(KILN_BINARY_DIR) + "/bin/kiln"; }
+
+// `env`: assignments placed before the command, e.g. "KILN_FAULT=1:3:exit".
+inline CmdResult run_kiln(const std::string& args, const std::string& env = "") {
+  return run_shell(env + " " + kiln_binary() + " " + args + " 2>&1");
 }
 
 }  // namespace kiln::testing

@@ -1,5 +1,5 @@
-// A small random Qwen2 for model-level tests: every path matters (HF-style init would be too
-// small), and every test that needs one builds the same kind.
+// A small random model (any family) for model-level tests: every path matters (HF-style init would
+// be too small), and every test that needs one builds the same kind.
 #pragma once
 
 #include <algorithm>
@@ -11,8 +11,8 @@
 
 namespace kiln::testing {
 
-inline Qwen2Config small_config(bool tied = true, int heads = 4, int kv = 2) {
-  Qwen2Config c;
+inline ModelConfig small_config(bool tied = true, int heads = 4, int kv = 2) {
+  ModelConfig c;
   c.hidden_size = 16;
   c.intermediate_size = 24;
   c.num_hidden_layers = 2;
@@ -22,6 +22,29 @@ inline Qwen2Config small_config(bool tied = true, int heads = 4, int kv = 2) {
   c.rope_theta = 10000.0;
   c.rms_norm_eps = 1e-6;
   c.tie_word_embeddings = tied;
+  return c;
+}
+
+// small_config as `family` has it (family_defaults: Qwen2's biases, Qwen3's q/k norms): Qwen3
+// with head_dim 8, so q_proj is (heads * 8, 16), not hidden / heads; Llama with llama3 RoPE
+// scaling over an original context of 16 (with head_dim 4 and theta 10000, its frequencies fall
+// below, between and above the bands).
+inline ModelConfig small_family_config(ModelFamily family, bool tied = true, int heads = 4,
+                                       int kv = 2) {
+  const ModelConfig s = small_config(tied, heads, kv);
+  ModelConfig c = family_defaults(family);
+  c.hidden_size = s.hidden_size;
+  c.intermediate_size = s.intermediate_size;
+  c.num_hidden_layers = s.num_hidden_layers;
+  c.num_attention_heads = s.num_attention_heads;
+  c.num_key_value_heads = s.num_key_value_heads;
+  c.vocab_size = s.vocab_size;
+  c.rope_theta = s.rope_theta;
+  c.rms_norm_eps = s.rms_norm_eps;
+  c.tie_word_embeddings = tied;
+  if (family == ModelFamily::kQwen3) c.head_dim_field = 8;
+  if (family == ModelFamily::kLlama)
+    c.rope_scaling = {RopeScaling::Type::kLlama3, 4.0, 1.0, 4.0, 16};
   return c;
 }
 

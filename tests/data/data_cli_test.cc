@@ -144,7 +144,7 @@ TEST_F(DataCli, DeeplyNestedLineFailsNamingItOrIsSkipped) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_HAS(r.out,
              "kiln: error: " + (dir_->path() / "deep.jsonl").string() +
-                 ":2: malformed JSON: nested deeper than 256 levels at line 1, column 264\n");
+                 ":2: malformed JSON: nested deeper than 256 levels at line 2, column 264\n");
   r = kiln(
       "prepare-data recipe.yaml data.train=deep.jsonl data.format=text data.skip_bad_lines=true");
   ASSERT_EQ(r.code, 0) << r.out;

@@ -12,7 +12,8 @@
 #include "common/test_backend.h"
 #include "kiln/base/error.h"
 #include "kiln/data/packing_sampler.h"
-#include "kiln/model/qwen2.h"
+#include "kiln/kernels/device/host_cpu.h"
+#include "kiln/model/decoder.h"
 #include "kiln/train/train_data.h"
 
 namespace kiln {
@@ -258,8 +259,21 @@ TokenDataset random_examples(const std::vector<int>& lengths, uint32_t seed) {
   return TokenDataset::from_examples(std::move(out), "random");
 }
 
+// How close packed and one-by-one results are depends on the fp32 GEMM kernel OpenBLAS chose: the
+// packed GEMMs have 36 rows, the one-by-one ones at most 7, and the kernels' edge tiles sum in
+// another order. Under the AVX-512 kernels (SkylakeX, Cooperlake, SapphireRapids) they agree to
+// 1e-5; the 8-wide AVX2 kernels (Haswell, Zen) differ by up to 3e-5 (measured on an AVX2-only
+// EPYC, and here with OPENBLAS_CORETYPE=Haswell), so they are held to 1e-4.
+double packing_tolerance() {
+  const std::string core = blas_core_name();
+  const bool avx512 = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
+  return avx512 ? 1e-5 : 1e-4;
+}
+
 TEST(Packing, SameLossesAndGradientsAsOneByOne) {
-  Qwen2Model model(small_config(), testing::cpu_fp32());
+  const double tol = packing_tolerance();
+  SCOPED_TRACE("OpenBLAS core " + blas_core_name() + ", tolerance " + std::to_string(tol));
+  Decoder model(small_config(), testing::cpu_fp32());
   const ParamLayout& layout = model.layout();
   ParamStore packed(layout, testing::cpu_fp32()), single(layout, testing::cpu_fp32());
   randomize(packed, layout, 11);
@@ -285,14 +299,14 @@ TEST(Packing, SameLossesAndGradientsAsOneByOne) {
     single_targets += b.num_targets();
   }
   EXPECT_EQ(batch.num_targets(), single_targets);
-  EXPECT_NEAR(packed_loss, single_loss, 1e-5 * std::abs(single_loss));
+  EXPECT_NEAR(packed_loss, single_loss, tol * std::abs(single_loss));
   for (int u = 0; u < layout.num_units(); ++u) {
     const size_t n = packed.grads(u).size();
-    EXPECT_LT(testing::rel_err(packed.grads(u).data(), single.grads(u).data(), n), 1e-5)
+    EXPECT_LT(testing::rel_err(packed.grads(u).data(), single.grads(u).data(), n), tol)
         << "unit " << u;
     for (size_t k = 0; k < n; ++k) {
       ASSERT_NEAR(packed.grads(u).data()[k], single.grads(u).data()[k],
-                  1e-5 * std::max(1.0f, std::abs(single.grads(u).data()[k])))
+                  tol * std::max(1.0f, std::abs(single.grads(u).data()[k])))
           << "unit " << u << " element " << k;
     }
   }
@@ -311,7 +325,7 @@ TEST(Packing, SameLossesAndGradientsAsOneByOne) {
       if (r != d.row || t < d.at || t >= d.at + d.len) only.targets[i] = X;
     }
     EXPECT_NEAR(model.forward(only, packed), alone[static_cast<size_t>(d.example)],
-                1e-5 * std::max(1.0, std::abs(alone[static_cast<size_t>(d.example)])))
+                tol * std::max(1.0, std::abs(alone[static_cast<size_t>(d.example)])))
         << "example " << d.example;
   }
 }

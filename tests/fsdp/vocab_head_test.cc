@@ -16,15 +16,15 @@
 #include "kiln/comm/gloo_communicator.h"
 #include "kiln/comm/store.h"
 #include "kiln/fsdp/fsdp.h"
-#include "kiln/model/qwen2.h"
+#include "kiln/model/decoder.h"
 
 namespace kiln {
 namespace {
 
 constexpr int kT = 12;  // tokens per rank: S * kT stays below the vocabulary
 
-Qwen2Config vocab_config(bool tied) {
-  Qwen2Config c = testing::small_config(tied);
+ModelConfig vocab_config(bool tied) {
+  ModelConfig c = testing::small_config(tied);
   c.vocab_size = 301;
   c.num_hidden_layers = 1;  // the (V, C) tables are the largest units by far
   return c;
@@ -59,10 +59,10 @@ Batch concat(int world, int V) {
 }
 
 void check_split_head(int world, bool tied, bool bf16, double tol) {
-  const Qwen2Config c = vocab_config(tied);
+  const ModelConfig c = vocab_config(tied);
   const int V = static_cast<int>(c.vocab_size);
   const Backend& be = bf16 ? testing::cpu_bf16() : testing::cpu_fp32();
-  Qwen2Model ref_model(c, be);
+  Decoder ref_model(c, be);
   ParamStore ref(ref_model.layout(), be);
   testing::randomize(ref, ref_model.layout(), 11);
   ref.zero_grads();
@@ -75,7 +75,7 @@ void check_split_head(int world, bool tied, bool bf16, double tol) {
   std::vector<double> losses(world);
   testing::run_rank_threads(world, [&](int r) {
     auto comm = make_gloo_communicator(store, r, world, GlooOptions{});
-    Qwen2Model model(c, be);
+    Decoder model(c, be);
     Fsdp fsdp(model.layout(), be, ShardStrategy::kFullShard, *comm, nullptr);
     const auto ranges = fsdp.shard_ranges();
     for (int u = 0; u < fsdp.num_units(); ++u) {

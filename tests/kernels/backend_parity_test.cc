@@ -179,6 +179,38 @@ TEST_P(BackendParity, RmsNormBackward) {
   }
 }
 
+// Qwen3's q/k norms: rmsnorm over (tokens * heads, head_dim) rows with one weight of head_dim,
+// forward and backward (dw summed over every row: 70 tokens' rows cross several 64-row chunks).
+TEST_P(BackendParity, RmsNormPerHead) {
+  for (const LayerShape& s : layer_shapes()) {
+    for (const int N : {kTokens, 70}) {
+      const int rows = N * s.heads, D = s.head_dim;
+      const size_t n = static_cast<size_t>(rows) * D;
+      const auto x = random_values(n, 12, 1.5f), dout = random_values(n, 13);
+      const auto w = random_values(D, 14, 0.2f, 1.0f);
+      for (DType wt : {DType::F32, DType::BF16}) {
+        const std::string what = s.name + " rows=" + std::to_string(rows) +
+                                 " D=" + std::to_string(D) + " w " + std::string(dtype_name(wt));
+        expect_parity(be(), "per-head rmsnorm " + what, kExact, [&](const Backend& b) {
+          DeviceScope d(b);
+          const float* xd = d.upload(x);
+          const ConstDevPtr wd = d.upload_as(w, wt);
+          float* rstd = d.zeros<float>(rows);
+          float* y = d.zeros<float>(n);
+          b.rmsnorm_forward(y, rstd, xd, wd, rows, D, 1e-6f);
+          float* dx = d.zeros<float>(n);
+          float* dw = d.zeros<float>(D);
+          b.rmsnorm_backward(dx, dw, d.upload(dout), xd, wd, rstd, rows, D, false);
+          return Outputs{{"y", d.download(y, n)},
+                         {"rstd", d.download(rstd, rows)},
+                         {"dx", d.download(dx, n)},
+                         {"dw", d.download(dw, D)}};
+        });
+      }
+    }
+  }
+}
+
 TEST_P(BackendParity, Rope) {
   for (const LayerShape& s : layer_shapes()) {
     const int D = s.head_dim, N = kTokens;

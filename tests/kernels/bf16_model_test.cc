@@ -14,8 +14,8 @@
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/config.h"
+#include "kiln/model/decoder.h"
 #include "kiln/model/init.h"
-#include "kiln/model/qwen2.h"
 #include "kiln/train/optimizer.h"
 
 namespace kiln {
@@ -53,11 +53,11 @@ struct Grammar {
 
 TEST(Bf16Model, LossAndGradientsMatchFp32) {
   // Wide enough that the products have real depth; random weights as in the gradient tests.
-  Qwen2Config c = small_config(/*tied=*/false, 4, 2);
+  ModelConfig c = small_config(/*tied=*/false, 4, 2);
   c.hidden_size = 64;
   c.intermediate_size = 96;
   c.vocab_size = 300;
-  Qwen2Model m32(c, testing::cpu_fp32()), m16(c, testing::cpu_bf16());
+  Decoder m32(c, testing::cpu_fp32()), m16(c, testing::cpu_bf16());
   ParamStore s32(m32.layout(), testing::cpu_fp32()), s16(m16.layout(), testing::cpu_fp32());
   randomize(s32, m32.layout(), 5);
   randomize(s16, m16.layout(), 5);
@@ -98,9 +98,9 @@ TEST(Bf16Model, LossAndGradientsMatchFp32) {
 // Trains the same tiny model from the same initialisation on the same batches in fp32 and bf16
 // (AdamW, fp32 master weights and optimizer state in both) and compares the loss curves.
 std::vector<double> train_curve(const Backend& be, int steps) {
-  Qwen2Config c = preset_config("tiny");
+  ModelConfig c = preset_config("tiny");
   c.vocab_size = 512;
-  Qwen2Model model(c, be);
+  Decoder model(c, be);
   ParamStore store(model.layout(), testing::cpu_fp32());
   init_params(store, model.layout(), 42);
   std::vector<ShardRange> whole;

@@ -59,6 +59,28 @@ TEST(OpsGrad, RmsNorm) {
   for (int i = 0; i < N * C; ++i) EXPECT_NEAR(dx2[i], dx[i] + 1.0f, 1e-5f);
 }
 
+// Qwen3's q/k norms are rmsnorm over the (tokens * heads, head_dim) view with one weight of
+// head_dim for every head: the weight's gradient sums over every row. head_dim 64 and 128, 48
+// rows (6 tokens x 8 heads).
+TEST(OpsGrad, RmsNormPerHead) {
+  for (const int D : {64, 128}) {
+    const int rows = 6 * 8;
+    auto x = random_vec(static_cast<size_t>(rows) * D, 4, 1.0f, 0.2f);
+    auto w = random_vec(D, 5, 0.1f, 1.0f);
+    auto r = random_vec(x.size(), 6);
+    std::vector<float> out(x.size()), rstd(rows), dx(x.size()), dw(D, 0.0f);
+    auto loss = [&] {
+      be().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), rows, D, 1e-6f);
+      return dot(out.data(), r);
+    };
+    loss();
+    be().rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), rows, D,
+                          false);
+    EXPECT_LT(fd_rel_error(loss, x.data(), dx.data(), x.size()), kTol) << D;
+    EXPECT_LT(fd_rel_error(loss, w.data(), dw.data(), w.size()), kTol) << D;
+  }
+}
+
 // The fused residual add + RMSNorm: forward equals add then rmsnorm_forward (also when sum aliases
 // a), and its gradient (the residual's d(sum) plus RMSNorm's backward at x = sum) matches finite
 // differences for a, b and w.

@@ -22,12 +22,13 @@ using testing::run_kiln;
 using testing::run_losses;
 using testing::run_metric_rows;
 
-fs::path make_run(const std::string& name, const std::string& extra = "") {
+fs::path make_run(const std::string& name, const std::string& extra = "",
+                  const std::string& preset = "tiny") {
   const fs::path d =
       fs::temp_directory_path() / ("kiln_ckpt_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
-  auto r = run_kiln("init --config tiny --seed 2 --out " + (d / "init").string());
+  auto r = run_kiln("init --config " + preset + " --seed 2 --out " + (d / "init").string());
   EXPECT_EQ(r.code, 0) << r.out;
   write_file_atomic(d / "recipe.yaml",
                     "model:\n  path: " + (d / "init").string() +
@@ -55,8 +56,12 @@ double max_weight_diff(const fs::path& a, const fs::path& b) {
   return m;
 }
 
-TEST(Checkpoint, ResumeIsBitIdenticalToAnUninterruptedRun) {
-  const fs::path d = make_run("resume");
+// Resume and resharding for every family: tiny Qwen2, Qwen3 (q/k norms in the layer units),
+// Llama (no biases, llama3 RoPE, untied head).
+class CheckpointFamily : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CheckpointFamily, ResumeIsBitIdenticalToAnUninterruptedRun) {
+  const fs::path d = make_run("resume" + GetParam(), "", GetParam());
   const std::string recipe = (d / "recipe.yaml").string();
   auto full =
       run_kiln("train " + recipe + " output.dir=" + (d / "full").string(), "OMP_NUM_THREADS=1");
@@ -118,8 +123,8 @@ TEST(Checkpoint, KilledWorkersRestartAndFinishLikeAnUninterruptedRun) {
   if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
 
-TEST(Checkpoint, ResumeAtAnotherWorldSizeContinuesTheSameRun) {
-  const fs::path d = make_run("reshard");
+TEST_P(CheckpointFamily, ResumeAtAnotherWorldSizeContinuesTheSameRun) {
+  const fs::path d = make_run("reshard" + GetParam(), "", GetParam());
   const std::string recipe = (d / "recipe.yaml").string();
   auto four = run_kiln("train " + recipe +
                        " dist.nproc_per_node=4 train.micro_batch_size=1 "
@@ -147,8 +152,23 @@ TEST(Checkpoint, ResumeAtAnotherWorldSizeContinuesTheSameRun) {
   const auto c = run_losses(d / "one");
   ASSERT_EQ(c.size(), 5u);
   for (size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], a[15 + i], 1e-5 * std::fabs(a[15 + i]));
+  // The model directories keep the base's model_type and architectures.
+  const Json base = read_json_file(d / "init/config.json");
+  for (const char* run : {"four/final", "two/final", "one/final"}) {
+    const Json got = read_json_file(d / run / "config.json");
+    EXPECT_EQ(got.at("model_type"), base.at("model_type")) << run;
+    EXPECT_EQ(got.at("architectures"), base.at("architectures")) << run;
+  }
   if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, CheckpointFamily,
+                         ::testing::Values("tiny", "tiny-qwen3", "tiny-llama"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 TEST(Checkpoint, ExportStreamsFromShardsAndTornCheckpointsAreIgnored) {
   const fs::path d = make_run("export");

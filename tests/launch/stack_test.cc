@@ -28,12 +28,10 @@ TEST(DoctorCli, ThisMachinePassesTheCpuPath) {
 
 TEST(DoctorCli, JsonIsOneObject) {
   // stdout only: the JSON document alone.
-  const std::string cmd = std::string(KILN_BINARY_DIR) + "/bin/kiln doctor --json 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  EXPECT_EQ(::pclose(p), 0) << out;
+  const testing::CmdResult r =
+      testing::run_shell(testing::kiln_binary() + " doctor --json 2>/dev/null");
+  EXPECT_EQ(r.code, 0) << r.out;
+  const std::string& out = r.out;
   const Json j = parse_json(out, "kiln doctor --json");
   EXPECT_TRUE(j.at("ok").get<bool>());
   EXPECT_TRUE(j.at("gloo").at("ok").get<bool>());

@@ -1,4 +1,4 @@
-// A steady-state training step allocates nothing: Qwen2Model::forward_backward plus the AdamW
+// A steady-state training step allocates nothing: Decoder::forward_backward plus the AdamW
 // step, after two warm-up steps of the same shape, with activation recomputation off and on.
 //
 // What is counted: every call, from any thread (kiln's OpenMP workers included), of the global
@@ -27,7 +27,7 @@
 #include "common/small_model.h"
 #include "common/test_backend.h"
 #include "kiln/data/batch.h"
-#include "kiln/model/qwen2.h"
+#include "kiln/model/decoder.h"
 #include "kiln/tensor/buffer.h"
 #include "kiln/train/optimizer.h"
 
@@ -210,11 +210,11 @@ Batch make_batch(int B, int T, int V) {
 }
 
 void check_steady_state(bool recompute, bool tied) {
-  Qwen2Config c = testing::small_config(tied, 4, 2);
+  ModelConfig c = testing::small_config(tied, 4, 2);
   c.hidden_size = 64;
   c.intermediate_size = 96;
   c.vocab_size = 300;
-  Qwen2Model model(c, testing::cpu_fp32());
+  Decoder model(c, testing::cpu_fp32());
   ParamStore store(model.layout(), testing::cpu_fp32());
   testing::randomize(store, model.layout(), 3);
   std::vector<ShardRange> shards;

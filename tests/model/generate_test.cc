@@ -13,7 +13,7 @@
 #include "common/grad_check.h"
 #include "common/test_backend.h"
 #include "kiln/base/error.h"
-#include "kiln/model/qwen2.h"
+#include "kiln/model/decoder.h"
 #include "kiln/model/sampling.h"
 #include "kiln/text/byte_level.h"
 #include "kiln/text/token_stream.h"
@@ -55,8 +55,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionDecode,
                                            AttnCase{6, 3, 150, 10}, AttnCase{2, 1, 200, 199},
                                            AttnCase{8, 2, 130, 0}));
 
-Qwen2Config small_config(bool tied) {
-  Qwen2Config c;
+ModelConfig small_config(bool tied) {
+  ModelConfig c;
   c.hidden_size = 32;
   c.intermediate_size = 48;
   c.num_hidden_layers = 2;
@@ -66,6 +66,35 @@ Qwen2Config small_config(bool tied) {
   c.max_position_embeddings = 512;
   c.rope_theta = 10000.0;
   c.tie_word_embeddings = tied;
+  return c;
+}
+
+// The small model as each family has it: Qwen3 with q/k norms and head_dim 16 (q_proj (64, 32),
+// not hidden / heads = 8), Llama with llama3 RoPE scaling over an original context of 64
+// (frequencies in all three bands; the sequences run past it), each tied and untied.
+struct FamilyCase {
+  const char* name;
+  ModelFamily family;
+  bool tied;
+};
+
+ModelConfig family_config(const FamilyCase& f) {
+  ModelConfig c = family_defaults(f.family);
+  const ModelConfig s = small_config(f.tied);
+  c.hidden_size = s.hidden_size;
+  c.intermediate_size = s.intermediate_size;
+  c.num_hidden_layers = s.num_hidden_layers;
+  c.num_attention_heads = s.num_attention_heads;
+  c.num_key_value_heads = s.num_key_value_heads;
+  c.vocab_size = s.vocab_size;
+  c.max_position_embeddings = s.max_position_embeddings;
+  c.rope_theta = s.rope_theta;
+  c.tie_word_embeddings = f.tied;
+  if (f.family == ModelFamily::kQwen3) c.head_dim_field = 16;
+  if (f.family == ModelFamily::kLlama) {
+    c.rope_theta = 500000.0;
+    c.rope_scaling = {RopeScaling::Type::kLlama3, 8.0, 1.0, 4.0, 64};
+  }
   return c;
 }
 
@@ -82,9 +111,9 @@ void randomize(ParamStore& store, const ParamLayout& layout, uint32_t seed) {
 
 // Logits (T, V) of the training model's forward over the whole sequence: its final hidden state
 // times the head, in double.
-std::vector<float> full_logits(const Qwen2Config& c, ParamStore& store,
+std::vector<float> full_logits(const ModelConfig& c, ParamStore& store,
                                const std::vector<int32_t>& ids) {
-  Qwen2Model model(c, testing::cpu_fp32());
+  Decoder model(c, testing::cpu_fp32());
   Batch b;
   const int T = static_cast<int>(ids.size());
   b.resize(1, T);
@@ -118,10 +147,10 @@ void expect_row(std::span<const float> got, const std::vector<float>& ref, int t
   EXPECT_LT(worst, 1e-4f) << "position " << t;
 }
 
-class GeneratorLogits : public ::testing::TestWithParam<bool> {};
+class GeneratorLogits : public ::testing::TestWithParam<FamilyCase> {};
 
 TEST_P(GeneratorLogits, EqualFullForward) {
-  const Qwen2Config c = small_config(/*tied=*/GetParam());
+  const ModelConfig c = family_config(GetParam());
   const ParamLayout layout(c);
   ParamStore store(layout, testing::cpu_fp32(), /*with_grads=*/false);
   randomize(store, layout, 5);
@@ -148,11 +177,17 @@ TEST_P(GeneratorLogits, EqualFullForward) {
   EXPECT_EQ(gen.length(), 32);
 }
 
-INSTANTIATE_TEST_SUITE_P(Heads, GeneratorLogits, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "tied" : "untied"; });
+INSTANTIATE_TEST_SUITE_P(Families, GeneratorLogits,
+                         ::testing::Values(FamilyCase{"qwen2_tied", ModelFamily::kQwen2, true},
+                                           FamilyCase{"qwen2_untied", ModelFamily::kQwen2, false},
+                                           FamilyCase{"qwen3_tied", ModelFamily::kQwen3, true},
+                                           FamilyCase{"qwen3_untied", ModelFamily::kQwen3, false},
+                                           FamilyCase{"llama_tied", ModelFamily::kLlama, true},
+                                           FamilyCase{"llama_untied", ModelFamily::kLlama, false}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Generator, GreedyContinuationMatchesFullRecompute) {
-  const Qwen2Config c = small_config(/*tied=*/true);
+  const ModelConfig c = small_config(/*tied=*/true);
   const ParamLayout layout(c);
   ParamStore store(layout, testing::cpu_fp32(), /*with_grads=*/false);
   randomize(store, layout, 9);
@@ -172,7 +207,7 @@ TEST(Generator, GreedyContinuationMatchesFullRecompute) {
 }
 
 TEST(Generator, RejectsBadInput) {
-  Qwen2Config c = small_config(true);
+  ModelConfig c = small_config(true);
   c.max_position_embeddings = 8;
   const ParamLayout layout(c);
   ParamStore store(layout, testing::cpu_fp32(), /*with_grads=*/false);

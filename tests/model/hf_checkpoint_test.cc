@@ -23,7 +23,7 @@ fs::path temp_model_dir() {
 
 TEST(HfWeightsReader, RangesEqualSlicesOfTheUnit) {
   for (bool tied : {true, false}) {
-    const Qwen2Config c = testing::small_config(tied);
+    const ModelConfig c = testing::small_config(tied);
     const ParamLayout layout(c);
     ParamStore store(layout, testing::cpu_fp32(), /*with_grads=*/false);
     testing::randomize(store, layout, 7);

@@ -1,6 +1,7 @@
-// kiln against an independent reference: tools/qwen2_reference.py (PyTorch autograd, float64)
-// produced the loss and every parameter gradient for small random checkpoints; see
-// tests/fixtures/reference/README.md for the command.
+// kiln against an independent reference: tools/decoder_reference.py (PyTorch autograd, float64,
+// written from Hugging Face's Qwen2, Qwen3 and Llama modeling code) produced the loss and every
+// parameter gradient for small random checkpoints of each family; see
+// tests/fixtures/reference/README.md for the command and the cases.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,8 +9,8 @@
 #include "common/test_backend.h"
 #include "kiln/base/json.h"
 #include "kiln/io/checkpoint_reader.h"
+#include "kiln/model/decoder.h"
 #include "kiln/model/hf_checkpoint.h"
-#include "kiln/model/qwen2.h"
 
 namespace kiln {
 namespace {
@@ -40,8 +41,8 @@ class Reference : public ::testing::TestWithParam<std::tuple<std::string, bool>>
 TEST_P(Reference, LossAndEveryGradientMatch) {
   const auto& [name, recompute] = GetParam();
   const fs::path dir = fixture(name);
-  Qwen2Config config = read_config(dir / "config.json");
-  Qwen2Model model(config, testing::cpu_fp32());
+  ModelConfig config = read_config(dir / "config.json");
+  Decoder model(config, testing::cpu_fp32());
   ParamStore store(model.layout(), testing::cpu_fp32());
   load_hf_weights(dir, model.layout(), store);
   Batch batch = read_batch(dir / "batch.json");
@@ -76,6 +77,16 @@ TEST_P(Reference, LossAndEveryGradientMatch) {
 INSTANTIATE_TEST_SUITE_P(Qwen2, Reference,
                          ::testing::Combine(::testing::Values("tied_gqa", "untied_mha",
                                                               "untied_mqa"),
+                                            ::testing::Bool()));
+// Qwen3: q/k norms, head_dim above and below hidden / heads; Llama 3: llama3 RoPE scaling with
+// frequencies in all three bands (tied), linear scaling (untied).
+INSTANTIATE_TEST_SUITE_P(Qwen3, Reference,
+                         ::testing::Combine(::testing::Values("qwen3_tied_hd16",
+                                                              "qwen3_untied_hd6"),
+                                            ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(Llama, Reference,
+                         ::testing::Combine(::testing::Values("llama_tied_llama3",
+                                                              "llama_untied_linear"),
                                             ::testing::Bool()));
 
 }  // namespace

@@ -6,16 +6,15 @@
 #include <cstdio>
 #include <sstream>
 
+#include "common/run_kiln.h"
 #include "kiln/text/chat_template.h"
 #include "text_test_util.h"
 
 namespace kiln {
 namespace {
 
-struct CmdResult {
-  int code;
-  std::string out;  // stdout, or stderr alone when asked for
-};
+// out: stdout, or stderr alone when asked for.
+using testing::CmdResult;
 
 class TokenizeCli : public ::testing::Test {
  protected:
@@ -28,13 +27,7 @@ class TokenizeCli : public ::testing::Test {
     write_file_atomic(in, input);
     const std::string cmd = std::string(KILN_BINARY_DIR) + "/bin/kiln " + args + " < '" +
                             in.string() + "'" + (stderr_only ? " 2>&1 >/dev/null" : " 2>/dev/null");
-    FILE* p = ::popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int status = ::pclose(p);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+    return testing::run_shell(cmd);
   }
 
   static std::vector<std::string> lines(const std::string& s) {

@@ -22,14 +22,14 @@
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cpu/scratch_sizes.h"
 #include "kiln/kernels/cuda/scratch_sizes.h"
-#include "kiln/model/qwen2.h"
+#include "kiln/model/decoder.h"
 
 namespace kiln {
 namespace {
 
 // 4 layers, so three layer gradients can be in flight at once.
-Qwen2Config plan_config(bool tied = true) {
-  Qwen2Config c = testing::small_config(tied);
+ModelConfig plan_config(bool tied = true) {
+  ModelConfig c = testing::small_config(tied);
   c.num_hidden_layers = 4;
   return c;
 }
@@ -42,7 +42,7 @@ constexpr size_t kHeadTied = 16;
 size_t pad(size_t n, size_t S) { return (n + S - 1) / S * S; }
 
 TEST(MemoryPlan, ArithmeticOfATinyConfig) {
-  const Qwen2Config c = plan_config();
+  const ModelConfig c = plan_config();
   ASSERT_EQ(ParamLayout(c).units()[1].numel, kLayer);
   MemorySettings s;
   s.world_size = s.shard_size = 2;
@@ -107,23 +107,29 @@ Batch token_batch(int rows, int cols) {
   return b;
 }
 
+// For every family (Qwen3's q/k norms keep their inputs and reciprocal RMS per layer): the
+// plan's arena under both recomputation settings is the real model's.
 TEST(MemoryPlan, ActivationsAreTheModelsArena) {
-  for (bool bf16 : {false, true}) {
-    for (bool recompute : {false, true}) {
-      const Backend& be = bf16 ? testing::cpu_bf16() : testing::cpu_fp32();
-      const Qwen2Config c = plan_config();
-      Qwen2Model model(c, be);
-      ParamStore store(model.layout(), be);
-      testing::randomize(store, model.layout(), 3);
-      model.forward_backward(token_batch(3, 5), store, 0.1f, recompute);
-      MemorySettings s;
-      s.micro_batch = 3;
-      s.seq_len = 5;
-      s.bf16 = bf16;
-      s.recompute = !recompute;  // the other setting's arena comes from a second run
-      const MemoryPlan p = plan_memory(c, s);
-      EXPECT_EQ(recompute ? p.activations_recompute : p.activations_full, model.activation_bytes())
-          << "bf16 " << bf16 << " recompute " << recompute;
+  for (const ModelFamily f : {ModelFamily::kQwen2, ModelFamily::kQwen3, ModelFamily::kLlama}) {
+    for (bool bf16 : {false, true}) {
+      for (bool recompute : {false, true}) {
+        const Backend& be = bf16 ? testing::cpu_bf16() : testing::cpu_fp32();
+        const ModelConfig c =
+            f == ModelFamily::kQwen2 ? plan_config() : testing::small_family_config(f, true);
+        Decoder model(c, be);
+        ParamStore store(model.layout(), be);
+        testing::randomize(store, model.layout(), 3);
+        model.forward_backward(token_batch(3, 5), store, 0.1f, recompute);
+        MemorySettings s;
+        s.micro_batch = 3;
+        s.seq_len = 5;
+        s.bf16 = bf16;
+        s.recompute = !recompute;  // the other setting's arena comes from a second run
+        const MemoryPlan p = plan_memory(c, s);
+        EXPECT_EQ(recompute ? p.activations_recompute : p.activations_full,
+                  model.activation_bytes())
+            << model_type_name(f) << " bf16 " << bf16 << " recompute " << recompute;
+      }
     }
   }
 }
@@ -142,12 +148,14 @@ TEST(MemoryPlan, PoolIsWhatFsdpHolds) {
                                        {ShardStrategy::kNoShard, true, false, true},
                                        {ShardStrategy::kNoShard, false, true, true}};
   for (const PoolCase& pc : cases) {
-    const Qwen2Config c = plan_config(pc.tied);
+    const ModelConfig c = plan_config(pc.tied);
     MemorySettings s;
     s.world_size = 2;
     s.shard_size = pc.strategy == ShardStrategy::kNoShard ? 1 : 2;
     s.strategy = pc.strategy;
-    s.bf16 = pc.bf16;
+    // Gathered in bf16 only where the backend stores bf16 (the trainer's plan asks it so).
+    s.bf16 =
+        (pc.bf16 ? testing::cpu_bf16() : testing::cpu_fp32()).activation_dtype() == DType::BF16;
     s.reduce_bf16 = pc.reduce_bf16;
     s.micro_batch = 2;  // the batch below: embed_rows' buffers follow its tokens
     s.seq_len = 4;
@@ -162,7 +170,7 @@ TEST(MemoryPlan, PoolIsWhatFsdpHolds) {
         try {
           auto comm = make_gloo_communicator(store, r, 2, GlooOptions{});
           const Backend& be = pc.bf16 ? testing::cpu_bf16() : testing::cpu_fp32();
-          Qwen2Model model(c, be);
+          Decoder model(c, be);
           Fsdp fsdp(model.layout(), be, pc.strategy, *comm, nullptr, true,
                     pc.reduce_bf16 ? DType::BF16 : DType::F32);
           Batch b;
@@ -196,7 +204,7 @@ TEST(MemoryPlan, PoolIsWhatFsdpHolds) {
 // what cpu_ce_scratch_bytes() says, and the plan's workspace is that plus the GEMM library's
 // allowance for the chunk's gradient.
 TEST(MemoryPlan, CpuKernelScratchIsBackendMemory) {
-  const Qwen2Config c = plan_config();
+  const ModelConfig c = plan_config();
   CpuBackend fresh;
   DeviceBuffer<double> loss(fresh, 1);
   DeviceBuffer<float> x(fresh, 12 * 16), dx(fresh, 12 * 16), w(fresh, 23 * 16), dw(fresh, 23 * 16);
@@ -222,7 +230,7 @@ TEST(MemoryPlan, CpuKernelScratchIsBackendMemory) {
 // vocabulary, where the CPU takes 256), cuBLASLt's workspace, attention backward's scratch and
 // the bf16 cast copies of fp32 operands, each rounded up to DeviceScratch's granule.
 TEST(MemoryPlan, CudaPlanPartsAreTheCudaBackendsSizing) {
-  Qwen2Config c = testing::small_config(true);
+  ModelConfig c = testing::small_config(true);
   c.vocab_size = 151936;  // Qwen's vocabulary: the chunking differs from the CPU's
   MemorySettings s;
   s.micro_batch = 1;
@@ -266,7 +274,7 @@ TEST(MemoryPlan, CudaPlanPartsAreTheCudaBackendsSizing) {
 // A GPU plan adds, per device, the CUDA context and (with NCCL between ranks) NCCL's buffers,
 // each with its source; a CPU plan and a GPU run through Gloo have no NCCL buffers.
 TEST(MemoryPlan, GpuPlanAddsTheCudaContextAndNcclBuffers) {
-  const Qwen2Config c = plan_config();
+  const ModelConfig c = plan_config();
   const EnvLookup env = [](const char* name) { return std::getenv(name); };
   MemorySettings s;
   s.world_size = s.shard_size = 4;

@@ -10,8 +10,8 @@
 namespace kiln {
 namespace {
 
-Qwen2Config cfg() {
-  Qwen2Config c;
+ModelConfig cfg() {
+  ModelConfig c;
   c.hidden_size = 8;
   c.intermediate_size = 8;
   c.num_hidden_layers = 1;

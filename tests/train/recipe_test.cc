@@ -7,6 +7,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
+#include "kiln/data/formats.h"
 
 namespace kiln {
 namespace {
@@ -59,6 +60,13 @@ output:
   dtype: bf16
 )";
 
+// data.train entries of these paths, each in data.format with weight 1.
+std::vector<Recipe::TrainFile> files(const std::vector<std::string>& paths) {
+  std::vector<Recipe::TrainFile> out;
+  for (const std::string& p : paths) out.push_back({p, "", 1.0});
+  return out;
+}
+
 Recipe parse(const std::string& text, const std::vector<std::string>& overrides = {}) {
   return parse_recipe(text, "recipe.yaml", "/base", overrides);
 }
@@ -82,7 +90,7 @@ std::string error_of(const std::string& text, const std::vector<std::string>& ov
 TEST(Recipe, Defaults) {
   Recipe r = parse(kMinimal);
   EXPECT_EQ(r.model.path, "/models/qwen");
-  EXPECT_EQ(r.data.train, std::vector<std::string>{"/data/train.jsonl"});
+  EXPECT_EQ(r.data.train, files({"/data/train.jsonl"}));
   EXPECT_EQ(r.data.format, "tokens");
   EXPECT_EQ(r.data.tokenizer, "");
   EXPECT_EQ(r.data.chat_template, "");
@@ -111,14 +119,14 @@ TEST(Recipe, Defaults) {
   EXPECT_EQ(r.train.seed, 0u);
   EXPECT_FALSE(r.train.activation_checkpointing);
   EXPECT_EQ(r.train.log_every, 1);
-  EXPECT_EQ(r.output.dir, "runs/a");
+  EXPECT_EQ(r.output.dir, "/base/runs/a");
   EXPECT_EQ(r.output.dtype, "f32");
   EXPECT_EQ(r.failure.sigterm_grace_s, 25.0);
 
   Recipe expected;
   expected.model.path = "/models/qwen";
-  expected.data.train = {"/data/train.jsonl"};
-  expected.output.dir = "runs/a";
+  expected.data.train = files({"/data/train.jsonl"});
+  expected.output.dir = "/base/runs/a";
   EXPECT_EQ(r, expected);
 }
 
@@ -152,7 +160,7 @@ TEST(Recipe, EmptySectionsKeepDefaults) {
 TEST(Recipe, EveryKeyParsed) {
   Recipe r = parse(kFull);
   EXPECT_EQ(r.model.path, "/models/qwen2-0.5b");
-  EXPECT_EQ(r.data.train, std::vector<std::string>{"/base/data/train.jsonl"});
+  EXPECT_EQ(r.data.train, files({"/base/data/train.jsonl"}));
   EXPECT_EQ(r.data.format, "chat");
   EXPECT_EQ(r.data.tokenizer, "/base/tok/tokenizer.json");
   EXPECT_EQ(r.data.chat_template, "qwen3");
@@ -181,7 +189,7 @@ TEST(Recipe, EveryKeyParsed) {
   EXPECT_EQ(r.train.seed, 18446744073709551615ull);
   EXPECT_TRUE(r.train.activation_checkpointing);
   EXPECT_EQ(r.train.log_every, 10);
-  EXPECT_EQ(r.output.dir, "runs/full");
+  EXPECT_EQ(r.output.dir, "/base/runs/full");
   EXPECT_EQ(r.output.dtype, "bf16");
 }
 
@@ -230,29 +238,29 @@ TEST(Recipe, Overrides) {
   EXPECT_FALSE(r.data.shuffle);
   EXPECT_EQ(r.optimizer.name, "sgd");
   EXPECT_EQ(r.train.seed, 42u);
-  EXPECT_EQ(r.output.dir, "runs/b");
+  EXPECT_EQ(r.output.dir, (fs::current_path() / "runs/b").string());
   EXPECT_EQ(r.train.max_steps, 9);  // the last override wins
 }
 
 TEST(Recipe, OverridesSupplyRequiredKeys) {
   Recipe r = parse("", {"model.path=/m", "data.train=/d.jsonl", "output.dir=out"});
   EXPECT_EQ(r.model.path, "/m");
-  EXPECT_EQ(r.data.train, std::vector<std::string>{"/d.jsonl"});
-  EXPECT_EQ(r.output.dir, "out");
+  EXPECT_EQ(r.data.train, files({"/d.jsonl"}));
+  EXPECT_EQ(r.output.dir, (fs::current_path() / "out").string());
 }
 
 TEST(Recipe, RelativeDataPath) {
   // In the file: against the recipe's directory, normalised.
   Recipe r = parse_recipe("model: {path: m}\ndata: {train: ../data/./t.jsonl}\noutput: {dir: o}\n",
                           "r.yaml", "/recipes/sub", {});
-  EXPECT_EQ(r.data.train, std::vector<std::string>{"/recipes/data/t.jsonl"});
+  EXPECT_EQ(r.data.train, files({"/recipes/data/t.jsonl"}));
   // An absolute path is kept.
   r = parse_recipe("model: {path: m}\ndata: {train: /abs/t.jsonl}\noutput: {dir: o}\n", "r.yaml",
                    "/recipes", {});
-  EXPECT_EQ(r.data.train, std::vector<std::string>{"/abs/t.jsonl"});
+  EXPECT_EQ(r.data.train, files({"/abs/t.jsonl"}));
   // On the command line: against the current directory.
   r = parse_recipe(kMinimal, "r.yaml", "/recipes", {"data.train=t.jsonl"});
-  EXPECT_EQ(r.data.train, std::vector<std::string>{(fs::current_path() / "t.jsonl").string()});
+  EXPECT_EQ(r.data.train, files({(fs::current_path() / "t.jsonl").string()}));
 }
 
 // A fresh directory for one test; the test removes it.
@@ -267,7 +275,7 @@ TEST(Recipe, LoadResolvesAgainstFileDirectory) {
   fs::path dir = temp_dir("load");
   write_file_atomic(dir / "r.yaml", kFull);
   Recipe r = load_recipe(dir / "r.yaml", {"train.seed=5"});
-  EXPECT_EQ(r.data.train, std::vector<std::string>{(dir / "data/train.jsonl").string()});
+  EXPECT_EQ(r.data.train, files({(dir / "data/train.jsonl").string()}));
   EXPECT_EQ(r.train.seed, 5u);
   fs::remove_all(dir);
 }
@@ -366,8 +374,9 @@ TEST(Recipe, OutOfRange) {
   EXPECT_HAS(error_of("model: {path: m}\ndata:\n  train: t\n  seq_len: 1\n"),
              "recipe.yaml:4: data.seq_len: must be > 1, got 1");
   EXPECT_HAS(error_of("model: {path: m}\ndata:\n  train: t\n  format: csv\n"),
-             "recipe.yaml:4: data.format: invalid value 'csv' (valid: chat, instruction, "
-             "completion, text, tokens)");
+             "recipe.yaml:4: data.format: invalid value 'csv' (valid: tokens, chat, instruction, "
+             "completion, text, sharegpt (aliases: alpaca = instruction, openai = chat, messages "
+             "= chat))");
   EXPECT_HAS(error_of("model: {path: m}\ndata:\n  train: t\n  overlong: wrap\n"),
              "recipe.yaml:4: data.overlong: invalid value 'wrap' (valid: truncate, drop)");
   EXPECT_HAS(with("optimizer:\n  name: adam\n"),
@@ -447,14 +456,120 @@ TEST(Recipe, MalformedYaml) {
 TEST(Recipe, Documentation) {
   std::string doc = read_file(fs::path(KILN_SOURCE_DIR) / "docs/recipe.md");
   for (const std::string& key : recipe_keys()) EXPECT_HAS(doc, "| `" + key + "` |");
-  size_t begin = doc.find("```yaml\n");
+  size_t begin = doc.find("```yaml\n", doc.find("\n## Example"));
   ASSERT_NE(begin, std::string::npos);
   begin += 8;
   std::string example = doc.substr(begin, doc.find("```", begin) - begin);
   Recipe r = parse_recipe(example, "docs/recipe.md", "/docs", {});
-  EXPECT_EQ(r.data.train, std::vector<std::string>{"/docs/data/train.jsonl"});
+  EXPECT_EQ(r.data.train, files({"/docs/data/train.jsonl"}));
   EXPECT_EQ(r.optimizer.betas[1], 0.95);
   EXPECT_EQ(r.output.dtype, "bf16");
+}
+
+// Every data format and alias of the data layer's one list is accepted (issue 22: the recipe kept
+// its own list without sharegpt) and documented in docs/recipe.md's format table.
+TEST(Recipe, DataFormatsAreTheDataLayersList) {
+  const std::string doc = read_file(fs::path(KILN_SOURCE_DIR) / "docs/recipe.md");
+  for (const std::string& name : data_format_names()) {
+    EXPECT_EQ(parse(kMinimal, {"data.format=" + name}).data.format, name);
+    EXPECT_HAS(doc, "| `" + name + "` |");
+  }
+  for (const auto& [alias, format] : data_format_aliases()) {
+    // Stored as the format's own name, so the effective recipe and run identity use one spelling.
+    EXPECT_EQ(parse(kMinimal, {"data.format=" + alias}).data.format, data_format_name(format));
+    EXPECT_HAS(doc, "`" + alias + "` (= `" + std::string(data_format_name(format)) + "`)");
+  }
+}
+
+// data.train entries: a path, or {path, format, weight}; several formats in one list; every form
+// survives recipe_to_yaml and a load from elsewhere.
+TEST(Recipe, TrainEntriesWithFormatAndWeight) {
+  const char* text = R"(model: {path: /m}
+data:
+  train:
+    - a.jsonl
+    - {path: b.json, format: alpaca, weight: 0.5}
+    - path: /abs/c.jsonl
+      format: sharegpt
+    - {path: d.jsonl, weight: 2}
+  format: openai
+output: {dir: /o}
+)";
+  const Recipe r = parse_recipe(text, "r.yaml", "/recipes", {});
+  const std::vector<Recipe::TrainFile> want = {{"/recipes/a.jsonl", "", 1.0},
+                                               {"/recipes/b.json", "instruction", 0.5},
+                                               {"/abs/c.jsonl", "sharegpt", 1.0},
+                                               {"/recipes/d.jsonl", "", 2.0}};
+  EXPECT_EQ(r.data.train, want);
+  EXPECT_EQ(r.data.format, "chat");
+  EXPECT_EQ(train_file_format(r, r.data.train[0]), "chat");
+  EXPECT_EQ(train_file_format(r, r.data.train[1]), "instruction");
+  const std::string yaml = recipe_to_yaml(r);
+  EXPECT_EQ(parse_recipe(yaml, "saved.yaml", "/elsewhere", {}), r) << yaml;
+  // One entry alone, as an override (relative to the current directory).
+  const Recipe one = parse(kMinimal, {"data.train={path: x.jsonl, format: text, weight: 3}"});
+  EXPECT_EQ(
+      one.data.train,
+      (std::vector<Recipe::TrainFile>{{(fs::current_path() / "x.jsonl").string(), "text", 3}}));
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(one), "saved.yaml", "/elsewhere", {}), one);
+
+  EXPECT_HAS(error_of(kMinimal, {"data.train=[{path: a, format: csv}]"}),
+             "data.train[0].format: invalid value 'csv' (valid: tokens, chat");
+  EXPECT_HAS(error_of(kMinimal, {"data.train=[a, {path: b, weight: 0}]"}),
+             "data.train[1].weight: must be in (0, 1000], got 0");
+  EXPECT_HAS(error_of(kMinimal, {"data.train=[{path: b, weight: x}]"}),
+             "data.train[0].weight: expected a number, got 'x'");
+  EXPECT_HAS(error_of(kMinimal, {"data.train=[{format: chat}]"}), "data.train[0]: missing 'path'");
+  EXPECT_HAS(error_of(kMinimal, {"data.train=[{path: a, wieght: 2}]"}),
+             "data.train[0]: unknown field 'wieght'");
+}
+
+TEST(Recipe, EvalSplit) {
+  EXPECT_EQ(parse(kMinimal).data.eval_split, 0.0);
+  const Recipe r = parse(kMinimal, {"data.eval_split=0.02"});
+  EXPECT_EQ(r.data.eval_split, 0.02);
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "saved.yaml", "/", {}), r);
+  EXPECT_HAS(error_of(kMinimal, {"data.eval_split=1"}),
+             "data.eval_split: must be in [0, 1), got 1");
+  EXPECT_HAS(error_of(kMinimal, {"data.eval=/e.jsonl", "data.eval_split=0.1"}),
+             "data.eval_split: holds out training data for evaluation, but data.eval (/e.jsonl) "
+             "is set too");
+}
+
+TEST(Recipe, AllowLongContext) {
+  EXPECT_FALSE(parse(kMinimal).data.allow_long_context);
+  const Recipe r = parse(kMinimal, {"data.allow_long_context=true"});
+  EXPECT_TRUE(r.data.allow_long_context);
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "saved.yaml", "/", {}), r);
+}
+
+// Every path resolves one way: in the file against the file's directory, as an override against
+// the current directory (issue 22: model.path and output.dir resolved against the working
+// directory while data paths resolved against the recipe's).
+TEST(Recipe, EveryPathResolvesAgainstTheRecipeFile) {
+  const char* text = R"(model: {path: ../models/m}
+data: {train: t.jsonl, tokenizer: tok, cache_dir: c, eval: e.jsonl}
+train: {resume: runs/x/checkpoints/step-00000010}
+output: {dir: runs/x}
+)";
+  Recipe r = parse_recipe(text, "r.yaml", "/work/recipes", {});
+  EXPECT_EQ(r.model.path, "/work/models/m");
+  EXPECT_EQ(r.data.train, files({"/work/recipes/t.jsonl"}));
+  EXPECT_EQ(r.data.tokenizer, "/work/recipes/tok");
+  EXPECT_EQ(r.data.cache_dir, "/work/recipes/c");
+  EXPECT_EQ(r.data.eval, "/work/recipes/e.jsonl");
+  EXPECT_EQ(r.train.resume, "/work/recipes/runs/x/checkpoints/step-00000010");
+  EXPECT_EQ(r.output.dir, "/work/recipes/runs/x");
+  const fs::path cwd = fs::current_path();
+  r = parse_recipe(text, "r.yaml", "/work/recipes",
+                   {"model.path=m", "output.dir=o", "train.resume=ck", "data.eval=e2.jsonl"});
+  EXPECT_EQ(r.model.path, (cwd / "m").string());
+  EXPECT_EQ(r.output.dir, (cwd / "o").string());
+  EXPECT_EQ(r.train.resume, (cwd / "ck").string());
+  EXPECT_EQ(r.data.eval, (cwd / "e2.jsonl").string());
+  // The keywords of train.resume are not paths.
+  EXPECT_EQ(parse(kMinimal, {"train.resume=auto"}).train.resume, "auto");
+  EXPECT_EQ(parse(kMinimal, {"train.resume=none"}).train.resume, "none");
 }
 
 TEST(Recipe, MissingFile) { EXPECT_THROW(load_recipe("/nonexistent/recipe.yaml"), Error); }

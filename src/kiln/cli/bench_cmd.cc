@@ -28,9 +28,9 @@
 #include "kiln/kernels/device/backend.h"
 #include "kiln/kernels/device/host_cpu.h"
 #include "kiln/kernels/phase_timed_backend.h"
+#include "kiln/model/decoder.h"
 #include "kiln/model/init.h"
 #include "kiln/model/phase_costs.h"
-#include "kiln/model/qwen2.h"
 #include "kiln/train/optimizer.h"
 
 namespace kiln::cli {
@@ -82,18 +82,20 @@ double proc_status_kib(const std::string& field) {
 }
 
 // Analytic memory of one training step in bytes: parameters, gradients and AdamW's two moments
-// (16 bytes per parameter) plus what Qwen2Model holds (see qwen2.cc prepare()): the residual
+// (16 bytes per parameter) plus what Decoder holds (see decoder.cc plan_buffers()): the residual
 // stream at every layer boundary, each layer's saved activations (one layer's when recomputing),
 // the backward scratch, and the fused cross-entropy's logits chunk. `act_bytes`: bytes per element
 // of the activations that only feed products (xn1, xn2, h: 2 when stored in bf16).
-double estimate_bytes(const Qwen2Config& c, int B, int T, bool recompute, double act_bytes) {
+double estimate_bytes(const ModelConfig& c, int B, int T, bool recompute, double act_bytes) {
   const double N = static_cast<double>(B) * T, C = c.hidden_size, I = c.intermediate_size;
   const double Q = c.q_dim(), KV = c.kv_dim(), H = c.num_attention_heads, V = c.vocab_size;
   const double L = c.num_hidden_layers;
   const double P = static_cast<double>(parameter_count(c));
   const double state = 16.0 * P;
   // per layer, in floats: q, k, v, y, xmid, gate, up, rstd1/2, lse; then xn1, xn2, h
-  const double per_layer = 2 * N * Q + 2 * N * KV + N * C + 2 * N * I + 2 * N + N * H +
+  // (with q/k norms also q_pre, k_pre and their rstd)
+  const double qk = c.qk_norm ? N * (Q + KV + H + c.num_key_value_heads) : 0;
+  const double per_layer = 2 * N * Q + 2 * N * KV + N * C + 2 * N * I + 2 * N + N * H + qk +
                            (act_bytes / 4.0) * (2 * N * C + N * I);
   const double stored = recompute ? 1 : L;
   const double resid = (L + 1) * N * C;
@@ -105,7 +107,7 @@ double estimate_bytes(const Qwen2Config& c, int B, int T, bool recompute, double
   return state + 4.0 * (stored * per_layer + resid + final_norm + scratch + ce);
 }
 
-void fill_batch(Batch& b, const Qwen2Config& c, int B, int T) {
+void fill_batch(Batch& b, const ModelConfig& c, int B, int T) {
   b.resize(B, T);
   SplitMix64 rng{7};
   for (size_t i = 0; i < b.input_ids.size(); ++i) {
@@ -139,12 +141,12 @@ std::string phase_columns(const PhaseSeconds& p) {
 void run_row(const BenchOpts& o) {
   const std::string& preset = o.presets.at(0);
   const double base_kib = proc_status_kib("VmRSS");
-  const Qwen2Config c = preset_config(preset);
+  const ModelConfig c = preset_config(preset);
   const bool recompute = o.recompute == "on";
   const std::unique_ptr<Backend> device = backend_for(o.device, o.dtype);
   PhaseTimedBackend timed(*device);  // times ops only in the last, untimed step
   const Backend* be = &timed;
-  Qwen2Model model(c, *be);
+  Decoder model(c, *be);
   ParamStore store(model.layout(), *be);
   init_params(store, model.layout(), 1);
   std::vector<ShardRange> shards;

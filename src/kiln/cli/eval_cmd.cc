@@ -1,7 +1,9 @@
 // kiln eval --model DIR --data FILE [--format F --tokenizer T] [--json]: mean next-token loss over
-// a dataset in any data format (loss where training would take it). DIR is a Hugging Face model
+// a dataset in any data format (loss where training would take it; the format inferred from the
+// first record when not given). DIR is a Hugging Face model
 // directory or a sharded checkpoint (<run>/checkpoints/step-N, read unit by unit).
 #include <cstdio>
+#include <optional>
 
 #include "kiln/base/error.h"
 #include "kiln/base/json.h"
@@ -9,8 +11,8 @@
 #include "kiln/data/sampler.h"
 #include "kiln/data/text_dataset.h"
 #include "kiln/kernels/device/backend.h"
+#include "kiln/model/decoder.h"
 #include "kiln/model/hf_checkpoint.h"
-#include "kiln/model/qwen2.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/train/checkpoint.h"
 
@@ -18,7 +20,7 @@ namespace kiln::cli {
 
 Command add_eval(CLI::App& app) {
   struct Opts {
-    std::string model, data, format = "tokens", tokenizer, chat_template, enable_thinking;
+    std::string model, data, format, tokenizer, chat_template, enable_thinking;
     bool json = false;
     int seq_len = 2048;
   };
@@ -29,10 +31,9 @@ Command add_eval(CLI::App& app) {
                   "manifest.json)")
       ->required();
   sub->add_option("--data", o->data, "JSONL file in --format")->required();
-  std::string formats;
-  for (const auto& f : data_format_names()) formats += (formats.empty() ? "" : ", ") + f;
-  sub->add_option("--format", o->format, "Data format: " + formats + " (docs/recipe.md)")
-      ->capture_default_str();
+  sub->add_option("--format", o->format,
+                  "Data format: " + data_format_choices() +
+                      " (docs/recipe.md); default: inferred from the first record's fields");
   sub->add_option("--tokenizer", o->tokenizer,
                   "tokenizer.json or a directory holding one, for the text formats (default: "
                   "--model)");
@@ -48,14 +49,16 @@ Command add_eval(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(2, 1 << 20));
   sub->add_flag("--json", o->json, "Print {\"loss\": ..., \"tokens\": ...}");
-  return {sub, [o, formats] {
-            const auto format = parse_data_format(o->format);
-            if (!format) fail("--format: unknown data format '{}' ({})", o->format, formats);
+  return {sub, [o] {
+            std::optional<DataFormat> format;
+            if (!o->format.empty() && !(format = parse_data_format(o->format))) {
+              fail("--format: unknown data format '{}' ({})", o->format, data_format_choices());
+            }
             const fs::path dir = o->model;
-            Qwen2Config c = read_config(dir / "config.json");
+            ModelConfig c = read_config(dir / "config.json");
             const std::unique_ptr<Backend> be =
                 make_backend(DeviceRequest::kAuto, ComputeDType::kFp32);
-            Qwen2Model model(c, *be);
+            Decoder model(c, *be);
             ParamStore store(model.layout(), *be, /*with_grads=*/false);
             if (fs::exists(dir / "manifest.json")) {
               const CheckpointUnitReader reader(dir, model.layout());
@@ -69,7 +72,7 @@ Command add_eval(CLI::App& app) {
             }
             DataOptions d;
             d.path = o->data;
-            d.format = *format;
+            d.format = format ? *format : infer_file_format(o->data, "--format");
             d.tokenizer = o->tokenizer.empty() ? dir : fs::path(o->tokenizer);
             d.seq_len = o->seq_len;
             d.chat_template = o->chat_template;

@@ -77,7 +77,7 @@ Command add_export(CLI::App& app) {
             if (fs::weakly_canonical(src) == fs::weakly_canonical(o->out)) {
               fail("--out must differ from the checkpoint directory");
             }
-            const Qwen2Config c = read_config(src / "config.json");
+            const ModelConfig c = read_config(src / "config.json");
             const ParamLayout layout(c);
             const uint64_t max_shard = parse_size(o->max_shard);
             // Streamed unit by unit: memory is bounded by one unit, never the whole model.

@@ -4,6 +4,8 @@
 // for Qwen, <|eot_id|>, <|eom_id|> and <|end_of_text|> for Llama 3) or --max-new-tokens. A plain
 // prompt is encoded as Hugging Face's tokenizer(text) encodes it (Llama 3's <|begin_of_text|>
 // first), a chat one with the template (text/chat_template_choice.h), which renders its own.
+// It ends with the reason on stderr ("stop: end token <|im_end|> after 12 new tokens",
+// "stop: length (--max-new-tokens 32) after 32 new tokens").
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,7 +51,7 @@ void write_out(const std::string& s) {
 // them (the history of a chat) runs only its new tokens.
 class Session {
  public:
-  Session(const GenerateOpts& o, const Tokenizer& tok, const Qwen2Config& config,
+  Session(const GenerateOpts& o, const Tokenizer& tok, const ModelConfig& config,
           ParamStore& params, const Backend& backend, std::vector<int32_t> stops)
       : o_(o),
         tok_(tok),
@@ -79,20 +81,26 @@ class Session {
     const int64_t max_pos = gen_.config().max_position_embeddings;
     TokenStream stream(tok_);
     std::vector<int32_t> reply;
+    std::string stop = fmt::format("length (--max-new-tokens {})", o_.max_new_tokens);
     while (static_cast<int>(reply.size()) < o_.max_new_tokens) {
       const int32_t id = sampler_.sample(logits.first(sample_vocab_));
-      if (std::find(stops_.begin(), stops_.end(), id) != stops_.end()) break;
+      if (std::find(stops_.begin(), stops_.end(), id) != stops_.end()) {
+        stop = fmt::format("end token {}", tok_.token_str(id).value_or("?"));
+        break;
+      }
       write_out(stream.push(id));
       reply.push_back(id);
       if (static_cast<int>(reply.size()) == o_.max_new_tokens) break;
       if (gen_.length() >= max_pos) {
-        KILN_LOG_WARN("stopped at the model's max_position_embeddings ({})", max_pos);
+        stop = fmt::format("length (the model's max_position_embeddings {})", max_pos);
         break;
       }
       logits = gen_.step(id);
       cached_.push_back(id);
     }
     write_out(stream.finish() + "\n");
+    // Why it ended, on stderr: an empty reply is an end token at once, not a silent failure.
+    std::fprintf(stderr, "stop: %s after %zu new tokens\n", stop.c_str(), reply.size());
     const auto t2 = std::chrono::steady_clock::now();
     KILN_LOG_DEBUG("prompt {} tokens ({} run) in {:.3f}s; {} new tokens in {:.3f}s", prompt.size(),
                    prompt.size() - common, std::chrono::duration<double>(t1 - t0).count(),
@@ -159,7 +167,7 @@ std::vector<int32_t> stop_ids(const Tokenizer& tok, const ChatTemplate* tmpl) {
 
 int run_generate(const GenerateOpts& o) {
   const fs::path dir = o.model;
-  const Qwen2Config config = read_config(dir / "config.json");
+  const ModelConfig config = read_config(dir / "config.json");
   const Tokenizer tok = load_tokenizer(o);
   const ChatTemplate* tmpl = generate_template(o);
   ChatOptions options{.add_generation_prompt = true};

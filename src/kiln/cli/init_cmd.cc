@@ -1,24 +1,50 @@
-// kiln init: a randomly initialised Qwen2 checkpoint in Hugging Face layout.
+// kiln init: a randomly initialised checkpoint of any family (a preset or a config.json) in Hugging
+// Face layout; with --tokenizer, sized for that tokenizer and carrying its files
+// (model/tokenizer_fit.h), so it trains and chats with it as it is.
+#include <optional>
+
 #include "kiln/base/error.h"
+#include "kiln/base/file.h"
 #include "kiln/base/log.h"
 #include "kiln/cli/commands.h"
 #include "kiln/kernels/device/backend.h"
 #include "kiln/model/hf_checkpoint.h"
+#include "kiln/model/hf_model_files.h"
 #include "kiln/model/init.h"
+#include "kiln/model/tokenizer_fit.h"
+#include "kiln/text/tokenizer.h"
 
 namespace kiln::cli {
 
+namespace {
+
+// config.json (the tokenizer's special ids), then the tokenizer files beside it (tokenizer.json
+// byte for byte, tokenizer_config.json with a chat template, generation_config.json), then the
+// weights last, so a directory whose weights are complete has everything else.
+void save_with_tokenizer(const fs::path& out, const ModelConfig& c, const ParamLayout& layout,
+                         const ParamStore& store, DType dtype, const Tokenizer& tok,
+                         const fs::path& tok_json) {
+  Json config = config_to_json(c, torch_dtype_name(dtype));
+  set_special_token_ids(config, tok, tok_json);
+  fs::create_directories(out);
+  write_file_atomic(out / "config.json", config.dump(2) + "\n");
+  HfModelFiles::read(out, tok_json).write(out, torch_dtype_name(dtype));
+  save_hf_weights_streaming(
+      out, layout, [&](int u, float* dst) { store.read_unit(u, dst); }, dtype);
+}
+
+}  // namespace
+
 Command add_init(CLI::App& app) {
   struct Opts {
-    std::string config, out, dtype = "f32";
+    std::string config, out, dtype = "f32", tokenizer;
     uint64_t seed = 0;
     float std = 0.02f;
   };
   auto o = std::make_shared<Opts>();
   std::string presets;
   for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
-  CLI::App* sub =
-      app.add_subcommand("init", "Write a randomly initialised Qwen2 checkpoint (HF layout)");
+  CLI::App* sub = app.add_subcommand("init", "Write a randomly initialised checkpoint (HF layout)");
   sub->add_option("--config", o->config, "A preset (" + presets + ") or a Hugging Face config.json")
       ->required();
   sub->add_option("--seed", o->seed, "Random seed")->capture_default_str();
@@ -26,19 +52,36 @@ Command add_init(CLI::App& app) {
   sub->add_option("--dtype", o->dtype, "Weight dtype: f32, bf16 or f16")->capture_default_str();
   sub->add_option("--init-std", o->std, "Standard deviation of the weight matrices")
       ->capture_default_str();
+  sub->add_option("--tokenizer", o->tokenizer,
+                  "A tokenizer.json (or a directory with one): vocab_size becomes its vocabulary "
+                  "rounded up to a multiple of 128, bos/eos ids its special tokens, and its files "
+                  "(tokenizer_config.json with the chat template) are copied into --out");
   return {sub, [o] {
             const auto dtype = dtype_from_cli(o->dtype);
             if (!dtype) fail("--dtype: unknown dtype '{}' (f32, bf16, f16)", o->dtype);
-            Qwen2Config c =
+            ModelConfig c =
                 is_preset(o->config) ? preset_config(o->config) : read_config(fs::path(o->config));
+            std::optional<Tokenizer> tok;
+            fs::path tok_json;
+            if (!o->tokenizer.empty()) {
+              tok_json = tokenizer_json_path({}, o->tokenizer);
+              tok = Tokenizer::load(tok_json);
+              c.vocab_size = fitted_vocab_size(tok->vocab_size());
+            }
             ParamLayout layout(c);
             const std::unique_ptr<Backend> be =
                 make_backend(DeviceRequest::kCpu, ComputeDType::kFp32);
             ParamStore store(layout, *be, /*with_grads=*/false);
             init_params(store, layout, o->seed, o->std);
-            save_hf_checkpoint(o->out, c, layout, store, *dtype);
-            KILN_LOG_INFO("wrote {} ({:.1f}M parameters, seed {})", o->out,
-                          parameter_count(c) / 1e6, o->seed);
+            if (tok) {
+              save_with_tokenizer(o->out, c, layout, store, *dtype, *tok, tok_json);
+              KILN_LOG_INFO("wrote {} ({:.1f}M parameters, seed {}; vocab_size {} for {})", o->out,
+                            parameter_count(c) / 1e6, o->seed, c.vocab_size, tok_json.string());
+            } else {
+              save_hf_checkpoint(o->out, c, layout, store, *dtype);
+              KILN_LOG_INFO("wrote {} ({:.1f}M parameters, seed {})", o->out,
+                            parameter_count(c) / 1e6, o->seed);
+            }
             return 0;
           }};
 }

@@ -1,4 +1,4 @@
-// kiln: fine-tune Qwen2-family models. `kiln --help` lists the subcommands.
+// kiln: fine-tune Qwen2.5, Qwen3 and Llama 3 models. `kiln --help` lists the subcommands.
 #include <unistd.h>
 
 #include <cstdio>
@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   }
   kiln::init_logging();
   KILN_LOG_DEBUG("{}", kiln::blas_info());
-  CLI::App app{"kiln: fine-tune Qwen2-family language models across many workers"};
+  CLI::App app{"kiln: fine-tune Qwen2.5, Qwen3 and Llama 3 language models across many workers"};
   app.set_version_flag("--version", "kiln 0.1.0");
   app.require_subcommand(1);
   const std::vector<kiln::cli::Command> commands = {

@@ -24,12 +24,15 @@ struct PlanOpts {
   bool json = false;
 };
 
-// model.path: a model directory's config.json, or the name of a preset.
-Qwen2Config plan_config(const Recipe& r) {
+// model.path: a model directory's config.json, or the name of a preset (the recipe resolves
+// every path, so a preset name arrives as <recipe dir>/<name>: one that is not a directory).
+ModelConfig plan_config(const Recipe& r) {
   const fs::path dir(r.model.path);
   if (fs::exists(dir / "config.json")) return read_config(dir / "config.json");
-  for (const auto& name : preset_names()) {
-    if (name == r.model.path) return preset_config(name);
+  if (!fs::exists(dir)) {
+    for (const auto& name : preset_names()) {
+      if (name == dir.filename().string()) return preset_config(name);
+    }
   }
   fail("model.path: {} has no config.json and is not a preset ({})", r.model.path,
        fmt::join(preset_names(), ", "));
@@ -50,7 +53,7 @@ struct Option {
   size_t peak;
 };
 
-Option try_setting(const Qwen2Config& c, Recipe r, const std::string& strategy, bool recompute,
+Option try_setting(const ModelConfig& c, Recipe r, const std::string& strategy, bool recompute,
                    int micro_batch, int world, int nnodes, bool on_cpu) {
   r.dist.strategy = strategy;
   r.train.activation_checkpointing = recompute;
@@ -67,7 +70,7 @@ struct Fit {
   int largest_micro_batch = 0, fewest_ranks = 0;
 };
 
-std::vector<Fit> fits(const Qwen2Config& c, const Recipe& r, int world, int nnodes, bool on_cpu,
+std::vector<Fit> fits(const ModelConfig& c, const Recipe& r, int world, int nnodes, bool on_cpu,
                       size_t budget) {
   std::vector<std::string> strategies = {"full_shard", "shard_grad_op", "no_shard"};
   if (nnodes > 1) strategies.push_back("hybrid_shard");
@@ -91,7 +94,7 @@ std::vector<Fit> fits(const Qwen2Config& c, const Recipe& r, int world, int nnod
   return out;
 }
 
-void print_text(const Qwen2Config& c, const Recipe& r, const MemoryPlan& p, int world, bool on_cpu,
+void print_text(const ModelConfig& c, const Recipe& r, const MemoryPlan& p, int world, bool on_cpu,
                 size_t budget, const std::vector<Fit>& fit) {
   auto line = [](const char* what, size_t b) {
     std::printf("  %-26s %10.1f MiB\n", what, b / 1048576.0);
@@ -158,15 +161,19 @@ Json to_json(const MemoryPlan& p, int world, size_t budget, const std::vector<Fi
   return j;
 }
 
+// The exit status when the recipe's own plan does not fit (an error exits 1), so a script can
+// gate a run on `kiln plan`.
+constexpr int kExitDoesNotFit = 3;
+
 int run_plan(const PlanOpts& o) {
-  const Recipe r = load_recipe(o.recipe, o.overrides);
+  const Recipe r = load_recipe(o.recipe, o.overrides, RecipeUse::kPlan);
   if (o.nnodes < 1) fail("--nnodes: {} is not a node count (>= 1)", o.nnodes);
   const std::string device = o.device.empty() ? r.train.device : o.device;
   if (device != "cpu" && device != "cuda" && device != "auto") {
     fail("--device: '{}' is not cpu or cuda", device);
   }
   const bool on_cpu = device != "cuda";
-  const Qwen2Config c = plan_config(r);
+  const ModelConfig c = plan_config(r);
   const int world = r.dist.nproc_per_node * o.nnodes;
   if (world > 1) parse_strategy(r.dist.strategy);  // names dist.strategy when it is wrong
   const size_t budget = !o.memory.empty() ? parse_memory_size(o.memory, "--memory-per-device")
@@ -181,7 +188,7 @@ int run_plan(const PlanOpts& o) {
   } else {
     print_text(c, r, p, world, on_cpu, budget, fit);
   }
-  return 0;
+  return p.peak <= budget ? 0 : kExitDoesNotFit;
 }
 
 }  // namespace
@@ -189,7 +196,9 @@ int run_plan(const PlanOpts& o) {
 Command add_plan(CLI::App& app) {
   auto o = std::make_shared<PlanOpts>();
   CLI::App* sub = app.add_subcommand(
-      "plan", "Predict a recipe's memory per rank (no weights needed) and which settings fit");
+      "plan",
+      "Predict a recipe's memory per rank (no weights or data needed) and which settings fit; "
+      "exits 3 when the recipe's plan does not fit");
   sub->add_option("recipe", o->recipe, "Recipe YAML (model.path: a model directory or a preset)")
       ->required();
   sub->add_option("overrides", o->overrides, "Overrides such as dist.nproc_per_node=4");

@@ -44,8 +44,10 @@ Command add_prepare_data(CLI::App& app) {
   sub->add_option("recipe", o->recipe, "Recipe YAML (keys: docs/recipe.md)")->required();
   sub->add_option("overrides", o->overrides, "Overrides such as data.seq_len=1024");
   sub->footer(
-      "Uses the recipe's data section (format, tokenizer, seq_len, overlong, train_on_prompt, "
-      "skip_bad_lines, cache_dir) and model.path's config.json to check token ids.");
+      "Uses the recipe's data section (each data.train file in its own format or data.format: " +
+      data_format_choices() +
+      "; tokenizer, seq_len, overlong, train_on_prompt, skip_bad_lines, cache_dir) and "
+      "model.path's config.json to check token ids.");
   return {sub, [o] {
             const Recipe r = load_recipe(o->recipe, o->overrides);
             const fs::path config = fs::path(r.model.path) / "config.json";
@@ -56,10 +58,9 @@ Command add_prepare_data(CLI::App& app) {
               KILN_LOG_WARN("{}: not found; token ids are not checked against a vocabulary",
                             config.string());
             }
-            DataOptions options = data_options(r);
-            for (const std::string& file : r.data.train) {
-              options.path = file;
-              report_prepared(load_dataset(options, vocab_size), file, r.data.format);
+            for (const Recipe::TrainFile& file : r.data.train) {
+              report_prepared(load_dataset(data_options(r, file), vocab_size), file.path,
+                              train_file_format(r, file));
             }
             return 0;
           }};

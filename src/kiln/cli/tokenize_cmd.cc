@@ -1,5 +1,6 @@
 // kiln tokenize / kiln detokenize: text to token ids and back, on stdin and stdout, with the
-// tokenizer of a Hugging Face model (its tokenizer.json).
+// tokenizer of a Hugging Face model (its tokenizer.json). `kiln tokenize --show-loss` renders
+// training records instead, marking the tokens that take loss (the masks training uses).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -12,8 +13,12 @@
 #include <vector>
 
 #include "kiln/base/error.h"
+#include "kiln/base/ignore_index.h"
 #include "kiln/base/json.h"
 #include "kiln/cli/commands.h"
+#include "kiln/data/formats.h"
+#include "kiln/data/source_lines.h"
+#include "kiln/data/text_dataset.h"
 #include "kiln/text/chat_messages.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/chat_template_choice.h"
@@ -74,12 +79,45 @@ std::string text_of(const Json& j) {
   fail("expected a JSON string or an object with a \"text\" string");
 }
 
+// How --show-loss marks the spans whose tokens take loss: ANSI colour on a terminal, else
+// brackets.
+struct LossMarks {
+  std::string open, close;
+  static LossMarks for_stdout() {
+    if (::isatty(STDOUT_FILENO) != 0) return {"\033[1;32m", "\033[0m"};
+    return {"[[", "]]"};
+  }
+};
+
+// One record as training sees it (LineEncoder: the same segments, tokens and labels): its text
+// decoded span by span, each run of tokens that take loss between the marks, then a count line.
+void show_loss(std::string& out, const Tokenizer& tok, const LineEncoder& encoder,
+               std::string_view line, const std::string& where, TextPosition origin,
+               const LossMarks& marks) {
+  const Example ex = encoder.encode(line, where, origin);
+  size_t learnt = 0;
+  for (size_t begin = 0; begin < ex.input_ids.size();) {
+    const bool loss = ex.labels[begin] != kIgnoreIndex;
+    size_t end = begin;
+    while (end < ex.input_ids.size() && (ex.labels[end] != kIgnoreIndex) == loss) ++end;
+    const std::string text =
+        tok.decode(std::span<const int32_t>(ex.input_ids).subspan(begin, end - begin));
+    out += loss ? marks.open + text + marks.close : text;
+    if (loss) learnt += end - begin;
+    begin = end;
+  }
+  if (out.empty() || out.back() != '\n') out += '\n';
+  fmt::format_to(std::back_inserter(out), "# {}: {} of {} tokens take loss\n", where, learnt,
+                 ex.input_ids.size());
+}
+
 }  // namespace
 
 Command add_tokenize(CLI::App& app) {
   struct Opts {
-    std::string tokenizer, chat_template, enable_thinking;
-    bool jsonl = false, chat = false, no_special = false, add_special_tokens = false;
+    std::string tokenizer, format, chat_template, enable_thinking;
+    bool jsonl = false, chat = false, no_special = false, add_special_tokens = false,
+         show_loss = false, train_on_prompt = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
@@ -98,21 +136,34 @@ Command add_tokenize(CLI::App& app) {
                     "the chat template as training renders it")
           ->excludes(jsonl);
   sub->add_option("--template", o->chat_template,
-                  "With --chat: qwen2.5, qwen3 or llama3 (default: the chat template in the "
-                  "tokenizer_config.json beside --tokenizer, when kiln knows it)")
-      ->check(CLI::IsMember(chat_template_names()))
-      ->needs(chat);
+                  "With --chat or --show-loss: qwen2.5, qwen3 or llama3 (default: the chat "
+                  "template in the tokenizer_config.json beside --tokenizer, when kiln knows it)")
+      ->check(CLI::IsMember(chat_template_names()));
   sub->add_option("--enable-thinking", o->enable_thinking,
-                  "With --chat: Qwen3's thinking switch, true or false (default: the template's)")
-      ->check(CLI::IsMember({"true", "false"}))
-      ->needs(chat);
+                  "With --chat or --show-loss: Qwen3's thinking switch, true or false (default: "
+                  "the template's)")
+      ->check(CLI::IsMember({"true", "false"}));
   sub->add_flag("--add-special-tokens", o->add_special_tokens,
                 "Add the tokenizer's post-processor tokens as Hugging Face's tokenizer(text) does "
                 "(Llama 3's <|begin_of_text|>; none for Qwen)")
       ->excludes(chat);
-  sub->add_flag("--no-special", o->no_special,
-                "Encode special-token text (<|im_start|>, ...) as plain text; with --chat, only "
-                "in message contents");
+  auto* no_special = sub->add_flag(
+      "--no-special", o->no_special,
+      "Encode special-token text (<|im_start|>, ...) as plain text; with --chat, only in message "
+      "contents");
+  auto* show = sub->add_flag(
+      "--show-loss", o->show_loss,
+      "Each stdin line (or element of a JSON array) is a training record in --format (default "
+      "chat); print its text as training renders it, the tokens that take loss in colour on a "
+      "terminal, else between [[ and ]], and a line counting them");
+  show->excludes(jsonl)->excludes(no_special);
+  sub->add_option(
+         "--format", o->format,
+         "With --show-loss: the records' data format, " + data_format_choices() + " (default chat)")
+      ->needs(show);
+  sub->add_flag("--train-on-prompt", o->train_on_prompt,
+                "With --show-loss: loss on every token, as data.train_on_prompt")
+      ->needs(show);
   return {sub, [o] {
             const Tokenizer tok = Tokenizer::load(o->tokenizer);
             const bool parse_special = !o->no_special;
@@ -123,14 +174,48 @@ Command add_tokenize(CLI::App& app) {
             // Chosen before stdin is read: a template kiln does not know fails at once.
             const ChatTemplate* tmpl = nullptr;
             ChatOptions options;
+            if (!o->chat && !o->show_loss &&
+                (!o->chat_template.empty() || !o->enable_thinking.empty())) {
+              fail("--template and --enable-thinking need --chat or --show-loss");
+            }
+            if (!o->enable_thinking.empty()) options.enable_thinking = o->enable_thinking == "true";
             if (o->chat) {
               tmpl = &choose_chat_template(o->tokenizer, o->chat_template, "--template");
-              if (!o->enable_thinking.empty())
-                options.enable_thinking = o->enable_thinking == "true";
               check_enable_thinking(*tmpl, options.enable_thinking, "--enable-thinking");
             }
             const std::string input = read_stdin();
             std::string out;
+            if (o->show_loss) {
+              const std::string name = o->format.empty() ? "chat" : o->format;
+              const auto format = parse_data_format(name);
+              if (!format || *format == DataFormat::kTokens) {
+                fail("--format: '{}' is not a text data format ({})", name, data_format_choices());
+              }
+              if (o->chat && *format != DataFormat::kChat) {
+                fail("--chat reads chat records; drop it to show --format {}", name);
+              }
+              // The template as training chooses it for this format (none for text, completion).
+              DataOptions d;
+              d.format = *format;
+              d.tokenizer = o->tokenizer;
+              d.chat_template = o->chat_template;
+              d.template_key = "--template";
+              d.enable_thinking = options.enable_thinking;
+              d.thinking_key = "--enable-thinking";
+              const LineEncoder encoder(*format, &tok, tok.vocab_size(), o->train_on_prompt,
+                                        data_chat_template(d), options);
+              const LossMarks marks = LossMarks::for_stdout();
+              // JSONL, or a JSON array of records, as a data file is read.
+              for (const SourceLine& rec : source_lines(input, "stdin")) {
+                const std::string where = fmt::format("stdin:{}", rec.number);
+                in_context(where, out, [&] {
+                  show_loss(out, tok, encoder, rec.text, where, rec.position(), marks);
+                });
+                if (out.size() > (1 << 20)) flush(out);
+              }
+              flush(out);
+              return 0;
+            }
             if (!o->jsonl && !o->chat) {
               in_context("stdin", out, [&] { write_ids(out, encode(input)); });
               flush(out);

@@ -1,10 +1,13 @@
 #include "kiln/data/formats.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "kiln/base/error.h"
 #include "kiln/base/ignore_index.h"
 #include "kiln/data/conversation.h"
+#include "kiln/data/source_lines.h"
 
 namespace kiln {
 
@@ -12,6 +15,10 @@ namespace {
 
 const std::vector<std::string> kFormatNames = {"tokens",     "chat", "instruction",
                                                "completion", "text", "sharegpt"};
+const std::vector<std::pair<std::string, DataFormat>> kAliases = {
+    {"alpaca", DataFormat::kInstruction},
+    {"openai", DataFormat::kChat},
+    {"messages", DataFormat::kChat}};
 
 // A JSON value for a message, cut short so a huge value cannot flood the line.
 std::string preview(const OrderedJson& v) {
@@ -37,7 +44,52 @@ std::optional<DataFormat> parse_data_format(std::string_view name) {
   for (size_t i = 0; i < kFormatNames.size(); ++i) {
     if (kFormatNames[i] == name) return static_cast<DataFormat>(i);
   }
+  for (const auto& [alias, format] : kAliases) {
+    if (alias == name) return format;
+  }
   return std::nullopt;
+}
+
+const std::vector<std::pair<std::string, DataFormat>>& data_format_aliases() { return kAliases; }
+
+std::string data_format_choices() {
+  std::string out;
+  for (const std::string& n : kFormatNames) out += (out.empty() ? "" : ", ") + n;
+  out += " (aliases: ";
+  for (size_t i = 0; i < kAliases.size(); ++i) {
+    out += fmt::format("{}{} = {}", i ? ", " : "", kAliases[i].first,
+                       data_format_name(kAliases[i].second));
+  }
+  return out + ")";
+}
+
+std::optional<DataFormat> infer_data_format(const OrderedJson& record) {
+  if (!record.is_object()) return std::nullopt;
+  const auto has = [&](const char* key) { return record.contains(key); };
+  if (has("messages")) return DataFormat::kChat;
+  if (has("conversations")) return DataFormat::kShareGpt;
+  if (has("instruction")) return DataFormat::kInstruction;
+  if (has("prompt") && has("completion")) return DataFormat::kCompletion;
+  if (has("text")) return DataFormat::kText;
+  if (has("input_ids")) return DataFormat::kTokens;
+  return std::nullopt;
+}
+
+DataFormat infer_file_format(const fs::path& file, const std::string& flag) {
+  const std::string text = read_file(file);
+  const std::vector<SourceLine> lines = source_lines(text, file.string());
+  if (lines.empty())
+    fail("{}: no records, so no data format to infer ({} sets it)", file.string(), flag);
+  const std::string where = fmt::format("{}:{}", file.string(), lines.front().number);
+  const auto format =
+      infer_data_format(parse_json_ordered(lines.front().text, where, lines.front().position()));
+  if (!format) {
+    fail(
+        "{}: the first record has none of the fields that name a data format (messages, "
+        "conversations, instruction, prompt + completion, text, input_ids); set it with {} ({})",
+        where, flag, data_format_choices());
+  }
+  return *format;
 }
 
 std::string_view data_format_name(DataFormat format) {
@@ -159,16 +211,18 @@ std::vector<Segment> LineEncoder::with_special_tokens(std::vector<Segment> text)
   return out;
 }
 
-std::vector<Segment> LineEncoder::segments(std::string_view line, const std::string& where) const {
-  const OrderedJson obj = parse_json_ordered(line, where);
+std::vector<Segment> LineEncoder::segments(std::string_view line, const std::string& where,
+                                           TextPosition origin) const {
+  const OrderedJson obj = parse_json_ordered(line, where, origin);
   if (!obj.is_object()) fail("{}: expected a JSON object, got {}", where, preview(obj));
   return segments_of(obj, where);
 }
 
-Example LineEncoder::encode(std::string_view line, const std::string& where) const {
-  if (format_ == DataFormat::kTokens) return parse_tokens_line(line, vocab_size_, where);
+Example LineEncoder::encode(std::string_view line, const std::string& where,
+                            TextPosition origin) const {
+  if (format_ == DataFormat::kTokens) return parse_tokens_line(line, vocab_size_, where, origin);
   try {
-    return encode_segments(*tokenizer_, segments(line, where));
+    return encode_segments(*tokenizer_, segments(line, where, origin));
   } catch (const Error& e) {
     // The tokenizer's own errors (a regex hitting its match limit) do not know the line.
     const std::string msg = e.what();

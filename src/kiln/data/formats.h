@@ -39,6 +39,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kiln/base/json.h"
@@ -50,11 +51,32 @@ namespace kiln {
 
 enum class DataFormat { kTokens, kChat, kInstruction, kCompletion, kText, kShareGpt };
 
-// "tokens", "chat", ... ; nullopt for anything else.
+// The one list of data formats: the recipe (data.format, data.train's per-file format), `kiln
+// eval --format`, `kiln tokenize --format` and `kiln prepare-data` all read it, and
+// docs/recipe.md documents it (tests/data/formats_test.cc checks the docs against it).
+//
+// A format's name or one of its aliases, the names other tools give the same layout:
+//   alpaca -> instruction (Stanford Alpaca's instruction/input/output records)
+//   openai, messages -> chat (OpenAI's fine-tuning files: {"messages": [...]})
+// nullopt for anything else.
 std::optional<DataFormat> parse_data_format(std::string_view name);
 std::string_view data_format_name(DataFormat format);
 // Every format's name, in the order of the enum.
 const std::vector<std::string>& data_format_names();
+// Every alias with the format it names, in documentation order.
+const std::vector<std::pair<std::string, DataFormat>>& data_format_aliases();
+// "tokens, chat, instruction, completion, text, sharegpt (aliases: alpaca = instruction, ...)":
+// the valid names for an error or a --help line.
+std::string data_format_choices();
+
+// The format a record's fields say it is in (a JSON object: "messages" -> chat, "conversations"
+// -> sharegpt, "instruction" -> instruction, "prompt" and "completion" -> completion, "text" ->
+// text, "input_ids" -> tokens); nullopt when none matches.
+std::optional<DataFormat> infer_data_format(const OrderedJson& record);
+// The format of a data file's first record (source_lines.h: JSONL or a JSON array). Throws
+// kiln::Error naming the file when it is empty, the record is not JSON, or no format matches
+// (the error names `flag`, the option that sets the format instead).
+DataFormat infer_file_format(const fs::path& file, const std::string& flag);
 
 // A piece of a rendered example, tokenized on its own.
 struct Segment {
@@ -94,10 +116,13 @@ class LineEncoder {
               ChatOptions chat_options = {});
 
   // The example of one line. Throws kiln::Error "<where>: <field>: <problem>" for a bad line:
-  // malformed JSON or UTF-8, a missing field, a wrong type or role, nothing to learn.
-  Example encode(std::string_view line, const std::string& where) const;
-  // The segments of one line (text formats only), for tests and tools.
-  std::vector<Segment> segments(std::string_view line, const std::string& where) const;
+  // malformed JSON or UTF-8, a missing field, a wrong type or role, nothing to learn. `origin`:
+  // where the line starts in its file, for the position of a JSON syntax error.
+  Example encode(std::string_view line, const std::string& where, TextPosition origin = {}) const;
+  // The segments of one line (text formats only), for tests and tools (kiln tokenize
+  // --show-loss): those whose tokens take loss have train set.
+  std::vector<Segment> segments(std::string_view line, const std::string& where,
+                                TextPosition origin = {}) const;
 
   DataFormat format() const { return format_; }
 

@@ -41,16 +41,24 @@ class ArrayScanner {
     }
     while (true) {
       skip_space();
-      const size_t begin = at_, line = line_;
+      const size_t begin = at_, line = line_, column = column_of(at_);
       skip_value();
-      out.push_back({line, t_.substr(begin, at_ - begin)});
+      out.push_back({line, t_.substr(begin, at_ - begin), column});
       skip_space();
+      const size_t comma_line = line_, comma_column = column_of(at_);
       const char c = peek();
       ++at_;
       if (c == ']') return finish(out);
       if (c != ',')
         fail("{}:{}: malformed JSON array: expected ',' or ']' after element {}", name_, line_,
              out.size() - 1);
+      skip_space();
+      if (peek() == ']') {
+        fail(
+            "{}:{}: malformed JSON array: a ',' after the last element at line {}, column {} "
+            "(JSON allows none before ']')",
+            name_, comma_line, comma_line, comma_column);
+      }
     }
   }
 
@@ -60,15 +68,21 @@ class ArrayScanner {
     return t_[at_];
   }
   void skip_space() {
-    for (; at_ < t_.size() && is_space(t_[at_]); ++at_) line_ += t_[at_] == '\n';
+    for (; at_ < t_.size() && is_space(t_[at_]); ++at_) newline_at(at_);
   }
+  void newline_at(size_t i) {
+    if (t_[i] != '\n') return;
+    ++line_;
+    line_start_ = i + 1;
+  }
+  size_t column_of(size_t i) const { return i - line_start_ + 1; }
   // One element: a container to its closing bracket, a scalar to the next ',', ']' or space.
   void skip_value() {
     int depth = 0;
     bool in_string = false;
     for (; at_ < t_.size(); ++at_) {
       const char c = t_[at_];
-      line_ += c == '\n';
+      newline_at(at_);
       if (in_string) {
         if (c == '\\') {
           ++at_;
@@ -99,7 +113,7 @@ class ArrayScanner {
 
   std::string_view t_;
   const std::string& name_;
-  size_t at_ = 0, line_ = 1;
+  size_t at_ = 0, line_ = 1, line_start_ = 0;
 };
 
 }  // namespace

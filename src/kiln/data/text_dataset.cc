@@ -124,7 +124,8 @@ TokenizedDataset read_jsonl(std::string_view text, const std::string& name,
     for (size_t i = begin; i < end; ++i) {
       LineResult& r = results[i - begin];
       try {
-        r.example = encoder.encode(lines[i].text, fmt::format("{}:{}", name, lines[i].number));
+        r.example = encoder.encode(lines[i].text, fmt::format("{}:{}", name, lines[i].number),
+                                   lines[i].position());
       } catch (const Error& e) {
         r.bad = true;
         r.error = e.what();

@@ -55,8 +55,9 @@ std::vector<int32_t> read_ids(const Json& obj, const char* field, int64_t vocab_
 
 }  // namespace
 
-Example parse_tokens_line(std::string_view line, int64_t vocab_size, const std::string& where) {
-  Json obj = parse_json(line, where);
+Example parse_tokens_line(std::string_view line, int64_t vocab_size, const std::string& where,
+                          TextPosition origin) {
+  Json obj = parse_json(line, where, origin);
   if (!obj.is_object()) fail("{}: expected a JSON object, got {}", where, preview(obj));
   if (!obj.contains("input_ids")) fail("{}: missing 'input_ids'", where);
   Example ex;
@@ -94,8 +95,8 @@ TokenDataset TokenDataset::load(const fs::path& path, int64_t vocab_size, int ma
     std::string_view line = text.substr(0, nl);
     text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
     if (is_blank(line)) continue;
-    examples.push_back(
-        parse_tokens_line(line, vocab_size, fmt::format("{}:{}", path.string(), line_no)));
+    examples.push_back(parse_tokens_line(
+        line, vocab_size, fmt::format("{}:{}", path.string(), line_no), {line_no, 1}));
   }
   if (examples.empty()) fail("{}: no examples", path.string());
   TokenDataset ds;

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/base/json.h"
 #include "kiln/data/example_source.h"
 
 namespace kiln {
@@ -28,8 +29,10 @@ struct Example {
 };
 
 // Parses one line of the "tokens" format; every id must be < vocab_size. Throws kiln::Error
-// prefixed with `where` ("path:line") for a malformed line.
-Example parse_tokens_line(std::string_view line, int64_t vocab_size, const std::string& where);
+// prefixed with `where` ("path:line") for a malformed line; `origin` is where the line starts in
+// its file (parse_json).
+Example parse_tokens_line(std::string_view line, int64_t vocab_size, const std::string& where,
+                          TextPosition origin = {});
 
 class TokenDataset : public ExampleSource {
  public:

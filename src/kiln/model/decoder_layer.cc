@@ -17,7 +17,7 @@ void copy_qkv_columns(const Backend& be, float* qkv, float* q, float* k, float* 
   }
 }
 
-void decoder_layer_forward(const Backend& be, const Qwen2Config& c, const LayerOffsets& o,
+void decoder_layer_forward(const Backend& be, const ModelConfig& c, const LayerOffsets& o,
                            ConstDevPtr w, const float* x_in, float* x_out, const DecoderActs& a,
                            const LayerGeometry& g, const RopeTables& rope,
                            const LayerAttention& attention) {
@@ -30,8 +30,16 @@ void decoder_layer_forward(const Backend& be, const Qwen2Config& c, const LayerO
   const DType t = g.act_dtype;
 
   be.rmsnorm_forward(DevPtr{a.xn1, t}, a.rstd1, x_in, w.at(o.ln1), N, C, eps);
-  be.matmul_forward(a.qkv, ConstDevPtr{a.xn1, t}, w.at(o.wq), w.at(o.bq), N, C, Q + 2 * KV);
-  copy_qkv_columns(be, a.qkv, a.q, a.k, a.v, N, Q, KV, /*to_qkv=*/false);
+  be.matmul_forward(a.qkv, ConstDevPtr{a.xn1, t}, w.at(o.wq), layer_tensor(w, o.bq), N, C,
+                    Q + 2 * KV);
+  if (c.qk_norm) {
+    // q (n*H, D) = rmsnorm(q_pre) per head, one weight (D) for every head; k likewise.
+    copy_qkv_columns(be, a.qkv, a.q_pre, a.k_pre, a.v, N, Q, KV, /*to_qkv=*/false);
+    be.rmsnorm_forward(a.q, a.rstd_q, a.q_pre, w.at(o.q_norm), N * H, D, eps);
+    be.rmsnorm_forward(a.k, a.rstd_k, a.k_pre, w.at(o.k_norm), N * KVH, D, eps);
+  } else {
+    copy_qkv_columns(be, a.qkv, a.q, a.k, a.v, N, Q, KV, /*to_qkv=*/false);
+  }
   be.rope_forward(a.q, g.pos, rope.cos(), rope.sin(), N, H, D);
   be.rope_forward(a.k, g.pos, rope.cos(), rope.sin(), N, KVH, D);
   attention.attend(a);

@@ -1,7 +1,9 @@
-// One Qwen2 decoder layer's forward, the one used by training (Qwen2Model) and decoding
-// (Generator). Over n tokens, x_in (n, C):
-//   xn1 = rmsnorm(x_in); qkv (n, Q + 2 KV) = xn1 [Wq; Wk; Wv]^T + [bq; bk; bv], one product,
-//   split into q (n, Q), k, v (n, KV); rope(q, k); y (n, Q) = attention
+// One decoder layer's forward, the one used by training (Decoder) and decoding (Generator), for
+// every family (config.h). Over n tokens, x_in (n, C):
+//   xn1 = rmsnorm(x_in); qkv (n, Q + 2 KV) = xn1 [Wq; Wk; Wv]^T (+ [bq; bk; bv] with
+//   attention_bias), one product, split into q (n, Q), k, v (n, KV); with qk_norm (Qwen3) q and
+//   k come out of the split as q_pre, k_pre and each head is RMSNorm'd over head_dim by one
+//   shared weight, (n*H, D) and (n*KVH, D) rows; rope(q, k); y (n, Q) = attention
 //   xmid = x_in + y Wo^T (fused with xn2 = rmsnorm(xmid)); gate_up (n, 2I) = xn2 [Wg; Wu]^T, one
 //   product; h (n, I) = silu(gate) * up
 //   x_out = xmid + h Wd^T
@@ -25,7 +27,19 @@ namespace kiln {
 struct DecoderActs {
   void *xn1, *xn2, *h;
   float *rstd1, *qkv, *q, *k, *v, *y, *lse, *xmid, *rstd2, *gate_up;  // lse: training only
+  // qk_norm only: q and k before their norm, (n, Q) and (n, KV), and the norms' (n*H), (n*KVH)
+  // reciprocal RMS.
+  float *q_pre, *k_pre, *rstd_q, *rstd_k;
 };
+
+// The tensor at `offset` in a layer's unit, or null when the family has none
+// (LayerOffsets::kNoTensor); and its gradient's place.
+inline ConstDevPtr layer_tensor(ConstDevPtr w, size_t offset) {
+  return offset == LayerOffsets::kNoTensor ? ConstDevPtr{nullptr, w.dtype} : w.at(offset);
+}
+inline float* layer_grad(float* dw, size_t offset) {
+  return offset == LayerOffsets::kNoTensor ? nullptr : dw + offset;
+}
 
 class LayerAttention {
  public:
@@ -45,7 +59,7 @@ struct LayerGeometry {
 void copy_qkv_columns(const Backend& be, float* qkv, float* q, float* k, float* v, int n, int Q,
                       int KV, bool to_qkv);
 
-void decoder_layer_forward(const Backend& be, const Qwen2Config& c, const LayerOffsets& o,
+void decoder_layer_forward(const Backend& be, const ModelConfig& c, const LayerOffsets& o,
                            ConstDevPtr w, const float* x_in, float* x_out, const DecoderActs& a,
                            const LayerGeometry& g, const RopeTables& rope,
                            const LayerAttention& attention);

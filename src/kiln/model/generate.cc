@@ -9,7 +9,7 @@
 
 namespace kiln {
 
-Generator::Generator(const Qwen2Config& config, UnitAccess& params, const Backend& backend)
+Generator::Generator(const ModelConfig& config, UnitAccess& params, const Backend& backend)
     : config_(config),
       layout_(config),
       params_(params),
@@ -24,6 +24,8 @@ Generator::Generator(const Qwen2Config& config, UnitAccess& params, const Backen
       qkv_(backend, 0),
       gate_up_(backend, 0),
       h_(backend, 0),
+      qk_pre_(backend, 0),
+      rstd_qk_(backend, 0),
       ids_pos_(backend, 2 * kChunk),
       ids_pos_host_(2 * kChunk),
       xf_(backend, config_.hidden_size),
@@ -117,6 +119,11 @@ void Generator::run_chunk(const int32_t* ids, int n) {
     qkv_.resize(n * (Q + 2 * KV));
     gate_up_.resize(n * 2 * I);
     h_.resize(n * I);
+    if (config_.qk_norm) {
+      qk_pre_.resize(n * (Q + KV));
+      rstd_qk_.resize(
+          n * static_cast<size_t>(config_.num_attention_heads + config_.num_key_value_heads));
+    }
   }
   // ids and positions (2, n) through the host copy: the previous chunk's upload has run (every
   // chunk's layers read them before the next chunk starts, and prefill ends with a synchronize).
@@ -142,7 +149,7 @@ namespace {
 class CacheAttention final : public LayerAttention {
  public:
   CacheAttention(const Backend& be, const float* k_cache, const float* v_cache, int n, int past,
-                 const Qwen2Config& c)
+                 const ModelConfig& c)
       : be_(be), k_(k_cache), v_(v_cache), n_(n), past_(past), c_(c) {}
   void attend(const DecoderActs& a) const override {
     be_.attention_decode(a.y, a.q, k_, v_, n_, past_, static_cast<int>(c_.num_attention_heads),
@@ -153,7 +160,7 @@ class CacheAttention final : public LayerAttention {
   const Backend& be_;
   const float *k_, *v_;
   int n_, past_;
-  const Qwen2Config& c_;
+  const ModelConfig& c_;
 };
 }  // namespace
 
@@ -172,6 +179,12 @@ void Generator::layer(int l, ConstDevPtr w, int n) {
   a.lse = nullptr;
   a.xmid = tmp_.data();
   a.gate_up = gate_up_.data();
+  if (config_.qk_norm) {
+    a.q_pre = qk_pre_.data();
+    a.k_pre = a.q_pre + static_cast<size_t>(n) * config_.q_dim();
+    a.rstd_q = rstd_qk_.data();
+    a.rstd_k = a.rstd_q + static_cast<size_t>(n) * config_.num_attention_heads;
+  }
   const CacheAttention attention(be_, k_cache_[l].data(), v_cache_[l].data(), n, length_, config_);
   decoder_layer_forward(be_, config_, layout_.layer_offsets(), w, x_.data(), x_.data(), a,
                         {n, ids_pos_.data() + kChunk, DType::F32}, rope_, attention);

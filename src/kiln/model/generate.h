@@ -1,10 +1,11 @@
-// Incremental decoding of a Qwen2 model with a KV cache, built from the backend's ops.
+// Incremental decoding of a decoder (any family) with a KV cache, built from the backend's ops.
 //
 // The cache holds, per layer, K and V (capacity, kv_heads, head_dim) of every token seen so far,
 // after RoPE. Feeding n new tokens at positions [past, past + n):
 //   x (n, C) = embed(ids)
-//   per layer: xn = rmsnorm(x); q (n, Q), k, v (n, KV) = xn W^T + b, k and v written straight into
-//              the cache rows [past, past + n); rope(q, k); y = attention_decode(q, cache) (n, Q);
+//   per layer: xn = rmsnorm(x); q (n, Q), k, v (n, KV) = xn W^T (+ b), k and v written straight
+//              into the cache rows [past, past + n) (k through its per-head norm with qk_norm);
+//              rope(q, k) with the training's tables; y = attention_decode(q, cache) (n, Q);
 //              x += y Wo^T; xn = rmsnorm(x); x += (silu(xn Wg^T) * (xn Wu^T)) Wd^T
 //   logits (V) = rmsnorm(x[n - 1]) W_head^T: the LM head for the last position only.
 // Each layer runs the training forward's decoder_layer_forward (model/decoder_layer.h) with
@@ -30,7 +31,7 @@ class Generator {
  public:
   // `params` must outlive the Generator; units are acquired around each use and released after,
   // as the training forward does. The cache grows as needed, up to max_position_embeddings.
-  Generator(const Qwen2Config& config, UnitAccess& params, const Backend& backend);
+  Generator(const ModelConfig& config, UnitAccess& params, const Backend& backend);
 
   // Appends `ids` (n >= 1) at positions [length(), length() + n), running them through every
   // layer in chunks and filling the cache. Returns the logits (vocab_size) of the last one, valid
@@ -48,10 +49,10 @@ class Generator {
   // Bytes held by the KV cache (both K and V, every layer).
   size_t cache_bytes() const;
 
-  const Qwen2Config& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
 
   // Tokens per prefill chunk: bounds the activation scratch at kChunk * (3C + 2Q + 3I + 1)
-  // floats whatever the prompt length.
+  // floats (and Q + KV + H + KVH more with q/k norms) whatever the prompt length.
   static constexpr int kChunk = 256;
 
  private:
@@ -59,7 +60,7 @@ class Generator {
   void run_chunk(const int32_t* ids, int n);  // n tokens at positions [length_, length_ + n)
   void layer(int l, ConstDevPtr w, int n);    // x_ (n, C) through layer l, in place
 
-  Qwen2Config config_;
+  ModelConfig config_;
   ParamLayout layout_;
   UnitAccess& params_;
   const Backend& be_;
@@ -72,6 +73,8 @@ class Generator {
   RopeTables rope_;                                     // (capacity, D/2)
   // (n, C|C|1|Q|Q|C|Q+2KV|2I|I)
   DeviceBuffer<float> x_, xn_, rstd_, q_, y_, tmp_, qkv_, gate_up_, h_;
+  // qk_norm only: q and k before their norms (n, Q + KV) and the norms' (n, H + KVH) reciprocals
+  DeviceBuffer<float> qk_pre_, rstd_qk_;
   DeviceBuffer<int32_t> ids_pos_;  // (2, kChunk)
   std::vector<int32_t> ids_pos_host_;
   DeviceBuffer<float> xf_, rstd_last_, logits_;  // (C), (1), (V)

@@ -34,8 +34,13 @@ HfWeightsReader::HfWeightsReader(const fs::path& path, const ParamLayout& layout
       fail("{}: unexpected tensor lm_head.weight: config.json says tie_word_embeddings=true",
            reader_->file_of(name));
     }
-    fail("{}: unexpected tensor {} (not a parameter of this Qwen2 model)", reader_->file_of(name),
-         name);
+    if (name.ends_with("_proj.bias")) {
+      fail(
+          "{}: unexpected tensor {}: config.json's family and attention_bias give the model no "
+          "q/k/v biases",
+          reader_->file_of(name), name);
+    }
+    fail("{}: unexpected tensor {} (not a parameter of this model)", reader_->file_of(name), name);
   }
 }
 
@@ -93,7 +98,7 @@ void save_hf_weights_streaming(const fs::path& dir, const ParamLayout& layout,
   write_checkpoint_dir(dir, tensors, dtype, max_shard_bytes);
 }
 
-void save_hf_checkpoint_streaming(const fs::path& dir, const Qwen2Config& config,
+void save_hf_checkpoint_streaming(const fs::path& dir, const ModelConfig& config,
                                   const ParamLayout& layout,
                                   const std::function<void(int unit, float* out)>& read_unit,
                                   DType dtype, uint64_t max_shard_bytes) {
@@ -105,7 +110,7 @@ void save_hf_checkpoint_streaming(const fs::path& dir, const Qwen2Config& config
   save_hf_weights_streaming(dir, layout, read_unit, dtype, max_shard_bytes);
 }
 
-void save_hf_checkpoint(const fs::path& dir, const Qwen2Config& config, const ParamLayout& layout,
+void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config, const ParamLayout& layout,
                         const ParamStore& store, DType dtype, uint64_t max_shard_bytes) {
   save_hf_checkpoint_streaming(
       dir, config, layout, [&](int u, float* out) { store.read_unit(u, out); }, dtype,

@@ -45,7 +45,7 @@ void save_hf_weights_streaming(const fs::path& dir, const ParamLayout& layout,
 
 // As save_hf_checkpoint, streaming: read_unit(u, out) fills unit u's parameters when the writer
 // first needs them, so memory is bounded by the largest unit, not the model.
-void save_hf_checkpoint_streaming(const fs::path& dir, const Qwen2Config& config,
+void save_hf_checkpoint_streaming(const fs::path& dir, const ModelConfig& config,
                                   const ParamLayout& layout,
                                   const std::function<void(int unit, float* out)>& read_unit,
                                   DType dtype, uint64_t max_shard_bytes = 5'000'000'000);
@@ -53,7 +53,7 @@ void save_hf_checkpoint_streaming(const fs::path& dir, const Qwen2Config& config
 // Writes config.json and the weights (in `dtype`, sharded above max_shard_bytes) to `dir` in the
 // layout save_pretrained uses. Each file is written atomically; the weights come last so a
 // directory whose weights are complete also has its config.
-void save_hf_checkpoint(const fs::path& dir, const Qwen2Config& config, const ParamLayout& layout,
+void save_hf_checkpoint(const fs::path& dir, const ModelConfig& config, const ParamLayout& layout,
                         const ParamStore& store, DType dtype,
                         uint64_t max_shard_bytes = 5'000'000'000);
 

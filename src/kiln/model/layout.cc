@@ -28,7 +28,7 @@ const ParamEntry& ParamUnit::entry(const std::string& hf_name) const {
   fail("unit {} has no tensor {}", name, hf_name);
 }
 
-ParamLayout::ParamLayout(const Qwen2Config& c) {
+ParamLayout::ParamLayout(const ModelConfig& c) {
   const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int64_t Q = c.q_dim(), KV = c.kv_dim();
   ParamUnit embed{"embed", {}, 0};
@@ -42,9 +42,16 @@ ParamLayout::ParamLayout(const Qwen2Config& c) {
     o.wq = add(u, p + "self_attn.q_proj.weight", {Q, C}, true);
     o.wk = add(u, p + "self_attn.k_proj.weight", {KV, C}, true);
     o.wv = add(u, p + "self_attn.v_proj.weight", {KV, C}, true);
-    o.bq = add(u, p + "self_attn.q_proj.bias", {Q}, false);
-    o.bk = add(u, p + "self_attn.k_proj.bias", {KV}, false);
-    o.bv = add(u, p + "self_attn.v_proj.bias", {KV}, false);
+    o.bq = o.bk = o.bv = o.q_norm = o.k_norm = LayerOffsets::kNoTensor;
+    if (c.attention_bias) {
+      o.bq = add(u, p + "self_attn.q_proj.bias", {Q}, false);
+      o.bk = add(u, p + "self_attn.k_proj.bias", {KV}, false);
+      o.bv = add(u, p + "self_attn.v_proj.bias", {KV}, false);
+    }
+    if (c.qk_norm) {
+      o.q_norm = add(u, p + "self_attn.q_norm.weight", {c.head_dim()}, false);
+      o.k_norm = add(u, p + "self_attn.k_norm.weight", {c.head_dim()}, false);
+    }
     o.wo = add(u, p + "self_attn.o_proj.weight", {C, Q}, true);
     o.ln2 = add(u, p + "post_attention_layernorm.weight", {C}, false);
     o.wg = add(u, p + "mlp.gate_proj.weight", {I, C}, true);

@@ -36,15 +36,17 @@ struct ShardRange {
 
 // Offsets of one decoder layer's tensors inside its unit (in floats). The unit holds, in order:
 // ln1; wq, wk, wv (adjacent: one (Q + 2 KV, C) matrix, so q, k and v come from one product);
-// bq, bk, bv (adjacent: that product's bias); wo; ln2; wg, wu (adjacent: one (2I, C) matrix for
-// gate and up); wd.
+// bq, bk, bv (adjacent: that product's bias; only with attention_bias); q_norm, k_norm (D each;
+// only with qk_norm); wo; ln2; wg, wu (adjacent: one (2I, C) matrix for gate and up); wd. A tensor
+// the family does not have is kNoTensor.
 struct LayerOffsets {
-  size_t ln1, wq, bq, wk, bk, wv, bv, wo, ln2, wg, wu, wd;
+  static constexpr size_t kNoTensor = static_cast<size_t>(-1);
+  size_t ln1, wq, bq, wk, bk, wv, bv, q_norm, k_norm, wo, ln2, wg, wu, wd;
 };
 
 class ParamLayout {
  public:
-  explicit ParamLayout(const Qwen2Config& c);
+  explicit ParamLayout(const ModelConfig& c);
 
   const std::vector<ParamUnit>& units() const { return units_; }
   int num_units() const { return static_cast<int>(units_.size()); }

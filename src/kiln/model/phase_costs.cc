@@ -18,7 +18,7 @@ PhaseCost linear(double N, double IC, double OC, double a, bool recompute) {
 
 }  // namespace
 
-PhaseCosts phase_costs(const Qwen2Config& c, const StepShape& s) {
+PhaseCosts phase_costs(const ModelConfig& c, const StepShape& s) {
   const double N = static_cast<double>(s.tokens), T = static_cast<double>(s.seq);
   const double C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const double Q = c.q_dim(), KV = c.kv_dim(), L = c.num_hidden_layers;
@@ -53,7 +53,8 @@ PhaseCosts phase_costs(const Qwen2Config& c, const StepShape& s) {
   opt.flops = 12 * P;
   opt.bytes = 40 * P;
   // The rest, per layer: two fused add + RMSNorm, RoPE on q and k, SwiGLU forward; their
-  // backwards; the residual adds; and zeroing the gradients (4 bytes per parameter).
+  // backwards; the residual adds; and zeroing the gradients (4 bytes per parameter); with q/k
+  // norms, those too.
   auto& other = out[static_cast<int>(Phase::kOther)];
   const double norm_fwd = 2 * N * C * (12 + a), rope = 8 * N * (Q + KV),
                swiglu_fwd = N * I * (8 + a);
@@ -62,6 +63,10 @@ PhaseCosts phase_costs(const Qwen2Config& c, const StepShape& s) {
   other.bytes =
       L * (fwd_passes * (norm_fwd + rope + swiglu_fwd) + norm_bwd + rope + swiglu_bwd + adds) +
       4 * P;
+  if (c.qk_norm) {  // Qwen3's per-head q/k norms: RMSNorm's work over (N, Q + KV) values
+    other.flops += L * N * (Q + KV) * (fwd_passes * 5 + 10);
+    other.bytes += L * N * (Q + KV) * (fwd_passes * 8 + 16);
+  }
   return out;
 }
 

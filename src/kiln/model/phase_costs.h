@@ -30,6 +30,6 @@ struct StepShape {
 };
 
 // One step of forward, backward and AdamW on one device (no sharding): estimates per phase.
-PhaseCosts phase_costs(const Qwen2Config& c, const StepShape& s);
+PhaseCosts phase_costs(const ModelConfig& c, const StepShape& s);
 
 }  // namespace kiln

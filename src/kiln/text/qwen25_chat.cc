@@ -15,40 +15,19 @@
 
 #include "kiln/text/chat_pieces.h"
 #include "kiln/text/published_templates.h"
-#include "kiln/text/tojson.h"
 
 namespace kiln::text {
 namespace {
 
-constexpr std::string_view kImStart = "<|im_start|>";
-constexpr std::string_view kImEnd = "<|im_end|>";
 constexpr std::string_view kDefaultSystem =
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
-constexpr std::string_view kToolsHeader =
-    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
-constexpr std::string_view kToolsFooter =
-    "\n</tools>\n\nFor each function call, return a json object with function name and "
-    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
-    "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
-
-// <|im_start|>{role}\n{content}<|im_end|>\n
-void turn(PieceWriter& p, std::string_view role, std::string_view content) {
-  p.special(kImStart);
-  p.text(std::string(role) + "\n" + std::string(content));
-  p.special(kImEnd);
-  p.text("\n");
-}
 
 std::string system_text(const std::vector<ChatMessage>& messages,
                         const std::vector<OrderedJson>& tools) {
   const bool own = !messages.empty() && messages[0].role == "system";
   std::string s = own ? messages[0].content : std::string(kDefaultSystem);
   if (tools.empty()) return s;
-  s += kToolsHeader;
-  for (const OrderedJson& t : tools) s.append("\n").append(tojson(t));
-  s += kToolsFooter;
-  return s;
+  return s + "\n\n" + qwen_tools_text(tools);
 }
 
 // What the model writes after "<|im_start|>assistant\n" in a turn with tool calls: the template
@@ -76,7 +55,7 @@ class Qwen25Chat final : public ChatTemplate {
                                 const ChatOptions& options) const override {
     check_enable_thinking(*this, options.enable_thinking, "enable_thinking");
     PieceWriter p;
-    turn(p, "system", system_text(messages, tools));
+    chatml_turn(p, "system", system_text(messages, tools));
     const bool own_system = !messages.empty() && messages[0].role == "system";
     for (size_t i = 0; i < messages.size(); ++i) {
       const ChatMessage& m = messages[i];
@@ -89,17 +68,9 @@ class Qwen25Chat final : public ChatTemplate {
         p.special(kImEnd, true);  // produced, so the model learns to stop
         p.text("\n");
       } else if (m.role == "tool") {
-        const bool first = i == 0 || messages[i - 1].role != "tool";
-        const bool last = i + 1 == messages.size() || messages[i + 1].role != "tool";
-        if (first) p.special(kImStart);
-        p.text((first ? "user" : "") + std::string("\n<tool_response>\n") + m.content +
-               "\n</tool_response>");
-        if (last) {
-          p.special(kImEnd);
-          p.text("\n");
-        }
+        chatml_tool_response(p, messages, i);
       } else {
-        turn(p, m.role, m.content);
+        chatml_turn(p, m.role, m.content);
       }
     }
     if (options.add_generation_prompt) {

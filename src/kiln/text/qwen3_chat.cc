@@ -16,28 +16,11 @@
 #include "kiln/text/chat_pieces.h"
 #include "kiln/text/published_templates.h"
 #include "kiln/text/py_str.h"
-#include "kiln/text/tojson.h"
 
 namespace kiln::text {
 namespace {
 
-constexpr std::string_view kImStart = "<|im_start|>";
-constexpr std::string_view kImEnd = "<|im_end|>";
 constexpr std::string_view kEmptyThink = "<think>\n\n</think>\n\n";
-constexpr std::string_view kToolsHeader =
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
-constexpr std::string_view kToolsFooter =
-    "\n</tools>\n\nFor each function call, return a json object with function name and "
-    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
-    "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
-
-void turn(PieceWriter& p, std::string_view role, std::string_view content) {
-  p.special(kImStart);
-  p.text(std::string(role) + "\n" + std::string(content));
-  p.special(kImEnd);
-  p.text("\n");
-}
 
 // The index of the last user message that is a query, not a tool result; the last index when
 // there is none (so no turn comes after it).
@@ -76,13 +59,10 @@ class Qwen3Chat final : public ChatTemplate {
     PieceWriter p;
     const bool own_system = !messages.empty() && messages[0].role == "system";
     if (!tools.empty()) {
-      std::string s = own_system ? messages[0].content + "\n\n" : std::string();
-      s += kToolsHeader;
-      for (const OrderedJson& t : tools) s.append("\n").append(tojson(t));
-      s += kToolsFooter;
-      turn(p, "system", s);
+      const std::string own = own_system ? messages[0].content + "\n\n" : std::string();
+      chatml_turn(p, "system", own + qwen_tools_text(tools));
     } else if (own_system) {
-      turn(p, "system", messages[0].content);
+      chatml_turn(p, "system", messages[0].content);
     }
     const size_t last_query = last_query_index(messages);
     for (size_t i = 0; i < messages.size(); ++i) {
@@ -92,19 +72,9 @@ class Qwen3Chat final : public ChatTemplate {
       } else if (m.reasoning_content) {
         refuse_field(*this, i, "reasoning_content");
       } else if (m.role == "tool") {
-        const bool first = i == 0 || messages[i - 1].role != "tool";
-        const bool last = i + 1 == messages.size() || messages[i + 1].role != "tool";
-        if (first) {
-          p.special(kImStart);
-          p.text("user");
-        }
-        p.text("\n<tool_response>\n" + m.content + "\n</tool_response>");
-        if (last) {
-          p.special(kImEnd);
-          p.text("\n");
-        }
+        chatml_tool_response(p, messages, i);
       } else if (i > 0 || m.role != "system") {
-        turn(p, m.role, m.content);
+        chatml_turn(p, m.role, m.content);
       }
     }
     if (options.add_generation_prompt) {

@@ -13,8 +13,8 @@
 #include "kiln/data/batch.h"
 #include "kiln/kernels/device/counting_backend.h"
 #include "kiln/kernels/device/device_buffer.h"
+#include "kiln/model/decoder.h"
 #include "kiln/model/hf_checkpoint.h"
-#include "kiln/model/qwen2.h"
 #include "kiln/train/checkpoint.h"
 
 namespace kiln {
@@ -52,7 +52,7 @@ CommScratch comm_scratch_kind(const MemorySettings& s) {
 // objects, in the trainer's order.
 class PlanRun {
  public:
-  PlanRun(const Qwen2Config& c, const MemorySettings& s)
+  PlanRun(const ModelConfig& c, const MemorySettings& s)
       : s_(s),
         be_(s.on_cpu ? Device::kCpu : Device::kCuda,
             s.bf16 ? ComputeDType::kBf16 : ComputeDType::kFp32),
@@ -109,7 +109,7 @@ class PlanRun {
   }
 
   const CountingBackend& backend() const { return be_; }
-  Qwen2Model& model() { return model_; }
+  Decoder& model() { return model_; }
   const Fsdp& fsdp() const { return fsdp_; }
   const Optimizer& optimizer() const { return opt_; }
   size_t comm_scratch() const {
@@ -132,7 +132,7 @@ class PlanRun {
   std::map<const void*, size_t> comm_held_;
   CountingBackend be_;
   std::unique_ptr<Communicator> world_, intra_, inter_;
-  Qwen2Model model_;
+  Decoder model_;
   Fsdp fsdp_;
   Optimizer opt_;
   DeviceBuffer<double> scalars_;  // the step's loss sum, squared norm, squared weights
@@ -142,10 +142,10 @@ class PlanRun {
 
 // The model's arena under the other recomputation setting, from a second counting run of one
 // micro-batch over whole units.
-size_t other_arena_bytes(const Qwen2Config& c, const MemorySettings& s) {
+size_t other_arena_bytes(const ModelConfig& c, const MemorySettings& s) {
   CountingBackend be(s.on_cpu ? Device::kCpu : Device::kCuda,
                      s.bf16 ? ComputeDType::kBf16 : ComputeDType::kFp32);
-  Qwen2Model model(c, be);
+  Decoder model(c, be);
   ParamStore store(model.layout(), be);
   DeviceBuffer<double> loss(be, 1);
   model.forward_backward(planned_batch(s), store, 1.0f, !s.recompute, loss.data());
@@ -154,7 +154,7 @@ size_t other_arena_bytes(const Qwen2Config& c, const MemorySettings& s) {
 
 }  // namespace
 
-MemoryPlan plan_memory(const Qwen2Config& c, const MemorySettings& s) {
+MemoryPlan plan_memory(const ModelConfig& c, const MemorySettings& s) {
   KILN_CHECK(s.world_size >= 1 && s.shard_size >= 1 && s.micro_batch >= 1 && s.seq_len >= 1 &&
                  s.grad_accum >= 1,
              "memory plan: sizes must be positive");
@@ -221,7 +221,7 @@ MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bo
   s.on_cpu = on_cpu;
   s.gloo = on_cpu || r.dist.communicator == "gloo";
   s.shm_lane = s.gloo && world_size > 1 && per_node == world_size;
-  s.eval = !r.data.eval.empty();
+  s.eval = !r.data.eval.empty() || r.data.eval_split > 0;
   return s;
 }
 

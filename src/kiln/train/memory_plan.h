@@ -4,7 +4,7 @@
 // measured peak; `kiln plan` prints it for a recipe without weights.
 //
 // The plan is not a second copy of the code's sizing rules: it runs the real code. The real
-// Qwen2Model, Fsdp, Optimizer and the checkpoint saves' buffers run two training steps (the
+// Decoder, Fsdp, Optimizer and the checkpoint saves' buffers run two training steps (the
 // first learns the prefetch order, the second prefetches), an evaluation, a background save's
 // snapshot and the final save on a CountingBackend (kernels/device/counting_backend.h: nothing
 // allocated, nothing computed, every allocation and every op's scratch counted with the CPU's or
@@ -89,7 +89,7 @@ struct MemoryPlan {
   std::string summary() const;  // one line, MiB
 };
 
-MemoryPlan plan_memory(const Qwen2Config& config, const MemorySettings& s);
+MemoryPlan plan_memory(const ModelConfig& config, const MemorySettings& s);
 
 // The settings of rank 0 of a run of `r` over `world_size` ranks, `per_node` of them on each
 // node (hybrid_shard shards over a node), on the CPU or a GPU.

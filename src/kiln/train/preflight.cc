@@ -30,7 +30,7 @@ bool inside(const fs::path& p, const fs::path& dir) {
 
 void check_readable_file(const std::string& key, const fs::path& p) {
   std::error_code ec;
-  if (!fs::exists(p, ec)) fail("{}: {} does not exist", key, p.string());
+  if (!fs::exists(p, ec)) fail("{}: {} does not exist ({})", key, p.string(), recipe_path_rule());
   if (!fs::is_regular_file(p, ec)) fail("{}: {} is not a file", key, p.string());
   std::ifstream f(p, std::ios::binary);
   if (!f) fail("{}: {} cannot be read", key, p.string());
@@ -61,7 +61,7 @@ std::optional<std::string> overwrite_deletes_input(const Recipe& r) {
                                                              {"data.cache_dir", r.data.cache_dir}};
   for (size_t i = 0; i < r.data.train.size(); ++i) {
     inputs.emplace_back(r.data.train.size() == 1 ? "data.train" : fmt::format("data.train[{}]", i),
-                        r.data.train[i]);
+                        r.data.train[i].path);
   }
   for (const auto& [key, path] : inputs) {
     if (path.empty()) continue;
@@ -76,36 +76,59 @@ std::optional<std::string> overwrite_deletes_input(const Recipe& r) {
   return std::nullopt;
 }
 
-void preflight_checks(const Recipe& r) {
+ModelConfig read_model_config(const Recipe& r) {
   std::error_code ec;
   const fs::path model = r.model.path;
-  if (!fs::is_directory(model, ec)) fail("model.path: {} is not a directory", model.string());
-  const Qwen2Config config = read_config(model / "config.json");
+  if (!fs::is_directory(model, ec)) {
+    fail("model.path: {} is not a directory ({})", model.string(), recipe_path_rule());
+  }
+  if (!fs::exists(model / "config.json", ec)) {
+    fail("model.path: {} has no config.json (not a Hugging Face model directory)", model.string());
+  }
+  return read_config(model / "config.json");
+}
 
-  const DataOptions o = data_options(r);
-  std::optional<Tokenizer> tokenizer;
-  if (o.format != DataFormat::kTokens) {
-    const fs::path tj = tokenizer_json_path(o.tokenizer);
-    if (!fs::exists(tj, ec)) {
-      fail("{}: {} does not exist, and data.format {} needs a tokenizer",
-           r.data.tokenizer.empty() ? "model.path" : "data.tokenizer", tj.string(), r.data.format);
-    }
-    tokenizer.emplace(Tokenizer::load(o.tokenizer));
-  }
-  const LineEncoder encoder(o.format, tokenizer ? &*tokenizer : nullptr, config.vocab_size,
-                            r.data.train_on_prompt);
-  std::vector<std::pair<std::string, fs::path>> files;
+void preflight_checks(const Recipe& r) {
+  std::error_code ec;
+  const ModelConfig config = read_model_config(r);
+  check_context_length(r, config, /*lead=*/false);  // the trainer's rank 0 warns when allowed
+
+  // Each data.train file in its own format, data.eval in data.format.
+  struct File {
+    std::string key;
+    DataOptions options;
+  };
+  std::vector<File> files;
   for (size_t i = 0; i < r.data.train.size(); ++i) {
-    files.emplace_back(r.data.train.size() == 1 ? "data.train" : fmt::format("data.train[{}]", i),
-                       r.data.train[i]);
+    files.push_back({r.data.train.size() == 1 ? "data.train" : fmt::format("data.train[{}]", i),
+                     data_options(r, r.data.train[i])});
   }
-  if (!r.data.eval.empty()) files.emplace_back("data.eval", r.data.eval);
-  for (const auto& [key, path] : files) {
-    check_readable_file(key, path);
+  if (!r.data.eval.empty()) {
+    files.push_back({"data.eval", data_options(r, r.data.eval, r.data.format)});
+  }
+  std::optional<Tokenizer> tokenizer;
+  for (const File& f : files) {
+    if (f.options.format == DataFormat::kTokens || tokenizer) continue;
+    const fs::path tj = tokenizer_json_path(f.options.tokenizer);
+    if (!fs::exists(tj, ec)) {
+      fail("{}: {} does not exist, and {}'s format {} needs a tokenizer",
+           r.data.tokenizer.empty() ? "model.path" : "data.tokenizer", tj.string(), f.key,
+           data_format_name(f.options.format));
+    }
+    tokenizer.emplace(Tokenizer::load(f.options.tokenizer));
+  }
+  for (const File& f : files) {
+    const fs::path& path = f.options.path;
+    check_readable_file(f.key, path);
     if (r.data.skip_bad_lines) continue;  // a bad first line is skipped, not an error
     if (const auto first = first_record(path)) {
+      const LineEncoder encoder(f.options.format, tokenizer ? &*tokenizer : nullptr,
+                                config.vocab_size, r.data.train_on_prompt,
+                                data_chat_template(f.options),
+                                {.enable_thinking = f.options.enable_thinking});
       // Throws "<file>:<line>: <problem>" naming the field, as loading would.
-      encoder.encode(first->first, fmt::format("{}:{}", path.string(), first->second));
+      encoder.encode(first->first, fmt::format("{}:{}", path.string(), first->second),
+                     {first->second, 1});
     }
   }
 

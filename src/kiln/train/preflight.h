@@ -9,12 +9,17 @@
 #include <optional>
 #include <string>
 
+#include "kiln/model/config.h"
 #include "kiln/train/recipe.h"
 
 namespace kiln {
 
 // Throws kiln::Error with one line naming the key and the path for the first problem found.
 void preflight_checks(const Recipe& recipe);
+
+// model.path's config.json; a missing directory or config.json is an error naming the key, the
+// resolved path (and how relative paths resolve). The trainer reads its config through it too.
+ModelConfig read_model_config(const Recipe& recipe);
 
 // With output.overwrite=true a fresh run deletes <output.dir>/checkpoints and <output.dir>/final:
 // the error when a path the recipe reads (model.path, data.tokenizer, data.train, data.eval,

@@ -12,6 +12,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
+#include "kiln/data/formats.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/utf8.h"
 
@@ -28,6 +29,7 @@ const std::vector<std::string> kKeys = {
     "data.template",
     "data.enable_thinking",
     "data.seq_len",
+    "data.allow_long_context",
     "data.overlong",
     "data.pack",
     "data.shuffle",
@@ -35,6 +37,7 @@ const std::vector<std::string> kKeys = {
     "data.skip_bad_lines",
     "data.cache_dir",
     "data.eval",
+    "data.eval_split",
     "data.allow_changed",
     "optimizer.name",
     "optimizer.lr",
@@ -83,8 +86,6 @@ const std::vector<std::string> kKeys = {
 };
 const std::vector<std::string> kSections = {"model",  "data", "optimizer", "schedule",   "train",
                                             "output", "dist", "eval",      "checkpoint", "failure"};
-const std::vector<std::string> kDataFormats = {"chat", "instruction", "completion", "text",
-                                               "tokens"};
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
@@ -349,13 +350,63 @@ std::string number(double v) {
   return s;
 }
 
+// A data format's name, from its name or an alias (data/formats.h holds the one list).
+std::string format_of(const Entry& e, const std::string& key) {
+  const std::string s = Reader::text(e, key);
+  const auto format = parse_data_format(s);
+  if (!format) {
+    Reader::bad(e, key, fmt::format("invalid value '{}' (valid: {})", s, data_format_choices()));
+  }
+  return std::string(data_format_name(*format));
+}
+
+// One data.train entry: a path, or a map {path, format, weight}.
+template <typename PathOf>
+Recipe::TrainFile train_file(const Entry& e, const std::string& key, const PathOf& path_of) {
+  Recipe::TrainFile f;
+  if (!e.node.IsMap()) {
+    f.path = path_of(e, key);
+    return f;
+  }
+  for (const auto& kv : e.node) {
+    const std::string field = kv.first.IsScalar() ? kv.first.Scalar() : describe(kv.first);
+    if (field != "path" && field != "format" && field != "weight") {
+      Reader::bad(e, key,
+                  fmt::format("unknown field '{}' (an entry is a path or a map of path, format "
+                              "and weight)",
+                              field));
+    }
+  }
+  const YAML::Node path = e.node["path"];
+  if (!path) Reader::bad(e, key, "missing 'path' (an entry is a path or {path, format, weight})");
+  f.path = path_of(Entry{path, e.where, e.from_override}, key + ".path");
+  if (const YAML::Node n = e.node["format"])
+    f.format = format_of(Entry{n, e.where}, key + ".format");
+  if (const YAML::Node n = e.node["weight"]) {
+    const Entry w{n, e.where};
+    f.weight = Reader::to_double(w, key + ".weight");
+    if (!(f.weight > 0 && f.weight <= 1000)) {
+      Reader::bad(w, key + ".weight", fmt::format("must be in (0, 1000], got {}", n.Scalar()));
+    }
+  }
+  return f;
+}
+
 }  // namespace
 
 const std::vector<std::string>& recipe_keys() { return kKeys; }
-const std::vector<std::string>& recipe_data_formats() { return kDataFormats; }
+
+const char* recipe_path_rule() {
+  return "a relative path in a recipe file is relative to the file's folder, one on the command "
+         "line to the working directory";
+}
+
+const std::string& train_file_format(const Recipe& r, const Recipe::TrainFile& f) {
+  return f.format.empty() ? r.data.format : f.format;
+}
 
 Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const fs::path& base_dir,
-                    const std::vector<std::string>& overrides) {
+                    const std::vector<std::string>& overrides, RecipeUse use) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -368,10 +419,9 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   for (const std::string& o : overrides) in.add_override(o);
 
   Recipe r;
-  r.model.path = Reader::text(in.require("model.path"), "model.path");
-
-  // An override is typed relative to the shell's directory, a file entry to the file's.
-  const auto data_path = [&](const Entry& e, const std::string& key) {
+  // Every path resolves one way (recipe.h): an override is typed relative to the shell's
+  // directory, a file entry to the file's.
+  const auto path_of = [&](const Entry& e, const std::string& key) {
     fs::path p(Reader::text(e, key));
     if (p.is_relative()) {
       p = (e.from_override || base_dir.empty() ? fs::current_path() : base_dir) / p;
@@ -382,22 +432,25 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   const auto optional_path = [&](const std::string& key, std::string& out) {
     const Entry* e = in.find(key);
     if (!e || e->node.IsNull() || (e->node.IsScalar() && e->node.Scalar().empty())) return;
-    out = data_path(*e, key);
+    out = path_of(*e, key);
   };
-  {
-    const Entry& e = in.require("data.train");
+  r.model.path = path_of(in.require("model.path"), "model.path");
+  if (const Entry* found =
+          use == RecipeUse::kTrain ? &in.require("data.train") : in.find("data.train")) {
+    const Entry& e = *found;
     if (!e.node.IsSequence()) {
-      r.data.train = {data_path(e, "data.train")};
+      r.data.train = {train_file(e, "data.train", path_of)};
     } else {
-      if (e.node.size() == 0)
+      if (e.node.size() == 0) {
         Reader::bad(e, "data.train", "expected a file or a list of files, got an empty list");
+      }
       for (size_t i = 0; i < e.node.size(); ++i) {
         Entry item{e.node[i], e.where, e.from_override};
-        r.data.train.push_back(data_path(item, fmt::format("data.train[{}]", i)));
+        r.data.train.push_back(train_file(item, fmt::format("data.train[{}]", i), path_of));
       }
     }
   }
-  in.choice("data.format", r.data.format, kDataFormats);
+  if (const Entry* e = in.find("data.format")) r.data.format = format_of(*e, "data.format");
   optional_path("data.tokenizer", r.data.tokenizer);
   // data.template and data.enable_thinking: no value (or "") keeps the default.
   if (const Entry* e = in.find("data.template");
@@ -410,6 +463,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
     r.data.enable_thinking = on;
   }
   in.integer("data.seq_len", r.data.seq_len, "> 1", [](int64_t v) { return v > 1; });
+  in.boolean("data.allow_long_context", r.data.allow_long_context);
   in.choice("data.overlong", r.data.overlong, {"truncate", "drop"});
   in.boolean("data.pack", r.data.pack);
   in.boolean("data.shuffle", r.data.shuffle);
@@ -417,6 +471,14 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.boolean("data.skip_bad_lines", r.data.skip_bad_lines);
   optional_path("data.cache_dir", r.data.cache_dir);
   optional_path("data.eval", r.data.eval);
+  in.real("data.eval_split", r.data.eval_split, "in [0, 1)",
+          [](double v) { return v >= 0 && v < 1; });
+  if (r.data.eval_split > 0 && !r.data.eval.empty()) {
+    Reader::bad(*in.find("data.eval_split"), "data.eval_split",
+                fmt::format("holds out training data for evaluation, but data.eval ({}) is set "
+                            "too: set one of them",
+                            r.data.eval));
+  }
   in.boolean("data.allow_changed", r.data.allow_changed);
 
   in.choice("optimizer.name", r.optimizer.name, {"adamw", "sgd"});
@@ -466,11 +528,16 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.unsigned_integer("train.seed", r.train.seed);
   in.boolean("train.activation_checkpointing", r.train.activation_checkpointing);
   in.integer("train.log_every", r.train.log_every, "> 0", positive);
-  if (const Entry* e = in.find("train.resume")) r.train.resume = Reader::text(*e, "train.resume");
+  if (const Entry* e = in.find("train.resume")) {
+    r.train.resume = Reader::text(*e, "train.resume");
+    if (r.train.resume != "none" && r.train.resume != "auto") {
+      r.train.resume = path_of(*e, "train.resume");
+    }
+  }
   in.choice("train.dtype", r.train.dtype, {"fp32", "bf16"});
   in.choice("train.device", r.train.device, {"auto", "cpu", "cuda"});
 
-  r.output.dir = Reader::text(in.require("output.dir"), "output.dir");
+  r.output.dir = path_of(in.require("output.dir"), "output.dir");
   in.choice("output.dtype", r.output.dtype, {"f32", "bf16"});
   in.boolean("output.tensorboard", r.output.tensorboard);
   in.boolean("output.overwrite", r.output.overwrite);
@@ -516,9 +583,10 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   return r;
 }
 
-Recipe load_recipe(const fs::path& yaml_path, const std::vector<std::string>& overrides) {
+Recipe load_recipe(const fs::path& yaml_path, const std::vector<std::string>& overrides,
+                   RecipeUse use) {
   return parse_recipe(read_file(yaml_path), yaml_path.string(),
-                      fs::absolute(yaml_path).parent_path(), overrides);
+                      fs::absolute(yaml_path).parent_path(), overrides, use);
 }
 
 std::string recipe_to_yaml(const Recipe& r) {
@@ -535,11 +603,23 @@ std::string recipe_to_yaml(const Recipe& r) {
   end();
   section("data");
   out << YAML::Key << "train" << YAML::Value;
+  // A plain path where the entry is one, else {path, format, weight}.
+  const auto train_file = [&](const Recipe::TrainFile& f) {
+    if (f.format.empty() && f.weight == 1.0) {
+      out << YAML::DoubleQuoted << f.path;
+      return;
+    }
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "path" << YAML::Value << YAML::DoubleQuoted << f.path;
+    if (!f.format.empty()) out << YAML::Key << "format" << YAML::Value << f.format;
+    out << YAML::Key << "weight" << YAML::Value << number(f.weight);
+    out << YAML::EndMap;
+  };
   if (r.data.train.size() == 1) {
-    out << YAML::DoubleQuoted << r.data.train[0];
+    train_file(r.data.train[0]);
   } else {
     out << YAML::BeginSeq;
-    for (const std::string& f : r.data.train) out << YAML::DoubleQuoted << f;
+    for (const Recipe::TrainFile& f : r.data.train) train_file(f);
     out << YAML::EndSeq;
   }
   out << YAML::Key << "format" << YAML::Value << r.data.format;
@@ -552,6 +632,7 @@ std::string recipe_to_yaml(const Recipe& r) {
     out << YAML::Null;
   }
   out << YAML::Key << "seq_len" << YAML::Value << r.data.seq_len;
+  out << YAML::Key << "allow_long_context" << YAML::Value << r.data.allow_long_context;
   out << YAML::Key << "overlong" << YAML::Value << r.data.overlong;
   out << YAML::Key << "pack" << YAML::Value << r.data.pack;
   out << YAML::Key << "shuffle" << YAML::Value << r.data.shuffle;
@@ -559,6 +640,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "skip_bad_lines" << YAML::Value << r.data.skip_bad_lines;
   out << YAML::Key << "cache_dir" << YAML::Value << YAML::DoubleQuoted << r.data.cache_dir;
   out << YAML::Key << "eval" << YAML::Value << YAML::DoubleQuoted << r.data.eval;
+  out << YAML::Key << "eval_split" << YAML::Value << number(r.data.eval_split);
   out << YAML::Key << "allow_changed" << YAML::Value << r.data.allow_changed;
   end();
   section("optimizer");

@@ -15,35 +15,54 @@ namespace kiln {
 namespace fs = std::filesystem;
 
 struct Recipe {
+  // Every path in a recipe (model.path, data.train, data.tokenizer, data.cache_dir, data.eval,
+  // output.dir, train.resume when a directory) resolves the same way: a relative path in the
+  // recipe file against the recipe file's directory, one given as an override against the
+  // current directory. Stored absolute and normalised, so a recipe written by recipe_to_yaml
+  // names the same files from anywhere.
   struct Model {
     std::string path;  // required: a Hugging Face model directory
     bool operator==(const Model&) const = default;
   };
+  // One data.train entry: a path, or {path, format, weight} in the recipe.
+  struct TrainFile {
+    std::string path;
+    // A data format (data/formats.h, aliases resolved to the format's name); "" = data.format.
+    std::string format;
+    // > 0: the examples it adds to each epoch, as a multiple of its own (data/mixture.h): 0.5
+    // a seeded half of the file, 2 every example twice.
+    double weight = 1.0;
+    bool operator==(const TrainFile&) const = default;
+  };
   struct Data {
     // Required: one file, or a list of files read as one dataset in the order given (each with
-    // its own token cache). A relative path in the recipe file resolves against the recipe
-    // file's directory, one given as an override against the current directory; stored
-    // absolute, so a recipe written by recipe_to_yaml loads the same data from anywhere.
-    std::vector<std::string> train;
-    std::string format = "tokens";  // see recipe_data_formats()
+    // its own token cache, format and weight).
+    std::vector<TrainFile> train;
+    // The format of data.train entries that name none, and of data.eval; a name or alias of
+    // data_format_names() (data/formats.h), stored as the format's name.
+    std::string format = "tokens";
     // tokenizer.json or a directory holding one, for the text formats; empty: model.path.
-    // Resolved and stored like `train`.
     std::string tokenizer;
     // data.template, the chat formats' template: "" (the base's own when kiln knows it, qwen2.5
     // when it has none) or qwen2.5 | qwen3 | llama3 (text/chat_template_choice.h).
     std::string chat_template;
     // Qwen3's thinking switch for the chat formats; unset: the template's default (on).
     std::optional<bool> enable_thinking;
-    int seq_len = 512;                  // > 1: tokens per row
+    int seq_len = 512;  // > 1: tokens per row
+    // data.seq_len above the model's max_position_embeddings is refused unless true (RoPE then
+    // extrapolates past the positions the model was trained on).
+    bool allow_long_context = false;
     std::string overlong = "truncate";  // "truncate" | "drop": examples longer than seq_len
     bool pack = false;                  // several examples per row (data/packing_sampler.h)
     bool shuffle = true;
     bool train_on_prompt = false;  // loss on every token, not only on what the model answers
     bool skip_bad_lines = false;   // skip and count malformed lines instead of failing
-    std::string cache_dir;         // tokenized cache; empty: <data dir>/.kiln-cache. Like `train`
-    // Held-out data in the same format (optional; resolved like `train`), evaluated every
-    // eval.every_steps steps.
+    std::string cache_dir;         // tokenized cache; empty: <data dir>/.kiln-cache
+    // Held-out data in data.format (optional), evaluated every eval.every_steps steps.
     std::string eval;
+    // [0, 1): without data.eval, hold out this seeded fraction of data.train's examples (each
+    // file's, by train.seed) as the evaluation data; 0: none. Exclusive with data.eval.
+    double eval_split = 0.0;
     // Resume even though a data.train file's contents differ from what the checkpoint recorded
     // (its length and XXH3-64): the run then continues the old order over the new examples.
     bool allow_changed = false;
@@ -75,7 +94,7 @@ struct Recipe {
     bool activation_checkpointing = false;
     int64_t log_every = 1;  // > 0 steps between metric lines
     // "none" (default), "auto" (the newest complete checkpoint in output.dir/checkpoints, or a
-    // fresh start when there is none) or a checkpoint directory.
+    // fresh start when there is none) or a checkpoint directory (resolved like every path).
     std::string resume = "none";
     // "fp32" | "bf16": compute dtype. bf16 is mixed precision: bf16 GEMM inputs, fp32 master
     // weights, optimizer state and accumulation.
@@ -86,7 +105,7 @@ struct Recipe {
     bool operator==(const Train&) const = default;
   };
   struct Output {
-    std::string dir;            // required; relative to the current working directory
+    std::string dir;            // required
     std::string dtype = "f32";  // "f32" | "bf16": dtype of the saved Hugging Face weights
     bool tensorboard = true;    // event files under dir/tensorboard/
     // A run with train.resume=none into a dir that holds checkpoints: refused unless true, when
@@ -166,15 +185,21 @@ struct Recipe {
 // (2^28 tokens, 4 GiB) instead of ending in std::bad_alloc.
 inline constexpr int64_t kMaxStepTokens = int64_t{1} << 28;
 
+// What a recipe is read for: training (and prepare-data) needs data.train; planning memory
+// (`kiln plan`) does not read the data.
+enum class RecipeUse { kTrain, kPlan };
+
 // Reads `yaml_path` and applies `overrides` (each "dotted.key=value", the value parsed as YAML, so
 // "optimizer.betas=[0.9,0.95]" and "train.activation_checkpointing=true" work). Throws kiln::Error
 // with one line naming the file (and YAML line) or the override, and the key.
-Recipe load_recipe(const fs::path& yaml_path, const std::vector<std::string>& overrides = {});
+Recipe load_recipe(const fs::path& yaml_path, const std::vector<std::string>& overrides = {},
+                   RecipeUse use = RecipeUse::kTrain);
 
-// As load_recipe, from text. `what` names the source in errors; relative data paths in the text
+// As load_recipe, from text. `what` names the source in errors; relative paths in the text
 // resolve against `base_dir` (the current directory if empty).
 Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const fs::path& base_dir,
-                    const std::vector<std::string>& overrides = {});
+                    const std::vector<std::string>& overrides = {},
+                    RecipeUse use = RecipeUse::kTrain);
 
 // A complete YAML recipe of every effective value; load_recipe of it gives an equal Recipe.
 std::string recipe_to_yaml(const Recipe& recipe);
@@ -182,7 +207,12 @@ std::string recipe_to_yaml(const Recipe& recipe);
 // Every valid dotted key, in documentation order ("model.path", "data.train", ...).
 const std::vector<std::string>& recipe_keys();
 
-// Valid values of data.format.
-const std::vector<std::string>& recipe_data_formats();
+// How relative paths resolve, in words for errors that name a resolved path: "a relative path
+// in a recipe file is relative to the file's folder, one on the command line to the working
+// directory".
+const char* recipe_path_rule();
+
+// The format of data.train entry `file`: its own, else data.format.
+const std::string& train_file_format(const Recipe& recipe, const Recipe::TrainFile& file);
 
 }  // namespace kiln

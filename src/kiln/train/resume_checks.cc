@@ -23,6 +23,26 @@ void check_same_run(const fs::path& checkpoint, const Recipe& written_with, cons
   if (verbose) KILN_LOG_WARN("train.resume: {}; continuing from it as asked", what);
 }
 
+void note_step_budget(const fs::path& checkpoint, const Recipe& written_with, const Recipe& now,
+                      int64_t max_steps, bool verbose) {
+  if (!verbose) return;
+  const auto& a = written_with.train;
+  const auto& b = now.train;
+  std::string what;
+  if (a.epochs != b.epochs) {
+    what = fmt::format("train.epochs was {}, is {}", a.epochs, b.epochs);
+  } else if (b.epochs == 0 && a.max_steps != b.max_steps) {
+    what = fmt::format("train.max_steps was {}, is {}", a.max_steps, b.max_steps);
+  } else {
+    return;
+  }
+  KILN_LOG_WARN("resuming {} with another step budget: {}; the run now ends at step {}{}",
+                checkpoint.string(), what, max_steps,
+                now.schedule.name == "constant"
+                    ? std::string()
+                    : fmt::format(" and the {} schedule decays to it", now.schedule.name));
+}
+
 void check_data_unchanged(const fs::path& checkpoint, const CheckpointState& st, const Recipe& r,
                           const std::vector<FileDigest>& now, bool verbose) {
   if (st.format_version < 4) {
@@ -38,7 +58,7 @@ void check_data_unchanged(const fs::path& checkpoint, const CheckpointState& st,
     const std::string what = fmt::format(
         "data.train file {} changed since checkpoint {} (it had {} bytes, xxh3 {}; it has {} "
         "bytes, xxh3 {})",
-        r.data.train[i], checkpoint.string(), was.bytes, xxh3_hex(was.xxh3), now[i].bytes,
+        r.data.train[i].path, checkpoint.string(), was.bytes, xxh3_hex(was.xxh3), now[i].bytes,
         xxh3_hex(now[i].xxh3));
     if (!r.data.allow_changed) {
       fail(

@@ -2,6 +2,7 @@
 // continues at. Every rank calls these with the same values, so every rank fails alike.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "kiln/base/checksum.h"
@@ -16,6 +17,12 @@ namespace kiln {
 // warning on `verbose` says what differs.
 void check_same_run(const fs::path& checkpoint, const Recipe& written_with, const Recipe& now,
                     bool refuse, bool verbose);
+
+// The step budget may change on resume (it is not in the run's identity), but it reshapes the
+// learning-rate schedule, which decays to the last step: one warning on `verbose` says so, with
+// the old and new train.max_steps (or train.epochs) and the step the run now ends at.
+void note_step_budget(const fs::path& checkpoint, const Recipe& written_with, const Recipe& now,
+                      int64_t max_steps, bool verbose);
 
 // Resuming over other data would continue the old order over new examples: an error naming the
 // first data.train file whose digest (`now`, in data.train order) differs from the manifest's,

@@ -20,6 +20,7 @@ const std::vector<std::string>& run_identity_keys() {
                                                 "data.shuffle",
                                                 "data.train_on_prompt",
                                                 "data.skip_bad_lines",
+                                                "data.eval_split",
                                                 "optimizer.name",
                                                 "optimizer.lr",
                                                 "optimizer.weight_decay",

@@ -8,12 +8,12 @@
 
 namespace kiln {
 
-DataOptions data_options(const Recipe& r) {
+DataOptions data_options(const Recipe& r, const std::string& path, const std::string& format) {
   DataOptions o;
-  o.path = r.data.train.at(0);
-  const auto format = parse_data_format(r.data.format);
-  KILN_CHECK(format.has_value(), "data.format '{}'", r.data.format);
-  o.format = *format;
+  o.path = path;
+  const auto parsed = parse_data_format(format);
+  KILN_CHECK(parsed.has_value(), "data format '{}'", format);
+  o.format = *parsed;
   o.tokenizer = r.data.tokenizer.empty() ? fs::path(r.model.path) : fs::path(r.data.tokenizer);
   o.seq_len = r.data.seq_len;
   const auto overlong = parse_overlong(r.data.overlong);
@@ -25,6 +25,27 @@ DataOptions data_options(const Recipe& r) {
   o.skip_bad_lines = r.data.skip_bad_lines;
   o.cache_dir = r.data.cache_dir;
   return o;
+}
+
+DataOptions data_options(const Recipe& r, const Recipe::TrainFile& f) {
+  return data_options(r, f.path, train_file_format(r, f));
+}
+
+void check_context_length(const Recipe& r, const ModelConfig& c, bool lead) {
+  if (r.data.seq_len <= c.max_position_embeddings) return;
+  if (!r.data.allow_long_context) {
+    fail(
+        "data.seq_len {} is above the model's max_position_embeddings {} ({}/config.json): lower "
+        "data.seq_len, or set data.allow_long_context=true to let RoPE extrapolate past the "
+        "positions the model was trained on",
+        r.data.seq_len, c.max_position_embeddings, r.model.path);
+  }
+  if (lead) {
+    KILN_LOG_WARN(
+        "data.allow_long_context: data.seq_len {} is above the model's max_position_embeddings "
+        "{}; RoPE extrapolates past the positions the model was trained on",
+        r.data.seq_len, c.max_position_embeddings);
+  }
 }
 
 std::unique_ptr<BatchSampler> make_sampler(const ExampleSource& dataset, const Recipe& r, int rank,
@@ -78,23 +99,25 @@ int64_t train_steps(const Recipe& r, const ExampleSource& dataset, WorkerContext
 
 std::unique_ptr<TrainData> open_train_data(const Recipe& r, int64_t vocab_size,
                                            WorkerContext& ctx) {
-  DataOptions o = data_options(r);
   auto data = std::make_unique<TrainData>();
   const bool first = ctx.local_rank == 0;
-  o.verbose = ctx.rank == 0;
   const auto load_all = [&] {
-    for (const std::string& f : r.data.train) {
-      o.path = f;
+    for (const Recipe::TrainFile& f : r.data.train) {
+      DataOptions o = data_options(r, f);
+      o.verbose = ctx.rank == 0;
       data->files.push_back(load_dataset(o, vocab_size));
     }
   };
   if (first) load_all();
   ctx.comm->barrier();
   if (!first) load_all();
-  std::vector<const ExampleSource*> parts;
-  for (const TokenizedDataset& f : data->files) parts.push_back(&f);
-  data->examples = std::make_unique<ConcatSource>(std::move(parts));
-  if (data->examples->size() == 0) fail("data.train: {} hold no examples", data->examples->what());
+  std::vector<MixturePart> parts;
+  for (size_t i = 0; i < data->files.size(); ++i) {
+    parts.push_back({&data->files[i], r.data.train[i].weight});
+  }
+  data->mixture = std::make_unique<Mixture>(parts, r.data.eval_split, r.train.seed);
+  const ExampleSource& examples = data->examples();
+  if (examples.size() == 0) fail("data.train: {} hold no examples", examples.what());
   int64_t targets = 0;
   for (const TokenizedDataset& f : data->files) targets += f.stats().targets;
   if (targets == 0) {
@@ -102,15 +125,28 @@ std::unique_ptr<TrainData> open_train_data(const Recipe& r, int64_t vocab_size,
     fail(
         "data.train: {} examples and 0 predicted tokens in {}: every label is masked (no token "
         "takes loss; data.train_on_prompt=true trains on the prompts too)",
-        data->examples->size(), data->examples->what());
+        examples.size(), examples.what());
   }
-  data->sampler = make_sampler(*data->examples, r, ctx.rank, ctx.world_size);
+  if (const ExampleSource* held = data->held_out()) {
+    if (held->size() == 0) {
+      size_t total = 0;
+      for (const TokenizedDataset& f : data->files) total += f.size();
+      fail(
+          "data.eval_split: {} holds out no example (each file's share of the {} rounds to 0); "
+          "raise it or set data.eval",
+          r.data.eval_split, total);
+    }
+    if (ctx.rank == 0) {
+      KILN_LOG_INFO("data.eval_split {}: {} examples held out for evaluation, {} to train on",
+                    r.data.eval_split, held->size(), examples.size());
+    }
+  }
+  data->sampler = make_sampler(examples, r, ctx.rank, ctx.world_size);
   return data;
 }
 
 TokenizedDataset load_eval_data(const Recipe& r, int64_t vocab_size, bool verbose) {
-  DataOptions o = data_options(r);
-  o.path = r.data.eval;
+  DataOptions o = data_options(r, r.data.eval, r.data.format);
   o.use_cache = false;
   o.verbose = verbose;
   TokenizedDataset d = load_dataset(o, vocab_size);

@@ -5,28 +5,39 @@
 #include <cstdint>
 #include <memory>
 
-#include "kiln/data/concat_source.h"
+#include "kiln/data/mixture.h"
 #include "kiln/data/sampler.h"
 #include "kiln/data/text_dataset.h"
+#include "kiln/model/config.h"
 #include "kiln/train/recipe.h"
 #include "kiln/train/runtime.h"
 
 namespace kiln {
 
-// load_dataset's options for the recipe's data section (data.tokenizer defaults to model.path),
-// for its first data.train file; callers set `path` for the others.
-DataOptions data_options(const Recipe& recipe);
+// load_dataset's options for the recipe's data section (data.tokenizer defaults to model.path)
+// for `path` in `format` (a data format's name).
+DataOptions data_options(const Recipe& recipe, const std::string& path, const std::string& format);
+// The same for a data.train entry, in its own format or data.format.
+DataOptions data_options(const Recipe& recipe, const Recipe::TrainFile& file);
 
-// data.train's files (one or several, each through its own cache) read as one dataset.
+// data.train's files (one or several, each through its own cache, in its own format) read as one
+// weighted dataset, less data.eval_split's held-out examples (data/mixture.h).
 struct TrainData {
-  std::vector<TokenizedDataset> files;     // one per data.train entry, in order
-  std::unique_ptr<ConcatSource> examples;  // reads `files`
-  std::unique_ptr<BatchSampler> sampler;   // reads `examples`
+  std::vector<TokenizedDataset> files;    // one per data.train entry, in order
+  std::unique_ptr<Mixture> mixture;       // reads `files`
+  std::unique_ptr<BatchSampler> sampler;  // reads examples()
+  const ExampleSource& examples() const { return mixture->train(); }
+  // data.eval_split's examples; nullptr when it is 0.
+  const ExampleSource* held_out() const { return mixture->held_out(); }
 };
 
 // The sampler of data.pack over `dataset` for rank `rank` of `world_size`.
 std::unique_ptr<BatchSampler> make_sampler(const ExampleSource& dataset, const Recipe& recipe,
                                            int rank, int world_size);
+
+// data.seq_len against the model's max_position_embeddings: above it is an error naming both,
+// unless data.allow_long_context (then rank 0 (`lead`) warns that RoPE extrapolates).
+void check_context_length(const Recipe& recipe, const ModelConfig& config, bool lead);
 
 // Optimizer steps to run: train.max_steps, or with train.epochs > 0 the steps that cover that
 // many epochs of this rank's share (micro-batches per epoch: the sampler's full batches unpacked;
@@ -39,7 +50,7 @@ int64_t train_steps(const Recipe& recipe, const ExampleSource& dataset, WorkerCo
 std::unique_ptr<TrainData> open_train_data(const Recipe& recipe, int64_t vocab_size,
                                            WorkerContext& ctx);
 
-// data.eval, tokenized with data.train's settings (format, tokenizer, seq_len, overlong,
+// data.eval in data.format, tokenized with data.train's settings (tokenizer, seq_len, overlong,
 // train_on_prompt); no cache files are written (evaluation sets are small).
 TokenizedDataset load_eval_data(const Recipe& recipe, int64_t vocab_size, bool verbose);
 

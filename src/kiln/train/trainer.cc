@@ -23,9 +23,9 @@
 #include "kiln/kernels/device/backend.h"
 #include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/device/gpu_assignment.h"
+#include "kiln/model/decoder.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/hf_model_files.h"
-#include "kiln/model/qwen2.h"
 #include "kiln/tensor/buffer.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/checkpoint_verify.h"
@@ -45,6 +45,15 @@ namespace kiln {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// "12.3% over" or "4.0% under": how far a prediction is from the measurement, in words (a
+// signed percentage reads either way).
+std::string prediction_error(double predicted, double measured) {
+  if (measured <= 0) return "nothing measured";
+  const double pct = 100.0 * (predicted - measured) / measured;
+  if (std::fabs(pct) < 0.05) return "matches";
+  return fmt::format("{:.1f}% {}", std::fabs(pct), pct > 0 ? "over" : "under");
+}
 
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
@@ -104,17 +113,19 @@ class Trainer {
   const bool lead_;
   const fs::path run_dir_;
   const std::string recipe_yaml_;  // the effective recipe, for recipe.yaml and every manifest
-  const Qwen2Config config_;
+  const ModelConfig config_;
   // The base's config, tokenizer and generation files, read once (rank 0 writes them beside every
   // checkpoint and into final/), so a base that moves mid-run does not fail later saves.
   const std::shared_ptr<const HfModelFiles> model_files_;
   const ShardStrategy strategy_;
   const size_t start_rss_;  // before the backend, model and shards exist: the plan's baseline
   std::unique_ptr<Backend> backend_;
-  Qwen2Model model_;
+  Decoder model_;
   Fsdp fsdp_;
   std::unique_ptr<TrainData> data_;
-  std::optional<TokenizedDataset> eval_data_;
+  std::optional<TokenizedDataset> eval_file_;  // data.eval's examples
+  const ExampleSource* eval_data_ = nullptr;   // eval_file_, or data.eval_split's held-out set
+  std::string eval_name_;                      // what eval_data_ is, for messages
   std::optional<EvalBatches> eval_batches_;
   Optimizer opt_;
   const ScheduleSettings schedule_;
@@ -137,10 +148,10 @@ class Trainer {
 
 const Recipe& Trainer::checked(const Recipe& r) {
   if (r.checkpoint.keep_best > 0 && r.checkpoint.best_metric == "eval_loss" &&
-      r.data.eval.empty()) {
+      r.data.eval.empty() && r.data.eval_split == 0) {
     fail(
-        "checkpoint.keep_best: {} keeps checkpoints by eval_loss, but data.eval is not set (set "
-        "data.eval or checkpoint.best_metric=loss)",
+        "checkpoint.keep_best: {} keeps checkpoints by eval_loss, but there is no evaluation data "
+        "(set data.eval or data.eval_split, or checkpoint.best_metric=loss)",
         r.checkpoint.keep_best);
   }
   return r;
@@ -187,7 +198,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       lead_(ctx.rank == 0),
       run_dir_(r.output.dir),
       recipe_yaml_(recipe_to_yaml(r)),
-      config_(read_config(fs::path(r.model.path) / "config.json")),
+      config_(read_model_config(r)),
       model_files_(lead_ ? std::make_shared<const HfModelFiles>(HfModelFiles::read(
                                r.model.path, r.data.tokenizer, r.data.chat_template))
                          : nullptr),
@@ -206,6 +217,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       step_scalars_host_(*backend_, 3),
       batches_(r.train.grad_accum_steps),
       tty_(::isatty(STDERR_FILENO) != 0) {
+  check_context_length(r_, config_, lead_);
   claim_run_dir();
   if (lead_) {
     fs::create_directories(run_dir_);
@@ -219,8 +231,8 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
   // Every rank reads its own disjoint share of each epoch (the data is tokenized, or its cache
   // mapped, by the first worker of each node first; the loader logs the counts).
   data_ = open_train_data(r_, config_.vocab_size, ctx_);
-  max_steps_ = train_steps(r_, *data_->examples, ctx_);
-  if (!r_.data.eval.empty()) open_eval_data();
+  max_steps_ = train_steps(r_, data_->examples(), ctx_);
+  if (!r_.data.eval.empty() || r_.data.eval_split > 0) open_eval_data();
   resume();
   if (lead_) {
     metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", start_step_);
@@ -263,15 +275,22 @@ void Trainer::load_weights() {
   }
 }
 
-// Held-out data: every rank loads it (no cache files) and evaluates its share.
+// Held-out data: data.eval (every rank loads it, no cache files) or data.eval_split's share of
+// the training files; every rank evaluates its share.
 void Trainer::open_eval_data() {
-  eval_data_.emplace(load_eval_data(r_, config_.vocab_size, lead_));
+  if (!r_.data.eval.empty()) {
+    eval_file_.emplace(load_eval_data(r_, config_.vocab_size, lead_));
+    eval_data_ = &*eval_file_;
+    eval_name_ = fmt::format("data.eval {}", r_.data.eval);
+  } else {
+    eval_data_ = data_->held_out();
+    eval_name_ = fmt::format("data.eval_split {} of data.train", r_.data.eval_split);
+  }
   eval_batches_.emplace(*eval_data_, r_.train.micro_batch_size, ctx_.rank, ctx_.world_size,
                         r_.eval.max_batches);
   if (lead_) {
-    KILN_LOG_INFO("data.eval {}: {} examples, {} batch(es) of {} per rank per evaluation",
-                  r_.data.eval, eval_data_->size(), eval_batches_->rounds(),
-                  r_.train.micro_batch_size);
+    KILN_LOG_INFO("{}: {} examples, {} batch(es) of {} per rank per evaluation", eval_name_,
+                  eval_data_->size(), eval_batches_->rounds(), r_.train.micro_batch_size);
   }
 }
 
@@ -288,6 +307,7 @@ void Trainer::resume() {
   if (from) {
     const Recipe written_with = checkpoint_recipe(from->dir);
     check_same_run(from->dir, written_with, r_, /*refuse=*/r_.train.resume == "auto", lead_);
+    note_step_budget(from->dir, written_with, r_, max_steps_, lead_);
     const CheckpointState st = load_checkpoint(*from, model_.layout(), fsdp_, opt_);
     std::vector<FileDigest> data_now;
     for (const TokenizedDataset& f : data_->files) data_now.push_back(f.stats().source);
@@ -346,7 +366,7 @@ CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
   st.model_config = config_to_json(config_);
   st.hf_files = model_files_;
   for (size_t i = 0; i < data_->files.size(); ++i) {
-    st.data_files.push_back({r_.data.train[i], data_->files[i].stats().source});
+    st.data_files.push_back({r_.data.train[i].path, data_->files[i].stats().source});
   }
   return st;
 }
@@ -368,7 +388,7 @@ double Trainer::evaluate(int64_t step) {
   backend_->synchronize();
   world_.all_reduce(sums, size_t{2}, ReduceOp::kSum);
   if (sums[1] == 0) {
-    fail("step {}: data.eval {} has no predicted tokens (every label masked?)", step, r_.data.eval);
+    fail("step {}: {} has no predicted tokens (every label masked?)", step, eval_name_);
   }
   return sums[0] / sums[1];
 }
@@ -526,12 +546,12 @@ void Trainer::log_memory(size_t pool_bytes) const {
   // makes).
   const double predicted = static_cast<double>(on_cpu ? plan_.peak : plan_.device_peak);
   KILN_LOG_INFO(
-      "rank {}: peak {} {:.0f} MiB, predicted {:.0f} MiB ({:+.1f}%); peak RSS {:.0f} MiB; sharded "
+      "rank {}: peak {} {:.0f} MiB, predicted {:.0f} MiB ({}); peak RSS {:.0f} MiB; sharded "
       "params+grads {:.0f} MiB, optimizer state {:.0f} MiB, peak gathered units {:.0f} MiB, "
       "FSDP pool {:.0f} MiB (predicted {:.0f}), activations {:.0f} MiB (predicted {:.0f})",
       ctx_.rank, on_cpu ? "RSS" : "device memory", measured / 1048576.0, predicted / 1048576.0,
-      measured > 0 ? 100.0 * (predicted - measured) / measured : 0.0,
-      peak_resident_bytes() / 1048576.0, fsdp_.shard_bytes() / 1048576.0, opt_bytes / 1048576.0,
+      prediction_error(predicted, measured), peak_resident_bytes() / 1048576.0,
+      fsdp_.shard_bytes() / 1048576.0, opt_bytes / 1048576.0,
       fsdp_.peak_gathered_bytes() / 1048576.0, pool_bytes / 1048576.0,
       (plan_.gathered + plan_.grad_buffers + plan_.comm) / 1048576.0,
       model_.activation_bytes() / 1048576.0, plan_.activations / 1048576.0);

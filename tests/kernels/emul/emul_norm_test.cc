@@ -1,6 +1,7 @@
 // RMSNorm, alone, fused with the residual add, and its backward (rmsnorm.cu, rmsnorm_backward.cu)
 // under the CPU emulator, against the CPU backend: rows longer than a block's 256 threads, the
-// weight in F32 and BF16, the output in F32 and BF16, dw over several 64-row chunks.
+// weight in F32 and BF16, the output in F32 and BF16, dw over several 64-row chunks, and the
+// per-head rows of Qwen3's q/k norms (head_dim 64 and 128).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -108,6 +109,35 @@ TEST(EmulRmsnorm, BackwardWrittenAndAccumulated) {
       expect_close(what + " dx", ddx.host(), want_dx, kElementwise);
       expect_close(what + " dw", ddw.host(), want_dw, kElementwise);
     }
+  }
+}
+
+// Qwen3's q/k norms: the same kernels over (tokens * heads, head_dim) rows, one weight of
+// head_dim shared by every row, dw summed over all of them (three 64-row chunks).
+TEST(EmulRmsnorm, PerHeadRowsOfHeadDim) {
+  for (const int D : {64, 128}) {
+    constexpr int kRows = 130;  // e.g. 13 tokens x 10 heads
+    const std::vector<float> x = random_values(static_cast<size_t>(kRows) * D, 11, 2.0f);
+    const std::vector<float> dout = random_values(x.size(), 12);
+    const std::vector<float> w = random_values(D, 13, 0.5f, 1.0f);
+    std::vector<float> want(x.size()), want_rstd(kRows), want_dx(x.size()), want_dw(D, 0.0f);
+    cpu().rmsnorm_forward(want.data(), want_rstd.data(), x.data(), w.data(), kRows, D, kEps);
+    cpu().rmsnorm_backward(want_dx.data(), want_dw.data(), dout.data(), x.data(), w.data(),
+                           want_rstd.data(), kRows, D, false);
+    DeviceArray<float> dx_in(x, "x"), ddout(dout, "dout"), dwt(w, "w");
+    DeviceArray<float> out(x.size(), "out"), rstd(kRows, "rstd");
+    DeviceArray<float> ddx(x.size(), "dx"), ddw(std::vector<float>(D, 0.0f), "dw");
+    emul_cuda::rmsnorm_forward(out.get(), rstd.get(), dx_in.get(), dwt.get(), kRows, D, kEps,
+                               nullptr);
+    ScratchPools pools;
+    emul_cuda::rmsnorm_backward(ddx.get(), ddw.get(), ddout.get(), dx_in.get(), dwt.get(),
+                                rstd.get(), kRows, D, false, nullptr, pools.pooled);
+    expect_no_fault();
+    const std::string what = "per-head rmsnorm D=" + std::to_string(D);
+    expect_close(what + " out", out.host(), want, kElementwise);
+    expect_close(what + " rstd", rstd.host(), want_rstd, kElementwise);
+    expect_close(what + " dx", ddx.host(), want_dx, kElementwise);
+    expect_close(what + " dw", ddw.host(), want_dw, kElementwise);
   }
 }
 

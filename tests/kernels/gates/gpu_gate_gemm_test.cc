@@ -49,7 +49,7 @@ struct GemmStep {
 };
 
 // A training step of B rows of T tokens.
-GemmStep step_gemms(const Qwen2Config& c, ComputeDType dtype, int B, int T) {
+GemmStep step_gemms(const ModelConfig& c, ComputeDType dtype, int B, int T) {
   emul::DryRun dry;
   emul::DryRunCudaBackend be(dtype);
   run_step(c, be, B, T, 300, false, 1);
@@ -57,7 +57,7 @@ GemmStep step_gemms(const Qwen2Config& c, ComputeDType dtype, int B, int T) {
 }
 
 // The misaligned GEMMs of every step of `c` (odd and even token counts, fp32 and bf16).
-std::vector<std::string> misaligned_gemms(const Qwen2Config& c, size_t* count) {
+std::vector<std::string> misaligned_gemms(const ModelConfig& c, size_t* count) {
   std::vector<std::string> bad;
   for (const ComputeDType dtype : {ComputeDType::kFp32, ComputeDType::kBf16}) {
     for (const auto& [B, T] : {std::pair{1, 512}, std::pair{3, 333}}) {
@@ -85,7 +85,7 @@ TEST(GpuGateGemm, EveryPresetAlignedTo16Bytes) {
 // The gate can fail: a model whose hidden size is not a multiple of 8 has bf16 leading
 // dimensions off 16 bytes.
 TEST(GpuGateGemm, AnOddHiddenSizeIsCaught) {
-  Qwen2Config c = preset_config("tiny");
+  ModelConfig c = preset_config("tiny");
   c.hidden_size = 100;
   c.num_attention_heads = 5;  // head_dim 20
   c.num_key_value_heads = 1;

@@ -28,7 +28,7 @@ struct Step {
 };
 
 Step dry_step(const std::string& preset, ComputeDType dtype, bool recompute) {
-  const Qwen2Config c = preset_config(preset);
+  const ModelConfig c = preset_config(preset);
   const int T = static_cast<int>(std::min<int64_t>(c.max_position_embeddings, kTokens));
   emul::DryRun dry;
   emul::DryRunCudaBackend be(dtype);

@@ -5,8 +5,8 @@
 
 #include "kiln/data/batch.h"
 #include "kiln/kernels/device/device_buffer.h"
+#include "kiln/model/decoder.h"
 #include "kiln/model/layout.h"
-#include "kiln/model/qwen2.h"
 #include "kiln/model/unit_access.h"
 
 namespace kiln::gates {
@@ -26,7 +26,7 @@ std::string largest_preset() {
 
 namespace {
 
-Batch packed_batch(const Qwen2Config& c, int B, int T, int doc) {
+Batch packed_batch(const ModelConfig& c, int B, int T, int doc) {
   Batch b;
   b.resize(B, T);
   const auto V = static_cast<int32_t>(c.vocab_size);
@@ -45,9 +45,9 @@ Batch packed_batch(const Qwen2Config& c, int B, int T, int doc) {
 
 }  // namespace
 
-void run_step(const Qwen2Config& config, const Backend& be, int B, int T, int doc, bool recompute,
+void run_step(const ModelConfig& config, const Backend& be, int B, int T, int doc, bool recompute,
               int ranks) {
-  Qwen2Model model(config, be);
+  Decoder model(config, be);
   ParamStore params(model.layout(), be);
   const Batch batch = packed_batch(config, B, T, std::min(doc, T));
   DeviceBuffer<double> loss(be, 1), norm(be, 1);

@@ -17,7 +17,7 @@ std::string largest_preset();
 // backward (recomputing activations or not), the gradient norm over every unit, clipping and an
 // AdamW update of every unit; then the split vocabulary's passes as FSDP runs them over `ranks`
 // shards of the LM head, the SGD update and a decode step, so that every kernel launches.
-void run_step(const Qwen2Config& config, const Backend& be, int B, int T, int doc, bool recompute,
+void run_step(const ModelConfig& config, const Backend& be, int B, int T, int doc, bool recompute,
               int ranks);
 
 }  // namespace kiln::gates

@@ -65,13 +65,28 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
   }
 }
 
-// Whether bf16 GEMMs run natively. Without AVX512_BF16 the bf16 backend's matrix products run in
-// fp32 (more accurate, never an emulated slow path); a warning says so once.
+// Whether oneDNN may use AVX512_BF16: ONEDNN_MAX_CPU_ISA (or dnnl_set_max_cpu_isa) can cap it
+// below what the CPU has, and then its bf16 matmul would run on an emulated slow path. ISAs are
+// bit masks, each containing the ones below it.
+bool onednn_allows_avx512_bf16() {
+  const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  const auto need = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
+  return (isa & need) == need;
+}
+
+// Whether bf16 GEMMs run natively: the CPU has AVX512_BF16 and oneDNN may use it. Otherwise the
+// bf16 backend's matrix products run in fp32 (more accurate, never an emulated slow path), its
+// activations stay fp32 (cpu_memory.cc), and a warning says so once.
 bool bf16_native_impl() {
   static const bool native = [] {
-    const bool has = cpu_has_avx512_bf16();
+    const bool cpu = cpu_has_avx512_bf16();
+    const bool has = cpu && onednn_allows_avx512_bf16();
     if (!has) {
-      KILN_LOG_WARN("bf16: this CPU lacks AVX512_BF16; matrix products run in fp32 instead");
+      KILN_LOG_WARN("bf16: {}; matrix products run in fp32 instead",
+                    cpu ? fmt::format("oneDNN's ISA is capped at {} (ONEDNN_MAX_CPU_ISA), below "
+                                      "AVX512_BF16",
+                                      isa_name(dnnl_get_effective_cpu_isa()))
+                        : std::string("this CPU lacks AVX512_BF16"));
     }
     return has;
   }();
@@ -355,7 +370,7 @@ std::string gemm_info() {
   return fmt::format("fp32 GEMMs {}; oneDNN {}.{}.{} (OpenMP, {} threads), ISA {}, bf16 GEMMs {}",
                      fp32_openblas() ? "OpenBLAS" : "oneDNN", v->major, v->minor, v->patch,
                      omp_get_max_threads(), isa_name(dnnl_get_effective_cpu_isa()),
-                     cpu_has_avx512_bf16() ? "native (AVX512_BF16)" : "in fp32 (no AVX512_BF16)");
+                     bf16_native_impl() ? "native (AVX512_BF16)" : "in fp32 (no AVX512_BF16)");
 }
 
 size_t cpu_gemm_pack_bytes(size_t rows, size_t cols) { return rows * cols * sizeof(float); }

@@ -1,25 +1,30 @@
 #!/usr/bin/python3
-"""Independent float64 PyTorch reference for Qwen2ForCausalLM (loss + all gradients).
+"""Independent float64 PyTorch reference for Qwen2ForCausalLM, Qwen3ForCausalLM and
+LlamaForCausalLM (loss + all gradients).
 
 Regenerate the golden fixtures (from the repository root):
 
-    /usr/bin/python3 tools/qwen2_reference.py --out tests/fixtures/reference
+    /usr/bin/python3 tools/decoder_reference.py --out tests/fixtures/reference
 
 Run the self-check (independent loop implementations + finite differences):
 
-    /usr/bin/python3 tools/qwen2_reference.py --check
+    /usr/bin/python3 tools/decoder_reference.py --check
 
 Needs only PyTorch and numpy (Debian's python3-torch / python3-numpy, installed
 by hand).  Neither `transformers` nor `safetensors` is used: the forward pass
-re-implements Hugging Face's modeling_qwen2.py (eager attention) and the
-safetensors files are written by hand.  Nothing in the build or CI runs this
-script; it only produces the checked-in files under tests/fixtures/reference/.
+re-implements Hugging Face's modeling_qwen2.py, modeling_qwen3.py and
+modeling_llama.py (eager attention) and modeling_rope_utils.py's default,
+linear and llama3 frequencies, and the safetensors files are written by hand.
+Nothing in the build or CI runs this script; it only produces the checked-in
+files under tests/fixtures/reference/.
 
-Math (all in float64, from float32 weights):
+Math (all in float64, from float32 weights; d = config head_dim, else C / H):
   x = embed_tokens.weight[input_ids]
   per layer:
     xn = rmsnorm(x, input_layernorm.weight)
-    q,k,v = xn @ W^T + b ; split heads ; RoPE (HF rotate_half convention)
+    q,k,v = xn @ W^T (+ b: Qwen2 always, others when attention_bias) ; split heads
+    Qwen3: q = rmsnorm(q, q_norm.weight), k = rmsnorm(k, k_norm.weight) over d, per head
+    RoPE (HF rotate_half convention; inv_freq scaled per rope_scaling)
     GQA: query head h uses kv head h // (H / KV)
     attn = softmax(q k^T / sqrt(d) + causal mask) ; out = (attn @ v) merged @ Wo^T
     x = x + out
@@ -47,28 +52,70 @@ IGNORE_INDEX = -100
 # --------------------------------------------------------------------------
 
 CASES = {
-    "tied_gqa": dict(
+    "tied_gqa": dict(family="qwen2",
         seed=1234, hidden_size=32, intermediate_size=80, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, vocab_size=101,
         rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
         batch=2, seq=11),
-    "untied_mha": dict(
+    "untied_mha": dict(family="qwen2",
         seed=5678, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=4, vocab_size=67,
         rope_theta=1000000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
         batch=2, seq=9),
-    "untied_mqa": dict(
+    "untied_mqa": dict(family="qwen2",
         seed=9012, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
         num_attention_heads=4, num_key_value_heads=1, vocab_size=53,
         rope_theta=500.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
         batch=1, seq=16),
+    # Qwen3: q/k norms, no biases, head_dim larger than hidden / heads (q_proj (64, 32)).
+    "qwen3_tied_hd16": dict(family="qwen3", head_dim=16,
+        seed=3141, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=71,
+        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        batch=2, seq=10),
+    # Qwen3 untied, head_dim smaller than hidden / heads (q_proj (24, 48)), MQA.
+    "qwen3_untied_hd6": dict(family="qwen3", head_dim=6,
+        seed=2718, hidden_size=48, intermediate_size=40, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=1, vocab_size=59,
+        rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        batch=1, seq=13),
+    # Llama 3: llama3 rope scaling over an original context of 16 (head_dim 8, theta 10000:
+    # wavelengths 6.3 below 64/4 = 16 (kept), 63 between (smoothed), 628 and 6283 above 64/1
+    # (divided): all three bands).
+    "llama_tied_llama3": dict(family="llama", head_dim=8,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+        seed=1618, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=83,
+        rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        batch=2, seq=12),
+    # Llama untied, head_dim 16 with hidden 32 and 4 heads, linear rope scaling.
+    "llama_untied_linear": dict(family="llama", head_dim=16,
+        rope_scaling={"rope_type": "linear", "factor": 4.0},
+        seed=1414, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, vocab_size=61,
+        rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        batch=2, seq=9),
 }
+
+ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                 "llama": "LlamaForCausalLM"}
+
+
+def head_dim(cfg):
+    return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
+def has_bias(cfg):
+    # Qwen2's attention always has q/k/v biases; Qwen3's and Llama's follow attention_bias.
+    return cfg.get("family", "qwen2") == "qwen2" or cfg.get("attention_bias", False)
 
 
 def hf_config(c):
-    return {
-        "architectures": ["Qwen2ForCausalLM"],
-        "model_type": "qwen2",
+    family = c.get("family", "qwen2")
+    out = {
+        "architectures": [ARCHITECTURES[family]],
+        "model_type": family,
         "hidden_size": c["hidden_size"],
         "intermediate_size": c["intermediate_size"],
         "num_hidden_layers": c["num_hidden_layers"],
@@ -90,6 +137,13 @@ def hf_config(c):
         "eos_token_id": 1,
         "torch_dtype": "float32",
     }
+    if family != "qwen2":
+        out.update(head_dim=head_dim(c), attention_bias=False,
+                   rope_scaling=c.get("rope_scaling"))
+    if family == "llama":
+        out.update(mlp_bias=False, pretraining_tp=1)
+    out["family"] = family
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -103,18 +157,20 @@ def param_shapes(cfg):
     H = cfg["num_attention_heads"]
     KV = cfg["num_key_value_heads"]
     V = cfg["vocab_size"]
-    d = C // H
+    d = head_dim(cfg)
+    bias = has_bias(cfg)
     out = [("model.embed_tokens.weight", (V, C), "mat")]
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
+        out.append((p + "input_layernorm.weight", (C,), "norm"))
+        for proj, rows in (("q", H * d), ("k", KV * d), ("v", KV * d)):
+            out.append((p + "self_attn.%s_proj.weight" % proj, (rows, C), "mat"))
+            if bias:
+                out.append((p + "self_attn.%s_proj.bias" % proj, (rows,), "bias"))
+        if cfg.get("family") == "qwen3":
+            out += [(p + "self_attn.q_norm.weight", (d,), "norm"),
+                    (p + "self_attn.k_norm.weight", (d,), "norm")]
         out += [
-            (p + "input_layernorm.weight", (C,), "norm"),
-            (p + "self_attn.q_proj.weight", (H * d, C), "mat"),
-            (p + "self_attn.q_proj.bias", (H * d,), "bias"),
-            (p + "self_attn.k_proj.weight", (KV * d, C), "mat"),
-            (p + "self_attn.k_proj.bias", (KV * d,), "bias"),
-            (p + "self_attn.v_proj.weight", (KV * d, C), "mat"),
-            (p + "self_attn.v_proj.bias", (KV * d,), "bias"),
             (p + "self_attn.o_proj.weight", (C, H * d), "mat"),
             (p + "post_attention_layernorm.weight", (C,), "norm"),
             (p + "mlp.gate_proj.weight", (I, C), "mat"),
@@ -175,8 +231,30 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def rope_cos_sin(T, d, theta, dtype=torch.float64):
+def rope_inv_freq(d, theta, scaling=None, dtype=torch.float64):
+    """modeling_rope_utils: default, linear and llama3 frequencies (d/2)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=dtype) / d))
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind == "default":
+        return inv_freq
+    if kind == "linear":
+        return inv_freq / scaling["factor"]
+    assert kind == "llama3", kind
+    factor = scaling["factor"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_ctx = scaling["original_max_position_embeddings"]
+    low_freq_wavelen = old_ctx / low
+    high_freq_wavelen = old_ctx / high
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_ctx / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope_cos_sin(T, d, theta, dtype=torch.float64, scaling=None):
+    inv_freq = rope_inv_freq(d, theta, scaling, dtype)
     pos = torch.arange(T, dtype=dtype)
     freqs = torch.outer(pos, inv_freq)               # [T, d/2]
     emb = torch.cat((freqs, freqs), dim=-1)          # [T, d]
@@ -207,21 +285,27 @@ def forward(cfg, P, input_ids):
     C = cfg["hidden_size"]
     H = cfg["num_attention_heads"]
     KV = cfg["num_key_value_heads"]
-    d = C // H
+    d = head_dim(cfg)
     eps = cfg["rms_norm_eps"]
     ids = torch.as_tensor(input_ids, dtype=torch.long)
     B, T = ids.shape
     x = P["model.embed_tokens.weight"][ids]
-    cos, sin = rope_cos_sin(T, d, cfg["rope_theta"])
+    cos, sin = rope_cos_sin(T, d, cfg["rope_theta"], scaling=cfg.get("rope_scaling"))
+    zero = torch.zeros((), dtype=torch.float64)
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
         h = x
         xn = rms_norm(x, P[p + "input_layernorm.weight"], eps)
-        q = xn @ P[p + "self_attn.q_proj.weight"].T + P[p + "self_attn.q_proj.bias"]
-        k = xn @ P[p + "self_attn.k_proj.weight"].T + P[p + "self_attn.k_proj.bias"]
-        v = xn @ P[p + "self_attn.v_proj.weight"].T + P[p + "self_attn.v_proj.bias"]
-        q = q.view(B, T, H, d).transpose(1, 2)
-        k = k.view(B, T, KV, d).transpose(1, 2)
+        q = xn @ P[p + "self_attn.q_proj.weight"].T + P.get(p + "self_attn.q_proj.bias", zero)
+        k = xn @ P[p + "self_attn.k_proj.weight"].T + P.get(p + "self_attn.k_proj.bias", zero)
+        v = xn @ P[p + "self_attn.v_proj.weight"].T + P.get(p + "self_attn.v_proj.bias", zero)
+        q = q.view(B, T, H, d)
+        k = k.view(B, T, KV, d)
+        if cfg.get("family") == "qwen3":  # Qwen3Attention: norm over head_dim before RoPE
+            q = rms_norm(q, P[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, P[p + "self_attn.k_norm.weight"], eps)
+        q = q.transpose(1, 2)
+        k = k.transpose(1, 2)
         v = v.view(B, T, KV, d).transpose(1, 2)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
@@ -307,18 +391,37 @@ def read_safetensors(path):
 # Fixture generation
 # --------------------------------------------------------------------------
 
+def report_bands(case, cfg):
+    """Prints which band each llama3 frequency falls in (the cases want all three)."""
+    s = cfg["rope_scaling"]
+    if s.get("rope_type") != "llama3":
+        return
+    d = head_dim(cfg)
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    wl = 2 * math.pi / inv
+    old = s["original_max_position_embeddings"]
+    bands = ["kept" if w < old / s["high_freq_factor"] else
+             "divided" if w > old / s["low_freq_factor"] else "smoothed" for w in wl.tolist()]
+    print("%s llama3 bands: %s" % (case, " ".join(bands)))
+    assert {"kept", "divided", "smoothed"} <= set(bands), bands
+
+
 def generate(out_dir):
     for case, c in CASES.items():
         d = os.path.join(out_dir, case)
         os.makedirs(d, exist_ok=True)
         cfg = hf_config(c)
         cfg.update(batch=c["batch"], seq=c["seq"])
+        if cfg.get("rope_scaling"):
+            report_bands(case, cfg)
         params = make_params(cfg, c["seed"])
         ids, labels = make_batch(cfg, c["seed"])
         loss, n, grads = loss_and_grads(cfg, params, ids, labels)
 
+        written = hf_config(c)
+        del written["family"]
         with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump(hf_config(c), f, indent=2)
+            json.dump(written, f, indent=2)
             f.write("\n")
         write_safetensors(os.path.join(d, "model.safetensors"), params)
         with open(os.path.join(d, "batch.json"), "w") as f:
@@ -357,14 +460,38 @@ def loop_rms_norm(x, w, eps):
     return out
 
 
-def loop_rope(x, theta):
-    """x: [T, d] for one head; rotate pairs (j, j + d/2) by angle pos*theta^(-2j/d)."""
+def loop_inv_freq(d, theta, scaling=None):
+    """The frequencies one at a time, by the rule as the issue states it."""
+    out = []
+    for j in range(d // 2):
+        f = theta ** (-(2.0 * j) / d)
+        kind = (scaling or {}).get("rope_type", "default")
+        if kind == "linear":
+            f = f / scaling["factor"]
+        elif kind == "llama3":
+            old = scaling["original_max_position_embeddings"]
+            lo, hi, fac = scaling["low_freq_factor"], scaling["high_freq_factor"], scaling["factor"]
+            wl = 2 * math.pi / f
+            if wl < old / hi:
+                pass
+            elif wl > old / lo:
+                f = f / fac
+            else:
+                sm = (old / wl - lo) / (hi - lo)
+                f = (1 - sm) * f / fac + sm * f
+        out.append(f)
+    return out
+
+
+def loop_rope(x, theta, scaling=None):
+    """x: [T, d] for one head; rotate pairs (j, j + d/2) by angle pos*inv_freq[j]."""
     T, d = x.shape
     half = d // 2
+    inv = loop_inv_freq(d, theta, scaling)
     out = torch.empty_like(x)
     for t in range(T):
         for j in range(half):
-            ang = t * theta ** (-(2.0 * j) / d)
+            ang = t * inv[j]
             c, s = math.cos(ang), math.sin(ang)
             a, b = float(x[t, j]), float(x[t, j + half])
             out[t, j] = a * c - b * s
@@ -411,7 +538,7 @@ def check():
         nonlocal ok
         good = err <= tol
         ok = ok and good
-        print("  %-46s max err %.3e (tol %.0e) %s" % (what, err, tol, "ok" if good else "FAIL"))
+        print("  %-60s max err %.3e (tol %.0e) %s" % (what, err, tol, "ok" if good else "FAIL"))
 
     print("component checks (float64):")
     x = torch.randn(3, 5, 16, dtype=torch.float64)
@@ -423,6 +550,12 @@ def check():
     cos, sin = rope_cos_sin(T, d, theta)
     report("rope (rotate_half) vs per-pair rotation",
            float((apply_rope(xh, cos, sin)[0, 0] - loop_rope(xh[0, 0], theta)).abs().max()), 1e-12)
+    for sc in ({"rope_type": "linear", "factor": 4.0},
+               {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}):
+        err = float((rope_inv_freq(d, theta, sc) -
+                     torch.tensor(loop_inv_freq(d, theta, sc), dtype=torch.float64)).abs().max())
+        report("%s frequencies vs per-frequency rule" % sc["rope_type"], err, 1e-15)
 
     B, H, KV, T, d = 2, 4, 2, 6, 8
     q = torch.randn(B, H, T, d, dtype=torch.float64)
@@ -440,15 +573,23 @@ def check():
     tiny = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, vocab_size=11,
                 rope_theta=10000.0, rms_norm_eps=1e-6, batch=2, seq=5)
-    for tie in (True, False):
-        cfg = dict(tiny, tie_word_embeddings=tie)
-        params = make_params(cfg, 42 + int(tie))
+    variants = [dict(family="qwen2", tie_word_embeddings=True),
+                dict(family="qwen2", tie_word_embeddings=False),
+                dict(family="qwen3", head_dim=8, tie_word_embeddings=False),
+                dict(family="llama", head_dim=4, tie_word_embeddings=True,
+                     rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0,
+                                   "original_max_position_embeddings": 16})]
+    for var in variants:
+        cfg = dict(tiny, **var)
+        tie = "%s, tie=%s" % (cfg["family"], cfg["tie_word_embeddings"])
+        params = make_params(cfg, 42 + int(cfg["tie_word_embeddings"]))
         ids, labels = make_batch(cfg, 42)
         P = {n: t.double() for n, t in params.items()}
         logits = forward(cfg, P, ids)
         l_vec, n_vec = causal_lm_loss(logits, labels)
         l_loop, n_loop = loop_loss(logits, labels)
-        report("loss vs loop CE (tie=%s)" % tie, abs(l_vec.item() - l_loop), 1e-13)
+        report("loss vs loop CE (%s)" % tie, abs(l_vec.item() - l_loop), 1e-13)
         if n_vec != n_loop:
             ok = False
             print("  num_targets mismatch", n_vec, n_loop)
@@ -456,22 +597,28 @@ def check():
         # Independent full forward: per-head loops for rope + attention.
         P2 = P
         C, Hh, KVh = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-        dh = C // Hh
+        dh = head_dim(cfg)
+        zero = torch.zeros((), dtype=torch.float64)
         idt = torch.tensor(ids)
         Bb, Tt = idt.shape
         xx = P2["model.embed_tokens.weight"][idt]
         for i in range(cfg["num_hidden_layers"]):
             p = "model.layers.%d." % i
             xn = loop_rms_norm(xx, P2[p + "input_layernorm.weight"], cfg["rms_norm_eps"])
-            qq = xn @ P2[p + "self_attn.q_proj.weight"].T + P2[p + "self_attn.q_proj.bias"]
-            kk = xn @ P2[p + "self_attn.k_proj.weight"].T + P2[p + "self_attn.k_proj.bias"]
-            vv = xn @ P2[p + "self_attn.v_proj.weight"].T + P2[p + "self_attn.v_proj.bias"]
+            qq = xn @ P2[p + "self_attn.q_proj.weight"].T + P2.get(p + "self_attn.q_proj.bias", zero)
+            kk = xn @ P2[p + "self_attn.k_proj.weight"].T + P2.get(p + "self_attn.k_proj.bias", zero)
+            vv = xn @ P2[p + "self_attn.v_proj.weight"].T + P2.get(p + "self_attn.v_proj.bias", zero)
             att = torch.zeros(Bb, Tt, Hh * dh, dtype=torch.float64)
             for b in range(Bb):
                 for h in range(Hh):
                     g = h // (Hh // KVh)
-                    qh = loop_rope(qq[b, :, h * dh:(h + 1) * dh], cfg["rope_theta"])
-                    kh = loop_rope(kk[b, :, g * dh:(g + 1) * dh], cfg["rope_theta"])
+                    qh, kh = qq[b, :, h * dh:(h + 1) * dh], kk[b, :, g * dh:(g + 1) * dh]
+                    if cfg["family"] == "qwen3":
+                        qh = loop_rms_norm(qh, P2[p + "self_attn.q_norm.weight"], cfg["rms_norm_eps"])
+                        kh = loop_rms_norm(kh, P2[p + "self_attn.k_norm.weight"], cfg["rms_norm_eps"])
+                    sc = cfg.get("rope_scaling")
+                    qh = loop_rope(qh, cfg["rope_theta"], sc)
+                    kh = loop_rope(kh, cfg["rope_theta"], sc)
                     vh = vv[b, :, g * dh:(g + 1) * dh]
                     att[b, :, h * dh:(h + 1) * dh] = loop_attention_head(qh, kh, vh)
             xx = xx + att @ P2[p + "self_attn.o_proj.weight"].T
@@ -480,9 +627,10 @@ def check():
             upv = xn2 @ P2[p + "mlp.up_proj.weight"].T
             xx = xx + ((gt / (1 + torch.exp(-gt))) * upv) @ P2[p + "mlp.down_proj.weight"].T
         xx = loop_rms_norm(xx, P2["model.norm.weight"], cfg["rms_norm_eps"])
-        head = P2["model.embed_tokens.weight"] if tie else P2["lm_head.weight"]
+        head = (P2["model.embed_tokens.weight"] if cfg["tie_word_embeddings"]
+                else P2["lm_head.weight"])
         logits2 = xx @ head.T
-        report("full forward vs loop model (tie=%s)" % tie,
+        report("full forward vs loop model (%s)" % tie,
                float((logits - logits2).abs().max()), 1e-11)
 
         # Autograd vs central finite differences on every parameter entry.
@@ -503,7 +651,7 @@ def check():
                 fd = (lp - lm) / (2 * eps)
                 maxerr = max(maxerr, abs(fd - float(gflat[j])))
                 maxg = max(maxg, abs(float(gflat[j])))
-        report("autograd vs finite diff, all %d params (tie=%s)"
+        report("autograd vs finite diff, all %d params (%s)"
                % (sum(t.numel() for t in P.values()), tie), maxerr, 1e-7)
         if maxg == 0.0:
             ok = False

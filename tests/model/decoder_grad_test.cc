@@ -6,8 +6,8 @@
 #include "common/small_model.h"
 #include "common/test_backend.h"
 #include "kiln/base/error.h"
+#include "kiln/model/decoder.h"
 #include "kiln/model/init.h"
-#include "kiln/model/qwen2.h"
 
 namespace kiln {
 namespace {
@@ -37,6 +37,7 @@ Batch make_batch(int B, int T, int V, bool packed) {
 }
 
 struct Case {
+  ModelFamily family;
   bool tied;
   int heads, kv;
   bool packed;
@@ -47,7 +48,7 @@ class ModelGrad : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ModelGrad, MatchesFiniteDifferences) {
   const Case k = GetParam();
-  Qwen2Model model(small_config(k.tied, k.heads, k.kv), testing::cpu_fp32());
+  Decoder model(testing::small_family_config(k.family, k.tied, k.heads, k.kv), testing::cpu_fp32());
   ParamStore store(model.layout(), testing::cpu_fp32());
   randomize(store, model.layout(), 11);
   Batch batch = make_batch(2, 9, 23, k.packed);
@@ -65,29 +66,50 @@ TEST_P(ModelGrad, MatchesFiniteDifferences) {
   }
 }
 
+constexpr ModelFamily kQwen2 = ModelFamily::kQwen2, kQwen3 = ModelFamily::kQwen3,
+                      kLlama = ModelFamily::kLlama;
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& k = info.param;
+  return std::string(k.tied ? "tied" : "untied") + "_h" + std::to_string(k.heads) + "_kv" +
+         std::to_string(k.kv) + (k.packed ? "_packed" : "") + (k.recompute ? "_recompute" : "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Qwen2, ModelGrad,
-                         ::testing::Values(Case{true, 4, 2, false, false},
-                                           Case{false, 4, 4, false, false},
-                                           Case{false, 4, 1, true, false},
-                                           Case{true, 4, 2, true, true}));
+                         ::testing::Values(Case{kQwen2, true, 4, 2, false, false},
+                                           Case{kQwen2, false, 4, 4, false, false},
+                                           Case{kQwen2, false, 4, 1, true, false},
+                                           Case{kQwen2, true, 4, 2, true, true}),
+                         case_name);
+// Qwen3: q/k norms, head_dim 8 with hidden 16 and 4 heads; Llama: no biases, llama3 RoPE.
+INSTANTIATE_TEST_SUITE_P(Qwen3, ModelGrad,
+                         ::testing::Values(Case{kQwen3, true, 4, 2, false, false},
+                                           Case{kQwen3, false, 4, 1, true, false},
+                                           Case{kQwen3, false, 4, 2, true, true}),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(Llama, ModelGrad,
+                         ::testing::Values(Case{kLlama, true, 4, 2, false, false},
+                                           Case{kLlama, false, 4, 2, true, true}),
+                         case_name);
 
 TEST(Model, RecomputationGivesIdenticalGradients) {
-  Qwen2Model model(small_config(true, 4, 2), testing::cpu_fp32());
-  ParamStore a(model.layout(), testing::cpu_fp32()), b(model.layout(), testing::cpu_fp32());
-  randomize(a, model.layout(), 3);
-  randomize(b, model.layout(), 3);
-  Batch batch = make_batch(2, 9, 23, true);
-  const double la = model.forward_backward(batch, a, 0.1f, false);
-  const double lb = model.forward_backward(batch, b, 0.1f, true);
-  EXPECT_EQ(la, lb);
-  for (int u = 0; u < model.layout().num_units(); ++u) {
-    for (size_t i = 0; i < a.grads(u).size(); ++i)
-      ASSERT_EQ(a.grads(u).data()[i], b.grads(u).data()[i]);
+  for (const ModelFamily f : {kQwen2, kQwen3, kLlama}) {
+    Decoder model(testing::small_family_config(f, true, 4, 2), testing::cpu_fp32());
+    ParamStore a(model.layout(), testing::cpu_fp32()), b(model.layout(), testing::cpu_fp32());
+    randomize(a, model.layout(), 3);
+    randomize(b, model.layout(), 3);
+    Batch batch = make_batch(2, 9, 23, true);
+    const double la = model.forward_backward(batch, a, 0.1f, false);
+    const double lb = model.forward_backward(batch, b, 0.1f, true);
+    EXPECT_EQ(la, lb) << model_type_name(f);
+    for (int u = 0; u < model.layout().num_units(); ++u) {
+      for (size_t i = 0; i < a.grads(u).size(); ++i)
+        ASSERT_EQ(a.grads(u).data()[i], b.grads(u).data()[i]) << model_type_name(f);
+    }
   }
 }
 
 TEST(Model, GradientsAccumulateAcrossCalls) {
-  Qwen2Model model(small_config(false, 4, 2), testing::cpu_fp32());
+  Decoder model(small_config(false, 4, 2), testing::cpu_fp32());
   ParamStore s(model.layout(), testing::cpu_fp32());
   randomize(s, model.layout(), 5);
   Batch batch = make_batch(1, 6, 23, false);
@@ -98,7 +120,7 @@ TEST(Model, GradientsAccumulateAcrossCalls) {
 }
 
 TEST(Model, RejectsOutOfVocabularyTokens) {
-  Qwen2Model model(small_config(true, 4, 2), testing::cpu_fp32());
+  Decoder model(small_config(true, 4, 2), testing::cpu_fp32());
   ParamStore s(model.layout(), testing::cpu_fp32());
   Batch batch = make_batch(1, 6, 23, false);
   batch.input_ids[2] = 23;
@@ -106,7 +128,7 @@ TEST(Model, RejectsOutOfVocabularyTokens) {
 }
 
 TEST(Model, InitIsReproducibleAndShaped) {
-  Qwen2Config c = small_config(true, 4, 2);
+  ModelConfig c = small_config(true, 4, 2);
   ParamLayout layout(c);
   ParamStore a(layout, testing::cpu_fp32(), false), b(layout, testing::cpu_fp32(), false);
   init_params(a, layout, 42);

@@ -1,4 +1,4 @@
-#include "kiln/model/qwen2.h"
+#include "kiln/model/decoder.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 namespace kiln {
 
-Qwen2Model::Qwen2Model(const Qwen2Config& config, const Backend& backend)
+Decoder::Decoder(const ModelConfig& config, const Backend& backend)
     : config_(config),
       layout_(config),
       be_(backend),
@@ -48,10 +48,11 @@ int targeted(const Batch& batch) { return static_cast<int>(batch.num_targets());
 
 }  // namespace
 
-void Qwen2Model::plan_buffers(size_t N, bool recompute, bool training) {
+void Decoder::plan_buffers(size_t N, bool recompute, bool training) {
   const int L = static_cast<int>(config_.num_hidden_layers);
   const size_t C = config_.hidden_size, I = config_.intermediate_size;
   const size_t Q = config_.q_dim(), KV = config_.kv_dim(), H = config_.num_attention_heads;
+  const size_t KVH = config_.num_key_value_heads;
   layer_acts_.assign(L, LayerActs{});
   arena_.add(&res_, (L + 1) * N * C);
   for (int l = 0; l < (recompute ? 1 : L); ++l) {
@@ -68,6 +69,11 @@ void Qwen2Model::plan_buffers(size_t N, bool recompute, bool training) {
     arena_.add(&a.rstd2, N);
     arena_.add(&a.gate_up, N * 2 * I);
     arena_.add(&a.h, N * I, act_dtype_);
+    const size_t qk = config_.qk_norm ? 1 : 0;  // q/k norms: their inputs and reciprocal RMS
+    arena_.add(&a.q_pre, qk * N * Q);
+    arena_.add(&a.k_pre, qk * N * KV);
+    arena_.add(&a.rstd_q, qk * N * H);
+    arena_.add(&a.rstd_k, qk * N * KVH);
   }
   // The q/k/v product's output while a layer's forward splits it, and d(qkv) while its backward
   // assembles it: never both at once, so one buffer serves every layer.
@@ -84,6 +90,7 @@ void Qwen2Model::plan_buffers(size_t N, bool recompute, bool training) {
   arena_.add(&dy_, g * N * Q);
   arena_.add(&dgate_up_, g * N * 2 * I);
   arena_.add(&dh_, g * N * I);
+  arena_.add(&dk_pre_, (config_.qk_norm ? g : 0) * N * KV);  // d(k_pre); d(q_pre) reuses dy_
   arena_.add(&ids_, 4 * N);  // ids, targets, positions, doc_start: one upload
   arena_.allocate();
   for (LayerActs& a : layer_acts_) a.qkv = qkv_;
@@ -95,7 +102,7 @@ void Qwen2Model::plan_buffers(size_t N, bool recompute, bool training) {
   staging_free_.reset();
 }
 
-void Qwen2Model::upload(const Batch& batch) {
+void Decoder::upload(const Batch& batch) {
   const size_t N = batch.input_ids.size();
   if (staging_free_) staging_free_->synchronize();  // the previous upload has left staging
   int32_t* st = staging_.data();
@@ -107,7 +114,7 @@ void Qwen2Model::upload(const Batch& batch) {
   staging_free_ = be_.compute_stream().record();
 }
 
-void Qwen2Model::prepare(const Batch& batch, bool recompute, bool training) {
+void Decoder::prepare(const Batch& batch, bool recompute, bool training) {
   validate_batch(batch, config_.vocab_size);
   if (batch.B != B_ || batch.T != T_ || recompute != recompute_ || training != training_) {
     B_ = batch.B;
@@ -121,7 +128,7 @@ void Qwen2Model::prepare(const Batch& batch, bool recompute, bool training) {
   upload(batch);
 }
 
-double Qwen2Model::read_loss() {
+double Decoder::read_loss() {
   double host = 0;
   be_.copy_to_host(&host, loss_.data(), sizeof host);
   be_.synchronize();
@@ -146,8 +153,8 @@ class TrainingAttention final : public LayerAttention {
 }  // namespace
 
 // x_out null: recomputation (the activations only).
-void Qwen2Model::layer_forward(ConstDevPtr w, const float* x_in, float* x_out, const LayerActs& a,
-                               const Batch& batch) {
+void Decoder::layer_forward(ConstDevPtr w, const float* x_in, float* x_out, const LayerActs& a,
+                            const Batch& batch) {
   const AttnShape s{batch.B, batch.T, static_cast<int>(config_.num_attention_heads),
                     static_cast<int>(config_.num_key_value_heads),
                     static_cast<int>(config_.head_dim())};
@@ -156,9 +163,24 @@ void Qwen2Model::layer_forward(ConstDevPtr w, const float* x_in, float* x_out, c
                         {batch.B * batch.T, pos_, act_dtype_}, rope_, attention);
 }
 
+// Qwen3's q/k norms, q = rmsnorm(q_pre) over (N*H, D) rows and k over (N*KVH, D), from d(q) in
+// dq_ and d(k) in dk_: d(q_pre) (N, Q) into dy_ (free once attention_backward has run), d(k_pre)
+// (N, KV) into dk_pre_; the shared weights' gradients (D) +=. Returns {d(q_pre), d(k_pre)}.
+std::pair<float*, float*> Decoder::qk_norm_backward(ConstDevPtr w, float* dw, const LayerActs& a,
+                                                    int N) {
+  const LayerOffsets& o = layout_.layer_offsets();
+  const int H = static_cast<int>(config_.num_attention_heads);
+  const int KVH = static_cast<int>(config_.num_key_value_heads),
+            D = static_cast<int>(config_.head_dim());
+  be_.rmsnorm_backward(dk_pre_, dw + o.k_norm, dk_, a.k_pre, w.at(o.k_norm), a.rstd_k, N * KVH, D,
+                       false);
+  be_.rmsnorm_backward(dy_, dw + o.q_norm, dq_, a.q_pre, w.at(o.q_norm), a.rstd_q, N * H, D, false);
+  return {dy_, dk_pre_};
+}
+
 // On entry dres_ holds d(x_out); on exit d(x_in).
-void Qwen2Model::layer_backward(ConstDevPtr w, float* dw, const float* x_in, const LayerActs& a,
-                                const Batch& batch) {
+void Decoder::layer_backward(ConstDevPtr w, float* dw, const float* x_in, const LayerActs& a,
+                             const Batch& batch) {
   const LayerOffsets& o = layout_.layer_offsets();
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size),
@@ -182,13 +204,16 @@ void Qwen2Model::layer_backward(ConstDevPtr w, float* dw, const float* x_in, con
   be_.attention_backward(dq_, dk_, dv_, dy_, a.q, a.k, a.v, a.y, a.lse, doc_, s);
   be_.rope_backward(dq_, pos_, rope_.cos(), rope_.sin(), N, H, D);
   be_.rope_backward(dk_, pos_, rope_.cos(), rope_.sin(), N, KVH, D);
-  copy_qkv_columns(be_, a.qkv, dq_, dk_, dv_, N, Q, KV, /*to_qkv=*/true);  // a.qkv: d(qkv)
-  be_.matmul_backward(dxn_, dw + o.wq, dw + o.bq, a.qkv, ConstDevPtr{a.xn1, act_dtype_}, w.at(o.wq),
-                      N, C, Q + 2 * KV, false);  // wq, wk, wv adjacent, and biases
+  // d(q) (N, Q), d(k) (N, KV) before RoPE; with q/k norms, d(q_pre), d(k_pre)
+  const auto [dq, dk] = config_.qk_norm ? qk_norm_backward(w, dw, a, N) : std::pair{dq_, dk_};
+  copy_qkv_columns(be_, a.qkv, dq, dk, dv_, N, Q, KV,
+                   /*to_qkv=*/true);  // a.qkv: d(qkv) (N, Q + 2 KV)
+  be_.matmul_backward(dxn_, dw + o.wq, layer_grad(dw, o.bq), a.qkv, ConstDevPtr{a.xn1, act_dtype_},
+                      w.at(o.wq), N, C, Q + 2 * KV, false);  // wq, wk, wv adjacent, and biases
   be_.rmsnorm_backward(dres, dw + o.ln1, dxn_, x_in, w.at(o.ln1), a.rstd1, N, C, true);
 }
 
-void Qwen2Model::forward_trunk(const Batch& batch, UnitAccess& params, bool training) {
+void Decoder::forward_trunk(const Batch& batch, UnitAccess& params, bool training) {
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size);
   const size_t NC = static_cast<size_t>(N) * C;
@@ -210,7 +235,7 @@ void Qwen2Model::forward_trunk(const Batch& batch, UnitAccess& params, bool trai
   }
 }
 
-void Qwen2Model::forward(const Batch& batch, UnitAccess& params, double* loss_sum) {
+void Decoder::forward(const Batch& batch, UnitAccess& params, double* loss_sum) {
   prepare(batch, /*recompute=*/true, /*training=*/false);
   forward_trunk(batch, params, /*training=*/false);
   const int N = batch.B * batch.T;
@@ -226,21 +251,21 @@ void Qwen2Model::forward(const Batch& batch, UnitAccess& params, double* loss_su
   params.release(layout_.head_unit());
 }
 
-double Qwen2Model::forward(const Batch& batch, UnitAccess& params) {
+double Decoder::forward(const Batch& batch, UnitAccess& params) {
   loss_.zero();
   forward(batch, params, loss_.data());
   return read_loss();
 }
 
-double Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, float scale,
-                                    bool recompute) {
+double Decoder::forward_backward(const Batch& batch, UnitAccess& params, float scale,
+                                 bool recompute) {
   loss_.zero();
   forward_backward(batch, params, scale, recompute, loss_.data());
   return read_loss();
 }
 
-void Qwen2Model::forward_backward(const Batch& batch, UnitAccess& params, float scale,
-                                  bool recompute, double* loss_sum) {
+void Decoder::forward_backward(const Batch& batch, UnitAccess& params, float scale, bool recompute,
+                               double* loss_sum) {
   prepare(batch, recompute, /*training=*/true);
   forward_trunk(batch, params, /*training=*/true);
   const int N = batch.B * batch.T;

@@ -1,8 +1,11 @@
-// The Qwen2 decoder with explicit forward and backward passes per layer (no autograd graph).
+// The decoder of every family (Qwen2, Qwen3, Llama 3: config.h's options), with explicit forward
+// and backward passes per layer (no autograd graph).
 //
-// Shapes (N = B*T tokens, C hidden, Q = heads*head_dim, KV = kv_heads*head_dim, I intermediate):
+// Shapes (N = B*T tokens, C hidden, Q = heads*head_dim, KV = kv_heads*head_dim, I intermediate;
+// head_dim from the config, so Q may differ from C):
 //   embed:  ids (N) -> x (N, C)
-//   layer:  xn1 = rmsnorm(x); q,k,v = xn1 W^T + b; rope(q,k); y = attn(q,k,v) (N, Q);
+//   layer:  xn1 = rmsnorm(x); q,k,v = xn1 W^T (+ b); [q,k = per-head rmsnorm(q,k)];
+//           rope(q,k) (scaled frequencies: rope_table.h); y = attn(q,k,v) (N, Q);
 //           x += y Wo^T; xn2 = rmsnorm(x); h = silu(xn2 Wg^T) * (xn2 Wu^T) (N, I); x += h Wd^T
 //   head:   xf = rmsnorm(x); loss = CE(xf W_head^T, targets), never holding the (N, V) logits:
 //           forward() calls the backend's fused cross_entropy (chunked); forward_backward()
@@ -12,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kiln/data/batch.h"
@@ -25,11 +29,11 @@
 
 namespace kiln {
 
-class Qwen2Model {
+class Decoder {
  public:
-  Qwen2Model(const Qwen2Config& config, const Backend& backend);
+  Decoder(const ModelConfig& config, const Backend& backend);
 
-  const Qwen2Config& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
 
   // Forward and backward over one micro-batch, enqueued on the backend's compute stream: adds
@@ -68,11 +72,12 @@ class Qwen2Model {
                      const Batch& batch);
   void layer_backward(ConstDevPtr w, float* dw, const float* x_in, const LayerActs& a,
                       const Batch& batch);
+  std::pair<float*, float*> qk_norm_backward(ConstDevPtr w, float* dw, const LayerActs& a, int N);
   // Embedding and every layer's forward: fills res_ (and the saved activations).
   // training: the embedding rows come from UnitAccess::embed_rows (every rank's N alike).
   void forward_trunk(const Batch& batch, UnitAccess& params, bool training);
 
-  Qwen2Config config_;
+  ModelConfig config_;
   ParamLayout layout_;
   const Backend& be_;
 
@@ -86,8 +91,9 @@ class Qwen2Model {
       layer_acts_;  // saved activations per layer (all alias one when recomputing)
   float *xf_ = nullptr, *rstdf_ = nullptr, *dxf_ = nullptr;  // final norm
   float *dres_ = nullptr, *dxn_ = nullptr, *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr,
-        *dy_ = nullptr, *dgate_up_ = nullptr, *dh_ = nullptr;  // backward scratch
-  float* qkv_ = nullptr;  // (N, Q + 2 KV): every layer's DecoderActs::qkv
+        *dy_ = nullptr, *dgate_up_ = nullptr, *dh_ = nullptr,
+        *dk_pre_ = nullptr;  // backward scratch (dk_pre_: qk_norm only)
+  float* qkv_ = nullptr;     // (N, Q + 2 KV): every layer's DecoderActs::qkv
   // The batch on the device: ids, targets, positions, doc_start, each (N), and its staging.
   int32_t *ids_ = nullptr, *targets_ = nullptr, *pos_ = nullptr, *doc_ = nullptr;
   PinnedBuffer<int32_t> staging_;        // (4, N)
