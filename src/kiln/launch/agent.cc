@@ -101,10 +101,7 @@ pid_t spawn(const AgentSpec& s, int local_rank, int port, int attempt, int step_
   if (::pipe2(fds, O_CLOEXEC) != 0) fail("agent: pipe failed: {}", std::strerror(errno));
   const int rank = s.node_rank * s.nproc_per_node + local_rank;
   const int world = s.nnodes * s.nproc_per_node;
-  int threads = s.threads_per_worker;
-  if (threads <= 0) {
-    threads = std::max(1, usable_cpu_count() / s.nproc_per_node);
-  }
+  const int threads = worker_threads(s.threads_per_worker, s.nproc_per_node);
   std::vector<std::string> env = {
       "KILN_WORKER=1",
       fmt::format("RANK={}", rank),

@@ -13,6 +13,7 @@
 #include "kiln/data/batch.h"
 #include "kiln/kernels/device/counting_backend.h"
 #include "kiln/kernels/device/device_buffer.h"
+#include "kiln/kernels/device/host_cpu.h"
 #include "kiln/model/decoder.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/train/checkpoint.h"
@@ -55,7 +56,7 @@ class PlanRun {
   PlanRun(const ModelConfig& c, const MemorySettings& s)
       : s_(s),
         be_(s.on_cpu ? Device::kCpu : Device::kCuda,
-            s.bf16 ? ComputeDType::kBf16 : ComputeDType::kFp32),
+            s.bf16 ? ComputeDType::kBf16 : ComputeDType::kFp32, s.cpu_threads),
         world_(make_null_communicator(0, s.world_size, comm_scratch_kind(s), sink())),
         intra_(hybrid() ? make_null_communicator(0, s.shard_size, comm_scratch_kind(s), sink())
                         : nullptr),
@@ -144,7 +145,7 @@ class PlanRun {
 // micro-batch over whole units.
 size_t other_arena_bytes(const ModelConfig& c, const MemorySettings& s) {
   CountingBackend be(s.on_cpu ? Device::kCpu : Device::kCuda,
-                     s.bf16 ? ComputeDType::kBf16 : ComputeDType::kFp32);
+                     s.bf16 ? ComputeDType::kBf16 : ComputeDType::kFp32, s.cpu_threads);
   Decoder model(c, be);
   ParamStore store(model.layout(), be);
   DeviceBuffer<double> loss(be, 1);
@@ -219,6 +220,7 @@ MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bo
   s.background_save = r.checkpoint.every_steps > 0 && r.checkpoint.background;
   s.writes_final = true;
   s.on_cpu = on_cpu;
+  s.cpu_threads = worker_threads(r.dist.threads_per_worker, per_node);
   s.gloo = on_cpu || r.dist.communicator == "gloo";
   s.shm_lane = s.gloo && world_size > 1 && per_node == world_size;
   s.eval = !r.data.eval.empty() || r.data.eval_split > 0;

@@ -48,6 +48,7 @@ struct MemorySettings {
   bool background_save = false;  // checkpoint.every_steps > 0 with checkpoint.background
   bool writes_final = true;      // this rank writes final/ (rank 0)
   bool on_cpu = true;            // device memory is this process's RAM
+  int cpu_threads = 1;           // on the CPU: each worker's OpenMP team (per-thread scratch)
   bool gloo = true;              // collectives through Gloo (its reduce-scatter keeps scratch)
   // Gloo's bulk collectives through the same-host shared memory lane (every rank on one host):
   // its segment replaces the reduce-scatter's scratch.

@@ -10,12 +10,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
 
 #include "kiln/base/error.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/scratch_sizes.h"
 #include "kiln/kernels/cpu/vec_math.h"
-#include "kiln/tensor/buffer.h"
 
 namespace kiln {
 
@@ -23,31 +22,16 @@ namespace {
 
 constexpr int kBk = 64;  // keys per block: a block of K^T (D x 64) stays in L1
 
-struct Scratch {
-  std::vector<float> kt, vt;  // (D, ld): the task's K and V heads transposed, zero-padded
-  std::vector<float> di;      // (T) backward's rowsum(dY * Y)
+// One thread's piece of the team scratch (cpu_attention_scratch_bytes): kt, vt (D, ld) the task's
+// K and V heads transposed, zero-padded; di (T) the backward's rowsum(dY * Y).
+struct ThreadScratch {
+  float *kt, *vt, *di;
 };
 
-Scratch& scratch() {
-  thread_local Scratch s;
-  return s;
-}
-
-void grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-
-// Sizes every team thread's scratch before the tasks are handed out: with dynamic scheduling
-// which thread runs which (batch, head) varies from call to call (a thread busy elsewhere may
-// get none during warm-up), and that must never decide whether a later step allocates.
-void reserve_scratch(int D, int ld, int T) {
-#pragma omp parallel
-  {
-    Scratch& st = scratch();
-    grow(st.kt, static_cast<size_t>(D) * ld);
-    grow(st.vt, static_cast<size_t>(D) * ld);
-    grow(st.di, T);
-  }
+ThreadScratch thread_scratch(float* team, int D, int ld, int T) {
+  const size_t kv = static_cast<size_t>(D) * ld;
+  float* mine = team + static_cast<size_t>(omp_get_thread_num()) * (2 * kv + T);
+  return {mine, mine + kv, mine + 2 * kv};
 }
 
 // Columns of K^T, padded to whole key blocks so the score loops run a fixed kBk.
@@ -300,6 +284,15 @@ void dispatch(const Head& h, void (*f16)(const Head&), void (*f32)(const Head&),
 
 }  // namespace
 
+CpuAttentionScratchBytes cpu_attention_scratch_bytes(int B, int T, int H, int D, int threads,
+                                                     bool backward) {
+  CpuAttentionScratchBytes n;
+  const size_t per_thread = 2 * static_cast<size_t>(D) * padded(T) + static_cast<size_t>(T);
+  n.team = sizeof(float) * static_cast<size_t>(threads) * per_thread;
+  if (backward) n.heads = sizeof(float) * 2 * static_cast<size_t>(B) * H * T * D;
+  return n;
+}
+
 void CpuBackend::attention_forward(float* y, float* lse, const float* q, const float* k,
                                    const float* v, const int32_t* doc_start,
                                    const AttnShape& s) const {
@@ -308,19 +301,22 @@ void CpuBackend::attention_forward(float* y, float* lse, const float* q, const f
   const int group = H / KV;
   const float sc = 1.0f / std::sqrt(static_cast<float>(D));
   const int ldq = H * D, ldk = KV * D, ld = padded(T);
-  reserve_scratch(D, ld, T);
+  // The scratch is this backend's (ranks as threads in tests may share one backend).
+  std::lock_guard lock(attn_mu_);
+  const CpuAttentionScratchBytes n =
+      cpu_attention_scratch_bytes(B, T, H, D, omp_get_max_threads(), false);
+  float* team = attn_team_.as<float>(n.team);
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
       const int g = h / group;
-      Scratch& st = scratch();
-      grow(st.kt, static_cast<size_t>(D) * ld);
+      const ThreadScratch st = thread_scratch(team, D, ld, T);
       const float* K = k + static_cast<size_t>(b) * T * ldk + g * D;
-      transpose_head(st.kt.data(), ld, K, ldk, T, D);
+      transpose_head(st.kt, ld, K, ldk, T, D);
       HeadFwd hd;
       hd.Q = q + static_cast<size_t>(b) * T * ldq + h * D;
       hd.V = v + static_cast<size_t>(b) * T * ldk + g * D;
-      hd.kt = st.kt.data();
+      hd.kt = st.kt;
       hd.Y = y + static_cast<size_t>(b) * T * ldq + h * D;
       hd.L = lse + (static_cast<size_t>(b) * H + h) * T;
       static_cast<HeadDims&>(hd) = {
@@ -340,33 +336,30 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
   const int group = H / KV;
   const float sc = 1.0f / std::sqrt(static_cast<float>(D));
   const int ldq = H * D, ldk = KV * D, ld = padded(T);
-  // Per-query-head dK and dV: (B, H, T, D), summed over each kv group afterwards so that tasks
-  // never write the same memory. Held by the calling thread and reused across calls.
-  thread_local Buffer<float> dkh, dvh;
-  const size_t nh = static_cast<size_t>(B) * H * T * D;
-  if (dkh.size() < nh) dkh.resize(nh);
-  if (dvh.size() < nh) dvh.resize(nh);
-  float *dkh_p = dkh.data(), *dvh_p = dvh.data();
-  reserve_scratch(D, ld, T);
+  std::lock_guard lock(attn_mu_);
+  const CpuAttentionScratchBytes n =
+      cpu_attention_scratch_bytes(B, T, H, D, omp_get_max_threads(), true);
+  float* team = attn_team_.as<float>(n.team);
+  // Per-query-head dK and dV: (B, H, T, D) each, summed over each kv group afterwards so that
+  // tasks never write the same memory.
+  float* dkh_p = attn_heads_.as<float>(n.heads);
+  float* dvh_p = dkh_p + static_cast<size_t>(B) * H * T * D;
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
       const int g = h / group;
       const size_t qoff = static_cast<size_t>(b) * T * ldq + h * D;
       const size_t koff = static_cast<size_t>(b) * T * ldk + g * D;
-      Scratch& st = scratch();
-      grow(st.kt, static_cast<size_t>(D) * ld);
-      grow(st.vt, static_cast<size_t>(D) * ld);
-      grow(st.di, T);
-      transpose_head(st.kt.data(), ld, k + koff, ldk, T, D);
-      transpose_head(st.vt.data(), ld, v + koff, ldk, T, D);
+      const ThreadScratch st = thread_scratch(team, D, ld, T);
+      transpose_head(st.kt, ld, k + koff, ldk, T, D);
+      transpose_head(st.vt, ld, v + koff, ldk, T, D);
       HeadBwd hd;
       hd.Q = q + qoff;
       hd.K = k + koff;
       hd.dY = dy + qoff;
       hd.L = lse + (static_cast<size_t>(b) * H + h) * T;
-      hd.kt = st.kt.data();
-      hd.vt = st.vt.data();
+      hd.kt = st.kt;
+      hd.vt = st.vt;
       hd.dQ = dq + qoff;
       hd.dK = dkh_p + (static_cast<size_t>(b) * H + h) * T * D;
       hd.dV = dvh_p + (static_cast<size_t>(b) * H + h) * T * D;
@@ -375,7 +368,7 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
       std::fill(hd.dK, hd.dK + static_cast<size_t>(T) * D, 0.0f);
       std::fill(hd.dV, hd.dV + static_cast<size_t>(T) * D, 0.0f);
       // di = rowsum(dY * Y): the softmax backward's correction term
-      float* di = st.di.data();
+      float* di = st.di;
       const float* Y = y + qoff;
       for (int i = 0; i < T; ++i) {
         const float* a = hd.dY + static_cast<size_t>(i) * ldq;

@@ -18,6 +18,11 @@ int usable_cpu_count() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
+int worker_threads(int requested, int local_workers) {
+  if (requested > 0) return requested;
+  return std::max(1, usable_cpu_count() / std::max(1, local_workers));
+}
+
 std::string blas_core_name() {
   const char* n = openblas_get_corename();
   return n ? n : "unknown";

@@ -131,6 +131,10 @@ class CpuBackend final : public Backend {
   };
   mutable std::mutex ce_mu_;
   mutable CeScratch ce_scratch_{*this};
+  // The attention kernels' scratch (cpu_attention_scratch_bytes()): the team's per-thread heads
+  // and the backward's per-query-head dK and dV.
+  mutable std::mutex attn_mu_;
+  mutable CpuScratch attn_team_{*this}, attn_heads_{*this};
   mutable std::once_flag peak_once_;
   mutable double peak_flops_ = 0;  // stateless: record() returns a completed event
 };

@@ -30,6 +30,17 @@ struct CpuCeScratchBytes {
 CpuCeScratchBytes cpu_ce_scratch_bytes(size_t N, size_t R, size_t C, size_t V, bool bf16_products,
                                        bool grad, DType w);
 
+// The attention kernels' scratch (attention.cc), in bytes: each thread of the team keeps one
+// head's K^T and V^T, (D, T padded to a whole 64-key block) each, and the backward's row sums
+// (T); the backward also keeps per-query-head dK and dV, (B, H, T, D) each, summed over each kv
+// group afterwards so that no two tasks write the same memory.
+struct CpuAttentionScratchBytes {
+  size_t team = 0;   // threads x (K^T, V^T, row sums)
+  size_t heads = 0;  // backward: dK and dV per query head
+};
+CpuAttentionScratchBytes cpu_attention_scratch_bytes(int B, int T, int H, int D, int threads,
+                                                     bool backward);
+
 // What the GEMM libraries (OpenBLAS, oneDNN) keep beyond kiln's buffers, measured on the benchmark
 // shapes (bench/memory_plan_bench.sh): a weight-gradient product dw += dout^T x packs its
 // (rows, cols) dout as large again, and the first step touches thread stacks and library pages.

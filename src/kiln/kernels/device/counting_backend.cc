@@ -43,9 +43,10 @@ struct CountingBackend::Books {
   }
 };
 
-CountingBackend::CountingBackend(Device imitates, ComputeDType dtype)
+CountingBackend::CountingBackend(Device imitates, ComputeDType dtype, int cpu_threads)
     : device_(imitates),
       dtype_(dtype),
+      cpu_threads_(cpu_threads),
       books_(std::make_unique<Books>()),
       stream_(std::make_unique<SyncStream>()) {}
 
@@ -216,10 +217,26 @@ void CountingBackend::matmul_backward(float* dx, float* dw, float*, const float*
   cuda_gemm();
 }
 
+// CPU: the team's per-thread heads and, in backward, the per-query-head dK and dV (attention.cc).
+// CUDA: the backward's scratch.
+void CountingBackend::attention_forward(float*, float*, const float*, const float*, const float*,
+                                        const int32_t*, const AttnShape& s) const {
+  if (!on_cpu()) return;
+  grow("cpu.attention_team",
+       cpu_attention_scratch_bytes(s.B, s.T, s.H, s.D, cpu_threads_, false).team);
+}
+
 void CountingBackend::attention_backward(float*, float*, float*, const float*, const float*,
                                          const float*, const float*, const float*, const float*,
                                          const int32_t*, const AttnShape& s) const {
-  if (!on_cpu()) grow("cuda.attention", cuda::attention_backward_scratch_bytes(s));
+  if (!on_cpu()) {
+    grow("cuda.attention", cuda::attention_backward_scratch_bytes(s));
+    return;
+  }
+  const CpuAttentionScratchBytes n =
+      cpu_attention_scratch_bytes(s.B, s.T, s.H, s.D, cpu_threads_, true);
+  grow("cpu.attention_team", n.team);
+  grow("cpu.attention_heads", n.heads);
 }
 
 void CountingBackend::cross_entropy(double*, float* dx, float*, const float*, ConstDevPtr w,

@@ -23,8 +23,9 @@ namespace kiln {
 
 class CountingBackend final : public Backend {
  public:
-  // imitates: the device whose sizing rules it follows; dtype: the compute dtype.
-  CountingBackend(Device imitates, ComputeDType dtype);
+  // imitates: the device whose sizing rules it follows; dtype: the compute dtype; cpu_threads:
+  // the OpenMP team the imitated CPU backend's kernels keep per-thread scratch for.
+  CountingBackend(Device imitates, ComputeDType dtype, int cpu_threads = 1);
   ~CountingBackend() override;
 
   // Host memory held outside the backend under `key` (one allocation per key; allocating a key
@@ -78,8 +79,8 @@ class CountingBackend final : public Backend {
                     int) const override {}
   void rope_backward(float*, const int32_t*, const float*, const float*, int, int,
                      int) const override {}
-  void attention_forward(float*, float*, const float*, const float*, const float*, const int32_t*,
-                         const AttnShape&) const override {}
+  void attention_forward(float* y, float* lse, const float* q, const float* k, const float* v,
+                         const int32_t* doc_start, const AttnShape& s) const override;
   void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
                           const float* k, const float* v, const float* y, const float* lse,
                           const int32_t* doc_start, const AttnShape& s) const override;
@@ -116,6 +117,7 @@ class CountingBackend final : public Backend {
 
   Device device_;
   ComputeDType dtype_;
+  int cpu_threads_;
   std::unique_ptr<Books> books_;
   std::unique_ptr<Stream> stream_;
 };

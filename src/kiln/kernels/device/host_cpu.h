@@ -14,6 +14,11 @@ namespace kiln {
 // The CPUs this process may run on (its affinity mask: a container's cpuset, taskset), at least 1.
 int usable_cpu_count();
 
+// The OpenMP threads a worker runs with: `requested` when positive (dist.threads_per_worker),
+// else this machine's usable CPUs shared by its `local_workers`. The agent gives each worker
+// this many; the memory plan sizes the CPU kernels' per-thread scratch with it.
+int worker_threads(int requested, int local_workers);
+
 // The OpenBLAS core in use ("SkylakeX", "Haswell", "Prescott", ...).
 std::string blas_core_name();
 
