@@ -40,6 +40,7 @@ double local_grad(const std::vector<float>& w, int rank, int64_t step, std::vect
 }
 
 int train_toy(kiln::WorkerContext& ctx, int64_t steps) {
+  const int rank = ctx.identity().rank;
   std::vector<float> w(kDim, 0.0f), g(kDim);
   int64_t start = 0;
   if (auto ckpt = ctx.latest_checkpoint()) {
@@ -50,15 +51,14 @@ int train_toy(kiln::WorkerContext& ctx, int64_t steps) {
     }
     std::memcpy(&start, bytes.data(), sizeof start);
     std::memcpy(w.data(), bytes.data() + sizeof start, kDim * sizeof(float));
-    if (ctx.rank == 0)
-      std::printf("resumed from %s (step %lld)\n", ckpt->c_str(), (long long)start);
+    if (rank == 0) std::printf("resumed from %s (step %lld)\n", ckpt->c_str(), (long long)start);
   }
-  const kiln::fs::path scratch = ctx.run_dir / "scratch" / fmt::format("rank-{:05d}", ctx.rank);
+  const kiln::fs::path scratch = ctx.run_dir() / "scratch" / fmt::format("rank-{:05d}", rank);
   for (int64_t step = start + 1; step <= steps; ++step) {
     ctx.begin_step(step);
-    double loss = local_grad(w, ctx.rank, step, g);
-    ctx.comm->all_reduce(g.data(), g.size(), kiln::ReduceOp::kMean);
-    ctx.comm->all_reduce(&loss, size_t{1}, kiln::ReduceOp::kMean);
+    double loss = local_grad(w, rank, step, g);
+    ctx.comm().all_reduce(g.data(), g.size(), kiln::ReduceOp::kMean);
+    ctx.comm().all_reduce(&loss, size_t{1}, kiln::ReduceOp::kMean);
     for (int i = 0; i < kDim; ++i) w[i] -= 0.3f * g[i];
     // This rank's state, in a directory of its own; report() copies it into the checkpoint.
     kiln::fs::remove_all(scratch);
@@ -68,11 +68,12 @@ int train_toy(kiln::WorkerContext& ctx, int64_t steps) {
     std::memcpy(bytes.data() + sizeof step, w.data(), kDim * sizeof(float));
     kiln::write_file_atomic(scratch / "state.bin", bytes);
     ctx.report({{"step", step}, {"loss", loss}}, scratch);
+    ctx.end_step(step);
   }
-  if (ctx.rank == 0) {
+  if (rank == 0) {
     std::string out;
     for (float x : w) out += fmt::format("{:a} ", x);
-    kiln::write_file_atomic(ctx.run_dir / "result.txt", out + "\n");
+    kiln::write_file_atomic(ctx.run_dir() / "result.txt", out + "\n");
     std::printf("result: %s\n", out.c_str());
   }
   return 0;
@@ -106,9 +107,10 @@ int main(int argc, char** argv) {
       ctx.reporter = [](const kiln::Json& m) {
         if (!m.contains("checkpoint")) std::printf("report: %s\n", m.dump().c_str());
       };
-      float x = static_cast<float>(ctx.rank + 1);
-      ctx.comm->all_reduce(&x, 1, kiln::ReduceOp::kSum);
-      if (ctx.rank == 0 && out.empty()) ctx.report({{"world_size", ctx.world_size}, {"sum", x}});
+      const kiln::WorkerIdentity& me = ctx.identity();
+      float x = static_cast<float>(me.rank + 1);
+      ctx.comm().all_reduce(&x, 1, kiln::ReduceOp::kSum);
+      if (me.rank == 0 && out.empty()) ctx.report({{"world_size", me.world_size}, {"sum", x}});
       return out.empty() ? 0 : train_toy(ctx, steps);
     });
   } catch (const kiln::Error& e) {

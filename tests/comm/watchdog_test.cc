@@ -40,6 +40,7 @@ TEST(HangWatchdog, WaitLongerThanTheTimeoutWritesAReport) {
   const int g = wd.add_group("g", 0, {0, 1}, std::make_shared<PrefixStore>("g", store));
   store->set("g/progress/1", to_bytes("1"));  // rank 1 entered #1, never #2
   wd.set_step(4);
+  wd.set_step(3, /*began=*/false);
   wd.op_queued(g, 1, "all_gather");
   wd.op_started(g, 1);
   wd.op_finished(g, 1, true);
@@ -51,7 +52,7 @@ TEST(HangWatchdog, WaitLongerThanTheTimeoutWritesAReport) {
   EXPECT_TRUE(wd.check());
   const std::string text = read_file(dir / "rank-00000.txt");
   EXPECT_HAS(text, "kiln hang report: rank 0 of 2 (node 0, pid ");
-  EXPECT_HAS(text, "\nstep: 4\n");
+  EXPECT_HAS(text, "\nstep: 4\nlast completed step: 3\n");
   EXPECT_HAS(text, "\nnow: waiting in all_reduce #2 (group g) for ");
   EXPECT_HAS(text, "; missing: rank 1\n");
   EXPECT_HAS(text, "  g all_gather #1: queued ");

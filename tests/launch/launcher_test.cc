@@ -171,6 +171,10 @@ TEST(Launcher, HangReportsNameTheStuckRankInOneLine) {
   EXPECT_HAS(r0, "last operations (oldest first):\n  world-0 ");
   EXPECT_HAS(r1, "kiln hang report: rank 1 of 2");
   EXPECT_HAS(r1, "now: not in a collective since ");
+  // Every rank, not only rank 0 (which writes metrics), tells its watchdog each step's end
+  // (WorkerContext::end_step).
+  EXPECT_HAS(r0, "\nstep: 3\nlast completed step: 2\n");
+  EXPECT_HAS(r1, "\nstep: 3\nlast completed step: 2\n");
   EXPECT_HAS(r1, "trigger: rank 0 waited ");
   // The ops rank 1 finished are the ones rank 0 finished before its wait.
   EXPECT_HAS(r1, " done ");

@@ -33,13 +33,11 @@ std::vector<std::string> run_two(const fs::path& run_dir, int keep_last,
         GlooOptions o;
         o.timeout = milliseconds(20000);
         auto comm = make_gloo_communicator(store, r, 2, o);
-        WorkerContext ctx;
-        ctx.rank = r;
-        ctx.world_size = 2;
-        ctx.local_world_size = 2;
-        ctx.comm = comm.get();
-        ctx.run_dir = run_dir;
-        ctx.keep_last = keep_last;
+        WorkerIdentity id;
+        id.rank = r;
+        id.world_size = 2;
+        id.local_world_size = 2;
+        WorkerContext ctx(id, *comm, run_dir, keep_last);
         body(ctx);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -67,17 +65,18 @@ TEST(RuntimeReport, CommitsEveryPartAtomicallyAndKeepsTheNewest) {
   auto errors = run_two(run, 2, [&](WorkerContext& ctx) {
     EXPECT_FALSE(ctx.latest_checkpoint().has_value());
     for (int step = 1; step <= 3; ++step) {
-      const fs::path mine = part_dir(d, ctx.rank, fmt::format("{}:{}", ctx.rank, step));
+      const fs::path mine =
+          part_dir(d, ctx.identity().rank, fmt::format("{}:{}", ctx.identity().rank, step));
       const fs::path c = ctx.report({{"step", step}, {"loss", 1.0 / step}}, mine);
       EXPECT_EQ(c, run / fmt::format("checkpoints/step-{:08d}", step));
       EXPECT_EQ(ctx.latest_checkpoint(), c);
       EXPECT_EQ(read_file(ctx.checkpoint_part(c) / "state.txt"),
-                fmt::format("{}:{}", ctx.rank, step));
+                fmt::format("{}:{}", ctx.identity().rank, step));
     }
     // Without "step": the newest + 1. A rank with nothing to save passes nullopt.
-    const fs::path c4 =
-        ctx.report({{"loss", 0.1}},
-                   ctx.rank == 0 ? std::optional<fs::path>(part_dir(d, 0, "x")) : std::nullopt);
+    const fs::path c4 = ctx.report(
+        {{"loss", 0.1}},
+        ctx.identity().rank == 0 ? std::optional<fs::path>(part_dir(d, 0, "x")) : std::nullopt);
     EXPECT_EQ(c4.filename(), "step-00000004");
   });
   EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
@@ -108,9 +107,10 @@ TEST(RuntimeReport, OneRankFailingCommitsNothingAndEveryRankNamesIt) {
   fs::remove_all(d);
   const fs::path run = d / "run";
   auto errors = run_two(run, 0, [&](WorkerContext& ctx) {
-    ctx.report({{"step", 1}}, part_dir(d, ctx.rank, "ok"));
+    ctx.report({{"step", 1}}, part_dir(d, ctx.identity().rank, "ok"));
     // Rank 1's directory does not exist: step 2 must not appear, step 1 stays the newest.
-    const fs::path mine = ctx.rank == 1 ? d / "missing" : part_dir(d, ctx.rank, "ok");
+    const fs::path mine =
+        ctx.identity().rank == 1 ? d / "missing" : part_dir(d, ctx.identity().rank, "ok");
     ctx.report({{"step", 2}}, mine);
   });
   for (int r = 0; r < 2; ++r) {
@@ -126,13 +126,14 @@ TEST(RuntimeReport, OneRankFailingCommitsNothingAndEveryRankNamesIt) {
   EXPECT_TRUE(fs::exists(run / "checkpoints/step-00000001/manifest.json"));
   // Ranks that disagree on the step are refused before anything is written.
   errors = run_two(run, 0, [&](WorkerContext& ctx) {
-    ctx.report({{"step", 5 + ctx.rank}}, part_dir(d, ctx.rank, "ok"));
+    ctx.report({{"step", 5 + ctx.identity().rank}}, part_dir(d, ctx.identity().rank, "ok"));
   });
   EXPECT_NE(errors[0].find("ranks disagree on the step (from 5 to 6)"), std::string::npos)
       << errors[0];
   EXPECT_FALSE(fs::exists(run / "checkpoints/step-00000005"));
   // No run directory: a clear error.
-  WorkerContext none;
+  auto alone = make_local_communicator();
+  WorkerContext none(WorkerIdentity{}, *alone);
   EXPECT_THROW(none.report({{"step", 1}}, d), Error);
   fs::remove_all(d);
 }

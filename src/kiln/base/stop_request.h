@@ -1,9 +1,10 @@
 // A graceful stop: SIGTERM (Kubernetes preemption, `kill`) or SIGINT (Ctrl-C) asks a training
 // process to finish its current step, commit a checkpoint and exit with kExitStopped, instead of
 // dying with its work since the last checkpoint. The trainer polls stop_requested() once a step
-// and agrees with every other rank (the flag rides on a collective it already runs), so all
-// ranks stop after the same step. Only processes whose training function honours the request
-// install the handlers (LaunchOptions::graceful_stop); others keep the default dispositions.
+// (through WorkerContext::stop_requested) and agrees with every other rank (the step's sync
+// record, train/step_sync.h), so all ranks stop after the same step. Only processes whose training
+// function honours the request install the handlers (LaunchOptions::graceful_stop); others keep the
+// default dispositions.
 #pragma once
 
 namespace kiln {

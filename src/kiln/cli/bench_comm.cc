@@ -168,12 +168,13 @@ Row run_size(Communicator& comm, const std::string& op, DType t, size_t count,
 }
 
 int run_bench(WorkerContext& ctx, const CommBenchOpts& o) {
-  Communicator& comm = *ctx.comm;
-  const bool lead = ctx.rank == 0;
+  Communicator& comm = ctx.comm();
+  const WorkerIdentity& id = ctx.identity();
+  const bool lead = id.rank == 0;
   const DType t = *dtype_from_cli(o.dtype);
   const uint64_t lo = parse_bytes(o.min_bytes, "--min-bytes");
   const uint64_t hi = parse_bytes(o.max_bytes, "--max-bytes");
-  const int n = ctx.world_size;
+  const int n = id.world_size;
   const double busy0 = machine_busy_seconds(), self0 = own_cpu_seconds();
   const auto t_start = std::chrono::steady_clock::now();
   if (lead) {
@@ -224,14 +225,14 @@ int run_bench(WorkerContext& ctx, const CommBenchOpts& o) {
   // What other processes took meanwhile (this node's ranks' own CPU time subtracted), so a
   // figure from a busy shared machine is visible as such.
   double self = own_cpu_seconds() - self0;
-  if (ctx.num_nodes == 1) comm.all_reduce(&self, 1, ReduceOp::kSum);
+  if (id.num_nodes == 1) comm.all_reduce(&self, 1, ReduceOp::kSum);
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   if (lead) {
     std::printf("#\n# largest size busbw (GB/s):");
     for (const auto& [op, row] : largest) std::printf(" %s %.3f", op.c_str(), row.busbw);
     std::printf("\n");
-    if (ctx.num_nodes == 1) {
+    if (id.num_nodes == 1) {
       std::printf("# other processes used %.1f CPU-seconds during the %.1f s run\n",
                   std::max(0.0, machine_busy_seconds() - busy0 - self), wall);
     }

@@ -51,7 +51,9 @@ Command add_train(CLI::App& app) {
             lo.worker_args.insert(lo.worker_args.end(), o->overrides.begin(), o->overrides.end());
             lo.max_restarts = static_cast<int>(r.failure.max_restarts);
             lo.restart_args = {"train.resume=auto"};
-            lo.hang_dir = (fs::path(r.output.dir) / "hang").string();
+            // The run directory: the trainer's metrics.jsonl writer (WorkerContext) and, below
+            // it, hang/ with every worker's hang report.
+            lo.run_dir = r.output.dir;
             lo.lock_dir = r.output.dir;
             lo.graceful_stop = true;
             lo.sigterm_grace_s = r.failure.sigterm_grace_s;
@@ -62,8 +64,9 @@ Command add_train(CLI::App& app) {
             lo.identity = run_identity_values(r);
             return launch(lo, [&](WorkerContext& ctx) {
               TrainResult res = train(r, ctx);
+              const bool lead = ctx.identity().rank == 0;
               if (res.stopped) {
-                if (ctx.rank == 0) {
+                if (lead) {
                   std::fprintf(stderr,
                                "kiln: stopped on request after step %lld; train.resume=auto "
                                "continues from its checkpoint (exit code %d)\n",
@@ -72,7 +75,7 @@ Command add_train(CLI::App& app) {
                 return kExitStopped;
               }
               if (res.nothing_to_do) {
-                if (ctx.rank == 0) {
+                if (lead) {
                   std::fprintf(stderr,
                                "kiln: nothing to do: %s is at step %lld, its last; model in %s\n",
                                r.output.dir.c_str(), static_cast<long long>(res.steps),
@@ -80,7 +83,7 @@ Command add_train(CLI::App& app) {
                 }
                 return 0;
               }
-              if (ctx.rank == 0) {
+              if (lead) {
                 std::fprintf(stderr, "trained %lld steps: loss %.4f -> %.4f; model in %s\n",
                              static_cast<long long>(res.steps), res.first_loss, res.last_loss,
                              res.model_dir.c_str());

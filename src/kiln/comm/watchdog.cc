@@ -180,6 +180,7 @@ std::string HangWatchdog::report_text(const std::string& trigger) const {
   const int64_t done = j["done_step"].get<int64_t>();
   if (step >= 0) {
     out += fmt::format("step: {}\n", step);
+    if (done >= 0) out += fmt::format("last completed step: {}\n", done);
   } else {
     out +=
         done >= 0 ? fmt::format("step: unknown (last completed: {})\n", done) : "step: unknown\n";

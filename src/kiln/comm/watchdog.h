@@ -11,7 +11,7 @@
 // Store keys, under the namespace `ns` (the agent and the workers agree on it: "kiln/<group>"):
 //   <ns>/hang              who noticed first ("rank 0 waited 5.0 s at all_reduce #42")
 //   <ns>/hang/<rank>       that rank's report as JSON
-//   <ns>/step/<rank>       the step the rank last began (or reported), for the agent's history
+//   <ns>/step/<rank>       the step the rank last began (or completed), for the agent's history
 #pragma once
 
 #include <chrono>
@@ -64,8 +64,8 @@ class HangWatchdog {
   void op_queued(int group, int64_t seq, const char* name);
   void op_started(int group, int64_t seq);
   void op_finished(int group, int64_t seq, bool ok);
-  // The step this rank began (the trainer or a user's function says so through WorkerContext),
-  // or, with began = false, the last step it reported as complete.
+  // The step this rank began, or, with began = false, the last step it completed (the trainer or
+  // a user's function says so through WorkerContext::begin_step and end_step, on every rank).
   void set_step(int64_t step, bool began = true);
 
   // Called on the communication thread when collective `seq` failed after waiting about the

@@ -102,9 +102,8 @@ void Fsdp::give(DeviceBuffer<float> b, PoolUse use) {
 
 void Fsdp::release_buffers() {
   drain(0);
+  free_unused_gathered();
   for (int u = 0; u < num_units(); ++u) {
-    units_[u].keep = false;
-    if (units_[u].in_use == 0) free_full(u);
     if (units_[u].full_grad.size() > 0) give(std::move(units_[u].full_grad), PoolUse::kGrads);
     units_[u].full_grad = DeviceBuffer<float>();
   }
@@ -349,17 +348,26 @@ void Fsdp::drain(size_t keep_at_most) {
   }
 }
 
+void Fsdp::free_unused_gathered() {
+  for (int u = 0; u < num_units(); ++u) {
+    units_[u].keep = false;
+    if (units_[u].in_use == 0) free_full(u);
+  }
+}
+
 void Fsdp::finish_backward() {
   drain(0);
   if (!order_known_ && !order_.empty()) order_known_ = true;
   order_pos_ = 0;
   for (auto& x : units_) x.reduced = false;
-  if (sync_) {
-    for (int u = 0; u < num_units(); ++u) {
-      units_[u].keep = false;
-      if (units_[u].in_use == 0) free_full(u);
-    }
-  }
+  if (sync_) free_unused_gathered();
+}
+
+void Fsdp::finish_forward() {
+  KILN_CHECK(pending_.empty(), "finish_forward() after a backward (finish_backward() ends it)");
+  if (!order_known_) order_.clear();
+  order_pos_ = 0;
+  free_unused_gathered();
 }
 
 void Fsdp::zero_grads() {

@@ -107,10 +107,16 @@ class Fsdp final : public UnitAccess {
   // keep whole-unit gradients (no_shard, shard_grad_op) skip communication and accumulate
   // locally; the others reduce-scatter every micro-step.
   void set_sync_grads(bool sync) { sync_ = sync; }
-  // Call after the last backward of a step: finishes outstanding communication so that
-  // shard_grads() hold the step's summed gradients (in stream order); drops parameters kept for
-  // backward.
+  // Call after each forward + backward pass: finishes outstanding communication so that
+  // shard_grads() hold the step's summed gradients (in stream order) once the last micro-step's
+  // is done; then (with sync on) drops parameters kept for backward. The next pass prefetches
+  // from its first unit again.
   void finish_backward();
+  // Call after a forward-only pass (evaluation): drops the units it gathered (shard_grad_op's
+  // kept for a backward that will not come, a prefetched one) and the next pass prefetches from
+  // its first unit again. It has no gradients to finish, and it teaches no prefetch order (a
+  // training pass's order includes its backward).
+  void finish_forward();
 
   ShardStrategy strategy() const { return strategy_; }
   const Backend& backend() const { return be_; }
@@ -191,6 +197,8 @@ class Fsdp final : public UnitAccess {
   // shard_grad (n) += widen(src) where src is a reduced buffer in reduce_dtype_.
   void add_reduced(float* shard_grad, DeviceBuffer<float>& src, size_t n);
   void drain(size_t keep_at_most);
+  // Gives back every gathered unit not in use, those kept for backward included.
+  void free_unused_gathered();
   void track_gathered(long delta);
 
   const ParamLayout& layout_;

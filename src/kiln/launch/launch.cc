@@ -24,11 +24,9 @@ namespace {
 int single_process(const LaunchOptions& o, const TrainFn& fn, const std::string& topology_source) {
   if (o.graceful_stop) install_stop_handlers();
   auto comm = make_local_communicator();
-  WorkerContext ctx;
-  ctx.comm = comm.get();
-  ctx.topology_source = topology_source;
-  ctx.run_dir = o.run_dir;
-  ctx.keep_last = o.keep_last;
+  WorkerIdentity id;
+  id.topology_source = topology_source;
+  WorkerContext ctx(std::move(id), *comm, o.run_dir, o.keep_last);
   return fn(ctx);
 }
 

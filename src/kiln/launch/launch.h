@@ -29,9 +29,9 @@ struct LaunchOptions {
   std::vector<std::string> worker_args;  // this program's arguments, for spawned workers
   int max_restarts = 0;                  // see AgentSpec
   std::vector<std::string> restart_args;
-  // The run directory of a user's TrainFn: WorkerContext::report(metrics, dir) commits
-  // checkpoints under run_dir/checkpoints (keeping the newest keep_last) and metrics in
-  // run_dir/metrics.jsonl; latest_checkpoint() looks there.
+  // The run directory of a TrainFn: WorkerContext::report(metrics, dir) commits checkpoints under
+  // run_dir/checkpoints (keeping the newest keep_last), report() writes run_dir/metrics.jsonl;
+  // latest_checkpoint() looks there. kiln train: output.dir (train() requires it).
   std::string run_dir;
   int keep_last = 0;
   // Where every worker writes its hang report (rank-RRRRR.txt); "" : run_dir/hang when run_dir

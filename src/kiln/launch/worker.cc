@@ -143,19 +143,17 @@ int run_worker(const WorkerSpec& s, const TrainFn& fn) {
     agree_on_identity(s, *store, *comm, "kiln/" + go.group_name);
   }
   KILN_LOG_DEBUG("rank {}/{} joined: {}", s.rank, s.world_size, comm->transport());
-  WorkerContext ctx;
-  ctx.rank = s.rank;
-  ctx.world_size = s.world_size;
-  ctx.local_rank = s.local_rank;
-  ctx.local_world_size = s.local_world_size;
-  ctx.node_rank = s.node_rank;
-  ctx.num_nodes = s.nnodes;
-  ctx.comm = comm;
-  ctx.topology_source = s.topology_source;
-  ctx.launcher = s.launcher;
-  ctx.restart_attempt = attempt != nullptr ? std::atoi(attempt) : 0;
-  ctx.run_dir = s.run_dir;
-  ctx.keep_last = s.keep_last;
+  WorkerIdentity id;
+  id.rank = s.rank;
+  id.world_size = s.world_size;
+  id.local_rank = s.local_rank;
+  id.local_world_size = s.local_world_size;
+  id.node_rank = s.node_rank;
+  id.num_nodes = s.nnodes;
+  id.topology_source = s.topology_source;
+  id.launcher = s.launcher;
+  id.restart_attempt = attempt != nullptr ? std::atoi(attempt) : 0;
+  WorkerContext ctx(std::move(id), *comm, s.run_dir, s.keep_last);
   // Spawned by kiln's agent: the step slot it reads when this worker dies (step_board.h).
   std::shared_ptr<StepBoard> board;
   if (auto b = StepBoard::inherited(s.local_world_size)) {

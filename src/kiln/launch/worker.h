@@ -23,9 +23,9 @@ struct WorkerSpec {
   std::string token;
   double timeout_s = 300;
   int threads = 0;  // 0: leave OpenMP's setting
-  // Recorded in the run's metadata; see WorkerContext.
+  // Recorded in the run's metadata; see WorkerIdentity.
   std::string topology_source = "default", launcher = "external";
-  std::string run_dir;  // WorkerContext::run_dir
+  std::string run_dir;  // WorkerContext::run_dir()
   int keep_last = 0;
   std::string hang_dir;  // the watchdog's report directory ("" : store and log only)
   // What chooses the communicator (LaunchOptions::device, ::communicator).

@@ -88,8 +88,8 @@ size_t checkpoint_stage_floats(const std::vector<ShardRange>& ranges);
 // At a save point every rank copies its shard (parameters, optimizer m and v) from the device
 // into reusable host buffers (one device read); with background saving a thread writes and fsyncs
 // the rank file while training continues. The background thread never touches the communicator:
-// each step the trainer folds status() into the all-reduce it already does and passes the sums to
-// on_status(), which commits (rank 0 writes manifest.json, renames step-N.tmp to step-N and
+// each step the trainer puts status() into the step's sync record (step_sync.h) and passes the
+// sums to on_status(), which commits (rank 0 writes manifest.json, renames step-N.tmp to step-N and
 // applies the retention policy) once every rank's write is durable, or throws on every rank if
 // any write failed. The next save point and flush() wait for a pending save first.
 //

@@ -8,31 +8,48 @@
 
 namespace kiln {
 
-MetricsLog::MetricsLog(const fs::path& path, int64_t keep_through_step) : path_(path) {
+namespace {
+
+// The lines of `path` without a "step" or with one of at most `through`; a torn last line from a
+// crash is dropped.
+std::string rows_through(const fs::path& path, int64_t through) {
   std::string kept;
-  if (keep_through_step > 0 && fs::exists(path)) {
-    std::istringstream in(read_file(path));
-    for (std::string line; std::getline(in, line);) {
-      try {
-        const Json j = parse_json(line, path.string());
-        if (!j.contains("step") || j.at("step").get<int64_t>() <= keep_through_step) {
-          kept += line + "\n";
-        }
-      } catch (const std::exception&) {
-        // a torn last line from a crash
-      }
+  if (!fs::exists(path)) return kept;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) {
+    try {
+      const Json j = parse_json(line, path.string());
+      if (!j.contains("step") || j.at("step").get<int64_t>() <= through) kept += line + "\n";
+    } catch (const std::exception&) {
+      // a torn last line from a crash
     }
   }
-  if (!path.parent_path().empty()) fs::create_directories(path.parent_path());
-  write_file_atomic(path, kept);
-  f_ = std::fopen(path.c_str(), "a");
-  if (f_ == nullptr) {
-    fail("{}: cannot open for appending: {}", path.string(), std::strerror(errno));
-  }
+  return kept;
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const fs::path& path, int64_t keep_through_step) : path_(path) {
+  open(keep_through_step > 0 ? rows_through(path, keep_through_step) : std::string());
 }
 
 MetricsLog::~MetricsLog() {
   if (f_) std::fclose(f_);
+}
+
+void MetricsLog::open(const std::string& rows) {
+  if (!path_.parent_path().empty()) fs::create_directories(path_.parent_path());
+  write_file_atomic(path_, rows);
+  f_ = std::fopen(path_.c_str(), "a");
+  if (f_ == nullptr) {
+    fail("{}: cannot open for appending: {}", path_.string(), std::strerror(errno));
+  }
+}
+
+void MetricsLog::rewind(int64_t step) {
+  std::fclose(f_);
+  f_ = nullptr;
+  open(rows_through(path_, step));
 }
 
 void MetricsLog::write(const Json& row) {

@@ -50,28 +50,28 @@ std::vector<std::string> gather_transports(Communicator& comm) {
   return out;
 }
 
-Json run_meta_json(const Recipe& r, const WorkerContext& ctx, const std::string& strategy,
+Json run_meta_json(const Recipe& r, const WorkerIdentity& id, const std::string& strategy,
                    const std::vector<std::string>& transports, const std::string& started_at) {
   return {
       {"kiln_version", KILN_VERSION},
       {"started_at", started_at},
       {"host", host_name()},
-      {"world_size", ctx.world_size},
-      {"num_nodes", ctx.num_nodes},
-      {"local_world_size", ctx.local_world_size},
+      {"world_size", id.world_size},
+      {"num_nodes", id.num_nodes},
+      {"local_world_size", id.local_world_size},
       {"strategy", strategy},
       {"transport", transports.empty() ? "" : transports[0]},
       {"transports", transports},
       {"require_transport", r.dist.require_transport},
-      {"topology_source", ctx.topology_source},
-      {"launcher", ctx.launcher},
+      {"topology_source", id.topology_source},
+      {"launcher", id.launcher},
       {"model", r.model.path},
       {"output_dir", r.output.dir},
   };
 }
 
 void record_run_start(const Recipe& r, WorkerContext& ctx, const std::string& strategy) {
-  const std::vector<std::string> transports = gather_transports(*ctx.comm);
+  const std::vector<std::string> transports = gather_transports(ctx.comm());
   // Distinct transports for the log: one line however many ranks.
   std::string distinct;
   for (size_t i = 0; i < transports.size(); ++i) {
@@ -80,19 +80,20 @@ void record_run_start(const Recipe& r, WorkerContext& ctx, const std::string& st
     if (!seen)
       distinct += fmt::format("{}{} (rank {})", distinct.empty() ? "" : ", ", transports[i], i);
   }
-  if (ctx.rank == 0) {
+  const WorkerIdentity& id = ctx.identity();
+  if (id.rank == 0) {
     KILN_LOG_INFO("transport: {}; {} rank(s), topology from {} ({})", distinct, transports.size(),
-                  ctx.topology_source, ctx.launcher);
+                  id.topology_source, id.launcher);
     const fs::path dir = r.output.dir;
     fs::create_directories(dir);
     write_file_atomic(dir / "run_meta.json",
-                      run_meta_json(r, ctx, strategy, transports, utc_now()).dump(2) + "\n");
+                      run_meta_json(r, id, strategy, transports, utc_now()).dump(2) + "\n");
   }
   const std::string& want = r.dist.require_transport;
   if (want.empty()) return;
   const TransportKind kind = parse_transport_kind(want);
   // run_meta.json is on disk before any rank fails, so what was in use is on record.
-  ctx.comm->barrier();
+  ctx.comm().barrier();
   for (size_t i = 0; i < transports.size(); ++i) {
     if (!transport_satisfies(transports[i], kind)) {
       fail("dist.require_transport={} but rank {} uses {}{}", want, i, transports[i],

@@ -24,7 +24,7 @@ std::vector<std::string> gather_transports(Communicator& comm);
 void record_run_start(const Recipe& recipe, WorkerContext& ctx, const std::string& strategy);
 
 // The run_meta.json object (exposed for tests).
-Json run_meta_json(const Recipe& recipe, const WorkerContext& ctx, const std::string& strategy,
+Json run_meta_json(const Recipe& recipe, const WorkerIdentity& id, const std::string& strategy,
                    const std::vector<std::string>& transports, const std::string& started_at);
 
 }  // namespace kiln

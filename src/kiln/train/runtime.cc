@@ -1,70 +1,37 @@
 #include "kiln/train/runtime.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <sstream>
 #include <vector>
 
 #include "kiln/base/error.h"
 #include "kiln/base/fault.h"
 #include "kiln/base/stop_request.h"
-#include "kiln/train/checkpoint.h"
+#include "kiln/train/checkpoint_dir.h"
 #include "kiln/train/metrics_log.h"
 
 namespace kiln {
 
-namespace {
+WorkerContext::WorkerContext(WorkerIdentity identity, Communicator& world, fs::path run_dir,
+                             int keep_last)
+    : identity_(std::move(identity)),
+      world_(world),
+      run_dir_(std::move(run_dir)),
+      keep_last_(keep_last) {}
 
-void fsync_file(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("{}: cannot open to fsync: {}", p.string(), std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) fail("{}: fsync failed: {}", p.string(), std::strerror(err));
-}
-
-// Copies the tree under `src` to `dst` (which must not exist) and fsyncs every file and
-// directory written, so the later rename publishes durable data.
-void copy_tree_synced(const fs::path& src, const fs::path& dst) {
-  if (!fs::is_directory(src)) fail("{}: not a directory", src.string());
-  fs::create_directories(dst);
-  std::vector<fs::path> dirs = {dst};
-  for (auto it = fs::recursive_directory_iterator(src); it != fs::recursive_directory_iterator();
-       ++it) {
-    const fs::path to = dst / fs::relative(it->path(), src);
-    if (it->is_directory()) {
-      fs::create_directories(to);
-      dirs.push_back(to);
-    } else if (it->is_regular_file()) {
-      fs::copy_file(it->path(), to);
-      fsync_file(to);
-    } else {
-      fail("{}: only regular files and directories can be checkpointed", it->path().string());
-    }
-  }
-  for (auto d = dirs.rbegin(); d != dirs.rend(); ++d) fsync_dir(*d);
-}
-
-}  // namespace
+WorkerContext::~WorkerContext() = default;
 
 void WorkerContext::make_groups() {
   if (intra_) return;
-  KILN_CHECK(comm != nullptr);
-  if (world_size != num_nodes * local_world_size) {
+  const WorkerIdentity& w = identity_;
+  if (w.world_size != w.num_nodes * w.local_world_size) {
     fail("hybrid sharding needs the same number of workers on every node ({} workers, {} nodes)",
-         world_size, num_nodes);
+         w.world_size, w.num_nodes);
   }
   std::vector<int> intra, inter;
-  for (int l = 0; l < local_world_size; ++l) intra.push_back(node_rank * local_world_size + l);
-  for (int n = 0; n < num_nodes; ++n) inter.push_back(n * local_world_size + local_rank);
-  intra_ = comm->split(intra, "intra");
-  inter_ = comm->split(inter, "inter");
+  for (int l = 0; l < w.local_world_size; ++l)
+    intra.push_back(w.node_rank * w.local_world_size + l);
+  for (int n = 0; n < w.num_nodes; ++n) inter.push_back(n * w.local_world_size + w.local_rank);
+  intra_ = world_.split(intra, "intra");
+  inter_ = world_.split(inter, "inter");
 }
 
 Communicator& WorkerContext::intra_node() {
@@ -79,137 +46,36 @@ Communicator& WorkerContext::inter_node() {
 
 void WorkerContext::begin_step(int64_t step) {
   if (step_listener) step_listener(step, true);
-  fault_begin_step(rank, step);
+  fault_begin_step(identity_.rank, step);
 }
 
-bool WorkerContext::stop_requested() const { return kiln::stop_requested(); }
+void WorkerContext::end_step(int64_t step) {
+  if (step_listener) step_listener(step, false);
+}
 
-void WorkerContext::append_metrics(const Json& row) {
+bool WorkerContext::stop_requested() const { return stop_ || kiln::stop_requested(); }
+
+MetricsLog& WorkerContext::metrics_log() {
   if (!metrics_) {
     // After a restart, rows of steps past the newest checkpoint will be reported again.
-    const auto latest = ::kiln::latest_checkpoint(run_dir / "checkpoints");
-    metrics_ = std::make_shared<MetricsLog>(run_dir / "metrics.jsonl", latest ? latest->step : 0);
+    const auto latest = ::kiln::latest_checkpoint(run_dir_ / "checkpoints");
+    metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", latest ? latest->step : 0);
   }
-  metrics_->write(row);
+  return *metrics_;
+}
+
+void WorkerContext::restart_metrics_after(int64_t step) {
+  if (identity_.rank != 0 || run_dir_.empty()) return;
+  if (metrics_) {
+    metrics_->rewind(step);
+  } else {
+    metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", step);
+  }
 }
 
 void WorkerContext::report(const Json& metrics) {
-  if (metrics.is_object() && metrics.contains("step") && metrics["step"].is_number_integer() &&
-      step_listener) {
-    step_listener(metrics["step"].get<int64_t>(), false);
-  }
-  if (rank == 0 && !run_dir.empty()) append_metrics(metrics);
+  if (identity_.rank == 0 && !run_dir_.empty()) metrics_log().write(metrics);
   if (reporter) reporter(metrics);
-}
-
-fs::path WorkerContext::checkpoint_part(const fs::path& checkpoint) const {
-  return checkpoint / fmt::format("rank-{:05d}", rank);
-}
-
-std::optional<fs::path> WorkerContext::latest_checkpoint() const {
-  if (run_dir.empty()) return std::nullopt;
-  auto latest = ::kiln::latest_checkpoint(run_dir / "checkpoints");
-  if (!latest) return std::nullopt;
-  return latest->dir;
-}
-
-fs::path WorkerContext::report(const Json& metrics, const std::optional<fs::path>& checkpoint_dir) {
-  KILN_CHECK(comm != nullptr);
-  if (run_dir.empty()) {
-    fail(
-        "report(metrics, checkpoint): no run directory to commit into (set "
-        "LaunchOptions::run_dir)");
-  }
-  if (!metrics.is_object()) fail("report(metrics, checkpoint): metrics must be a JSON object");
-  const fs::path root = run_dir / "checkpoints";
-  int64_t step = 0;
-  if (metrics.contains("step")) {
-    if (!metrics["step"].is_number_integer() || metrics["step"].get<int64_t>() < 0) {
-      fail("report(metrics, checkpoint): metrics \"step\" must be a non-negative integer, got {}",
-           metrics["step"].dump());
-    }
-    step = metrics["step"].get<int64_t>();
-  } else {
-    const auto latest = ::kiln::latest_checkpoint(root);
-    step = latest ? latest->step + 1 : 1;
-  }
-  // Every rank must name the same checkpoint.
-  double agree[2] = {static_cast<double>(step), -static_cast<double>(step)};
-  comm->all_reduce(agree, size_t{2}, ReduceOp::kMax);
-  if (agree[0] != -agree[1]) {
-    fail("report(metrics, checkpoint): ranks disagree on the step (from {} to {})", -agree[1],
-         agree[0]);
-  }
-  const std::string name = checkpoint_dir_name(step);
-  const fs::path tmp = root / (name + ".tmp"), final_dir = root / name;
-
-  // Rank 0 prepares the temporary directory; errors anywhere become one agreed failure.
-  auto agreed_failure = [&](const std::string& local_error, const char* what) {
-    double failed = local_error.empty() ? 0 : rank + 1;
-    comm->all_reduce(&failed, size_t{1}, ReduceOp::kMax);
-    if (failed == 0) return;
-    const int who = static_cast<int>(failed) - 1;
-    if (rank == 0) {
-      std::error_code ec;
-      fs::remove_all(tmp, ec);
-    }
-    fail("report: checkpoint {} not committed: rank {} could not {}{}", final_dir.string(), who,
-         what, local_error.empty() ? "" : ": " + local_error);
-  };
-  std::string err;
-  if (rank == 0) {
-    try {
-      if (fs::exists(final_dir)) fail("{} already exists", final_dir.string());
-      fs::create_directories(root);
-      fs::remove_all(tmp);
-      fs::create_directories(tmp);
-    } catch (const std::exception& e) {
-      err = e.what();
-    }
-  }
-  agreed_failure(err, "prepare the checkpoint directory");
-
-  double has_part = 0;
-  if (checkpoint_dir) {
-    try {
-      copy_tree_synced(*checkpoint_dir, checkpoint_part(tmp));
-      has_part = 1;
-    } catch (const std::exception& e) {
-      err = e.what();
-    }
-  }
-  fault_point("checkpoint");
-  agreed_failure(err, "write its part");
-  std::vector<double> parts(world_size, 0.0);
-  parts[rank] = has_part;
-  comm->all_reduce(parts.data(), parts.size(), ReduceOp::kSum);
-
-  // Rank 0 commits: manifest, fsync, rename, fsync of the parent.
-  if (rank == 0) {
-    try {
-      Json ranks = Json::array();
-      for (int r = 0; r < world_size; ++r) {
-        if (parts[r] > 0) ranks.push_back(r);
-      }
-      const Json manifest{{"kind", "runtime"},
-                          {"step", step},
-                          {"world_size", world_size},
-                          {"ranks_with_parts", ranks},
-                          {"metrics", metrics}};
-      commit_checkpoint_dir(tmp, final_dir, root, {{"manifest.json", manifest.dump(2) + "\n"}},
-                            step);
-    } catch (const std::exception& e) {
-      err = e.what();
-    }
-  }
-  agreed_failure(err, "commit the manifest");
-  if (rank == 0) prune_checkpoints(root, keep_last, {final_dir});
-  Json row = metrics;
-  row["step"] = step;
-  row["checkpoint"] = final_dir.string();
-  report(row);
-  comm->barrier();
-  return final_dir;
 }
 
 }  // namespace kiln

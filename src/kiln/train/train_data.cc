@@ -82,15 +82,16 @@ int64_t micro_batches_per_epoch(const ExampleSource& dataset, const Recipe& r, i
 
 int64_t train_steps(const Recipe& r, const ExampleSource& dataset, WorkerContext& ctx) {
   if (r.train.epochs == 0) return r.train.max_steps;
-  const int64_t per_epoch = micro_batches_per_epoch(dataset, r, ctx.rank, ctx.world_size);
+  const WorkerIdentity& id = ctx.identity();
+  const int64_t per_epoch = micro_batches_per_epoch(dataset, r, id.rank, id.world_size);
   if (per_epoch == 0) {
     fail("train.epochs: rank {} has no full micro-batch of {} in an epoch (too few examples)",
-         ctx.rank, r.train.micro_batch_size);
+         id.rank, r.train.micro_batch_size);
   }
   const int64_t accum = r.train.grad_accum_steps;
   double steps = static_cast<double>((r.train.epochs * per_epoch + accum - 1) / accum);
-  ctx.comm->all_reduce(&steps, size_t{1}, ReduceOp::kMax);
-  if (ctx.rank == 0) {
+  ctx.comm().all_reduce(&steps, size_t{1}, ReduceOp::kMax);
+  if (id.rank == 0) {
     KILN_LOG_INFO("train.epochs {}: {} micro-batches per epoch per rank, {} steps", r.train.epochs,
                   per_epoch, static_cast<int64_t>(steps));
   }
@@ -99,17 +100,18 @@ int64_t train_steps(const Recipe& r, const ExampleSource& dataset, WorkerContext
 
 std::unique_ptr<TrainData> open_train_data(const Recipe& r, int64_t vocab_size,
                                            WorkerContext& ctx) {
+  const WorkerIdentity& id = ctx.identity();
   auto data = std::make_unique<TrainData>();
-  const bool first = ctx.local_rank == 0;
+  const bool first = id.local_rank == 0;
   const auto load_all = [&] {
     for (const Recipe::TrainFile& f : r.data.train) {
       DataOptions o = data_options(r, f);
-      o.verbose = ctx.rank == 0;
+      o.verbose = id.rank == 0;
       data->files.push_back(load_dataset(o, vocab_size));
     }
   };
   if (first) load_all();
-  ctx.comm->barrier();
+  ctx.comm().barrier();
   if (!first) load_all();
   std::vector<MixturePart> parts;
   for (size_t i = 0; i < data->files.size(); ++i) {
@@ -136,12 +138,12 @@ std::unique_ptr<TrainData> open_train_data(const Recipe& r, int64_t vocab_size,
           "raise it or set data.eval",
           r.data.eval_split, total);
     }
-    if (ctx.rank == 0) {
+    if (id.rank == 0) {
       KILN_LOG_INFO("data.eval_split {}: {} examples held out for evaluation, {} to train on",
                     r.data.eval_split, held->size(), examples.size());
     }
   }
-  data->sampler = make_sampler(examples, r, ctx.rank, ctx.world_size);
+  data->sampler = make_sampler(examples, r, id.rank, id.world_size);
   return data;
 }
 

@@ -42,10 +42,10 @@ void check_context_length(const Recipe& recipe, const ModelConfig& config, bool 
 // Optimizer steps to run: train.max_steps, or with train.epochs > 0 the steps that cover that
 // many epochs of this rank's share (micro-batches per epoch: the sampler's full batches unpacked;
 // packed, the rows a fresh sampler fills before it starts the next epoch), rounded up to whole
-// steps; the largest over the ranks (collective over ctx.comm), so every rank runs the same.
+// steps; the largest over the ranks (collective over ctx.comm()), so every rank runs the same.
 int64_t train_steps(const Recipe& recipe, const ExampleSource& dataset, WorkerContext& ctx);
 
-// Collective over ctx.comm: the first worker of each node loads (building the cache if needed)
+// Collective over ctx.comm(): the first worker of each node loads (building the cache if needed)
 // while the others wait, then they load it, so the data is tokenized once per node.
 std::unique_ptr<TrainData> open_train_data(const Recipe& recipe, int64_t vocab_size,
                                            WorkerContext& ctx);

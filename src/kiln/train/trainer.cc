@@ -30,13 +30,12 @@
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/checkpoint_verify.h"
 #include "kiln/train/memory_plan.h"
-#include "kiln/train/metrics_log.h"
 #include "kiln/train/optimizer.h"
 #include "kiln/train/preflight.h"
 #include "kiln/train/resume_checks.h"
 #include "kiln/train/run_identity.h"
 #include "kiln/train/run_meta.h"
-#include "kiln/train/step_counters.h"
+#include "kiln/train/step_sync.h"
 #include "kiln/train/tensorboard.h"
 #include "kiln/train/train_data.h"
 
@@ -69,8 +68,7 @@ fs::path final_model_dir(const fs::path& run_dir) { return run_dir / "final"; }
 
 TrainResult train(const Recipe& r, const std::function<void(const StepMetrics&)>& on_step) {
   auto comm = make_local_communicator();
-  WorkerContext ctx;
-  ctx.comm = comm.get();
+  WorkerContext ctx(WorkerIdentity{}, *comm, r.output.dir);
   return train(r, ctx, on_step);
 }
 
@@ -84,8 +82,8 @@ class Trainer {
   TrainResult run(const std::function<void(const StepMetrics&)>& on_step);
 
  private:
-  static const Recipe& checked(const Recipe& r);
-  static ShardStrategy strategy_for(const Recipe& r, const WorkerContext& ctx);
+  static const Recipe& checked(const Recipe& r, const WorkerContext& ctx);
+  static ShardStrategy strategy_for(const Recipe& r, const WorkerIdentity& id);
   Communicator& shard_group();
   Communicator* replica_group();
   ScheduleSettings schedule_settings() const;
@@ -109,6 +107,7 @@ class Trainer {
 
   const Recipe& r_;
   WorkerContext& ctx_;
+  const WorkerIdentity& id_;
   Communicator& world_;
   const bool lead_;
   const fs::path run_dir_;
@@ -130,7 +129,6 @@ class Trainer {
   Optimizer opt_;
   const ScheduleSettings schedule_;
   CheckpointSaver saver_;
-  std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, output.tensorboard
   // The step's device scalars (loss sum, squared gradient norm) and their one host read.
   DeviceBuffer<double> step_scalars_;
@@ -139,14 +137,22 @@ class Trainer {
   int64_t max_steps_ = 0;  // train.max_steps, or train.epochs' steps
   int64_t start_step_ = 0;
   fs::path resumed_from_;  // the checkpoint the run continues (empty: a fresh start)
-  bool stop_ = false;      // a rank was asked to stop (set by train_step, the same on every rank)
+  bool stop_ = false;  // a rank asked to stop: from train_step's sync record, alike on every rank
   Clock::time_point t_start_;
   const bool tty_;
   mutable double peak_flops_ = -1;  // the backend's, asked at the first step's log (< 0: not yet)
   MemoryPlan plan_;                 // this rank's predicted memory, printed before step 1
 };
 
-const Recipe& Trainer::checked(const Recipe& r) {
+// The recipe's output.dir is the context's run directory: its metrics.jsonl writer is the run's.
+const Recipe& Trainer::checked(const Recipe& r, const WorkerContext& ctx) {
+  const auto normal = [](const fs::path& p) { return fs::absolute(p / "").lexically_normal(); };
+  if (ctx.run_dir().empty() || normal(r.output.dir) != normal(ctx.run_dir())) {
+    fail(
+        "output.dir {} is not the worker's run directory \"{}\" (LaunchOptions::run_dir): the "
+        "trainer writes metrics.jsonl through it; set it to output.dir",
+        r.output.dir, ctx.run_dir().string());
+  }
   if (r.checkpoint.keep_best > 0 && r.checkpoint.best_metric == "eval_loss" &&
       r.data.eval.empty() && r.data.eval_split == 0) {
     fail(
@@ -158,8 +164,8 @@ const Recipe& Trainer::checked(const Recipe& r) {
 }
 
 // One process needs no sharding; otherwise the recipe's strategy over the right groups.
-ShardStrategy Trainer::strategy_for(const Recipe& r, const WorkerContext& ctx) {
-  return ctx.world_size == 1 ? ShardStrategy::kNoShard : parse_strategy(r.dist.strategy);
+ShardStrategy Trainer::strategy_for(const Recipe& r, const WorkerIdentity& id) {
+  return id.world_size == 1 ? ShardStrategy::kNoShard : parse_strategy(r.dist.strategy);
 }
 
 Communicator& Trainer::shard_group() {
@@ -186,29 +192,30 @@ RetentionPolicy Trainer::retention() const {
 // Under no_shard every rank holds everything, under hybrid_shard every node does; only one copy
 // of each shard is written.
 bool Trainer::writes_shard() const {
-  if (strategy_ == ShardStrategy::kNoShard) return ctx_.rank == 0;
-  if (strategy_ == ShardStrategy::kHybridShard) return ctx_.node_rank == 0;
+  if (strategy_ == ShardStrategy::kNoShard) return id_.rank == 0;
+  if (strategy_ == ShardStrategy::kHybridShard) return id_.node_rank == 0;
   return true;
 }
 
 Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
-    : r_(checked(r)),
+    : r_(checked(r, ctx)),
       ctx_(ctx),
-      world_(*ctx.comm),
-      lead_(ctx.rank == 0),
-      run_dir_(r.output.dir),
+      id_(ctx.identity()),
+      world_(ctx.comm()),
+      lead_(id_.rank == 0),
+      run_dir_(ctx.run_dir()),
       recipe_yaml_(recipe_to_yaml(r)),
       config_(read_model_config(r)),
       model_files_(lead_ ? std::make_shared<const HfModelFiles>(HfModelFiles::read(
                                r.model.path, r.data.tokenizer, r.data.chat_template))
                          : nullptr),
-      strategy_(strategy_for(r, ctx)),
+      strategy_(strategy_for(r, ctx.identity())),
       start_rss_(resident_bytes()),
       backend_(make_backend(parse_device_request(r.train.device),
-                            parse_compute_dtype(r.train.dtype), ctx.local_rank)),
+                            parse_compute_dtype(r.train.dtype), id_.local_rank)),
       model_(config_, *backend_),
       fsdp_(model_.layout(), *backend_, strategy_, shard_group(), replica_group(), r.dist.prefetch,
-            r.dist.reduce_dtype == "bf16" && ctx.world_size > 1 ? DType::BF16 : DType::F32),
+            r.dist.reduce_dtype == "bf16" && id_.world_size > 1 ? DType::BF16 : DType::F32),
       opt_(optimizer_settings(r), model_.layout(), fsdp_.shard_ranges(), *backend_),
       schedule_(schedule_settings()),
       saver_(run_dir_ / "checkpoints", model_.layout(), fsdp_, opt_, world_, writes_shard(),
@@ -226,7 +233,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
   // Transports into run_meta.json and the log; a dist.require_transport mismatch stops here.
   record_run_start(r_, ctx_, strategy_name(strategy_));
   plan_ = plan_memory_use();
-  KILN_LOG_INFO("rank {}: memory plan: {}", ctx_.rank, plan_.summary());
+  KILN_LOG_INFO("rank {}: memory plan: {}", id_.rank, plan_.summary());
   load_weights();
   // Every rank reads its own disjoint share of each epoch (the data is tokenized, or its cache
   // mapped, by the first worker of each node first; the loader logs the counts).
@@ -234,11 +241,9 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
   max_steps_ = train_steps(r_, data_->examples(), ctx_);
   if (!r_.data.eval.empty() || r_.data.eval_split > 0) open_eval_data();
   resume();
-  if (lead_) {
-    metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", start_step_);
-    if (r_.output.tensorboard) {
-      tensorboard_ = std::make_unique<TensorBoardWriter>(run_dir_ / "tensorboard");
-    }
+  ctx_.restart_metrics_after(start_step_);  // a resumed run reports the later steps again
+  if (lead_ && r_.output.tensorboard) {
+    tensorboard_ = std::make_unique<TensorBoardWriter>(run_dir_ / "tensorboard");
   }
 }
 
@@ -269,7 +274,7 @@ void Trainer::load_weights() {
         "model {}: {:.1f}M parameters, {} layers, hidden {}; {} worker(s), {} ({}); device {} "
         "(train.device {}{}), {}",
         r_.model.path, parameter_count(config_) / 1e6, config_.num_hidden_layers,
-        config_.hidden_size, ctx_.world_size, strategy_name(strategy_), world_.transport(),
+        config_.hidden_size, id_.world_size, strategy_name(strategy_), world_.transport(),
         backend_->device() == Device::kCuda ? "cuda" : "cpu", r_.train.device, why_cpu,
         backend_->name());
   }
@@ -286,7 +291,7 @@ void Trainer::open_eval_data() {
     eval_data_ = data_->held_out();
     eval_name_ = fmt::format("data.eval_split {} of data.train", r_.data.eval_split);
   }
-  eval_batches_.emplace(*eval_data_, r_.train.micro_batch_size, ctx_.rank, ctx_.world_size,
+  eval_batches_.emplace(*eval_data_, r_.train.micro_batch_size, id_.rank, id_.world_size,
                         r_.eval.max_batches);
   if (lead_) {
     KILN_LOG_INFO("{}: {} examples, {} batch(es) of {} per rank per evaluation", eval_name_,
@@ -328,7 +333,7 @@ void Trainer::resume() {
 // checkpoint directory is settled (recover_checkpoints).
 void Trainer::claim_run_dir() {
   const fs::path ckpt_root = run_dir_ / "checkpoints";
-  if (ctx_.local_rank == 0) {
+  if (id_.local_rank == 0) {
     for (const std::string& what : recover_checkpoints(ckpt_root)) {
       KILN_LOG_WARN("checkpoints: {}", what);
     }
@@ -344,7 +349,7 @@ void Trainer::claim_run_dir() {
   if (latest) {
     if (const auto clash = overwrite_deletes_input(r_)) fail("{}", *clash);
   }
-  if (latest && ctx_.local_rank == 0) {
+  if (latest && id_.local_rank == 0) {
     KILN_LOG_WARN("output.overwrite=true: deleting {} and {} of the previous run",
                   ckpt_root.string(), final_model_dir(run_dir_).string());
     std::error_code ec;  // another node sharing the directory may be deleting it too
@@ -382,7 +387,7 @@ double Trainer::evaluate(int64_t step) {
     eval_batches_->fill(i, b);
     model_.forward(b, fsdp_, loss_dev);
     sums[1] += static_cast<double>(b.num_targets());
-    fsdp_.finish_backward();  // the next batch prefetches from the start again
+    fsdp_.finish_forward();
   }
   backend_->copy_to_host(&sums[0], loss_dev, sizeof(double));
   backend_->synchronize();
@@ -399,19 +404,21 @@ double Trainer::evaluate(int64_t step) {
 // device; the host reads the loss sum and gradient norm once, at the end.
 StepMetrics Trainer::train_step(int64_t step) {
   const auto t0 = Clock::now();
-  // A background checkpoint write rides on the counters' all-reduce: {still running, failed}.
-  const auto ckpt = saver_.status();
-  StepCounters counts;
-  counts.writes_running = ckpt[0];
-  counts.writes_failed = ckpt[1];
+  // The step's control decisions, from one all-reduce of every rank's sync record.
+  const auto ckpt = saver_.status();  // {still running, failed}
+  StepSync sync;
+  sync.writes_running = ckpt[0];
+  sync.writes_failed = ckpt[1];
+  sync.stop_requests = ctx_.stop_requested() ? 1 : 0;
   for (auto& b : batches_) {
     data_->sampler->next(b);
-    counts.targets += static_cast<double>(b.num_targets());
-    counts.tokens += static_cast<double>(b.B) * b.T;
+    sync.targets += static_cast<double>(b.num_targets());
+    sync.tokens += static_cast<double>(b.B) * b.T;
   }
-  counts.all_reduce(world_);
-  saver_.on_status(counts.writes_running, counts.writes_failed);  // commits once all are done
-  const double targets = counts.targets;
+  sync.all_reduce(world_);
+  saver_.on_status(sync.writes_running, sync.writes_failed);  // commits once all are done
+  stop_ = sync.stop();  // every rank stops after this same step
+  const double targets = sync.targets;
   double* loss_sum = step_scalars_.data();
   double* grad_sq = step_scalars_.data() + 1;
   fsdp_.zero_grads();
@@ -441,19 +448,17 @@ StepMetrics Trainer::train_step(int64_t step) {
   // The step's one device read.
   backend_->copy_to_host(step_scalars_host_.data(), step_scalars_.data(), 3 * sizeof(double));
   backend_->synchronize();
-  // A stop request (SIGTERM) on any rank rides on the loss's all-reduce: every rank stops after
-  // this same step. So does every rank's sum of squared weights: non-finite on one, on all.
-  double sums[3] = {step_scalars_host_.data()[0], ctx_.stop_requested() ? 1.0 : 0.0,
-                    step_scalars_host_.data()[2]};
-  world_.all_reduce(sums, size_t{3}, ReduceOp::kSum);
+  // Metrics only: the loss sum, and every rank's sum of squared weights (non-finite on one, on
+  // all).
+  double sums[2] = {step_scalars_host_.data()[0], step_scalars_host_.data()[2]};
+  world_.all_reduce(sums, size_t{2}, ReduceOp::kSum);
   const double loss = sums[0];
-  stop_ = sums[1] > 0;
   const double grad_norm = std::sqrt(step_scalars_host_.data()[1]);
   if (!std::isfinite(grad_norm)) {
     fail("step {}: gradient norm is {} (loss {}); stopping (the last checkpoint is intact)",
          step + 1, grad_norm, loss / targets);
   }
-  if (!std::isfinite(sums[2])) {
+  if (!std::isfinite(sums[1])) {
     fail(
         "step {}: the update made weights non-finite (lr {:.6g}, gradient norm {:.6g}; the step "
         "size overflows float32?); stopping (the last checkpoint is intact)",
@@ -465,7 +470,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   m.lr = lr;
   m.grad_norm = grad_norm;
   m.targets = static_cast<int64_t>(targets);
-  m.tokens = static_cast<int64_t>(counts.tokens);
+  m.tokens = static_cast<int64_t>(sync.tokens);
   m.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   m.tokens_per_s = m.tokens / std::max(m.step_seconds, 1e-9);
   return m;
@@ -488,9 +493,8 @@ void Trainer::log_step(const StepMetrics& m, const std::optional<double>& eval_l
   row["device_peak_mib"] = mem.peak / 1048576.0;
   const double mfu = model_flops_utilization(m);
   if (mfu > 0) row["mfu"] = mfu;
-  metrics_->write(row);
   if (tensorboard_) tensorboard_->write_row(m.step, row);
-  ctx_.report(row);
+  ctx_.report(row);  // metrics.jsonl (the context's writer) and the context's reporter
   const bool last = m.step == max_steps_;
   if (m.step % r_.train.log_every != 0 && !last && !eval_loss) return;
   const double elapsed = std::chrono::duration<double>(Clock::now() - t_start_).count();
@@ -516,16 +520,16 @@ double Trainer::model_flops_utilization(const StepMetrics& m) const {
   if (peak_flops_ < 0) peak_flops_ = backend_->peak_flops();
   if (peak_flops_ <= 0 || m.step_seconds <= 0) return 0;
   const double flops = train_flops(config_, m.tokens, r_.data.seq_len, m.targets);
-  return flops / m.step_seconds / (peak_flops_ * ctx_.world_size);
+  return flops / m.step_seconds / (peak_flops_ * id_.world_size);
 }
 
 // This rank's memory plan: the recipe's settings on this group and backend, from the process's
 // own resident memory at the start.
 MemoryPlan Trainer::plan_memory_use() const {
   const bool on_cpu = backend_->device() == Device::kCpu;
-  MemorySettings s = memory_settings(r_, ctx_.world_size, ctx_.local_world_size, on_cpu);
+  MemorySettings s = memory_settings(r_, id_.world_size, id_.local_world_size, on_cpu);
   // The group itself says whether it got the shared memory lane.
-  s.shm_lane = s.gloo && transport_has_shm_lane(ctx_.comm->transport());
+  s.shm_lane = s.gloo && transport_has_shm_lane(world_.transport());
   s.writes_final = lead_;
   s.baseline = start_rss_;
   return plan_memory(config_, s);
@@ -549,7 +553,7 @@ void Trainer::log_memory(size_t pool_bytes) const {
       "rank {}: peak {} {:.0f} MiB, predicted {:.0f} MiB ({}); peak RSS {:.0f} MiB; sharded "
       "params+grads {:.0f} MiB, optimizer state {:.0f} MiB, peak gathered units {:.0f} MiB, "
       "FSDP pool {:.0f} MiB (predicted {:.0f}), activations {:.0f} MiB (predicted {:.0f})",
-      ctx_.rank, on_cpu ? "RSS" : "device memory", measured / 1048576.0, predicted / 1048576.0,
+      id_.rank, on_cpu ? "RSS" : "device memory", measured / 1048576.0, predicted / 1048576.0,
       prediction_error(predicted, measured), peak_resident_bytes() / 1048576.0,
       fsdp_.shard_bytes() / 1048576.0, opt_bytes / 1048576.0,
       fsdp_.peak_gathered_bytes() / 1048576.0, pool_bytes / 1048576.0,
@@ -632,6 +636,7 @@ TrainResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step)
       saver_.save(checkpoint_state(m.step, m.loss, eval_loss));
     }
     if (lead_) log_step(m, eval_loss);
+    ctx_.end_step(m.step);  // every rank: the hang watchdog's last completed step
   }
   if (result.stopped) {
     if (lead_) {

@@ -26,17 +26,20 @@ struct TrainResult {
   int64_t steps = 0;
   double first_loss = 0, last_loss = 0;
   fs::path model_dir;  // the saved final model (HF layout)
-  // Stopped on request (WorkerContext::stop_requested on any rank) after `steps`, with a
-  // checkpoint of that step committed and no final model written.
+  // Stopped on request (WorkerContext::stop_requested on any rank, seen by every rank in a step's
+  // sync record) after `steps`, with a checkpoint of that step committed and no final model
+  // written.
   bool stopped = false;
   // Resumed from a checkpoint at train.max_steps (or beyond): nothing was trained and no
   // checkpoint written; `steps` is the checkpoint's step.
   bool nothing_to_do = false;
 };
 
-// Runs the recipe on this worker of the group in `ctx` (a single process: world size 1).
-// `on_step` (optional) sees every step's metrics. Rank 0 prints progress, writes metrics.jsonl
-// and saves the final model; every rank takes part in every collective.
+// Runs the recipe on this worker of the group in `ctx` (a single process: world size 1), whose
+// run directory must be the recipe's output.dir. `on_step` (optional) sees every step's metrics.
+// Rank 0 prints progress, reports each step's metrics through ctx.report (metrics.jsonl) and
+// saves the final model; every rank takes part in every collective and tells ctx each step's
+// begin and end.
 TrainResult train(const Recipe& recipe, WorkerContext& ctx,
                   const std::function<void(const StepMetrics&)>& on_step = nullptr);
 // Single-process convenience.
