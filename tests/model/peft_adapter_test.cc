@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 #include <random>
 #include <set>
@@ -164,6 +165,13 @@ TEST_F(PeftDir, WriteThenReadIsExact) {
     }
   }
   write_peft_adapter(dir_ / "out", lora, "base", t, DType::F32, files());
+  // In name order, as safetensors' writer orders tensors (mlp before self_attn, layer 10 before 2).
+  std::vector<std::string> names;
+  const SafetensorsFile written(dir_ / "out" / kPeftWeightsFile);
+  for (const TensorInfo& i : written.tensors()) names.push_back(i.name);
+  EXPECT_EQ(names.size(), 2u * 7 * 2);
+  EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+  EXPECT_EQ(names.front(), "base_model.model.model.layers.0.mlp.down_proj.lora_A.weight");
   const PeftAdapter back = read_peft_adapter(dir_ / "out", model_);
   EXPECT_EQ(back.config.lora, lora);
   EXPECT_TRUE(back.tensors == t);

@@ -70,7 +70,7 @@ TEST_F(PreflightAdapter, ItMustFitTheBase) {
   EXPECT_EQ(error_of(kMatching, kFixture),
             "model.adapter: " + (kFixture / "adapter_model.safetensors").string() +
                 ": tensor base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight has "
-                "shape [256, 4], expected [64, 4] (out, r) (r 4 of this base model)");
+                "shape [256, 4], expected [64, 4] (out, r) (r 4 in adapter_config.json)");
 }
 
 TEST_F(PreflightAdapter, ItMustBeAnAdapterDirectory) {

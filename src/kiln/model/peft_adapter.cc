@@ -148,29 +148,48 @@ std::optional<ParsedName> parse_tensor_name(std::string_view name) {
 
 const char* factor_dims(LoraFactor f) { return f == LoraFactor::kA ? "(r, in)" : "(out, r)"; }
 
-// One A or B of the file into `tensors`, after checking that the base and the config have it.
-void read_factor(const SafetensorsFile& st, const TensorInfo& t, const ModelConfig& model,
-                 const LoraConfig& lora, LoraTensors& tensors) {
-  const std::string file = st.path().string();
+// A factor's shape: A (r, in), B (out, r).
+std::vector<int64_t> factor_shape(const ModelConfig& model, int64_t rank, LoraTarget t,
+                                  LoraFactor f) {
+  const LoraShape s = lora_shape(model, t);
+  return f == LoraFactor::kA ? std::vector<int64_t>{rank, s.in} : std::vector<int64_t>{s.out, rank};
+}
+
+// Which factor tensor `t` of the file is, after checking that the base and the config have it
+// with its shape.
+ParsedName check_factor(const fs::path& file, const TensorInfo& t, const ModelConfig& model,
+                        const LoraConfig& lora) {
   const auto p = parse_tensor_name(t.name);
   if (!p)
     fail(
         "{}: tensor {} is not a LoRA factor of this model (expected {}N.{{self_attn|mlp}}.<{}>"
         ".lora_{{A|B}}.weight)",
-        file, t.name, kNamePrefix, allowed_names(kLoraTargetNames));
+        file.string(), t.name, kNamePrefix, allowed_names(kLoraTargetNames));
   if (p->layer >= model.num_hidden_layers)
-    fail("{}: tensor {} is for layer {}, but the base model has {} layers", file, t.name, p->layer,
-         model.num_hidden_layers);
+    fail("{}: tensor {} is for layer {}, but the base model has {} layers", file.string(), t.name,
+         p->layer, model.num_hidden_layers);
   if (!lora.has(p->target))
     fail("{}: tensor {} adapts {}, which adapter_config.json's target_modules ({}) leaves out",
-         file, t.name, name_of(kLoraTargetNames, p->target),
+         file.string(), t.name, name_of(kLoraTargetNames, p->target),
          fmt::join(lora_target_names(lora.targets), ", "));
-  const std::vector<int64_t> expected = tensors.shape(p->target, p->factor);
+  const std::vector<int64_t> expected = factor_shape(model, lora.rank, p->target, p->factor);
   if (t.shape != expected)
-    fail("{}: tensor {} has shape {}, expected {} {} (r {} of this base model)", file, t.name,
-         format_shape(t.shape), format_shape(expected), factor_dims(p->factor), lora.rank);
-  LoraFactors& f = tensors.at(p->layer, p->target);
-  st.read_f32(t, (p->factor == LoraFactor::kA ? f.a : f.b).data());
+    fail("{}: tensor {} has shape {}, expected {} {} (r {} in adapter_config.json)", file.string(),
+         t.name, format_shape(t.shape), format_shape(expected), factor_dims(p->factor), lora.rank);
+  return *p;
+}
+
+// Every factor of every layer and target is in the file.
+void check_complete(const SafetensorsFile& st, const ModelConfig& model, const LoraConfig& lora) {
+  for (int64_t l = 0; l < model.num_hidden_layers; ++l) {
+    for (LoraTarget t : lora.targets) {
+      for (LoraFactor f : {LoraFactor::kA, LoraFactor::kB}) {
+        if (!st.find(peft_tensor_name(l, t, f)))
+          fail("{}: missing tensor {} (shape {} {})", st.path().string(), peft_tensor_name(l, t, f),
+               format_shape(factor_shape(model, lora.rank, t, f)), factor_dims(f));
+      }
+    }
+  }
 }
 
 // The tensors to write, in name order (as safetensors' writer orders tensors of one dtype).
@@ -297,17 +316,16 @@ PeftAdapter read_peft_adapter(const fs::path& dir, const ModelConfig& model) {
           dir.string());
     fail("{}: no such file (the adapter's weights)", path.string());
   }
-  out.tensors = LoraTensors(model, lora);
+  // Every name and shape checked before anything is allocated: an absurd r in the config
+  // fails on the first tensor's shape, not in an allocation.
   const SafetensorsFile st(path);
-  for (const TensorInfo& t : st.tensors()) read_factor(st, t, model, lora, out.tensors);
-  for (int64_t l = 0; l < model.num_hidden_layers; ++l) {
-    for (LoraTarget t : lora.targets) {
-      for (LoraFactor f : {LoraFactor::kA, LoraFactor::kB}) {
-        if (!st.find(peft_tensor_name(l, t, f)))
-          fail("{}: missing tensor {} (shape {} {})", path.string(), peft_tensor_name(l, t, f),
-               format_shape(out.tensors.shape(t, f)), factor_dims(f));
-      }
-    }
+  for (const TensorInfo& t : st.tensors()) check_factor(path, t, model, lora);
+  check_complete(st, model, lora);
+  out.tensors = LoraTensors(model, lora);
+  for (const TensorInfo& t : st.tensors()) {
+    const ParsedName p = *parse_tensor_name(t.name);
+    LoraFactors& f = out.tensors.at(p.layer, p.target);
+    st.read_f32(t, (p.factor == LoraFactor::kA ? f.a : f.b).data());
   }
   return out;
 }
