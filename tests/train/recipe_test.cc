@@ -201,10 +201,10 @@ TEST(Recipe, KeysListCoversDocumentedOrder) {
   EXPECT_EQ(keys.front(), "model.path");
   for (const auto& k : keys) {
     const std::string section = k.substr(0, k.find('.'));
-    EXPECT_TRUE(section == "model" || section == "data" || section == "optimizer" ||
-                section == "schedule" || section == "train" || section == "output" ||
-                section == "dist" || section == "eval" || section == "checkpoint" ||
-                section == "failure")
+    EXPECT_TRUE(section == "model" || section == "lora" || section == "data" ||
+                section == "optimizer" || section == "schedule" || section == "train" ||
+                section == "output" || section == "dist" || section == "eval" ||
+                section == "checkpoint" || section == "failure")
         << k;
   }
 }
@@ -613,6 +613,97 @@ TEST(Recipe, AuthenticatePairs) {
              "dist.authenticate_pairs: invalid value 'yes' (valid: auto, on, off)");
   Recipe r = parse(kMinimal, {"dist.authenticate_pairs=on"});
   EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.authenticate_pairs, "on");
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+const std::vector<LoraTarget> kAllTargets = {LoraTarget::kQ,   LoraTarget::kK,    LoraTarget::kV,
+                                             LoraTarget::kO,   LoraTarget::kGate, LoraTarget::kUp,
+                                             LoraTarget::kDown};
+
+TEST(RecipeLora, NoSectionIsFullFineTuning) {
+  const Recipe r = parse(kMinimal);
+  EXPECT_EQ(r.lora, std::nullopt);
+  EXPECT_EQ(r.model.adapter, "");
+  EXPECT_EQ(recipe_to_yaml(r).find("lora"), std::string::npos);
+}
+
+TEST(RecipeLora, AnEmptySectionTakesTheDefaults) {
+  for (const char* section : {"lora:\n", "lora: {}\n"}) {
+    const Recipe r = parse(std::string(kMinimal) + section);
+    ASSERT_TRUE(r.lora.has_value()) << section;
+    EXPECT_EQ(r.lora->rank, 8);
+    EXPECT_EQ(r.lora->alpha, 16.0);
+    EXPECT_EQ(r.lora->dropout, 0.0);
+    EXPECT_EQ(r.lora->targets, kAllTargets);  // kiln's default: every projection
+    EXPECT_FALSE(r.lora->rslora);
+  }
+  // An override of a lora key makes the section too.
+  EXPECT_EQ(parse(kMinimal, {"lora.rank=4"}).lora->rank, 4);
+}
+
+TEST(RecipeLora, EveryKey) {
+  const Recipe r = parse(std::string(kMinimal) +
+                         "lora: {rank: 16, alpha: 32, dropout: 0.05, targets: [v_proj, q_proj], "
+                         "rslora: true}\n");
+  ASSERT_TRUE(r.lora.has_value());
+  EXPECT_EQ(r.lora->rank, 16);
+  EXPECT_EQ(r.lora->alpha, 32.0);
+  EXPECT_EQ(r.lora->dropout, 0.05);
+  EXPECT_EQ(r.lora->targets, (std::vector<LoraTarget>{LoraTarget::kQ, LoraTarget::kV}));
+  EXPECT_TRUE(r.lora->rslora);
+  // all-linear as a string or a one-element list; one module name as a string.
+  EXPECT_EQ(parse(kMinimal, {"lora.targets=all-linear"}).lora->targets, kAllTargets);
+  EXPECT_EQ(parse(kMinimal, {"lora.targets=[all-linear]"}).lora->targets, kAllTargets);
+  EXPECT_EQ(parse(kMinimal, {"lora.targets=down_proj"}).lora->targets,
+            std::vector<LoraTarget>{LoraTarget::kDown});
+  // The effective recipe loads to the same recipe.
+  EXPECT_EQ(parse(recipe_to_yaml(r)), r);
+}
+
+TEST(RecipeLora, BadValuesNameTheFileAndKey) {
+  const std::string base = std::string(kMinimal) + "lora:\n";
+  EXPECT_EQ(error_of(base + "  rank: 0\n"), "recipe.yaml:8: lora.rank: must be > 0, got 0");
+  EXPECT_EQ(error_of(base + "  rank: -4\n"), "recipe.yaml:8: lora.rank: must be > 0, got -4");
+  EXPECT_EQ(error_of(kMinimal, {"lora.rank=2.5"}),
+            "override 'lora.rank=2.5': lora.rank: expected an integer, got '2.5'");
+  EXPECT_EQ(error_of(base + "  alpha: 0\n"),
+            "recipe.yaml:8: lora.alpha: must be in (0, "
+            "3.4028235e+38] (a float32), got 0");
+  EXPECT_EQ(error_of(base + "  dropout: 1\n"),
+            "recipe.yaml:8: lora.dropout: must be in [0, 1), "
+            "got 1");
+  EXPECT_HAS(error_of(base + "  targets: [q_proj, fc1]\n"),
+             "recipe.yaml:8: lora.targets: target 'fc1' is not a module of this model (allowed: "
+             "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or all-linear)");
+  EXPECT_HAS(error_of(base + "  targets: []\n"),
+             "recipe.yaml:8: lora.targets: expected "
+             "all-linear or a list of module names, got an "
+             "empty list");
+  EXPECT_HAS(error_of(base + "  targets: [all-linear, q_proj]\n"), "stands alone");
+  EXPECT_EQ(error_of(base + "  rnak: 4\n"),
+            "recipe.yaml:8: unknown key 'lora.rnak' (did you mean 'lora.rank'?)");
+  EXPECT_EQ(error_of(kMinimal, {"lora.scale=2"}),
+            "override 'lora.scale=2': unknown key 'lora.scale'");
+}
+
+TEST(RecipeLora, AdapterIsAPathAndNeedsALoraSection) {
+  Recipe r = parse_recipe(
+      "model: {path: m, adapter: ../adapters/a}\nlora: {rank: 4}\ndata: {train: t}\noutput: {dir: "
+      "o}\n",
+      "r.yaml", "/recipes/sub", {});
+  EXPECT_EQ(r.model.adapter, "/recipes/adapters/a");
+  EXPECT_EQ(parse(recipe_to_yaml(r)), r);
+  EXPECT_EQ(parse(kMinimal, {"model.adapter=ad", "lora.rank=4"}).model.adapter,
+            (fs::current_path() / "ad").string());
+  EXPECT_EQ(parse(kMinimal, {"model.adapter="}).model.adapter, "");
+  EXPECT_HAS(error_of(kMinimal, {"model.adapter=ad"}),
+             "override 'model.adapter=ad': model.adapter: continues training a PEFT adapter, but "
+             "the recipe has no lora section");
 }
 
 }  // namespace

@@ -28,6 +28,23 @@ TEST(RunIdentity, ADataOrOptimizerChangeIsAnotherRunNamedByKey) {
   ASSERT_TRUE(run_identity_change(base(), base({"data.seq_len=128"})));
 }
 
+// LoRA or not, and the adapters' shape and math, define the run; a full fine-tuning run has none.
+TEST(RunIdentity, TheLoraSectionIsPartOfTheRun) {
+  const auto c = run_identity_change(base(), base({"lora.rank=16"}));
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->key, "lora.rank");
+  EXPECT_EQ(c->before, "none");
+  EXPECT_EQ(c->after, "16");
+  const auto d = run_identity_change(base({"lora.rank=16"}), base({"lora.targets=q_proj"}));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->key, "lora.rank");
+  const auto e = run_identity_change(base({"lora.rank=8"}), base({"lora.targets=q_proj"}));
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->key, "lora.targets");
+  EXPECT_EQ(e->after, "[q_proj]");
+  EXPECT_FALSE(run_identity_change(base({"lora.rank=8"}), base({"lora.alpha=16"})));
+}
+
 TEST(RunIdentity, BudgetLoggingAndDistributionMayChangeOnResume) {
   for (const char* o : {"train.max_steps=999", "train.log_every=3", "dist.nproc_per_node=4",
                         "dist.strategy=no_shard", "checkpoint.every_steps=7", "output.dir=/x",

@@ -202,9 +202,9 @@ HfModelFiles HfModelFiles::read(const fs::path& base, const fs::path& tokenizer_
   const fs::path tok_json = tokenizer_json_path(base, tokenizer_setting);
   if (!fs::is_regular_file(tok_json)) {
     f.missing_tokenizer_ = tok_json;
-    f.files_.emplace_back("generation_config.json", has_gen ? read_file(gen_path)
-                                                            : json_text(derived_generation_config(
-                                                                  f.config_, nullptr, nullptr)));
+    f.generation_config_ = has_gen
+                               ? read_file(gen_path)
+                               : json_text(derived_generation_config(f.config_, nullptr, nullptr));
     return f;
   }
   const fs::path tok_dir = tok_json.parent_path();
@@ -219,9 +219,9 @@ HfModelFiles HfModelFiles::read(const fs::path& base, const fs::path& tokenizer_
   for (const std::string& name : hf_extra_tokenizer_files()) {
     if (fs::is_regular_file(tok_dir / name)) f.files_.emplace_back(name, read_file(tok_dir / name));
   }
-  f.files_.emplace_back("generation_config.json", has_gen ? read_file(gen_path)
-                                                          : json_text(derived_generation_config(
-                                                                f.config_, &parsed(), &tok_cfg)));
+  f.generation_config_ = has_gen
+                             ? read_file(gen_path)
+                             : json_text(derived_generation_config(f.config_, &parsed(), &tok_cfg));
   return f;
 }
 
@@ -233,13 +233,18 @@ nlohmann::ordered_json HfModelFiles::config_json(const std::string& torch_dtype)
 }
 
 void HfModelFiles::write(const fs::path& out, const std::string& torch_dtype) const {
+  write_tokenizer(out);
+  write_file_atomic(out / "generation_config.json", generation_config_);
+  write_file_atomic(out / "config.json", json_text(config_json(torch_dtype)));
+}
+
+void HfModelFiles::write_tokenizer(const fs::path& out) const {
   if (!missing_tokenizer_.empty()) {
-    KILN_LOG_WARN("{}: no tokenizer.json at {}; the model directory has no tokenizer", out.string(),
+    KILN_LOG_WARN("{}: no tokenizer.json at {}; the directory has no tokenizer", out.string(),
                   missing_tokenizer_.string());
   }
   fs::create_directories(out);
   for (const auto& [name, bytes] : files_) write_file_atomic(out / name, bytes);
-  write_file_atomic(out / "config.json", json_text(config_json(torch_dtype)));
 }
 
 void save_hf_model_dir(const fs::path& out, const HfModelFiles& files, const ParamLayout& layout,

@@ -43,10 +43,14 @@ class HfModelFiles {
   nlohmann::ordered_json config_json(const std::string& torch_dtype) const;
   // Writes every file above into `out` (created if needed), each atomically; config.json last.
   void write(const fs::path& out, const std::string& torch_dtype) const;
+  // Only the tokenizer files (tokenizer.json, tokenizer_config.json with the chat template, the
+  // extra files): what a PEFT adapter directory holds beside the adapter (model/peft_adapter.h).
+  void write_tokenizer(const fs::path& out) const;
 
  private:
   nlohmann::ordered_json config_;
-  std::vector<std::pair<std::string, std::string>> files_;  // name -> bytes, config.json aside
+  std::vector<std::pair<std::string, std::string>> files_;  // the tokenizer's: name -> bytes
+  std::string generation_config_;                           // generation_config.json
   fs::path missing_tokenizer_;  // the tokenizer.json looked for, when there was none
 };
 

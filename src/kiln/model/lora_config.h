@@ -47,6 +47,7 @@ struct LoraConfig {
   double dropout = 0.0;
   std::vector<LoraTarget> targets;  // distinct, in LoraTarget order
   bool rslora = false;
+  bool operator==(const LoraConfig&) const = default;
 
   double scale() const;  // s
   bool has(LoraTarget t) const;

@@ -7,6 +7,7 @@
 #include "kiln/data/formats.h"
 #include "kiln/data/text_dataset.h"
 #include "kiln/model/config.h"
+#include "kiln/model/peft_adapter.h"
 #include "kiln/text/tokenizer.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/train_data.h"
@@ -50,12 +51,28 @@ std::optional<std::pair<std::string, size_t>> first_record(const fs::path& p) {
   return std::nullopt;
 }
 
+// model.adapter: a PEFT adapter directory that agrees with the lora section and fits the base.
+void check_adapter(const Recipe& r, const ModelConfig& config) {
+  const fs::path dir = r.model.adapter;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    fail("model.adapter: {} is not a directory ({})", dir.string(), recipe_path_rule());
+  try {
+    check_peft_adapter_matches(read_peft_adapter_config(dir), *r.lora,
+                               (dir / kPeftConfigFile).string());
+    read_peft_adapter(dir, config);  // every tensor named and shaped for this base
+  } catch (const Error& e) {
+    fail("model.adapter: {}", e.what());
+  }
+}
+
 }  // namespace
 
 std::optional<std::string> overwrite_deletes_input(const Recipe& r) {
   const fs::path run = r.output.dir;
   const std::vector<fs::path> deleted = {run / "checkpoints", run / "final"};
   std::vector<std::pair<std::string, std::string>> inputs = {{"model.path", r.model.path},
+                                                             {"model.adapter", r.model.adapter},
                                                              {"data.tokenizer", r.data.tokenizer},
                                                              {"data.eval", r.data.eval},
                                                              {"data.cache_dir", r.data.cache_dir}};
@@ -92,6 +109,7 @@ void preflight_checks(const Recipe& r) {
   std::error_code ec;
   const ModelConfig config = read_model_config(r);
   check_context_length(r, config, /*lead=*/false);  // the trainer's rank 0 warns when allowed
+  if (!r.model.adapter.empty()) check_adapter(r, config);
 
   // Each data.train file in its own format, data.eval in data.format.
   struct File {

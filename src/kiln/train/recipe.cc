@@ -23,6 +23,12 @@ namespace {
 // Documentation order; recipe_to_yaml writes the same order.
 const std::vector<std::string> kKeys = {
     "model.path",
+    "model.adapter",
+    "lora.rank",
+    "lora.alpha",
+    "lora.dropout",
+    "lora.targets",
+    "lora.rslora",
     "data.train",
     "data.format",
     "data.tokenizer",
@@ -84,8 +90,9 @@ const std::vector<std::string> kKeys = {
     "failure.max_restarts",
     "failure.sigterm_grace_s",
 };
-const std::vector<std::string> kSections = {"model",  "data", "optimizer", "schedule",   "train",
-                                            "output", "dist", "eval",      "checkpoint", "failure"};
+const std::vector<std::string> kSections = {"model",    "lora",       "data",   "optimizer",
+                                            "schedule", "train",      "output", "dist",
+                                            "eval",     "checkpoint", "failure"};
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
@@ -169,6 +176,7 @@ class Reader {
       }
       auto [prev, fresh] = sections_seen.emplace(section, at(k));
       if (!fresh) fail("{}: duplicate key '{}' (also at {})", at(k), section, prev->second);
+      sections_.insert(section);
       const YAML::Node& v = it.second;
       if (v.IsNull()) continue;  // an empty section keeps every default
       if (!v.IsMap()) fail("{}: {}: expected a map of keys, got {}", at(k), section, describe(v));
@@ -200,7 +208,11 @@ class Reader {
       fail("{}: {}: malformed YAML value: {}", where, key, e.msg);
     }
     entries_[key] = Entry{node, where, true};  // later overrides win
+    sections_.insert(key.substr(0, key.find('.')));
   }
+
+  // Whether the recipe has the section: in the file (even empty) or by an override of its keys.
+  bool has_section(const std::string& section) const { return sections_.count(section) > 0; }
 
   // The entry for `key`, or nullptr when the recipe leaves it at its default.
   const Entry* find(const std::string& key) {
@@ -337,6 +349,7 @@ class Reader {
   std::string what_;
   std::map<std::string, Entry> entries_;
   std::set<std::string> read_;
+  std::set<std::string> sections_;
 };
 
 // fmt's shortest representation round-trips exactly; a '.' is added ("0.0", "1.0e-08") so that
@@ -392,6 +405,42 @@ Recipe::TrainFile train_file(const Entry& e, const std::string& key, const PathO
   return f;
 }
 
+// lora.targets: a module name or all-linear, or a list of them.
+std::vector<LoraTarget> lora_targets(const Entry& e) {
+  const std::string key = "lora.targets";
+  std::vector<std::string> names;
+  if (e.node.IsSequence()) {
+    if (e.node.size() == 0) {
+      Reader::bad(
+          e, key,
+          fmt::format("expected {} or a list of module names, got an empty list", kAllLinear));
+    }
+    for (size_t i = 0; i < e.node.size(); ++i) {
+      names.push_back(Reader::text(Entry{e.node[i], e.where}, fmt::format("{}[{}]", key, i)));
+    }
+  } else {
+    names.push_back(Reader::text(e, key));
+  }
+  return resolve_lora_targets(names, e.where + ": " + key);
+}
+
+// The lora section, nullopt without one (full fine-tuning). Its defaults are decided here:
+// rank 8, alpha 16, dropout 0, every projection (PEFT's own default is q_proj and v_proj; kiln
+// adapts all seven, as the example does), no rslora.
+std::optional<LoraConfig> read_lora(Reader& in) {
+  LoraConfig l;
+  l.targets = resolve_lora_targets({kAllLinear}, "lora.targets");
+  constexpr double kF32Max = std::numeric_limits<float>::max();
+  in.integer("lora.rank", l.rank, "> 0", [](int64_t v) { return v > 0; });
+  in.real("lora.alpha", l.alpha, "in (0, 3.4028235e+38] (a float32)",
+          [](double v) { return v > 0 && v <= kF32Max; });
+  in.real("lora.dropout", l.dropout, "in [0, 1)", [](double v) { return v >= 0 && v < 1; });
+  if (const Entry* e = in.find("lora.targets")) l.targets = lora_targets(*e);
+  in.boolean("lora.rslora", l.rslora);
+  if (!in.has_section("lora")) return std::nullopt;
+  return l;
+}
+
 }  // namespace
 
 const std::vector<std::string>& recipe_keys() { return kKeys; }
@@ -435,6 +484,13 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
     out = path_of(*e, key);
   };
   r.model.path = path_of(in.require("model.path"), "model.path");
+  optional_path("model.adapter", r.model.adapter);
+  r.lora = read_lora(in);
+  if (!r.model.adapter.empty() && !r.lora) {
+    Reader::bad(*in.find("model.adapter"), "model.adapter",
+                "continues training a PEFT adapter, but the recipe has no lora section (add one "
+                "whose rank, alpha, targets and rslora match the adapter's adapter_config.json)");
+  }
   if (const Entry* found =
           use == RecipeUse::kTrain ? &in.require("data.train") : in.find("data.train")) {
     const Entry& e = *found;
@@ -600,7 +656,18 @@ std::string recipe_to_yaml(const Recipe& r) {
 
   section("model");
   out << YAML::Key << "path" << YAML::Value << YAML::DoubleQuoted << r.model.path;
+  out << YAML::Key << "adapter" << YAML::Value << YAML::DoubleQuoted << r.model.adapter;
   end();
+  if (r.lora) {  // no section: full fine-tuning
+    section("lora");
+    out << YAML::Key << "rank" << YAML::Value << r.lora->rank;
+    out << YAML::Key << "alpha" << YAML::Value << number(r.lora->alpha);
+    out << YAML::Key << "dropout" << YAML::Value << number(r.lora->dropout);
+    out << YAML::Key << "targets" << YAML::Value << YAML::Flow
+        << lora_target_names(r.lora->targets);
+    out << YAML::Key << "rslora" << YAML::Value << r.lora->rslora;
+    end();
+  }
   section("data");
   out << YAML::Key << "train" << YAML::Value;
   // A plain path where the entry is one, else {path, format, weight}.

@@ -10,18 +10,23 @@
 #include <string>
 #include <vector>
 
+#include "kiln/model/lora_config.h"
+
 namespace kiln {
 
 namespace fs = std::filesystem;
 
 struct Recipe {
-  // Every path in a recipe (model.path, data.train, data.tokenizer, data.cache_dir, data.eval,
-  // output.dir, train.resume when a directory) resolves the same way: a relative path in the
-  // recipe file against the recipe file's directory, one given as an override against the
-  // current directory. Stored absolute and normalised, so a recipe written by recipe_to_yaml
-  // names the same files from anywhere.
+  // Every path in a recipe (model.path, model.adapter, data.train, data.tokenizer,
+  // data.cache_dir, data.eval, output.dir, train.resume when a directory) resolves the same way: a
+  // relative path in the recipe file against the recipe file's directory, one given as an override
+  // against the current directory. Stored absolute and normalised, so a recipe written by
+  // recipe_to_yaml names the same files from anywhere.
   struct Model {
     std::string path;  // required: a Hugging Face model directory
+    // A PEFT adapter directory (model/peft_adapter.h) whose adapters training continues; "" = new
+    // adapters. Needs a lora section that agrees with its adapter_config.json.
+    std::string adapter;
     bool operator==(const Model&) const = default;
   };
   // One data.train entry: a path, or {path, format, weight} in the recipe.
@@ -167,6 +172,10 @@ struct Recipe {
   };
 
   Model model;
+  // The lora section: LoRA adapters on a frozen base (model/lora_config.h). A section present,
+  // even empty, trains adapters with its defaults (rank 8, alpha 16, dropout 0, every projection,
+  // no rslora); no section (nullopt) is full fine-tuning.
+  std::optional<LoraConfig> lora;
   Data data;
   Optimizer optimizer;
   Schedule schedule;

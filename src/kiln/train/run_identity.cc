@@ -9,6 +9,12 @@ namespace kiln {
 
 const std::vector<std::string>& run_identity_keys() {
   static const std::vector<std::string> keys = {"model.path",
+                                                "model.adapter",
+                                                "lora.rank",
+                                                "lora.alpha",
+                                                "lora.dropout",
+                                                "lora.targets",
+                                                "lora.rslora",
                                                 "data.train",
                                                 "data.format",
                                                 "data.tokenizer",
@@ -39,10 +45,13 @@ const std::vector<std::string>& run_identity_keys() {
 }
 
 namespace {
-// The value of a dotted key in recipe_to_yaml's document, as YAML text.
+// The value of a dotted key in recipe_to_yaml's document, as YAML text; "none" for a key of a
+// section the recipe does not have (lora, in a full fine-tuning run).
 std::string value_of(const YAML::Node& doc, const std::string& key) {
   const size_t dot = key.find('.');
-  const YAML::Node v = doc[key.substr(0, dot)][key.substr(dot + 1)];
+  const YAML::Node section = doc[key.substr(0, dot)];
+  if (!section.IsDefined()) return "none";
+  const YAML::Node v = section[key.substr(dot + 1)];
   YAML::Emitter out;
   out << YAML::Flow << v;
   return out.c_str();
