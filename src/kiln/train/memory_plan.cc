@@ -88,7 +88,7 @@ class PlanRun {
   // Trainer::evaluate: forward only.
   void evaluate() {
     model_.forward(batch_, fsdp_, scalars_.data());
-    fsdp_.finish_backward();
+    fsdp_.finish_forward();
   }
   // Host memory the saves hold (checkpoint.h, hf_checkpoint.h): a background save's snapshot,
   // kept; the final save's stage, then rank 0's unit of final/ (after Fsdp::release_buffers).

@@ -146,6 +146,7 @@ class Trainer {
 
 // The recipe's output.dir is the context's run directory: its metrics.jsonl writer is the run's.
 const Recipe& Trainer::checked(const Recipe& r, const WorkerContext& ctx) {
+  refuse_lora_training(r);
   const auto normal = [](const fs::path& p) { return fs::absolute(p / "").lexically_normal(); };
   if (ctx.run_dir().empty() || normal(r.output.dir) != normal(ctx.run_dir())) {
     fail(
