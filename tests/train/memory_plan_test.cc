@@ -8,6 +8,7 @@
 #include "kiln/train/memory_plan.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -215,14 +216,31 @@ TEST(MemoryPlan, CpuKernelScratchIsBackendMemory) {
   const CpuCeScratchBytes want = cpu_ce_scratch_bytes(12, 12, 16, 23, false, true, DType::F32);
   EXPECT_EQ(fresh.memory_stats().in_use - held, want.total());
 
+  // Attention's scratch (2 sequences of 6, plan_config's 4 heads of 4, 2 kv heads): the team's
+  // per-thread heads and the backward's per-query-head dK and dV, for this process's team.
+  const AttnShape as{2, 6, 4, 2, 4};
+  DeviceBuffer<float> q(fresh, 12 * 16), kv(fresh, 12 * 8), y(fresh, 12 * 16),
+      lse(fresh, 2 * 4 * 6);
+  DeviceBuffer<float> dq(fresh, 12 * 16), dk(fresh, 12 * 8), dv(fresh, 12 * 8);
+  const size_t before_attention = fresh.memory_stats().in_use;
+  fresh.attention_forward(y.data(), lse.data(), q.data(), kv.data(), kv.data(), nullptr, as);
+  fresh.attention_backward(dq.data(), dk.data(), dv.data(), y.data(), q.data(), kv.data(),
+                           kv.data(), y.data(), lse.data(), nullptr, as);
+  const CpuAttentionScratchBytes team_now =
+      cpu_attention_scratch_bytes(2, 6, 4, 4, omp_get_max_threads(), true);
+  EXPECT_EQ(fresh.memory_stats().in_use - before_attention, team_now.team + team_now.heads);
+
   MemorySettings s;
   s.micro_batch = 2;
   s.seq_len = 6;
+  s.cpu_threads = 3;  // the planned worker's team, not this process's
   const MemoryPlan p = plan_memory(c, s);
   // The library packs the widest dout of a weight gradient: the head's chunk (12, 23) or the
   // gate/up product's (12, 2I = 48).
   const size_t pack = std::max(cpu_gemm_pack_bytes(12, 23), cpu_gemm_pack_bytes(12, 48));
-  EXPECT_EQ(p.workspace, want.total() + pack + kCpuLibraryPagesBytes);
+  const CpuAttentionScratchBytes attention = cpu_attention_scratch_bytes(2, 6, 4, 4, 3, true);
+  EXPECT_EQ(p.workspace,
+            want.total() + pack + kCpuLibraryPagesBytes + attention.team + attention.heads);
 }
 
 // The CUDA plan's workspace is what CudaBackend's own sizing functions give for the step
