@@ -322,6 +322,8 @@ void Decoder::head_backward(const Batch& batch, UnitAccess& params, float scale,
   const bool frozen = layout_.has_lora();
   const int hu = layout_.head_unit();
   const ConstDevPtr hw = params.acquire(hu);
+  // Asked for here, before the head's loss, as FSDP's pool plan (fsdp_pool_plan.h) replays it.
+  float* norm_dw = frozen ? nullptr : params.grad(hu) + layout_.final_norm_offset();
   const ConstDevPtr norm_w = hw.at(layout_.final_norm_offset());
   be_.rmsnorm_forward(xf_, rstdf_, x, norm_w, N, C, static_cast<float>(config_.rms_norm_eps));
   if (frozen) {
@@ -336,7 +338,6 @@ void Decoder::head_backward(const Batch& batch, UnitAccess& params, float scale,
     params.head_cross_entropy(layout_.lm_head_unit(), loss_sum, dxf_, xf_, targets_, N,
                               targeted(batch), C, V, scale);
   }
-  float* norm_dw = frozen ? nullptr : params.grad(hu) + layout_.final_norm_offset();
   be_.rmsnorm_backward(dres_, norm_dw, dxf_, x, norm_w, rstdf_, N, C, false);
   params.release(hu);
   if (!frozen) params.grad_done(hu);
