@@ -33,6 +33,13 @@ Math (all in float64, from float32 weights; d = config head_dim, else C / H):
   x = rmsnorm(x, model.norm.weight); logits = x @ head^T
     (head = lm_head.weight, or embed_tokens.weight if tie_word_embeddings)
   loss = CE(logits[:, :-1], labels[:, 1:], ignore_index=-100), mean over targets
+
+LoRA cases (LORA_CASES; PEFT's LoraLayer.forward, dropout 0): each targeted
+projection becomes y = x W^T (+ b) + s * (x A^T) B^T with A (r, in), B (out, r),
+s = lora_alpha / r (lora_alpha / sqrt(r) with use_rslora). The fixture holds the
+base model, adapter_config.json and adapter_model.safetensors in PEFT's format
+(names base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight, ...), and
+grads.safetensors holds the adapters' gradients only (the base is frozen).
 """
 
 import argparse
@@ -97,6 +104,20 @@ CASES = {
         rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
         batch=2, seq=9),
 }
+
+# LoRA on a base case: rank, alpha, targets (PEFT module names), rslora; A and B random
+# (B non-zero, so every adapter matters), from the seed.
+LORA_CASES = {
+    "lora_qwen2_tied_gqa": dict(base="tied_gqa", seed=77, r=4, lora_alpha=8.0,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                        "down_proj"], use_rslora=False),
+    "lora_qwen3_untied_hd6": dict(base="qwen3_untied_hd6", seed=78, r=3, lora_alpha=5.0,
+        target_modules=["q_proj", "v_proj", "o_proj", "down_proj"], use_rslora=True),
+    "lora_llama_tied_llama3": dict(base="llama_tied_llama3", seed=79, r=2, lora_alpha=16.0,
+        target_modules=["k_proj", "gate_proj", "up_proj"], use_rslora=False),
+}
+LORA_MODULES = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn",
+                "o_proj": "self_attn", "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
 
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                  "llama": "LlamaForCausalLM"}
@@ -199,6 +220,43 @@ def make_params(cfg, seed):
     return params
 
 
+def lora_shapes(cfg, lora):
+    """Ordered (PEFT name, shape) of every adapter tensor: A (r, in), B (out, r)."""
+    C, I = cfg["hidden_size"], cfg["intermediate_size"]
+    Q = cfg["num_attention_heads"] * head_dim(cfg)
+    KV = cfg["num_key_value_heads"] * head_dim(cfg)
+    dims = {"q_proj": (Q, C), "k_proj": (KV, C), "v_proj": (KV, C), "o_proj": (C, Q),
+            "gate_proj": (I, C), "up_proj": (I, C), "down_proj": (C, I)}
+    r = lora["r"]
+    out = []
+    for i in range(cfg["num_hidden_layers"]):
+        for m in lora["target_modules"]:
+            name = "base_model.model.model.layers.%d.%s.%s" % (i, LORA_MODULES[m], m)
+            rows, cols = dims[m]
+            out += [(name + ".lora_A.weight", (r, cols)), (name + ".lora_B.weight", (rows, r))]
+    return out
+
+
+def make_adapter(cfg, lora):
+    g = torch.Generator().manual_seed(lora["seed"])
+    return {name: (torch.randn(shape, generator=g, dtype=torch.float32) * 0.2).contiguous()
+            for name, shape in lora_shapes(cfg, lora)}
+
+
+def lora_scale(lora):
+    r = lora["r"]
+    return lora["lora_alpha"] / (math.sqrt(r) if lora["use_rslora"] else r)
+
+
+def peft_adapter_config(lora):
+    """adapter_config.json as PEFT's LoraConfig.save_pretrained writes its main fields."""
+    return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": "",
+            "r": lora["r"], "lora_alpha": lora["lora_alpha"], "lora_dropout": 0.0,
+            "target_modules": lora["target_modules"], "bias": "none",
+            "use_rslora": lora["use_rslora"], "fan_in_fan_out": False,
+            "inference_mode": True}
+
+
 def make_batch(cfg, seed):
     g = torch.Generator().manual_seed(seed + 1)
     B, T, V = cfg["batch"], cfg["seq"], cfg["vocab_size"]
@@ -280,8 +338,20 @@ def attention(q, k, v):
     return torch.matmul(probs, v)
 
 
-def forward(cfg, P, input_ids):
-    """P: dict name -> float64 tensor. Returns logits [B, T, V]."""
+def linear(P, p, module, x, lora):
+    """HF's nn.Linear for model.layers.N.<module>, with PEFT's LoRA when it targets it."""
+    zero = torch.zeros((), dtype=torch.float64)
+    y = x @ P[p + module + ".weight"].T + P.get(p + module + ".bias", zero)
+    if lora and module.split(".")[1] in lora["target_modules"]:
+        name = "base_model.model." + p + module
+        y = y + lora_scale(lora) * ((x @ P[name + ".lora_A.weight"].T)
+                                    @ P[name + ".lora_B.weight"].T)
+    return y
+
+
+def forward(cfg, P, input_ids, lora=None):
+    """P: dict name -> float64 tensor (with the adapters' under lora). Returns logits
+    [B, T, V]."""
     C = cfg["hidden_size"]
     H = cfg["num_attention_heads"]
     KV = cfg["num_key_value_heads"]
@@ -296,9 +366,9 @@ def forward(cfg, P, input_ids):
         p = "model.layers.%d." % i
         h = x
         xn = rms_norm(x, P[p + "input_layernorm.weight"], eps)
-        q = xn @ P[p + "self_attn.q_proj.weight"].T + P.get(p + "self_attn.q_proj.bias", zero)
-        k = xn @ P[p + "self_attn.k_proj.weight"].T + P.get(p + "self_attn.k_proj.bias", zero)
-        v = xn @ P[p + "self_attn.v_proj.weight"].T + P.get(p + "self_attn.v_proj.bias", zero)
+        q = linear(P, p, "self_attn.q_proj", xn, lora)
+        k = linear(P, p, "self_attn.k_proj", xn, lora)
+        v = linear(P, p, "self_attn.v_proj", xn, lora)
         q = q.view(B, T, H, d)
         k = k.view(B, T, KV, d)
         if cfg.get("family") == "qwen3":  # Qwen3Attention: norm over head_dim before RoPE
@@ -311,12 +381,12 @@ def forward(cfg, P, input_ids):
         k = apply_rope(k, cos, sin)
         a = attention(q, k, v)
         a = a.transpose(1, 2).reshape(B, T, H * d)
-        x = h + a @ P[p + "self_attn.o_proj.weight"].T
+        x = h + linear(P, p, "self_attn.o_proj", a, lora)
         h2 = x
         xn2 = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
-        gate = xn2 @ P[p + "mlp.gate_proj.weight"].T
-        up = xn2 @ P[p + "mlp.up_proj.weight"].T
-        mlp = (torch.nn.functional.silu(gate) * up) @ P[p + "mlp.down_proj.weight"].T
+        gate = linear(P, p, "mlp.gate_proj", xn2, lora)
+        up = linear(P, p, "mlp.up_proj", xn2, lora)
+        mlp = linear(P, p, "mlp.down_proj", torch.nn.functional.silu(gate) * up, lora)
         x = h2 + mlp
     x = rms_norm(x, P["model.norm.weight"], eps)
     head = (P["model.embed_tokens.weight"] if cfg["tie_word_embeddings"]
@@ -334,10 +404,10 @@ def causal_lm_loss(logits, labels):
     return loss, int((tl != IGNORE_INDEX).sum())
 
 
-def loss_and_grads(cfg, params32, input_ids, labels):
+def loss_and_grads(cfg, params32, input_ids, labels, lora=None):
     P = {n: t.to(torch.float64).clone().requires_grad_(True)
          for n, t in params32.items()}
-    logits = forward(cfg, P, input_ids)
+    logits = forward(cfg, P, input_ids, lora)
     loss, n = causal_lm_loss(logits, labels)
     loss.backward()
     grads = {name: P[name].grad.detach().clone() for name in P}
@@ -440,6 +510,40 @@ def generate(out_dir):
         assert loss2 == loss, (loss, loss2)
         gmax = max(float(g.abs().max()) for g in grads.values())
         print("%-11s loss=%.17g num_targets=%d max|grad|=%.3g" % (case, loss, n, gmax))
+
+
+def generate_lora(out_dir):
+    for case, lora in LORA_CASES.items():
+        d = os.path.join(out_dir, case)
+        os.makedirs(d, exist_ok=True)
+        c = CASES[lora["base"]]
+        cfg = hf_config(c)
+        cfg.update(batch=c["batch"], seq=c["seq"])
+        params = make_params(cfg, c["seed"])
+        adapter = make_adapter(cfg, lora)
+        ids, labels = make_batch(cfg, c["seed"])
+        loss, n, grads = loss_and_grads(cfg, {**params, **adapter}, ids, labels, lora)
+
+        written = hf_config(c)
+        del written["family"]
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(written, f, indent=2)
+            f.write("\n")
+        write_safetensors(os.path.join(d, "model.safetensors"), params)
+        with open(os.path.join(d, "adapter_config.json"), "w") as f:
+            json.dump(peft_adapter_config(lora), f, indent=2)
+            f.write("\n")
+        write_safetensors(os.path.join(d, "adapter_model.safetensors"), adapter)
+        with open(os.path.join(d, "batch.json"), "w") as f:
+            f.write('{\n  "input_ids": %s,\n  "labels": %s\n}\n' % (
+                json.dumps(ids), json.dumps(labels)))
+        with open(os.path.join(d, "expected.json"), "w") as f:
+            json.dump({"loss": loss, "num_targets": n}, f, indent=2)
+            f.write("\n")
+        write_safetensors(os.path.join(d, "grads.safetensors"),
+                          {name: grads[name] for name in adapter})
+        base_loss = loss_and_grads(cfg, params, ids, labels)[0]
+        print("%-22s loss=%.17g (base %.6g) num_targets=%d" % (case, loss, base_loss, n))
 
 
 # --------------------------------------------------------------------------
@@ -657,6 +761,26 @@ def check():
             ok = False
             print("  all gradients are zero")
 
+    # LoRA: the adapted forward equals the base with W + s B A merged in (PEFT's merge).
+    print("LoRA checks (float64):")
+    for case, lora in LORA_CASES.items():
+        c = CASES[lora["base"]]
+        cfg = hf_config(c)
+        params = {k: v.to(torch.float64) for k, v in make_params(cfg, c["seed"]).items()}
+        adapter = {k: v.to(torch.float64) for k, v in make_adapter(cfg, lora).items()}
+        ids, _ = make_batch(dict(cfg, batch=c["batch"], seq=c["seq"]), c["seed"])
+        merged = dict(params)
+        for name in adapter:
+            if name.endswith(".lora_A.weight"):
+                base = name[len("base_model.model."):-len(".lora_A.weight")] + ".weight"
+                b = adapter[name.replace("lora_A", "lora_B")]
+                merged[base] = merged[base] + lora_scale(lora) * (b @ adapter[name])
+        got = forward(cfg, {**params, **adapter}, ids, lora)
+        want = forward(cfg, merged, ids)
+        report("%s forward vs merged weights" % case, float((got - want).abs().max()), 1e-12)
+        report("%s adapters change the logits" % case,
+               0.0 if float((got - forward(cfg, params, ids)).abs().max()) > 1e-3 else 1.0, 0.0)
+
     # safetensors round trip.
     import tempfile
     with tempfile.TemporaryDirectory() as td:
@@ -687,6 +811,7 @@ def main():
         sys.exit(1)
     if args.out:
         generate(args.out)
+        generate_lora(args.out)
 
 
 if __name__ == "__main__":

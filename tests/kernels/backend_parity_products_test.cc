@@ -21,12 +21,16 @@ struct Product {
   int IC, OC;
   bool bias;
 };
-// A layer's products: q/k/v (with bias), gate (or up) and down projections. The 1.5B gate
-// (1536 -> 8960) is left out to keep the suite fast: its dims are those of the down projection
-// transposed.
+// A layer's products: q/k/v (with bias), gate (or up) and down projections, and LoRA's on the
+// q/k/v group at rank 16 (lora_ops.h: the three A's, (48, C), then the block-diagonal B's,
+// (Q + 2 KV, 48): rows of a few dozen floats). The 1.5B gate (1536 -> 8960) is left out to keep
+// the suite fast: its dims are those of the down projection transposed.
 std::vector<Product> layer_products(const LayerShape& s) {
-  std::vector<Product> p = {{"qkv", s.hidden, s.hidden + 2 * s.kv_heads * s.head_dim, true},
-                            {"down", s.intermediate, s.hidden, false}};
+  const int qkv = s.hidden + 2 * s.kv_heads * s.head_dim;
+  std::vector<Product> p = {{"qkv", s.hidden, qkv, true},
+                            {"down", s.intermediate, s.hidden, false},
+                            {"lora A qkv", s.hidden, 3 * 16, false},
+                            {"lora B qkv", 3 * 16, qkv, false}};
   if (s.intermediate < 8960) p.push_back({"gate", s.hidden, s.intermediate, false});
   return p;
 }
@@ -229,29 +233,31 @@ std::vector<int32_t> targets_for(int N, int V) {
 }
 
 TEST_P(BackendParity, CrossEntropy) {
+  // The loss only, with dx and dw, and with dx only (a frozen head: LoRA).
+  enum class Grad { kNone, kBoth, kDxOnly };
   for (const CrossEntropyCase& c : cross_entropy_cases(sizes())) {
     const size_t nx = static_cast<size_t>(c.N) * c.C, nw = static_cast<size_t>(c.V) * c.C;
     const auto x = random_values(nx, 50), w = random_values(nw, 51, 0.5f);
     const auto dw0 = random_values(nw, 52, 0.01f);
     const auto targets = targets_for(c.N, c.V);
     for (DType in : product_input_dtypes(be())) {
-      for (const bool grad : {false, true}) {
+      for (const Grad grad : {Grad::kNone, Grad::kBoth, Grad::kDxOnly}) {
         const std::string what = "N=" + std::to_string(c.N) + " C=" + std::to_string(c.C) +
                                  " V=" + std::to_string(c.V) + " " + std::string(dtype_name(in)) +
-                                 (grad ? " grad" : " loss only");
+                                 (grad == Grad::kNone   ? " loss only"
+                                  : grad == Grad::kBoth ? " grad"
+                                                        : " dx only");
         expect_parity(be(), "cross_entropy " + what, kProduct, [&](const Backend& b) {
           DeviceScope d(b);
           double* loss = d.upload(std::vector<double>{1.5});
-          float* dx = grad ? d.zeros<float>(nx) : nullptr;
-          float* dw = grad ? d.upload(dw0) : nullptr;
+          float* dx = grad != Grad::kNone ? d.zeros<float>(nx) : nullptr;
+          float* dw = grad == Grad::kBoth ? d.upload(dw0) : nullptr;
           // x feeds the product too, but the op takes it in fp32 (its rows are rounded inside).
           b.cross_entropy(loss, dx, dw, d.upload(x), d.upload_as(w, on(b, in)), d.upload(targets),
                           c.N, rows_with_target(targets.data(), c.N), c.C, c.V, 0.125f);
           Outputs out{{"loss", d.download(loss, 1)}};
-          if (grad) {
-            out.push_back({"dx", d.download(dx, nx)});
-            out.push_back({"dw", d.download(dw, nw)});
-          }
+          if (dx != nullptr) out.push_back({"dx", d.download(dx, nx)});
+          if (dw != nullptr) out.push_back({"dw", d.download(dw, nw)});
           return out;
         });
       }

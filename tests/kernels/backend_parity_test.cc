@@ -179,6 +179,26 @@ TEST_P(BackendParity, RmsNormBackward) {
   }
 }
 
+// A frozen norm weight (LoRA's base): dx only, dw null.
+TEST_P(BackendParity, RmsNormBackwardFrozenWeight) {
+  for (const LayerShape& s : layer_shapes()) {
+    const int N = 70, C = s.hidden;
+    const size_t n = static_cast<size_t>(N) * C;
+    const auto x = random_values(n, 7, 1.5f), dout = random_values(n, 8);
+    const auto w = random_values(C, 9, 0.2f, 1.0f), dx0 = random_values(n, 11);
+    expect_parity(be(), "rmsnorm_backward frozen " + s.name, kExact, [&](const Backend& b) {
+      DeviceScope d(b);
+      const float* xd = d.upload(x);
+      float* rstd = d.zeros<float>(N);
+      float* y = d.zeros<float>(n);
+      b.rmsnorm_forward(y, rstd, xd, d.upload(w), N, C, 1e-6f);
+      float* dx = d.upload(dx0);
+      b.rmsnorm_backward(dx, nullptr, d.upload(dout), xd, d.upload(w), rstd, N, C, true);
+      return Outputs{{"dx", d.download(dx, n)}};
+    });
+  }
+}
+
 // Qwen3's q/k norms: rmsnorm over (tokens * heads, head_dim) rows with one weight of head_dim,
 // forward and backward (dw summed over every row: 70 tokens' rows cross several 64-row chunks).
 TEST_P(BackendParity, RmsNormPerHead) {

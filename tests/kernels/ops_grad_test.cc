@@ -325,6 +325,30 @@ TEST(OpsGrad, CrossEntropyIgnoresMaskedRows) {
   EXPECT_LT(fd_rel_error(loss, w.data(), dw.data(), w.size()), kTol);
 }
 
+// A frozen weight (LoRA's base): dw null gives the same dx and touches no weight gradient.
+TEST(OpsGrad, RmsNormAndCrossEntropyWithoutWeightGradient) {
+  const int N = 6, C = 8, V = 11;
+  auto x = random_vec(N * C, 1, 1.0f, 0.3f);
+  auto w = random_vec(C, 2, 0.1f, 1.0f);
+  auto r = random_vec(N * C, 3);
+  std::vector<float> out(N * C), rstd(N), dx(N * C), dx0(N * C), dw(C, 0.0f);
+  be().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+  be().rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), N, C,
+                        false);
+  be().rmsnorm_backward(dx0.data(), nullptr, r.data(), x.data(), w.data(), rstd.data(), N, C,
+                        false);
+  EXPECT_EQ(dx, dx0);
+  auto head = random_vec(V * C, 4, 0.5f);
+  std::vector<int32_t> t = {3, kIgnoreIndex, 0, 10, 7, 5};
+  std::vector<float> hdw(V * C, 0.0f);
+  const double l = testing::cross_entropy_sum(be(), dx.data(), hdw.data(), x.data(), head.data(),
+                                              t.data(), N, C, V, 0.5f);
+  const double l0 = testing::cross_entropy_sum(be(), dx0.data(), nullptr, x.data(), head.data(),
+                                               t.data(), N, C, V, 0.5f);
+  EXPECT_EQ(l, l0);
+  EXPECT_EQ(dx, dx0);
+}
+
 TEST(Ops, SumSquaresAndScale) {
   auto x = random_vec(100000, 5);
   double ref = 0;

@@ -1,11 +1,16 @@
 // kiln against an independent reference: tools/decoder_reference.py (PyTorch autograd, float64,
 // written from Hugging Face's Qwen2, Qwen3 and Llama modeling code) produced the loss and every
 // parameter gradient for small random checkpoints of each family; see
-// tests/fixtures/reference/README.md for the command and the cases.
+// tests/fixtures/reference/README.md for the command and the cases. The LoRA cases add a PEFT
+// adapter (adapter_config.json, adapter_model.safetensors) and hold the adapters' gradients.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
+#include "common/grad_check.h"
 #include "common/test_backend.h"
 #include "kiln/base/json.h"
 #include "kiln/io/checkpoint_reader.h"
@@ -73,6 +78,71 @@ TEST_P(Reference, LossAndEveryGradientMatch) {
   }
   EXPECT_EQ(checked, static_cast<int>(grads.names().size()));
 }
+
+// A fixture's adapter: PEFT's adapter_config.json as a LoraConfig.
+LoraConfig read_adapter_config(const fs::path& file) {
+  const Json j = read_json_file(file);
+  LoraConfig l;
+  l.rank = j.at("r").get<int64_t>();
+  l.alpha = j.at("lora_alpha").get<double>();
+  l.rslora = j.at("use_rslora").get<bool>();
+  l.targets =
+      resolve_lora_targets(j.at("target_modules").get<std::vector<std::string>>(), file.string());
+  return l;
+}
+
+class LoraReference : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+TEST_P(LoraReference, LossAndAdapterGradientsMatch) {
+  const auto& [name, recompute] = GetParam();
+  const fs::path dir = fixture(name);
+  const ModelConfig config = read_config(dir / "config.json");
+  Decoder model(config, testing::cpu_fp32(), read_adapter_config(dir / "adapter_config.json"));
+  const ParamLayout& layout = model.layout();
+  ParamStore store(layout, testing::cpu_fp32());
+  {  // the base, read with the base's own layout (the same units, in the same order)
+    const ParamLayout base(config);
+    ParamStore weights(base, testing::cpu_fp32(), false);
+    load_hf_weights(dir, base, weights);
+    for (int u = 0; u < base.num_units(); ++u) {
+      std::copy_n(weights.params(u).data(), weights.params(u).size(), store.params(u).data());
+    }
+  }
+  CheckpointReader adapter(dir / "adapter_model.safetensors");
+  for (int l = 0; l < config.num_hidden_layers; ++l) {
+    const int u = layout.lora_unit(l);
+    for (const auto& e : layout.units()[u].entries) {
+      adapter.read_f32(e.name, e.shape, store.params(u).data() + e.offset);
+    }
+  }
+  Batch batch = read_batch(dir / "batch.json");
+  const Json expected = read_json_file(dir / "expected.json");
+  const double loss = model.forward_backward(batch, store, 1.0f / batch.num_targets(), recompute) /
+                      batch.num_targets();
+  const double ref_loss = expected.at("loss").get<double>();
+  EXPECT_NEAR(loss, ref_loss, 1e-5 * std::fabs(ref_loss));
+  CheckpointReader grads(dir / "grads.safetensors");
+  int checked = 0;
+  for (int l = 0; l < config.num_hidden_layers; ++l) {
+    const int u = layout.lora_unit(l);
+    for (const auto& e : layout.units()[u].entries) {
+      std::vector<float> ref(e.numel);
+      grads.read_f32(e.name, e.shape, ref.data());
+      EXPECT_LT(testing::rel_err(store.grads(u).data() + e.offset, ref.data(), e.numel), 1e-4)
+          << e.name;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, static_cast<int>(grads.names().size()));
+}
+
+// Qwen2 (biases, all seven targets), Qwen3 (q/k norms, some targets, rslora), Llama 3 (llama3
+// RoPE, k/gate/up).
+INSTANTIATE_TEST_SUITE_P(Families, LoraReference,
+                         ::testing::Combine(::testing::Values("lora_qwen2_tied_gqa",
+                                                              "lora_qwen3_untied_hd6",
+                                                              "lora_llama_tied_llama3"),
+                                            ::testing::Bool()));
 
 INSTANTIATE_TEST_SUITE_P(Qwen2, Reference,
                          ::testing::Combine(::testing::Values("tied_gqa", "untied_mha",

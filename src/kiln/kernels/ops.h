@@ -150,7 +150,7 @@ class Backend {
   virtual void add_rmsnorm_forward(float* sum, DevPtr out, float* rstd, const float* a,
                                    const float* b, ConstDevPtr w, int N, int C,
                                    float eps) const = 0;
-  // dx (N, C) written, or added to when accumulate is true; dw (C) +=
+  // dx (N, C) written, or added to when accumulate is true; dw (C) += (none when null)
   virtual void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
                                 ConstDevPtr w, const float* rstd, int N, int C,
                                 bool accumulate) const = 0;
@@ -213,7 +213,7 @@ class Backend {
   // backends size their work by it and compute only those rows; the CPU checks it.
   // *loss_sum (one device double) += the sum over valid rows of -log softmax(x w^T)[target].
   // When dx is non-null it also writes dx (N, C) (zero on ignored rows) and adds dw (V, C) +=
-  // for loss scaled by `scale` (the caller passes 1 / number of targets in the optimizer step).
+  // (none when null) for loss scaled by `scale` (the caller passes 1 / the step's targets).
   virtual void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,
                              const int32_t* targets, int N, int targeted, int C, int V,
                              float scale) const = 0;

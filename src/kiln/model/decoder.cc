@@ -7,9 +7,21 @@
 
 namespace kiln {
 
-Decoder::Decoder(const ModelConfig& config, const Backend& backend)
+namespace {
+const std::optional<LoraConfig>& checked_lora(const std::optional<LoraConfig>& lora) {
+  if (!lora) return lora;
+  lora->validate("lora");
+  if (lora->dropout > 0)
+    fail("lora: 'dropout' {} is not supported yet (adapters train without dropout); set it to 0",
+         lora->dropout);
+  return lora;
+}
+}  // namespace
+
+Decoder::Decoder(const ModelConfig& config, const Backend& backend,
+                 const std::optional<LoraConfig>& lora)
     : config_(config),
-      layout_(config),
+      layout_(config, checked_lora(lora)),
       be_(backend),
       arena_(backend),
       act_dtype_(backend.activation_dtype()),
@@ -92,14 +104,40 @@ void Decoder::plan_buffers(size_t N, bool recompute, bool training) {
   arena_.add(&dh_, g * N * I);
   arena_.add(&dk_pre_, (config_.qk_norm ? g : 0) * N * KV);  // d(k_pre); d(q_pre) reuses dy_
   arena_.add(&ids_, 4 * N);  // ids, targets, positions, doc_start: one upload
+  plan_lora_buffers(N, recompute, training);
   arena_.allocate();
   for (LayerActs& a : layer_acts_) a.qkv = qkv_;
   if (recompute) std::fill(layer_acts_.begin() + 1, layer_acts_.end(), layer_acts_[0]);
+  if (recompute && !lora_u_.empty()) std::fill(lora_u_.begin() + 1, lora_u_.end(), lora_u_[0]);
   targets_ = ids_ + N;
   pos_ = ids_ + 2 * N;
   doc_ = ids_ + 3 * N;
   staging_ = PinnedBuffer<int32_t>(be_, 4 * N);
   staging_free_.reset();
+}
+
+void Decoder::plan_lora_buffers(size_t N, bool recompute, bool training) {
+  lora_u_.clear();
+  lora_scratch_ = {};
+  if (!layout_.has_lora()) return;
+  const LoraOffsets& o = layout_.lora_offsets();
+  const size_t L = config_.num_hidden_layers, M = o.max_out(), R = o.max_ranks();
+  lora_u_.assign(L, nullptr);
+  for (size_t l = 0; l < (recompute ? 1 : L); ++l) arena_.add(&lora_u_[l], N * o.total_ranks());
+  LoraScratch& sc = lora_scratch_;
+  arena_.add(&sc.b_block, M * R, act_dtype_);  // the parameters come in activation_dtype()
+  arena_.add(&sc.delta, N * M);
+  const size_t g = training ? 1 : 0;
+  arena_.add(&sc.db_block, g * M * R);
+  arena_.add(&sc.db, g * M * o.rank);
+  arena_.add(&sc.du, g * N * R);
+}
+
+std::optional<LoraLayerPass> Decoder::acquire_lora(int l, UnitAccess& params, int N) const {
+  if (!layout_.has_lora()) return std::nullopt;
+  return std::optional<LoraLayerPass>(
+      std::in_place, be_, layout_.lora_offsets(), static_cast<float>(layout_.lora().scale()),
+      params.acquire(layout_.lora_unit(l)), lora_u_[l], lora_scratch_, N);
 }
 
 void Decoder::upload(const Batch& batch) {
@@ -154,13 +192,13 @@ class TrainingAttention final : public LayerAttention {
 
 // x_out null: recomputation (the activations only).
 void Decoder::layer_forward(ConstDevPtr w, const float* x_in, float* x_out, const LayerActs& a,
-                            const Batch& batch) {
+                            const Batch& batch, const LoraLayerPass* lora) {
   const AttnShape s{batch.B, batch.T, static_cast<int>(config_.num_attention_heads),
                     static_cast<int>(config_.num_key_value_heads),
                     static_cast<int>(config_.head_dim())};
   const TrainingAttention attention(be_, doc_, s);
   decoder_layer_forward(be_, config_, layout_.layer_offsets(), w, x_in, x_out, a,
-                        {batch.B * batch.T, pos_, act_dtype_}, rope_, attention);
+                        {batch.B * batch.T, pos_, act_dtype_}, rope_, attention, lora);
 }
 
 // Qwen3's q/k norms, q = rmsnorm(q_pre) over (N*H, D) rows and k over (N*KVH, D), from d(q) in
@@ -172,15 +210,17 @@ std::pair<float*, float*> Decoder::qk_norm_backward(ConstDevPtr w, float* dw, co
   const int H = static_cast<int>(config_.num_attention_heads);
   const int KVH = static_cast<int>(config_.num_key_value_heads),
             D = static_cast<int>(config_.head_dim());
-  be_.rmsnorm_backward(dk_pre_, dw + o.k_norm, dk_, a.k_pre, w.at(o.k_norm), a.rstd_k, N * KVH, D,
-                       false);
-  be_.rmsnorm_backward(dy_, dw + o.q_norm, dq_, a.q_pre, w.at(o.q_norm), a.rstd_q, N * H, D, false);
+  be_.rmsnorm_backward(dk_pre_, layer_grad(dw, o.k_norm), dk_, a.k_pre, w.at(o.k_norm), a.rstd_k,
+                       N * KVH, D, false);
+  be_.rmsnorm_backward(dy_, layer_grad(dw, o.q_norm), dq_, a.q_pre, w.at(o.q_norm), a.rstd_q, N * H,
+                       D, false);
   return {dy_, dk_pre_};
 }
 
-// On entry dres_ holds d(x_out); on exit d(x_in).
+// On entry dres_ holds d(x_out); on exit d(x_in). With LoRA each group's adapters add their
+// share to the input gradient right after the base product's (which writes it).
 void Decoder::layer_backward(ConstDevPtr w, float* dw, const float* x_in, const LayerActs& a,
-                             const Batch& batch) {
+                             const Batch& batch, const LoraLayerPass* lora, float* lora_dw) {
   const LayerOffsets& o = layout_.layer_offsets();
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size),
@@ -190,16 +230,22 @@ void Decoder::layer_backward(ConstDevPtr w, float* dw, const float* x_in, const 
             D = static_cast<int>(config_.head_dim());
   const int Q = H * D, KV = KVH * D;
   float* dres = dres_;
+  const ConstDevPtr xn1{a.xn1, act_dtype_}, xn2{a.xn2, act_dtype_}, h{a.h, act_dtype_};
+  auto adapters = [&](LoraGroupId g, ConstDevPtr x, const float* dout, float* dx) {
+    if (lora != nullptr) lora->backward(g, lora_dw, x, dout, dx);
+  };
 
   // MLP: x_out = xmid + h Wd^T
-  be_.matmul_backward(dh_, dw + o.wd, nullptr, dres, ConstDevPtr{a.h, act_dtype_}, w.at(o.wd), N, I,
-                      C, false);
+  be_.matmul_backward(dh_, layer_grad(dw, o.wd), nullptr, dres, h, w.at(o.wd), N, I, C, false);
+  adapters(LoraGroupId::kDown, h, dres, dh_);
   be_.swiglu_backward(dgate_up_, dh_, a.gate_up, N, I);
-  be_.matmul_backward(dxn_, dw + o.wg, nullptr, dgate_up_, ConstDevPtr{a.xn2, act_dtype_},
-                      w.at(o.wg), N, C, 2 * I, false);  // wg, wu adjacent: (2I, C)
-  be_.rmsnorm_backward(dres, dw + o.ln2, dxn_, a.xmid, w.at(o.ln2), a.rstd2, N, C, true);
+  be_.matmul_backward(dxn_, layer_grad(dw, o.wg), nullptr, dgate_up_, xn2, w.at(o.wg), N, C, 2 * I,
+                      false);  // wg, wu adjacent: (2I, C)
+  adapters(LoraGroupId::kGateUp, xn2, dgate_up_, dxn_);
+  be_.rmsnorm_backward(dres, layer_grad(dw, o.ln2), dxn_, a.xmid, w.at(o.ln2), a.rstd2, N, C, true);
   // Attention: xmid = x_in + y Wo^T
-  be_.matmul_backward(dy_, dw + o.wo, nullptr, dres, a.y, w.at(o.wo), N, Q, C, false);
+  be_.matmul_backward(dy_, layer_grad(dw, o.wo), nullptr, dres, a.y, w.at(o.wo), N, Q, C, false);
+  adapters(LoraGroupId::kO, a.y, dres, dy_);
   const AttnShape s{batch.B, batch.T, H, KVH, D};
   be_.attention_backward(dq_, dk_, dv_, dy_, a.q, a.k, a.v, a.y, a.lse, doc_, s);
   be_.rope_backward(dq_, pos_, rope_.cos(), rope_.sin(), N, H, D);
@@ -208,9 +254,10 @@ void Decoder::layer_backward(ConstDevPtr w, float* dw, const float* x_in, const 
   const auto [dq, dk] = config_.qk_norm ? qk_norm_backward(w, dw, a, N) : std::pair{dq_, dk_};
   copy_qkv_columns(be_, a.qkv, dq, dk, dv_, N, Q, KV,
                    /*to_qkv=*/true);  // a.qkv: d(qkv) (N, Q + 2 KV)
-  be_.matmul_backward(dxn_, dw + o.wq, layer_grad(dw, o.bq), a.qkv, ConstDevPtr{a.xn1, act_dtype_},
-                      w.at(o.wq), N, C, Q + 2 * KV, false);  // wq, wk, wv adjacent, and biases
-  be_.rmsnorm_backward(dres, dw + o.ln1, dxn_, x_in, w.at(o.ln1), a.rstd1, N, C, true);
+  be_.matmul_backward(dxn_, layer_grad(dw, o.wq), layer_grad(dw, o.bq), a.qkv, xn1, w.at(o.wq), N,
+                      C, Q + 2 * KV, false);  // wq, wk, wv adjacent, and biases
+  adapters(LoraGroupId::kQkv, xn1, a.qkv, dxn_);
+  be_.rmsnorm_backward(dres, layer_grad(dw, o.ln1), dxn_, x_in, w.at(o.ln1), a.rstd1, N, C, true);
 }
 
 void Decoder::forward_trunk(const Batch& batch, UnitAccess& params, bool training) {
@@ -230,7 +277,10 @@ void Decoder::forward_trunk(const Batch& batch, UnitAccess& params, bool trainin
   }
   for (int l = 0; l < L; ++l) {
     const ConstDevPtr w = params.acquire(layout_.layer_unit(l));
-    layer_forward(w, res_ + l * NC, res_ + (l + 1) * NC, layer_acts_[l], batch);
+    const auto adapters = acquire_lora(l, params, N);
+    layer_forward(w, res_ + l * NC, res_ + (l + 1) * NC, layer_acts_[l], batch,
+                  adapters ? &*adapters : nullptr);
+    if (adapters) params.release(layout_.lora_unit(l));
     params.release(layout_.layer_unit(l));
   }
 }
@@ -264,41 +314,61 @@ double Decoder::forward_backward(const Batch& batch, UnitAccess& params, float s
   return read_loss();
 }
 
-void Decoder::forward_backward(const Batch& batch, UnitAccess& params, float scale, bool recompute,
-                               double* loss_sum) {
-  prepare(batch, recompute, /*training=*/true);
-  forward_trunk(batch, params, /*training=*/true);
+void Decoder::head_backward(const Batch& batch, UnitAccess& params, float scale, double* loss_sum) {
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
-  const int L = static_cast<int>(config_.num_hidden_layers);
   const size_t NC = static_cast<size_t>(N) * C;
-
-  // Head: final norm, fused LM head + loss + its backward.
-  {
-    const int hu = layout_.head_unit();
-    const ConstDevPtr hw = params.acquire(hu);
-    float* hg = params.grad(hu);
-    be_.rmsnorm_forward(xf_, rstdf_, res_ + L * NC, hw.at(layout_.final_norm_offset()), N, C,
-                        static_cast<float>(config_.rms_norm_eps));
+  const float* x = res_ + config_.num_hidden_layers * NC;
+  const bool frozen = layout_.has_lora();
+  const int hu = layout_.head_unit();
+  const ConstDevPtr hw = params.acquire(hu);
+  // Asked for here, before the head's loss, as FSDP's pool plan (fsdp_pool_plan.h) replays it.
+  float* norm_dw = frozen ? nullptr : params.grad(hu) + layout_.final_norm_offset();
+  const ConstDevPtr norm_w = hw.at(layout_.final_norm_offset());
+  be_.rmsnorm_forward(xf_, rstdf_, x, norm_w, N, C, static_cast<float>(config_.rms_norm_eps));
+  if (frozen) {
+    // The LM head's loss and dx only (no dw).
+    const ConstDevPtr wh = params.acquire(layout_.lm_head_unit());
+    be_.cross_entropy(loss_sum, dxf_, nullptr, xf_, wh, targets_, N, targeted(batch), C, V, scale);
+    params.release(layout_.lm_head_unit());
+  } else {
     // The LM head's gradient (a tied head's part of the table's) is complete when it returns:
     // FSDP reduces it while the layers' backward runs, or splits the vocabulary among the
     // ranks; a tied table's lookup rows follow through embed_rows_backward.
     params.head_cross_entropy(layout_.lm_head_unit(), loss_sum, dxf_, xf_, targets_, N,
                               targeted(batch), C, V, scale);
-    be_.rmsnorm_backward(dres_, hg + layout_.final_norm_offset(), dxf_, res_ + L * NC,
-                         hw.at(layout_.final_norm_offset()), rstdf_, N, C, false);
-    params.release(hu);
-    params.grad_done(hu);
   }
+  be_.rmsnorm_backward(dres_, norm_dw, dxf_, x, norm_w, rstdf_, N, C, false);
+  params.release(hu);
+  if (!frozen) params.grad_done(hu);
+}
+
+void Decoder::forward_backward(const Batch& batch, UnitAccess& params, float scale, bool recompute,
+                               double* loss_sum) {
+  prepare(batch, recompute, /*training=*/true);
+  forward_trunk(batch, params, /*training=*/true);
+  const int N = batch.B * batch.T;
+  const int C = static_cast<int>(config_.hidden_size);
+  const int L = static_cast<int>(config_.num_hidden_layers);
+  const size_t NC = static_cast<size_t>(N) * C;
+  const bool frozen = layout_.has_lora();
+  head_backward(batch, params, scale, loss_sum);
   for (int l = L - 1; l >= 0; --l) {
     const int u = layout_.layer_unit(l);
     const ConstDevPtr w = params.acquire(u);
-    if (recompute) layer_forward(w, res_ + l * NC, nullptr, layer_acts_[l], batch);
-    layer_backward(w, params.grad(u), res_ + l * NC, layer_acts_[l], batch);
+    const auto adapters = acquire_lora(l, params, N);
+    const LoraLayerPass* lora = adapters ? &*adapters : nullptr;
+    if (recompute) layer_forward(w, res_ + l * NC, nullptr, layer_acts_[l], batch, lora);
+    layer_backward(w, frozen ? nullptr : params.grad(u), res_ + l * NC, layer_acts_[l], batch, lora,
+                   frozen ? params.grad(layout_.lora_unit(l)) : nullptr);
+    if (frozen) {
+      params.release(layout_.lora_unit(l));
+      params.grad_done(layout_.lora_unit(l));
+    }
     params.release(u);
-    params.grad_done(u);
+    if (!frozen) params.grad_done(u);
   }
-  params.embed_rows_backward(layout_.embed_unit(), ids_, dres_, N, C);
+  if (!frozen) params.embed_rows_backward(layout_.embed_unit(), ids_, dres_, N, C);
 }
 
 }  // namespace kiln

@@ -12,9 +12,13 @@
 //           calls UnitAccess::head_cross_entropy, which is that same op for ParamStore, and for
 //           Fsdp unless it splits the vocabulary, when each rank computes the logits of its own
 //           rows of the head (vocabulary-parallel, fsdp/fsdp_vocab_head.cc)
+// With LoRA (a LoraConfig), each targeted product also adds its adapters' s B A x (lora_ops.h),
+// and the base is frozen: the backward computes every input gradient but no gradient of a base
+// weight (no dW of a product, norm, embedding or head); only the adapter units get one.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -24,6 +28,7 @@
 #include "kiln/model/config.h"
 #include "kiln/model/decoder_layer.h"
 #include "kiln/model/layout.h"
+#include "kiln/model/lora_ops.h"
 #include "kiln/model/rope_table.h"
 #include "kiln/model/unit_access.h"
 
@@ -31,7 +36,10 @@ namespace kiln {
 
 class Decoder {
  public:
-  Decoder(const ModelConfig& config, const Backend& backend);
+  // lora: train adapters on a frozen base (lora_layout.h adds their units to layout()).
+  // lora.dropout > 0 is refused: dropout is not implemented yet.
+  Decoder(const ModelConfig& config, const Backend& backend,
+          const std::optional<LoraConfig>& lora = std::nullopt);
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
@@ -51,6 +59,9 @@ class Decoder {
   double forward_backward(const Batch& batch, UnitAccess& params, float scale, bool recompute);
   double forward(const Batch& batch, UnitAccess& params);
 
+  // Whether the base is frozen (LoRA): only the adapter units take gradients.
+  bool frozen_base() const { return layout_.has_lora(); }
+
   // Bytes of activation memory held for the last batch shape.
   size_t activation_bytes() const { return arena_.bytes(); }
 
@@ -66,12 +77,19 @@ class Decoder {
 
   void prepare(const Batch& batch, bool recompute, bool training);
   void plan_buffers(size_t N, bool recompute, bool training);
+  void plan_lora_buffers(size_t N, bool recompute, bool training);
   void upload(const Batch& batch);
   double read_loss();
   void layer_forward(ConstDevPtr w, const float* x_in, float* x_out, const LayerActs& a,
-                     const Batch& batch);
+                     const Batch& batch, const LoraLayerPass* lora);
+  // dw null: a frozen layer (input gradients only). lora, lora_dw: its adapters and their
+  // gradient, or null.
   void layer_backward(ConstDevPtr w, float* dw, const float* x_in, const LayerActs& a,
-                      const Batch& batch);
+                      const Batch& batch, const LoraLayerPass* lora, float* lora_dw);
+  // Layer l's adapters, their unit acquired (the caller releases it), or nothing without LoRA.
+  std::optional<LoraLayerPass> acquire_lora(int l, UnitAccess& params, int N) const;
+  // The final norm and the LM head's loss and dx; the head's and norm's gradients unless frozen.
+  void head_backward(const Batch& batch, UnitAccess& params, float scale, double* loss_sum);
   std::pair<float*, float*> qk_norm_backward(ConstDevPtr w, float* dw, const LayerActs& a, int N);
   // Embedding and every layer's forward: fills res_ (and the saved activations).
   // training: the embedding rows come from UnitAccess::embed_rows (every rank's N alike).
@@ -100,6 +118,9 @@ class Decoder {
   std::shared_ptr<Event> staging_free_;  // the last upload out of staging_ has run
   DeviceBuffer<double> loss_;            // the convenience forms' loss sum
   RopeTables rope_;
+  // LoRA: each layer's saved u's (lora_ops.h; all alias one when recomputing) and the scratch.
+  std::vector<float*> lora_u_;
+  LoraScratch lora_scratch_;
 };
 
 }  // namespace kiln

@@ -10,6 +10,7 @@
 // Attention is the caller's (LayerAttention): causal attention within documents when training,
 // attention over the KV cache when decoding, where k and v point straight into the cache rows.
 // x_out may alias x_in (decoding runs in place) or be null (recomputation needs no output).
+// With LoRA, `adapters` adds the adapters' share to each base product's output (lora_ops.h).
 #pragma once
 
 #include <cstdint>
@@ -33,12 +34,12 @@ struct DecoderActs {
 };
 
 // The tensor at `offset` in a layer's unit, or null when the family has none
-// (LayerOffsets::kNoTensor); and its gradient's place.
+// (LayerOffsets::kNoTensor); and its gradient's place (null also when dw is: a frozen unit).
 inline ConstDevPtr layer_tensor(ConstDevPtr w, size_t offset) {
   return offset == LayerOffsets::kNoTensor ? ConstDevPtr{nullptr, w.dtype} : w.at(offset);
 }
 inline float* layer_grad(float* dw, size_t offset) {
-  return offset == LayerOffsets::kNoTensor ? nullptr : dw + offset;
+  return dw == nullptr || offset == LayerOffsets::kNoTensor ? nullptr : dw + offset;
 }
 
 class LayerAttention {
@@ -46,6 +47,15 @@ class LayerAttention {
   virtual ~LayerAttention() = default;
   // Writes a.y (and a.lse when training) from a.q, a.k, a.v after RoPE.
   virtual void attend(const DecoderActs& a) const = 0;
+};
+
+// A layer's LoRA adapters: called right after the base product of each group (q/k/v, o,
+// gate/up, down) wrote y (n, out) from x (n, in); adds s B A x for the group's targets and keeps
+// what the backward needs. y null (down under recomputation): only what the backward needs.
+class LayerAdapters {
+ public:
+  virtual ~LayerAdapters() = default;
+  virtual void apply(LoraGroupId group, ConstDevPtr x, float* y) const = 0;
 };
 
 struct LayerGeometry {
@@ -62,6 +72,7 @@ void copy_qkv_columns(const Backend& be, float* qkv, float* q, float* k, float* 
 void decoder_layer_forward(const Backend& be, const ModelConfig& c, const LayerOffsets& o,
                            ConstDevPtr w, const float* x_in, float* x_out, const DecoderActs& a,
                            const LayerGeometry& g, const RopeTables& rope,
-                           const LayerAttention& attention);
+                           const LayerAttention& attention,
+                           const LayerAdapters* adapters = nullptr);
 
 }  // namespace kiln

@@ -1,5 +1,9 @@
 // Random initialisation of a fresh model, reproducible across machines (own PRNG, no std::
 // distributions): matrices N(0, std^2) as HF's initializer_range, biases 0, norm weights 1.
+// LoRA adapters as PEFT starts them: A (r, in) Kaiming-uniform with a = sqrt(5), i.e.
+// U(-1/sqrt(in), 1/sqrt(in)), and B zero, so a fresh adapter leaves the base's outputs unchanged.
+// Every tensor draws from its own stream (the seed and its name), so the values do not depend on
+// the layout, the order or the world size.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +13,8 @@
 namespace kiln {
 
 void init_params(ParamStore& store, const ParamLayout& layout, uint64_t seed, float std = 0.02f);
+// The adapter units only (a fresh adapter on a loaded base).
+void init_lora_params(ParamStore& store, const ParamLayout& layout, uint64_t seed);
 
 // splitmix64: small, fast, well-mixed; the same stream on every platform.
 struct SplitMix64 {

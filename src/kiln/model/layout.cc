@@ -28,7 +28,8 @@ const ParamEntry& ParamUnit::entry(const std::string& hf_name) const {
   fail("unit {} has no tensor {}", name, hf_name);
 }
 
-ParamLayout::ParamLayout(const ModelConfig& c) {
+ParamLayout::ParamLayout(const ModelConfig& c, const std::optional<LoraConfig>& lora)
+    : lora_(lora) {
   const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int64_t Q = c.q_dim(), KV = c.kv_dim();
   ParamUnit embed{"embed", {}, 0};
@@ -70,11 +71,32 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     lm_head_ = static_cast<int>(units_.size());
     units_.push_back(std::move(lm_head));
   }
+  lora_first_ = static_cast<int>(units_.size());
+  if (!lora_) return;
+  for (ParamUnit& u : units_) u.trainable = false;  // the frozen base
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    units_.push_back(kiln::lora_unit(c, *lora_, i, &lora_offsets_));
+}
+
+const LoraConfig& ParamLayout::lora() const {
+  KILN_CHECK(lora_.has_value(), "the layout has no LoRA adapters");
+  return *lora_;
+}
+
+const LoraOffsets& ParamLayout::lora_offsets() const {
+  KILN_CHECK(lora_.has_value(), "the layout has no LoRA adapters");
+  return lora_offsets_;
 }
 
 size_t ParamLayout::total_numel() const {
   size_t n = 0;
   for (const auto& u : units_) n += u.numel;
+  return n;
+}
+
+size_t ParamLayout::trainable_numel() const {
+  size_t n = 0;
+  for (const auto& u : units_) n += u.trainable ? u.numel : 0;
   return n;
 }
 

@@ -2,37 +2,22 @@
 // layout. Units, in order: "embed" (model.embed_tokens.weight, also the LM head when tied), one
 // per decoder layer "layers.{i}", "head" (model.norm.weight) and, untied, "lm_head"
 // (lm_head.weight): the (V, C) table the LM head reads is always a unit of its own, which FSDP
-// can split along the vocabulary (Fsdp::head_cross_entropy).
+// can split along the vocabulary (Fsdp::head_cross_entropy). With LoRA (a LoraConfig), one
+// adapter unit per layer follows, "layers.{i}.lora" (lora_layout.h), and the base's units are
+// frozen: not trainable, so they take no gradient and no optimizer state.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/model/config.h"
+#include "kiln/model/lora_config.h"
+#include "kiln/model/lora_layout.h"
+#include "kiln/model/param_unit.h"
 
 namespace kiln {
-
-struct ParamEntry {
-  std::string name;            // Hugging Face tensor name
-  std::vector<int64_t> shape;  // HF shape
-  size_t offset = 0;           // in floats, within the unit
-  size_t numel = 0;
-  bool decay = true;  // weight decay applies (matrices); not to norms and biases
-};
-
-struct ParamUnit {
-  std::string name;
-  std::vector<ParamEntry> entries;
-  size_t numel = 0;
-  const ParamEntry& entry(const std::string& hf_name) const;
-};
-
-// The part of a unit one rank owns under sharding, in floats: [begin, end).
-struct ShardRange {
-  size_t begin = 0, end = 0;
-  size_t size() const { return end - begin; }
-};
 
 // Offsets of one decoder layer's tensors inside its unit (in floats). The unit holds, in order:
 // ln1; wq, wk, wv (adjacent: one (Q + 2 KV, C) matrix, so q, k and v come from one product);
@@ -46,7 +31,7 @@ struct LayerOffsets {
 
 class ParamLayout {
  public:
-  explicit ParamLayout(const ModelConfig& c);
+  explicit ParamLayout(const ModelConfig& c, const std::optional<LoraConfig>& lora = std::nullopt);
 
   const std::vector<ParamUnit>& units() const { return units_; }
   int num_units() const { return static_cast<int>(units_.size()); }
@@ -58,6 +43,14 @@ class ParamLayout {
   const LayerOffsets& layer_offsets() const { return layer_; }  // same for every layer
   size_t final_norm_offset() const { return 0; }                // in the head unit
   size_t total_numel() const;
+  size_t trainable_numel() const;
+
+  // LoRA: the adapter units (one per layer, after the base's), their offsets (the same for
+  // every layer) and the settings they were laid out for.
+  bool has_lora() const { return lora_.has_value(); }
+  const LoraConfig& lora() const;
+  int lora_unit(int i) const { return lora_first_ + i; }
+  const LoraOffsets& lora_offsets() const;
 
   // (unit index, entry index) of an HF name, or {-1, -1}.
   std::pair<int, int> find(const std::string& hf_name) const;
@@ -66,6 +59,9 @@ class ParamLayout {
   std::vector<ParamUnit> units_;
   LayerOffsets layer_{};
   int head_ = 0, lm_head_ = 0;
+  std::optional<LoraConfig> lora_;
+  LoraOffsets lora_offsets_;
+  int lora_first_ = 0;
 };
 
 }  // namespace kiln

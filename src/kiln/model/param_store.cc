@@ -7,7 +7,7 @@ ParamStore::ParamStore(const ParamLayout& layout, const Backend& backend, bool w
     : layout_(layout), be_(backend), dtype_(backend.activation_dtype()), pool_(backend) {
   for (const auto& u : layout.units()) {
     params_.emplace_back(be_, u.numel);
-    grads_.emplace_back(be_, with_grads ? u.numel : 0);
+    grads_.emplace_back(be_, with_grads && u.trainable ? u.numel : 0);  // none when frozen
   }
   copies_.resize(params_.size());
 }

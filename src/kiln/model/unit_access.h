@@ -2,7 +2,10 @@
 // per micro-batch: acquire/release around each use of a unit's parameters (forward, then again
 // in backward), adds into grad(unit), and calls grad_done(unit) once that unit's gradient for the
 // micro-batch is complete. A single process simply hands out its buffers (ParamStore); FSDP
-// gathers shards in acquire, frees them in release and reduce-scatters in grad_done.
+// gathers shards in acquire, frees them in release and reduce-scatters in grad_done. A frozen
+// unit (not ParamUnit::trainable: a LoRA run's base) is only acquired and released: the model
+// never asks for its gradient, calls grad_done on it, or calls embed_rows_backward or
+// head_cross_entropy (it computes the head's dx with Backend::cross_entropy and no dw).
 #pragma once
 
 #include <vector>
@@ -41,8 +44,9 @@ class UnitAccess {
 };
 
 // Every unit's parameters and gradients held whole in this process (world size 1), in device
-// memory of `backend`. Parameters are fp32; when the backend's activation_dtype() is BF16,
-// acquire() hands out a bf16 copy made then (as FSDP gathers in bf16), freed by the last release.
+// memory of `backend`; a frozen unit has no gradient buffer (grads(u) is empty). Parameters are
+// fp32; when the backend's activation_dtype() is BF16, acquire() hands out a bf16 copy made then
+// (as FSDP gathers in bf16), freed by the last release.
 class ParamStore final : public UnitAccess {
  public:
   ParamStore(const ParamLayout& layout, const Backend& backend, bool with_grads = true);

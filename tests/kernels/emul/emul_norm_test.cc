@@ -112,6 +112,25 @@ TEST(EmulRmsnorm, BackwardWrittenAndAccumulated) {
   }
 }
 
+// A frozen weight (LoRA's base): dw null launches only the dx kernel.
+TEST(EmulRmsnorm, BackwardWithoutWeightGradient) {
+  constexpr int N = 70, C = 300;
+  const std::vector<float> x = random_values(static_cast<size_t>(N) * C, 6);
+  const std::vector<float> dout = random_values(x.size(), 7);
+  const std::vector<float> w = random_values(C, 8, 0.5f, 1.0f);
+  std::vector<float> y(x.size()), rstd(N), want_dx(x.size()), want_dw(C, 0.0f);
+  cpu().rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, kEps);
+  cpu().rmsnorm_backward(want_dx.data(), want_dw.data(), dout.data(), x.data(), w.data(),
+                         rstd.data(), N, C, false);
+  DeviceArray<float> dx_in(x, "x"), ddout(dout, "dout"), drstd(rstd, "rstd"), dwt(w, "w");
+  DeviceArray<float> ddx(x.size(), "dx");
+  ScratchPools pools;
+  emul_cuda::rmsnorm_backward(ddx.get(), nullptr, ddout.get(), dx_in.get(), dwt.get(), drstd.get(),
+                              N, C, false, nullptr, pools.pooled);
+  expect_no_fault();
+  expect_close("rmsnorm_backward frozen dx", ddx.host(), want_dx, kElementwise);
+}
+
 // Qwen3's q/k norms: the same kernels over (tokens * heads, head_dim) rows, one weight of
 // head_dim shared by every row, dw summed over all of them (three 64-row chunks).
 TEST(EmulRmsnorm, PerHeadRowsOfHeadDim) {

@@ -82,12 +82,15 @@ TEST(GpuGateLaunch, AnOversizedGridIsCaught) {
   emul::DryRun dry;
   emul::DryRunCudaBackend be(ComputeDType::kFp32);
   // rmsnorm_backward's dw pass has a grid of (rows / 64, columns / 32): columns past 2^21 exceed
-  // the 65535 limit of y.
+  // the 65535 limit of y. A dw to write (the dry run's address space): without one (a frozen
+  // weight) there is no dw pass.
   const int N = 64, C = 65536 * 32 + 32;
   float* none = nullptr;
-  EXPECT_THROW(be.rmsnorm_backward(none, none, none, none, static_cast<const float*>(none), none, N,
-                                   C, false),
+  void* dw = be.alloc(sizeof(float) * C);
+  EXPECT_THROW(be.rmsnorm_backward(none, static_cast<float*>(dw), none, none,
+                                   static_cast<const float*>(none), none, N, C, false),
                Error);
+  be.free(dw);
   const std::string f = emul::take_fault();
   EXPECT_NE(f.find("beyond (2^31 - 1, 65535, 65535)"), std::string::npos) << f;
 }

@@ -157,10 +157,11 @@ void CpuBackend::cross_entropy(double* loss_sum, float* dx, float* dw, const flo
       if (bf16) {
         to_bf16(dlogits16, logits, static_cast<size_t>(r) * V);
         gemm_bf16(false, false, r, C, V, dlogits16, w16, 0.0f, dxc, C);
-        gemm_bf16(true, false, V, C, r, dlogits16, xc16, 1.0f, dw, C);
+        if (dw != nullptr) gemm_bf16(true, false, V, C, r, dlogits16, xc16, 1.0f, dw, C);
       } else {
         gemm(false, false, r, C, V, logits, V, w, C, 0.0f, dxc, C, GemmPrecision::kFp32);
-        gemm(true, false, V, C, r, logits, V, xc, C, 1.0f, dw, C, GemmPrecision::kFp32);
+        if (dw != nullptr)
+          gemm(true, false, V, C, r, logits, V, xc, C, 1.0f, dw, C, GemmPrecision::kFp32);
       }
       for (int i = 0; i < r; ++i) {
         std::memcpy(dx + static_cast<size_t>(rows[r0 + i]) * C, dxc + static_cast<size_t>(i) * C,

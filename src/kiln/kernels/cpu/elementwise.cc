@@ -203,6 +203,7 @@ void CpuBackend::rmsnorm_backward(float* dx, float* dw, const float* dout, const
       }
     }
   });
+  if (dw == nullptr) return;  // a frozen weight
   for_ranges(C, work, [&](size_t c0, size_t c1) {
     for (int n = 0; n < N; ++n) {
       const float* xr = x + static_cast<size_t>(n) * C;

@@ -1,6 +1,7 @@
 // RMSNorm's backward on the GPU. With y = x * r * w and r = (mean(x^2) + eps)^-1/2:
 //   dx = r * (dy * w) - x * r^3 * mean(dy * w * x)   (one block per row, the dot in double)
-//   dw += sum_n dy * x * r                            (two passes over fixed row chunks)
+//   dw += sum_n dy * x * r                            (two passes over fixed row chunks;
+//                                                      none when dw is null: a frozen weight)
 // The column reduction for dw has a fixed order and no atomics: pass 1 sums each chunk of
 // kChunkRows rows per column into scratch, pass 2 adds the chunks' sums in chunk order.
 #include <cuda_runtime.h>
@@ -89,6 +90,7 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, C
     (dx, dout, x, static_cast<const TW*>(w.data), rstd, C, accumulate);
   });
   KILN_CUDA_CHECK_LAUNCH();
+  if (dw == nullptr) return;  // a frozen weight
 
   const int chunks = (N + kChunkRows - 1) / kChunkRows;
   StreamScratch partial(sizeof(float) * static_cast<size_t>(chunks) * C, stream, scratch);

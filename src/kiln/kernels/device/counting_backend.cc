@@ -239,7 +239,7 @@ void CountingBackend::attention_backward(float*, float*, float*, const float*, c
   grow("cpu.attention_heads", n.heads);
 }
 
-void CountingBackend::cross_entropy(double*, float* dx, float*, const float*, ConstDevPtr w,
+void CountingBackend::cross_entropy(double*, float* dx, float* dw, const float*, ConstDevPtr w,
                                     const int32_t*, int N, int targeted, int C, int V,
                                     float) const {
   KILN_CHECK(targeted >= 0 && targeted <= N, "cross_entropy: {} targeted rows of {}", targeted, N);
@@ -257,7 +257,8 @@ void CountingBackend::cross_entropy(double*, float* dx, float*, const float*, Co
     grow("cross_entropy.dlogits16", n.dlogits16);
     grow("cross_entropy.w16", n.w16);
     grow("cross_entropy.w32", n.w32);
-    if (grad && targeted > 0) {  // dw += dlogits^T xc: the library packs the chunk's gradient
+    if (dw != nullptr && grad && targeted > 0) {  // dw += dlogits^T xc: the library packs the
+                                                  // chunk's gradient (none for a frozen head)
       grow("cpu.gemm_library",
            cpu_gemm_pack_bytes(ce_chunk_rows(targeted, V), V) + kCpuLibraryPagesBytes);
     }

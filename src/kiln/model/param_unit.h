@@ -1,0 +1,36 @@
+// A flat parameter unit's tensors: the names, shapes and offsets FSDP, checkpoints and the
+// model share (layout.h builds the model's units, lora_layout.h the adapters').
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct ParamEntry {
+  std::string name;            // Hugging Face tensor name
+  std::vector<int64_t> shape;  // HF shape
+  size_t offset = 0;           // in floats, within the unit
+  size_t numel = 0;
+  bool decay = true;  // weight decay applies (matrices); not to norms and biases
+};
+
+struct ParamUnit {
+  std::string name;
+  std::vector<ParamEntry> entries;
+  size_t numel = 0;
+  // Whether the unit trains (has a gradient and optimizer state); a LoRA run's base is frozen:
+  // the model only acquires and releases it.
+  bool trainable = true;
+  const ParamEntry& entry(const std::string& hf_name) const;
+};
+
+// The part of a unit one rank owns under sharding, in floats: [begin, end).
+struct ShardRange {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+
+}  // namespace kiln
