@@ -257,8 +257,8 @@ void CountingBackend::cross_entropy(double*, float* dx, float* dw, const float*,
     grow("cross_entropy.dlogits16", n.dlogits16);
     grow("cross_entropy.w16", n.w16);
     grow("cross_entropy.w32", n.w32);
-    if (dw != nullptr && grad && targeted > 0) {  // dw += dlogits^T xc: the library packs the
-                                                  // chunk's gradient (none for a frozen head)
+    // dw += dlogits^T xc: the library packs the chunk's gradient (no dw: a frozen head).
+    if (dw != nullptr && grad && targeted > 0) {
       grow("cpu.gemm_library",
            cpu_gemm_pack_bytes(ce_chunk_rows(targeted, V), V) + kCpuLibraryPagesBytes);
     }
