@@ -2,10 +2,10 @@
 #include "kiln/base/atomic_dir.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <set>
 
+#include "common/temp_dir.h"
 #include "kiln/base/error.h"
 
 namespace kiln {
@@ -13,22 +13,14 @@ namespace {
 
 class AtomicDir : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("kiln_atomic_dir_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   std::set<std::string> entries(const fs::path& d) const {
     std::set<std::string> out;
     for (const auto& e : fs::directory_iterator(d)) out.insert(e.path().filename().string());
     return out;
   }
 
-  fs::path root_;
+  testing::TempDir tmp_{"kiln_atomic_dir"};
+  const fs::path root_ = tmp_.path();
 };
 
 TEST_F(AtomicDir, WritesANewDirectory) {

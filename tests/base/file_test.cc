@@ -2,21 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include "common/temp_dir.h"
 #include "kiln/base/error.h"
 #include "kiln/base/json.h"
 
 namespace kiln {
 namespace {
 
-fs::path temp_dir() {
-  fs::path d =
-      fs::temp_directory_path() /
-      ("kiln_base_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-       ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir() { return testing::fresh_dir("kiln_base_test"); }
 
 TEST(File, AtomicWriteReplacesAndLeavesNoTemporary) {
   fs::path d = temp_dir();

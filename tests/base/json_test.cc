@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "common/error_of.h"
 #include "kiln/base/error.h"
 
 namespace kiln {
@@ -16,12 +17,7 @@ std::string nested(int depth, const std::string& inner = "1") {
 }
 
 std::string error_of(const std::string& text, const std::string& what) {
-  try {
-    parse_json(text, what);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_of([&] { parse_json(text, what); });
 }
 
 TEST(Json, DepthAtTheLimitParses) {

@@ -3,13 +3,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "common/run_kiln.h"
+#include "common/temp_dir.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/io/checkpoint_reader.h"
@@ -26,16 +26,6 @@ CmdResult kiln(const std::string& args) { return testing::run_kiln(args); }
 
 class Cli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    // The pid keeps concurrent runs of this suite (other checkouts on the machine) apart.
-    dir_ = fs::temp_directory_path() /
-           ("kiln_cli_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
-            std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& p) const { return (dir_ / p).string(); }
   // Asserts a failed run printed exactly one line: "kiln: error: ...", containing `needle`.
   static void expect_one_line_error(const CmdResult& r, const std::string& needle) {
@@ -44,7 +34,9 @@ class Cli : public ::testing::Test {
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
     EXPECT_NE(r.out.find(needle), std::string::npos) << "missing '" << needle << "' in: " << r.out;
   }
-  fs::path dir_;
+  // The pid in its name keeps concurrent runs of this suite (other checkouts) apart.
+  testing::TempDir tmp_{"kiln_cli"};
+  const fs::path dir_ = tmp_.path();
 };
 
 void expect_same_tensors(const fs::path& a, const fs::path& b, DType b_dtype) {

@@ -15,17 +15,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-passed = 0
-failed = 0
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+from checks import Checks  # noqa: E402  (tests/common, shared by the Python tests)
 
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
+CHECKS = Checks()
+check = CHECKS.check
 
 
 def build_calls(script):
@@ -94,5 +89,4 @@ for script in ("scripts/demo.sh", "scripts/test.sh"):
     said = [l for l in readme.splitlines() if script in l and re.search(r"\d+ min", l)]
     check(f"README gives {script}'s time in minutes", bool(said))
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+sys.exit(CHECKS.summary())

@@ -6,12 +6,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <regex>
 
 #include "common/run_kiln.h"
+#include "common/temp_dir.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/data/formats.h"
@@ -34,15 +34,6 @@ const fs::path kTokens = kSource / "assets/demo/tokens.jsonl";
 
 class FirstHour : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("kiln_first_hour_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
-            std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& p) const { return (dir_ / p).string(); }
 
   // `kiln ARGS` run in `cwd` (default: the test directory); stdout and stderr together.
@@ -72,7 +63,8 @@ dist: {{threads_per_worker: 1}}
     return path(name + ".yaml");
   }
 
-  fs::path dir_;
+  testing::TempDir tmp_{"kiln_first_hour"};
+  const fs::path dir_ = tmp_.path();
 };
 
 // Item 4: any preset becomes a model for a real tokenizer: the vocabulary sized from it (rounded up

@@ -72,11 +72,18 @@ class GenerateCli : public ::testing::Test {
 fs::path GenerateCli::dir_;
 
 // What kiln generate prints for `prompt` at temperature 0, computed with the library: up to
-// max_new tokens, stopping at any of `stop_tokens` (Qwen's by default).
-std::vector<int32_t> greedy_reply(Generator& gen, Sampler& greedy, const Tokenizer& tok,
+// max_new tokens, stopping at any of `stop_tokens` (Qwen's by default), from the model directory
+// `model` loaded as kiln generate loads it.
+std::vector<int32_t> greedy_reply(const std::string& model, const Tokenizer& tok,
                                   const std::vector<int32_t>& prompt, size_t max_new,
                                   std::vector<std::string_view> stop_tokens = {"<|im_end|>",
                                                                                "<|endoftext|>"}) {
+  const ModelConfig c = read_config(fs::path(model) / "config.json");
+  const ParamLayout layout(c);
+  ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
+  load_hf_weights(model, layout, params);
+  Generator gen(c, params, testing::cpu_fp32());
+  Sampler greedy({0.0, 1.0}, 0);
   std::vector<int32_t> reply;
   std::span<const float> logits = gen.prefill(prompt);
   std::vector<int32_t> stops;
@@ -98,14 +105,8 @@ TEST_F(GenerateCli, GreedyIsDeterministicAndMatchesTheLibrary) {
   EXPECT_EQ(a.out, b.out);
 
   // The same five tokens from the Generator directly.
-  const ModelConfig c = read_config(fs::path(model()) / "config.json");
-  const ParamLayout layout(c);
-  ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
-  load_hf_weights(model(), layout, params);
   const Tokenizer tok = Tokenizer::load(kTokenizer);
-  Generator gen(c, params, testing::cpu_fp32());
-  Sampler greedy({0.0, 1.0}, 0);
-  const std::vector<int32_t> reply = greedy_reply(gen, greedy, tok, tok.encode("hi"), 5);
+  const std::vector<int32_t> reply = greedy_reply(model(), tok, tok.encode("hi"), 5);
   EXPECT_EQ(a.out, tok.decode(reply) + "\n");
   // The only line on stderr says why it stopped.
   if (reply.size() == 5) {
@@ -209,18 +210,12 @@ TEST_F(GenerateCli, ChatWithTools) {
                            " --chat --prompt hi --max-new-tokens 6 --temperature 0 --tools " +
                            (dir_ / "tools.json").string());
   ASSERT_EQ(r.code, 0) << r.err;
-  const ModelConfig c = read_config(fs::path(model()) / "config.json");
-  const ParamLayout layout(c);
-  ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
-  load_hf_weights(model(), layout, params);
   const Tokenizer tok = Tokenizer::load(kTokenizer);
-  Generator gen(c, params, testing::cpu_fp32());
-  Sampler greedy({0.0, 1.0}, 0);
   const std::vector<int32_t> prompt =
       encode_chat(tok, chat_template(ChatTemplateId::kQwen25), {{"user", "hi"}},
                   {parse_json_ordered(tools, "tools")[0]}, {.add_generation_prompt = true}, false);
   ASSERT_NE(tok.decode(prompt).find("<tools>\n{\"type\": \"function\""), std::string::npos);
-  const std::vector<int32_t> reply = greedy_reply(gen, greedy, tok, prompt, 6);
+  const std::vector<int32_t> reply = greedy_reply(model(), tok, prompt, 6);
   EXPECT_EQ(r.out, tok.decode(reply) + "\n");
 
   write_file_atomic(dir_ / "bad_tools.json", R"([{"type": "function"}, 3])");
@@ -251,13 +246,7 @@ TEST_F(GenerateCli, OneLineErrors) {
 void expect_reply(const CmdResult& r, const std::string& model, const Tokenizer& tok,
                   const std::vector<int32_t>& prompt, std::vector<std::string_view> stops) {
   ASSERT_EQ(r.code, 0) << r.err;
-  const ModelConfig c = read_config(fs::path(model) / "config.json");
-  const ParamLayout layout(c);
-  ParamStore params(layout, testing::cpu_fp32(), /*with_grads=*/false);
-  load_hf_weights(model, layout, params);
-  Generator gen(c, params, testing::cpu_fp32());
-  Sampler greedy({0.0, 1.0}, 0);
-  EXPECT_EQ(r.out, tok.decode(greedy_reply(gen, greedy, tok, prompt, 6, std::move(stops))) + "\n");
+  EXPECT_EQ(r.out, tok.decode(greedy_reply(model, tok, prompt, 6, std::move(stops))) + "\n");
 }
 
 // Qwen3's template with thinking off: the prompt ends with the empty think block.

@@ -5,13 +5,13 @@
 // load back into kiln with the same eval loss and serve as a base for another run.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <thread>
 
 #include "common/background_kiln.h"
 #include "common/run_kiln.h"
+#include "common/temp_dir.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/io/checkpoint_reader.h"
@@ -29,15 +29,6 @@ constexpr int64_t kImEnd = 658;  // <|im_end|> in the tiny tokenizer
 
 class HfOutput : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("kiln_hf_output_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
-            std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   fs::path p(const std::string& name) const { return dir_ / name; }
   CmdResult kiln(const std::string& args) const { return testing::run_kiln(args); }
 
@@ -90,7 +81,8 @@ class HfOutput : public ::testing::Test {
     const size_t brace = r.out.rfind('{');
     return parse_json(r.out.substr(brace), "eval").at("loss").get<double>();
   }
-  fs::path dir_;
+  testing::TempDir tmp_{"kiln_hf_output"};
+  const fs::path dir_ = tmp_.path();
 };
 
 // What a transformers or vLLM user needs, with the base's values: every file of the base

@@ -2,9 +2,9 @@
 // the real code) and its parts add up to peak_bytes; text and settings that fit; bad input fails in
 // one line naming the field.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include "common/run_kiln.h"
+#include "common/temp_dir.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/model/config.h"
@@ -15,14 +15,7 @@ namespace {
 
 using testing::run_kiln;
 
-fs::path temp_dir() {
-  const fs::path d =
-      fs::temp_directory_path() / ("kiln_plan_cli_" + std::to_string(::getpid()) + "_" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir() { return testing::fresh_dir("kiln_plan_cli"); }
 
 // A recipe whose model is `model` (a preset name or a directory), without data.train: planning
 // reads no data.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error_of.h"
 #include "kiln/base/error.h"
 
 namespace kiln {
@@ -17,12 +18,7 @@ std::vector<NetIface> fake() {
 }
 
 std::string error_of(const std::string& spec, bool remote, const std::vector<NetIface>& a) {
-  try {
-    choose_interface(spec, remote, a);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_of([&] { choose_interface(spec, remote, a); });
 }
 
 TEST(NetIface, EmptySpecPicksLoopbackWhenAllPeersAreLocal) {

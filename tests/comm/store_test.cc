@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/error_of.h"
 #include "kiln/base/error.h"
 #include "kiln/comm/tcp_store.h"
 
@@ -34,12 +35,8 @@ using Clock = std::chrono::steady_clock;
 const std::string kToken = "job-7f3a";
 
 std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  const std::string e = testing::error_of(fn);
+  return e.empty() ? "(no error)" : e;
 }
 
 #define EXPECT_ERROR_HAS(stmt, part)                                        \

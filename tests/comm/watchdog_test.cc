@@ -3,11 +3,11 @@
 #include "kiln/comm/watchdog.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <thread>
 
+#include "common/temp_dir.h"
 #include "kiln/comm/gloo_communicator.h"
 #include "kiln/comm/tcp_store.h"
 
@@ -19,12 +19,7 @@ using std::chrono::milliseconds;
 #define EXPECT_HAS(haystack, needle) \
   EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("kiln_watchdog_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  return d;
-}
+fs::path temp_dir(const std::string& name) { return testing::fresh_path("kiln_watchdog", name); }
 
 TEST(HangWatchdog, WaitLongerThanTheTimeoutWritesAReport) {
   auto store = std::make_shared<MemoryStore>();

@@ -25,6 +25,20 @@ inline ModelConfig small_config(bool tied = true, int heads = 4, int kv = 2) {
   return c;
 }
 
+// `family` (a family's defaults) with the sizes of `shape`: hidden, intermediate, layers, heads,
+// kv heads, vocabulary, rope_theta and tie_word_embeddings; the rest stays the family's.
+inline ModelConfig with_sizes_of(ModelConfig family, const ModelConfig& shape) {
+  family.hidden_size = shape.hidden_size;
+  family.intermediate_size = shape.intermediate_size;
+  family.num_hidden_layers = shape.num_hidden_layers;
+  family.num_attention_heads = shape.num_attention_heads;
+  family.num_key_value_heads = shape.num_key_value_heads;
+  family.vocab_size = shape.vocab_size;
+  family.rope_theta = shape.rope_theta;
+  family.tie_word_embeddings = shape.tie_word_embeddings;
+  return family;
+}
+
 // small_config as `family` has it (family_defaults: Qwen2's biases, Qwen3's q/k norms): Qwen3
 // with head_dim 8, so q_proj is (heads * 8, 16), not hidden / heads; Llama with llama3 RoPE
 // scaling over an original context of 16 (with head_dim 4 and theta 10000, its frequencies fall
@@ -32,28 +46,21 @@ inline ModelConfig small_config(bool tied = true, int heads = 4, int kv = 2) {
 inline ModelConfig small_family_config(ModelFamily family, bool tied = true, int heads = 4,
                                        int kv = 2) {
   const ModelConfig s = small_config(tied, heads, kv);
-  ModelConfig c = family_defaults(family);
-  c.hidden_size = s.hidden_size;
-  c.intermediate_size = s.intermediate_size;
-  c.num_hidden_layers = s.num_hidden_layers;
-  c.num_attention_heads = s.num_attention_heads;
-  c.num_key_value_heads = s.num_key_value_heads;
-  c.vocab_size = s.vocab_size;
-  c.rope_theta = s.rope_theta;
+  ModelConfig c = with_sizes_of(family_defaults(family), s);
   c.rms_norm_eps = s.rms_norm_eps;
-  c.tie_word_embeddings = tied;
   if (family == ModelFamily::kQwen3) c.head_dim_field = 8;
   if (family == ModelFamily::kLlama)
     c.rope_scaling = {RopeScaling::Type::kLlama3, 4.0, 1.0, 4.0, 16};
   return c;
 }
 
-// Matrices and biases N(0, 0.3^2), norm weights 1 + N(0, 0.1^2); one seed per tensor.
-inline void randomize(ParamStore& store, const ParamLayout& layout, uint32_t seed) {
+// Matrices and biases N(0, scale^2), norm weights 1 + N(0, 0.1^2); one seed per tensor.
+inline void randomize(ParamStore& store, const ParamLayout& layout, uint32_t seed,
+                      float scale = 0.3f) {
   for (int u = 0; u < layout.num_units(); ++u) {
     for (const auto& e : layout.units()[u].entries) {
       const bool norm = e.name.find("norm") != std::string::npos;
-      auto v = random_vec(e.numel, seed++, norm ? 0.1f : 0.3f, norm ? 1.0f : 0.0f);
+      auto v = random_vec(e.numel, seed++, norm ? 0.1f : scale, norm ? 1.0f : 0.0f);
       std::copy(v.begin(), v.end(), store.params(u).data() + e.offset);
     }
   }

@@ -3,10 +3,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <string>
 
+#include "common/temp_dir.h"
 #include "kiln/base/file.h"
 #include "kiln/text/tokenizer.h"
 
@@ -26,21 +26,10 @@ inline const Tokenizer& qwen() {
 inline constexpr int32_t kImStart = 151644, kImEnd = 151645, kEndOfText = 151643;
 inline constexpr int32_t kVocab = 151936;  // Qwen2.5's embedding rows
 
-// A fresh directory, removed with the object.
-class TempDir {
+// A fresh directory, removed with the object: kiln_data_test_<name>_<pid>.
+class TempDir : public testing::TempDir {
  public:
-  explicit TempDir(const std::string& name)
-      : path_(fs::temp_directory_path() /
-              ("kiln_data_test_" + std::to_string(::getpid()) + "_" + name)) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
+  explicit TempDir(const std::string& name) : testing::TempDir("kiln_data_test", name) {}
 };
 
 #define EXPECT_HAS(haystack, needle) \

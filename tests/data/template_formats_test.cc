@@ -4,6 +4,7 @@
 // template load_dataset chooses.
 #include <gtest/gtest.h>
 
+#include "common/error_of.h"
 #include "data_test_util.h"
 #include "kiln/base/error.h"
 #include "kiln/base/ignore_index.h"
@@ -119,12 +120,7 @@ TEST(TemplateFormats, LoadDatasetChoosesAndKeysTheTemplate) {
   o.verbose = false;
   const int64_t vocab = llama_tok().vocab_size();
   const auto error = [&](const DataOptions& opts) -> std::string {
-    try {
-      load_dataset(opts, vocab);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+    return testing::error_of([&] { load_dataset(opts, vocab); });
   };
   // No tokenizer_config.json: qwen2.5, which this tokenizer cannot render.
   EXPECT_NE(error(o).find("no <|im_start|> token, which the qwen2.5 chat template needs"),

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "common/temp_dir.h"
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 #include "kiln/data/batch.h"
@@ -14,14 +15,6 @@ using Ids = std::vector<int32_t>;
 
 class TokenDatasetTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           fmt::format("kiln_token_dataset_test_{}_{}", getpid(),
-                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   fs::path write(const std::string& text) {
     fs::path p = dir_ / "train.jsonl";
     write_file_atomic(p, text);
@@ -46,7 +39,8 @@ class TokenDatasetTest : public ::testing::Test {
 
   std::string at(int line) { return fmt::format("{}:{}: ", (dir_ / "train.jsonl").string(), line); }
 
-  fs::path dir_;
+  testing::TempDir tmp_{"kiln_token_dataset_test"};
+  const fs::path dir_ = tmp_.path();
 };
 
 #define EXPECT_HAS(haystack, needle) \

@@ -21,19 +21,12 @@ DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 IGNORE = ROOT / "deploy" / "Dockerfile.dockerignore"
 SETUP = ROOT / "scripts" / "setup.sh"
 
-passed = 0
-failed = 0
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+from checks import Checks  # noqa: E402  (tests/common, shared by the Python tests)
 
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"PASS {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
-    return ok
+CHECKS = Checks()
+check = CHECKS.check
 
 
 def instructions(text):
@@ -81,7 +74,7 @@ def main():
           f"{global_args}")
     check("two stages", len(froms) == 2, f"{[a for _, a in froms]}")
     if len(froms) != 2:
-        print(f"{passed} passed, {failed} failed")
+        CHECKS.summary()
         return 1
     build_from, runtime_from = froms[0][1], froms[1][1]
     check("build stage: the CUDA cuDNN devel image, named build",
@@ -173,8 +166,7 @@ def main():
                      "examples/custom_train.cc", "deploy/entrypoint.sh", "scripts/build.sh"):
             check(f"context keeps {path}", not ignored(path))
 
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return CHECKS.summary()
 
 
 if __name__ == "__main__":

@@ -35,19 +35,12 @@ K8S = ROOT / "deploy" / "k8s"
 CLUSTER = ROOT / "deploy" / "eks" / "cluster.yaml"
 RECIPE_CC = ROOT / "src" / "kiln" / "train" / "recipe.cc"
 
-passed = 0
-failed = 0
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+from checks import Checks  # noqa: E402  (tests/common, shared by the Python tests)
 
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"PASS {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
-    return ok
+CHECKS = Checks()
+check = CHECKS.check
 
 
 def check_eq(name, actual, expected):
@@ -750,8 +743,7 @@ def main():
         check("the environment wins over the env file",
               p.returncode == 0 and "name: from-environment" in p.stdout, p.stderr.strip())
 
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return CHECKS.summary()
 
 
 if __name__ == "__main__":

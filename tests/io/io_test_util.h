@@ -3,7 +3,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -11,20 +10,14 @@
 #include <string>
 #include <string_view>
 
+#include "common/temp_dir.h"
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 
 namespace kiln::test {
 
 // A fresh directory per test (and per process, so parallel ctest runs never collide).
-inline fs::path temp_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path d = fs::temp_directory_path() / ("kiln_io_test_" + std::to_string(::getpid()) + "_" +
-                                            info->test_suite_name() + "_" + info->name());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+inline fs::path temp_dir() { return testing::fresh_dir("kiln_io_test"); }
 
 // [u64 little-endian header length][header][data]; `header_len` overrides the length field.
 inline std::string raw_safetensors(std::string_view header, std::string_view data,

@@ -202,24 +202,37 @@ inline constexpr Tolerance kBf16Stored{8e-3, 8e-3};
 // Matrix products and what is built on them: fp32 sums in another order, or bf16 inputs.
 inline constexpr Tolerance kProduct{1e-4, 3e-2};
 
+// max |got - want| / max |want| over an output (of equal sizes), where it is worst, and max |want|.
+struct RelError {
+  double rel = 0;
+  size_t worst = 0;
+  double max_want = 0;
+};
+inline RelError rel_error(const std::vector<double>& got, const std::vector<double>& want) {
+  RelError e;
+  double max_err = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    e.max_want = std::max(e.max_want, std::fabs(want[i]));
+    const double err = std::fabs(got[i] - want[i]);
+    if (err > max_err) {
+      max_err = err;
+      e.worst = i;
+    }
+  }
+  e.rel = max_err / std::max(e.max_want, 1e-30);
+  return e;
+}
+
 // Compares one output: every value finite, the normalised max error within tol.
 inline void expect_close(const std::string& what, const std::vector<double>& got,
                          const std::vector<double>& want, double tol) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  double max_want = 0, max_err = 0;
-  size_t worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
+  for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "] = " << got[i];
-    max_want = std::max(max_want, std::fabs(want[i]));
-    const double err = std::fabs(got[i] - want[i]);
-    if (err > max_err) {
-      max_err = err;
-      worst = i;
-    }
   }
-  const double rel = max_err / std::max(max_want, 1e-30);
-  EXPECT_LE(rel, tol) << what << ": worst at [" << worst << "]: " << got[worst] << " vs "
-                      << want[worst] << " (max |want| " << max_want << ")";
+  const RelError e = rel_error(got, want);
+  EXPECT_LE(e.rel, tol) << what << ": worst at [" << e.worst << "]: " << got[e.worst] << " vs "
+                        << want[e.worst] << " (max |want| " << e.max_want << ")";
 }
 
 // Runs `op` on the reference and on `be` and compares every output it returns.

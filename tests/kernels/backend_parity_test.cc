@@ -309,6 +309,33 @@ TEST_P(BackendParity, AddAndScale) {
   }
 }
 
+// cast_to_bf16 rounds to nearest, ties to even, and cast_from_bf16 widens exactly: bit for bit
+// the reference's values, on inputs with bits below bf16's precision (ties included) and at an
+// unaligned start.
+TEST_P(BackendParity, Casts) {
+  constexpr Tolerance kBitExact{0, 0};
+  for (const size_t n : kFlatSizes) {
+    for (const size_t off : kOffsets) {
+      std::vector<float> x = random_values(n + off, 19);
+      const auto low = random_values(n + off, 20);
+      for (size_t i = 0; i < x.size(); ++i) x[i] += x[i] * low[i] * 0x1p-9f;  // below bf16's ulp
+      const float ties[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-8f), 0.0f, -0.0f};
+      for (size_t i = 0; i < std::size(ties) && off + i < x.size(); ++i) x[off + i] = ties[i];
+      const std::string what = "n=" + std::to_string(n) + " offset " + std::to_string(off);
+      expect_parity(be(), "cast_to_bf16, cast_from_bf16 " + what, kBitExact, [&](const Backend& b) {
+        DeviceScope d(b);
+        const float* xd = d.upload(x) + off;
+        uint16_t* h = d.zeros<uint16_t>(n + off) + off;
+        float* back = d.zeros<float>(n + off) + off;
+        b.cast_to_bf16(h, xd, n);
+        b.cast_from_bf16(back, h, n);
+        return Outputs{{"bf16", d.download(ConstDevPtr{h, DType::BF16}, n)},
+                       {"f32", d.download(back, n)}};
+      });
+    }
+  }
+}
+
 // copy_2d moves a column block of one row-major matrix into a column block of another (the
 // q/k/v split), leaving the other columns alone: checked against the host, on every backend.
 TEST_P(BackendParity, Copy2dMovesColumnBlocks) {

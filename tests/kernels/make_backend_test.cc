@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "common/error_of.h"
 #include "kiln/base/error.h"
 #include "kiln/kernels/device/backend.h"
 
@@ -27,12 +28,7 @@ bool gpu_visible() {
 }
 
 std::string error_of(DeviceRequest d, ComputeDType t) {
-  try {
-    make_backend(d, t);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_of([&] { make_backend(d, t); });
 }
 
 TEST(MakeBackend, CudaWithoutGpuIsOneLineError) {

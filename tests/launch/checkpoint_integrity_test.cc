@@ -3,13 +3,13 @@
 // damaged checkpoint (with a warning naming it and why) for the newest intact one and ends like
 // an uninterrupted run; when none is intact it is an error listing each.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <string>
 #include <vector>
 
 #include "common/run_kiln.h"
 #include "common/run_losses.h"
+#include "common/tiny_run.h"
 #include "kiln/base/checksum.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
@@ -22,16 +22,10 @@ using testing::run_kiln;
 // Two workers, checkpoints every 5 steps, saved synchronously (so the newest save point is
 // committed when a later step dies).
 fs::path make_run(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("kiln_integrity_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  auto r = run_kiln("init --config tiny --seed 3 --out " + (d / "init").string());
-  EXPECT_EQ(r.code, 0) << r.out;
+  const fs::path d = testing::fresh_dir("kiln_integrity", name);
+  testing::init_tiny_model(d, 3);
   write_file_atomic(d / "recipe.yaml",
-                    "model:\n  path: " + (d / "init").string() +
-                        "\ndata:\n  train: " + KILN_SOURCE_DIR +
-                        "/assets/demo/tokens.jsonl\n  seq_len: 64\n"
+                    testing::tiny_recipe_head(d) +
                         "optimizer:\n  lr: 3.0e-3\n"
                         "train:\n  max_steps: 20\n  micro_batch_size: 2\n  log_every: 20\n"
                         "checkpoint:\n  every_steps: 5\n  keep_last: 0\n  background: false\n"

@@ -1,7 +1,6 @@
 // Checkpoints end to end: exact resume, restarts after killed workers, resharding to another
 // world size, export from a sharded checkpoint, and torn checkpoints ignored.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +10,7 @@
 
 #include "common/run_kiln.h"
 #include "common/run_losses.h"
+#include "common/tiny_run.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/io/checkpoint_reader.h"
@@ -24,16 +24,10 @@ using testing::run_metric_rows;
 
 fs::path make_run(const std::string& name, const std::string& extra = "",
                   const std::string& preset = "tiny") {
-  const fs::path d =
-      fs::temp_directory_path() / ("kiln_ckpt_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  auto r = run_kiln("init --config " + preset + " --seed 2 --out " + (d / "init").string());
-  EXPECT_EQ(r.code, 0) << r.out;
+  const fs::path d = testing::fresh_dir("kiln_ckpt", name);
+  testing::init_tiny_model(d, 2, preset);
   write_file_atomic(d / "recipe.yaml",
-                    "model:\n  path: " + (d / "init").string() +
-                        "\ndata:\n  train: " + KILN_SOURCE_DIR +
-                        "/assets/demo/tokens.jsonl\n  seq_len: 64\n"
+                    testing::tiny_recipe_head(d) +
                         "optimizer:\n  lr: 3.0e-3\nschedule:\n  name: cosine\n  warmup_steps: 4\n"
                         "train:\n  max_steps: 20\n  micro_batch_size: 4\n  log_every: 20\n"
                         "checkpoint:\n  every_steps: 5\n  keep_last: 0\n"

@@ -13,7 +13,6 @@
 //   KILN_WRITE_FP32_FIXTURE=1 build/tests/launch/fp32_fixture_test
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -21,6 +20,7 @@
 
 #include "common/run_kiln.h"
 #include "common/run_losses.h"
+#include "common/tiny_run.h"
 #include "common/weight_diff.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
@@ -76,15 +76,10 @@ std::string weights_hash(const fs::path& model_dir) {
 }
 
 fs::path run_fixture_recipe(const std::string& extra_env) {
-  const fs::path d = fs::temp_directory_path() / fmt::format("kiln_fp32_fixture_{}", ::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  auto r = run_kiln("init --config tiny --seed 3 --out " + (d / "init").string());
-  EXPECT_EQ(r.code, 0) << r.out;
+  const fs::path d = testing::fresh_dir("kiln_fp32_fixture", "run");
+  testing::init_tiny_model(d, 3);
   write_file_atomic(d / "recipe.yaml",
-                    "model:\n  path: " + (d / "init").string() +
-                        "\ndata:\n  train: " + KILN_SOURCE_DIR +
-                        "/assets/demo/tokens.jsonl\n  seq_len: 64\n"
+                    testing::tiny_recipe_head(d) +
                         "optimizer:\n  lr: 3.0e-3\n  weight_decay: 0.1\n"
                         "schedule:\n  name: cosine\n  warmup_steps: 3\n"
                         "train:\n  max_steps: 12\n  micro_batch_size: 2\n  grad_accum_steps: 2\n"
@@ -93,7 +88,7 @@ fs::path run_fixture_recipe(const std::string& extra_env) {
                         "  threads_per_worker: 1\n"
                         "output:\n  dir: " +
                         (d / "run").string() + "\n");
-  r = run_kiln("train " + (d / "recipe.yaml").string(), extra_env);
+  const auto r = run_kiln("train " + (d / "recipe.yaml").string(), extra_env);
   EXPECT_EQ(r.code, 0) << r.out;
   return d / "run";
 }

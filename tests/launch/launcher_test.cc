@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/run_kiln.h"
+#include "common/temp_dir.h"
 #include "common/tiny_run.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
@@ -319,8 +320,7 @@ testing::CmdResult run_example(const std::string& args, const std::string& env =
 // report(metrics, dir) commits every rank's part atomically; a killed worker's group restarts
 // and the function resumes from latest_checkpoint() to the uninterrupted result.
 TEST(RuntimeApi, ReportedCheckpointsResumeAKilledFunction) {
-  const fs::path d = fs::temp_directory_path() / ("kiln_runtime_" + std::to_string(::getpid()));
-  fs::remove_all(d);
+  const fs::path d = testing::fresh_path("kiln_runtime");
   auto full = run_example("--nproc 2 --steps 8 --out " + (d / "full").string());
   ASSERT_EQ(full.code, 0) << full.out;
   EXPECT_EQ(full.out.find("resumed from"), std::string::npos) << full.out;
@@ -369,9 +369,7 @@ namespace {
 
 // A user's function that calls begin_step(): the hang line names the step the rank stopped in.
 TEST(RuntimeApi, HangInsideAStepNamesTheStep) {
-  const fs::path d =
-      fs::temp_directory_path() / ("kiln_runtime_hang_" + std::to_string(::getpid()));
-  fs::remove_all(d);
+  const fs::path d = testing::fresh_path("kiln_runtime_hang");
   const auto t0 = std::chrono::steady_clock::now();
   auto r =
       run_example("--nproc 2 --steps 8 --timeout-s 2 --out " + d.string(), "KILN_FAULT=1:3:hang");

@@ -4,13 +4,13 @@
 #include "kiln/train/runtime.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <functional>
 #include <sstream>
 #include <thread>
 
+#include "common/temp_dir.h"
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
@@ -58,9 +58,7 @@ fs::path part_dir(const fs::path& base, int rank, const std::string& payload) {
 }
 
 TEST(RuntimeReport, CommitsEveryPartAtomicallyAndKeepsTheNewest) {
-  const fs::path d =
-      fs::temp_directory_path() / ("kiln_runtime_report_" + std::to_string(::getpid()));
-  fs::remove_all(d);
+  const fs::path d = testing::fresh_path("kiln_runtime_report");
   const fs::path run = d / "run";
   auto errors = run_two(run, 2, [&](WorkerContext& ctx) {
     EXPECT_FALSE(ctx.latest_checkpoint().has_value());
@@ -102,9 +100,7 @@ TEST(RuntimeReport, CommitsEveryPartAtomicallyAndKeepsTheNewest) {
 }
 
 TEST(RuntimeReport, OneRankFailingCommitsNothingAndEveryRankNamesIt) {
-  const fs::path d =
-      fs::temp_directory_path() / ("kiln_runtime_fail_" + std::to_string(::getpid()));
-  fs::remove_all(d);
+  const fs::path d = testing::fresh_path("kiln_runtime_fail");
   const fs::path run = d / "run";
   auto errors = run_two(run, 0, [&](WorkerContext& ctx) {
     ctx.report({{"step", 1}}, part_dir(d, ctx.identity().rank, "ok"));

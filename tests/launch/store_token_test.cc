@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "common/error_of.h"
 #include "kiln/base/error.h"
 
 namespace kiln {
@@ -18,12 +19,7 @@ EnvLookup env_of(std::map<std::string, std::string> vars) {
 }
 
 std::string error_of(bool beyond, const EnvLookup& env) {
-  try {
-    job_store_token(beyond, env);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_of([&] { job_store_token(beyond, env); });
 }
 
 TEST(StoreToken, BeyondLoopbackOnlyTheOperatorsSecretWill) {

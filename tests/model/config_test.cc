@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "common/error_of.h"
 #include "kiln/base/error.h"
 #include "kiln/model/layout.h"
 #include "kiln/model/phase_costs.h"
@@ -13,12 +14,7 @@ namespace kiln {
 namespace {
 
 std::string error_of(const Json& j) {
-  try {
-    config_from_json(j, "cfg.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_of([&] { config_from_json(j, "cfg.json"); });
 }
 
 TEST(Config, RoundTripsThroughJson) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/grad_check.h"
+#include "common/small_model.h"
 #include "common/test_backend.h"
 #include "kiln/base/error.h"
 #include "kiln/model/decoder.h"
@@ -79,17 +80,9 @@ struct FamilyCase {
 };
 
 ModelConfig family_config(const FamilyCase& f) {
-  ModelConfig c = family_defaults(f.family);
   const ModelConfig s = small_config(f.tied);
-  c.hidden_size = s.hidden_size;
-  c.intermediate_size = s.intermediate_size;
-  c.num_hidden_layers = s.num_hidden_layers;
-  c.num_attention_heads = s.num_attention_heads;
-  c.num_key_value_heads = s.num_key_value_heads;
-  c.vocab_size = s.vocab_size;
+  ModelConfig c = testing::with_sizes_of(family_defaults(f.family), s);
   c.max_position_embeddings = s.max_position_embeddings;
-  c.rope_theta = s.rope_theta;
-  c.tie_word_embeddings = f.tied;
   if (f.family == ModelFamily::kQwen3) c.head_dim_field = 16;
   if (f.family == ModelFamily::kLlama) {
     c.rope_theta = 500000.0;
@@ -98,15 +91,10 @@ ModelConfig family_config(const FamilyCase& f) {
   return c;
 }
 
-// Every tensor random, norms around 1, large enough that every path matters.
+// Every tensor random (matrices N(0, 0.2^2)), norms around 1, large enough that every path
+// matters.
 void randomize(ParamStore& store, const ParamLayout& layout, uint32_t seed) {
-  for (int u = 0; u < layout.num_units(); ++u) {
-    for (const auto& e : layout.units()[u].entries) {
-      const bool norm = e.name.find("norm") != std::string::npos;
-      auto v = random_vec(e.numel, seed++, norm ? 0.1f : 0.2f, norm ? 1.0f : 0.0f);
-      std::copy(v.begin(), v.end(), store.params(u).data() + e.offset);
-    }
-  }
+  testing::randomize(store, layout, seed, 0.2f);
 }
 
 // Logits (T, V) of the training model's forward over the whole sequence: its final hidden state

@@ -3,23 +3,17 @@
 #include "kiln/model/hf_checkpoint.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <vector>
 
 #include "common/small_model.h"
+#include "common/temp_dir.h"
 #include "common/test_backend.h"
 
 namespace kiln {
 namespace {
 
-fs::path temp_model_dir() {
-  const fs::path d =
-      fs::temp_directory_path() / ("kiln_hf_range_" + std::to_string(::getpid()) + "_" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fs::remove_all(d);
-  return d;
-}
+fs::path temp_model_dir() { return testing::fresh_path("kiln_hf_range"); }
 
 TEST(HfWeightsReader, RangesEqualSlicesOfTheUnit) {
   for (bool tied : {true, false}) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "common/temp_dir.h"
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
@@ -20,23 +21,19 @@ const fs::path kLlamaTokenizer =
 class HfModelFilesTemplate : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("kiln_hf_files_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
     fs::create_directories(dir_ / "base");
     write_file_atomic(dir_ / "base/config.json",
                       R"({"model_type": "llama", "vocab_size": 128256})");
     fs::copy_file(kLlamaTokenizer, dir_ / "base/tokenizer.json");
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   Json written(const std::string& chat_template) {
     HfModelFiles::read(dir_ / "base", {}, chat_template).write(dir_ / "out", "float32");
     return parse_json(read_file(dir_ / "out/tokenizer_config.json"), "out");
   }
 
-  fs::path dir_;
+  testing::TempDir tmp_{"kiln_hf_files"};
+  const fs::path dir_ = tmp_.path();
 };
 
 TEST_F(HfModelFilesTemplate, BaseWithoutAnyGetsTheChosenOne) {

@@ -2,19 +2,12 @@
 
 #include <gtest/gtest.h>
 
-#include <functional>
+#include "common/error_of.h"
 
 namespace kiln {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(LoraConfig, ScaleIsAlphaOverRankOrOverItsRoot) {
   LoraConfig c;

@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "common/temp_dir.h"
 #include "kiln/base/error.h"
 #include "kiln/base/json.h"
 #include "kiln/io/safetensors.h"
@@ -49,15 +50,10 @@ std::string error_of(const std::function<void()>& f) {
 class PeftDir : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("kiln_peft_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
     fs::create_directories(dir_ / "base");
     write_file_atomic(dir_ / "base/config.json", config_to_json(model_).dump(2));
     fs::copy_file(kTokenizer, dir_ / "base/tokenizer.json");
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // A copy of the fixture whose adapter_config.json has `key` set to `value` (parsed as JSON).
   fs::path fixture_with(const std::string& key, const std::string& value) {
@@ -91,7 +87,8 @@ class PeftDir : public ::testing::Test {
 
   HfModelFiles files() const { return HfModelFiles::read(dir_ / "base"); }
 
-  fs::path dir_;
+  testing::TempDir tmp_{"kiln_peft"};
+  const fs::path dir_ = tmp_.path();
   ModelConfig model_ = preset_config("tiny-qwen3");
 };
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error_of.h"
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
@@ -23,12 +24,7 @@ void write_config(const fs::path& dir, const Json& chat_template) {
 }
 
 std::string choice_error(const fs::path& dir, std::string_view setting) {
-  try {
-    choose_chat_template(dir, setting, "data.template");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_of([&] { choose_chat_template(dir, setting, "data.template"); });
 }
 
 // The embedded texts are the asset files, byte for byte.

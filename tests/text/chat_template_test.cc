@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error_of.h"
 #include "kiln/base/error.h"
 #include "kiln/text/chat_messages.h"
 #include "text_test_util.h"
@@ -82,12 +83,7 @@ TEST(ChatTemplate, PiecesMarkTheReplyAndJoinAdjacentText) {
 TEST(ChatTemplate, FieldsAndSwitchesATemplateDoesNotRender) {
   const auto error = [](const ChatTemplate& t, const std::vector<ChatMessage>& m,
                         const ChatOptions& o) -> std::string {
-    try {
-      t.pieces(m, {}, o);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+    return testing::error_of([&] { t.pieces(m, {}, o); });
   };
   std::vector<ChatMessage> reasoning = {{"user", "q"}, {"assistant", "a"}};
   reasoning[1].reasoning_content = "why";
@@ -151,12 +147,8 @@ TEST(ChatTemplate, MessagesFromJson) {
   EXPECT_EQ(m[1].tool_calls[0], (ToolCall{"f", R"({"a": 1})", R"({"a":1})"}));
   EXPECT_EQ(m[1].tool_calls[1], (ToolCall{"g", R"({"b": [2]})"}));
   const auto error = [](const char* json) -> std::string {
-    try {
-      chat_messages_from_json(parse_json_ordered(json, "t"), "messages");
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+    return testing::error_of(
+        [&] { chat_messages_from_json(parse_json_ordered(json, "t"), "messages"); });
   };
   EXPECT_EQ(error(R"({"role": "user"})"), "messages is a JSON object, expected an array");
   EXPECT_EQ(error(R"([{"role": "user"}])"), "messages[0].content is missing");

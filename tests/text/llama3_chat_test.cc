@@ -3,6 +3,7 @@
 // published templates in chat_template_ref_test.cc.
 #include <gtest/gtest.h>
 
+#include "common/error_of.h"
 #include "kiln/base/error.h"
 #include "kiln/text/chat_template.h"
 #include "text_test_util.h"
@@ -13,12 +14,7 @@ namespace {
 const ChatTemplate& llama() { return chat_template(ChatTemplateId::kLlama3); }
 
 std::string error(const std::vector<ChatMessage>& m, const std::vector<OrderedJson>& tools = {}) {
-  try {
-    llama().pieces(m, tools, {});
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_of([&] { llama().pieces(m, tools, {}); });
 }
 
 TEST(Llama3Chat, ReplyIsTheTrimmedContentAndEotId) {

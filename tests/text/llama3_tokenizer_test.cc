@@ -9,6 +9,7 @@
 // user 270, 'S 271); "Ġwow" is 272 and no merge leads to it; added tokens are 128000..128255.
 #include <gtest/gtest.h>
 
+#include "common/error_of.h"
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 #include "text_test_util.h"
@@ -78,12 +79,7 @@ TEST(Llama3Tokenizer, PostProcessorErrors) {
   const auto error = [&](auto&& edit) -> std::string {
     Json j = base;
     edit(j["post_processor"]);
-    try {
-      Tokenizer::from_json_text(j.dump(), "t.json");
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+    return testing::error_of([&] { Tokenizer::from_json_text(j.dump(), "t.json"); });
   };
   EXPECT_EQ(error([](Json& p) {
               p = {{"type", "RobertaProcessing"}};

@@ -3,13 +3,13 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/temp_dir.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/text/tokenizer.h"
@@ -58,14 +58,6 @@ inline std::vector<int32_t> ids_of(const Json& j) { return j.get<std::vector<int
 
 // A fresh temporary directory for the running test; ctest runs tests in parallel processes, so
 // the name carries the test's name and the process id.
-inline fs::path fresh_temp_dir(const std::string& prefix) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path dir =
-      fs::temp_directory_path() / (prefix + "_" + info->test_suite_name() + "_" + info->name() +
-                                   "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+inline fs::path fresh_temp_dir(const std::string& prefix) { return testing::fresh_dir(prefix); }
 
 }  // namespace kiln::test

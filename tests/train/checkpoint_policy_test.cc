@@ -1,10 +1,10 @@
 // Retention by metric (keep_last + keep_best over the manifests' metrics) and the split of an
 // evaluation set into per-rank batches, without training.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <set>
 
+#include "common/temp_dir.h"
 #include "kiln/base/file.h"
 #include "kiln/data/batch.h"
 #include "kiln/train/checkpoint.h"
@@ -15,12 +15,6 @@ namespace {
 
 class CheckpointPolicy : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("kiln_ckpt_policy_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
   // A committed checkpoint directory with only a manifest (enough for listing and retention).
   void make(int64_t step, const Json& metrics) {
     const fs::path d = root_ / checkpoint_dir_name(step);
@@ -32,7 +26,8 @@ class CheckpointPolicy : public ::testing::Test {
     for (const auto& e : fs::directory_iterator(root_)) out.insert(e.path().filename().string());
     return out;
   }
-  fs::path root_;
+  testing::TempDir tmp_{"kiln_ckpt_policy"};
+  const fs::path root_ = tmp_.path();
 };
 
 TEST_F(CheckpointPolicy, KeepBestKeepsTheBestByTheMetricBesidesTheNewest) {

@@ -1,8 +1,9 @@
 // model.adapter is checked before any worker starts: the adapter agrees with the lora section and
 // fits model.path, or kiln train stops in one line naming the key, the file and the field.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
+#include "common/error_of.h"
+#include "common/temp_dir.h"
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 #include "kiln/model/config.h"
@@ -16,14 +17,9 @@ const fs::path kFixture = fs::path(KILN_SOURCE_DIR) / "tests/fixtures/peft_tiny_
 class PreflightAdapter : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("kiln_preflight_adapter_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
     fs::create_directories(dir_ / "model");
     model("tiny-qwen3");
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   void model(const std::string& preset) {
     write_file_atomic(dir_ / "model/config.json", config_to_json(preset_config(preset)).dump());
@@ -37,15 +33,11 @@ class PreflightAdapter : public ::testing::Test {
                     (dir_ / "model").string(), adapter.string(), lora,
                     (dir_ / "none.jsonl").string(), (dir_ / "out").string()),
         "r.yaml", dir_);
-    try {
-      preflight_checks(r);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+    return testing::error_of([&] { preflight_checks(r); });
   }
 
-  fs::path dir_;
+  testing::TempDir tmp_{"kiln_preflight_adapter"};
+  const fs::path dir_ = tmp_.path();
 };
 
 constexpr const char* kMatching = "{rank: 4, alpha: 8, targets: [q_proj, v_proj]}";

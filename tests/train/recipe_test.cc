@@ -5,6 +5,8 @@
 
 #include <set>
 
+#include "common/error_of.h"
+#include "common/temp_dir.h"
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 #include "kiln/data/formats.h"
@@ -132,12 +134,7 @@ TEST(Recipe, Defaults) {
 
 TEST(Recipe, ChatTemplateKeys) {
   const auto error = [](const std::string& override) -> std::string {
-    try {
-      parse(kMinimal, {override});
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+    return testing::error_of([&] { parse(kMinimal, {override}); });
   };
   EXPECT_EQ(error("data.template=chatml"),
             "override 'data.template=chatml': data.template: invalid value 'chatml' (valid: "
@@ -264,12 +261,7 @@ TEST(Recipe, RelativeDataPath) {
 }
 
 // A fresh directory for one test; the test removes it.
-fs::path temp_dir(const std::string& name) {
-  fs::path dir =
-      fs::temp_directory_path() / ("kiln_recipe_test_" + std::to_string(getpid()) + "_" + name);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path temp_dir(const std::string& name) { return testing::fresh_dir("kiln_recipe_test", name); }
 
 TEST(Recipe, LoadResolvesAgainstFileDirectory) {
   fs::path dir = temp_dir("load");

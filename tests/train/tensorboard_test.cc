@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/run_kiln.h"
+#include "common/temp_dir.h"
 #include "kiln/base/crc32c.h"
 #include "kiln/base/error.h"
 #include "tensorboard_event.pb.h"
@@ -52,12 +53,7 @@ std::vector<tensorboard::Event> read_events(const std::string& bytes) {
   return out;
 }
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("kiln_tensorboard_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  return d;
-}
+fs::path temp_dir(const std::string& name) { return testing::fresh_path("kiln_tensorboard", name); }
 
 TEST(TfRecord, FramingByHand) {
   const std::string r = tfrecord("abc");

@@ -67,26 +67,14 @@ inline std::vector<double> widen_bf16(const std::vector<uint16_t>& v) {
   return out;
 }
 
-// max |got - want| / max |want| within tol, every value finite; prints the figure.
+// parity::expect_close (max |got - want| / max |want| within tol, every value finite), printing
+// the figure.
 inline void expect_close(const std::string& what, const std::vector<double>& got,
                          const std::vector<double>& want, double tol) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double max_want = 0, max_err = 0;
-  size_t worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "] = " << got[i];
-    max_want = std::max(max_want, std::fabs(want[i]));
-    const double err = std::fabs(got[i] - want[i]);
-    if (err > max_err) {
-      max_err = err;
-      worst = i;
-    }
-  }
-  const double rel = max_err / std::max(max_want, 1e-30);
-  std::printf("[ emul     ] %-48s worst %.2e (tol %.0e, %zu values)\n", what.c_str(), rel, tol,
-              want.size());
-  EXPECT_LE(rel, tol) << what << ": worst at [" << worst << "]: " << got[worst] << " vs "
-                      << want[worst] << " (max |want| " << max_want << ")";
+  parity::expect_close(what, got, want, tol);
+  if (got.size() != want.size()) return;
+  std::printf("[ emul     ] %-48s worst %.2e (tol %.0e, %zu values)\n", what.c_str(),
+              parity::rel_error(got, want).rel, tol, want.size());
 }
 inline void expect_close(const std::string& what, const std::vector<float>& got,
                          const std::vector<float>& want, double tol) {

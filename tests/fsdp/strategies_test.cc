@@ -1,0 +1,162 @@
+// Every FSDP strategy in process (ranks as threads over Gloo) against world size 1: full_shard,
+// shard_grad_op and no_shard on 2 and 3 ranks, hybrid_shard on two "nodes" of two ranks and of
+// one, each with one micro-step and with two (gradient accumulation: sync off, then on). Each
+// rank trains its own rows; the ranks' loss sums add up to the single rank's over all rows, and
+// each rank's gradient shard is that slice of the single rank's gradients, for a tied and an
+// untied model. The binary's runs of the same (launch/dist_equivalence_test.cc) allow 1e-5 on the
+// losses; so does this.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/rank_threads.h"
+#include "common/small_model.h"
+#include "common/test_backend.h"
+#include "kiln/comm/gloo_communicator.h"
+#include "kiln/comm/store.h"
+#include "kiln/fsdp/fsdp.h"
+#include "kiln/model/decoder.h"
+
+namespace kiln {
+namespace {
+
+constexpr int kT = 10;  // tokens per row
+
+// Row `row` of the whole batch: ids and targets spread over the vocabulary, every fourth target
+// ignored.
+void fill_row(Batch& b, int b_row, int row, int V) {
+  for (int t = 0; t < kT; ++t) {
+    const size_t i = static_cast<size_t>(b_row) * kT + t;
+    b.input_ids[i] = (t * 7 + row * 11 + 3) % V;
+    b.positions[i] = t;
+    b.targets[i] = t % 4 == 3 ? kIgnoreIndex : (t * 5 + row * 13 + 1) % V;
+  }
+}
+
+// Rows [first, first + n).
+Batch rows(int first, int n, int V) {
+  Batch b;
+  b.resize(n, kT);
+  for (int r = 0; r < n; ++r) fill_row(b, r, first + r, V);
+  return b;
+}
+
+// The groups of one rank: the shard group, and under hybrid_shard the replica group (ranks
+// r / per_node form a node, as WorkerContext::make_groups splits them).
+struct Groups {
+  std::unique_ptr<Communicator> world, shard_owned, replica;
+  Communicator* shard = nullptr;
+};
+
+Groups make_groups(const std::shared_ptr<Store>& store, int rank, int world, int nodes) {
+  Groups g;
+  g.world = make_gloo_communicator(store, rank, world, GlooOptions{});
+  g.shard = g.world.get();
+  if (nodes == 0) return g;
+  const int per_node = world / nodes, node = rank / per_node, local = rank % per_node;
+  std::vector<int> intra, inter;
+  for (int l = 0; l < per_node; ++l) intra.push_back(node * per_node + l);
+  for (int n = 0; n < nodes; ++n) inter.push_back(n * per_node + local);
+  g.shard_owned = g.world->split(intra, "intra");
+  g.replica = g.world->split(inter, "inter");
+  g.shard = g.shard_owned.get();
+  return g;
+}
+
+struct RankResult {
+  double loss = 0;
+  std::vector<ShardRange> ranges;
+  std::vector<std::vector<float>> grads;  // per unit: this rank's gradient shard
+};
+
+// One step of `world` ranks (`nodes` > 0: hybrid_shard over that many nodes) in `accum`
+// micro-steps of `n` rows; rank r's micro-step m trains rows from (m * world + r) * n.
+std::vector<RankResult> run_step(const ModelConfig& c, const ParamStore& init,
+                                 ShardStrategy strategy, int world, int nodes, int accum, int n,
+                                 float scale) {
+  const Backend& be = testing::cpu_fp32();
+  const int V = static_cast<int>(c.vocab_size);
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<RankResult> out(world);
+  testing::run_rank_threads(world, [&](int r) {
+    Groups g = make_groups(store, r, world, nodes);
+    Decoder model(c, be);
+    Fsdp fsdp(model.layout(), be, strategy, *g.shard, g.replica.get());
+    RankResult& res = out[r];
+    res.ranges = fsdp.shard_ranges();
+    for (int u = 0; u < fsdp.num_units(); ++u) {
+      fsdp.zero_shard(u);
+      fsdp.load_shard(u, 0, init.params(u).data() + res.ranges[u].begin, res.ranges[u].size());
+    }
+    fsdp.zero_grads();
+    for (int m = 0; m < accum; ++m) {
+      fsdp.set_sync_grads(m + 1 == accum);
+      res.loss += model.forward_backward(rows((m * world + r) * n, n, V), fsdp, scale, false);
+    }
+    fsdp.finish_backward();
+    be.synchronize();
+    for (int u = 0; u < fsdp.num_units(); ++u) {
+      const float* gr = fsdp.shard_grads(u);
+      res.grads.emplace_back(gr, gr + res.ranges[u].size());
+    }
+  });
+  return out;
+}
+
+// Each rank's gradient shard is the single rank's gradients at its range; the losses add up.
+void expect_matches_one_rank(ShardStrategy strategy, int world, int nodes, int accum, bool tied) {
+  SCOPED_TRACE(std::string(strategy_name(strategy)) + ", world " + std::to_string(world) +
+               ", nodes " + std::to_string(nodes) + ", accumulation " + std::to_string(accum) +
+               (tied ? ", tied" : ", untied"));
+  const ModelConfig c = testing::small_config(tied);
+  const ParamLayout layout(c);
+  ParamStore init(layout, testing::cpu_fp32(), /*with_grads=*/false);
+  testing::randomize(init, layout, 7);
+  const int rows_total = world * accum;
+  const float scale =
+      1.0f / static_cast<float>(rows(0, rows_total, static_cast<int>(c.vocab_size)).num_targets());
+  // World size 1: one micro-step over every row.
+  const std::vector<RankResult> one =
+      run_step(c, init, ShardStrategy::kFullShard, 1, 0, 1, rows_total, scale);
+  const std::vector<RankResult> many = run_step(c, init, strategy, world, nodes, accum, 1, scale);
+  ASSERT_EQ(one.size(), 1u);
+  ASSERT_EQ(many.size(), static_cast<size_t>(world));
+  double sum = 0;
+  for (int r = 0; r < world; ++r) {
+    sum += many[r].loss;
+    for (size_t u = 0; u < many[r].grads.size(); ++u) {
+      const ShardRange& range = many[r].ranges[u];
+      EXPECT_LT(testing::rel_err(many[r].grads[u].data(), one[0].grads[u].data() + range.begin,
+                                 range.size()),
+                2e-5)
+          << "rank " << r << " unit " << u;
+    }
+  }
+  EXPECT_NEAR(sum, one[0].loss, 1e-5 * std::fabs(one[0].loss));
+}
+
+TEST(FsdpStrategies, EachMatchesOneRank) {
+  for (bool tied : {true, false}) {
+    for (ShardStrategy s :
+         {ShardStrategy::kFullShard, ShardStrategy::kShardGradOp, ShardStrategy::kNoShard}) {
+      for (int world : {2, 3}) {
+        for (int accum : {1, 2}) expect_matches_one_rank(s, world, 0, accum, tied);
+      }
+    }
+  }
+}
+
+TEST(FsdpStrategies, HybridShardMatchesOneRank) {
+  for (bool tied : {true, false}) {
+    for (int accum : {1, 2}) {
+      expect_matches_one_rank(ShardStrategy::kHybridShard, 4, 2, accum, tied);  // 2 nodes of 2
+      expect_matches_one_rank(ShardStrategy::kHybridShard, 2, 2, accum, tied);  // 2 nodes of 1
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
