@@ -13,11 +13,7 @@ namespace {
 
 class AtomicDir : public ::testing::Test {
  protected:
-  std::set<std::string> entries(const fs::path& d) const {
-    std::set<std::string> out;
-    for (const auto& e : fs::directory_iterator(d)) out.insert(e.path().filename().string());
-    return out;
-  }
+  std::set<std::string> entries(const fs::path& d) const { return testing::entry_names(d); }
 
   testing::TempDir tmp_{"kiln_atomic_dir"};
   const fs::path root_ = tmp_.path();

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "common/grad_check.h"
+#include "kiln/base/ignore_index.h"
+#include "kiln/data/batch.h"
 #include "kiln/model/config.h"
 #include "kiln/model/unit_access.h"
 
@@ -64,6 +66,29 @@ inline void randomize(ParamStore& store, const ParamLayout& layout, uint32_t see
       std::copy(v.begin(), v.end(), store.params(u).data() + e.offset);
     }
   }
+}
+
+// A (B, T) batch of ids below V for gradient checks, each token targeting the next, one label
+// masked; `packed`: row 0 holds two documents, [0, 4) and [4, T), with another label masked.
+inline Batch grad_batch(int B, int T, int V, bool packed) {
+  Batch b;
+  b.resize(B, T);
+  for (int i = 0; i < B * T; ++i) {
+    b.input_ids[i] = (i * 7 + 3) % V;
+    b.positions[i] = i % T;
+  }
+  for (int r = 0; r < B; ++r) {
+    for (int t = 0; t + 1 < T; ++t) b.targets[r * T + t] = b.input_ids[r * T + t + 1];
+  }
+  b.targets[1] = kIgnoreIndex;  // a masked label
+  if (packed) {                 // row 0 holds two documents: [0, 4) and [4, T)
+    for (int t = 4; t < T; ++t) {
+      b.doc_start[t] = 4;
+      b.positions[t] = t - 4;
+    }
+    b.targets[3] = kIgnoreIndex;
+  }
+  return b;
 }
 
 }  // namespace kiln::testing

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <set>
 #include <string>
 #include <system_error>
 
@@ -33,6 +34,13 @@ inline std::filesystem::path fresh_dir(const std::string& prefix,
   const std::filesystem::path d = fresh_path(prefix, name);
   std::filesystem::create_directories(d);
   return d;
+}
+
+// The names of the entries directly in `dir`, sorted.
+inline std::set<std::string> entry_names(const std::filesystem::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.insert(e.path().filename());
+  return out;
 }
 
 // A fresh_dir removed with everything in it when the object goes out of scope.

@@ -15,26 +15,7 @@ namespace {
 using testing::randomize;
 using testing::small_config;
 
-Batch make_batch(int B, int T, int V, bool packed) {
-  Batch b;
-  b.resize(B, T);
-  for (int i = 0; i < B * T; ++i) {
-    b.input_ids[i] = (i * 7 + 3) % V;
-    b.positions[i] = i % T;
-  }
-  for (int r = 0; r < B; ++r) {
-    for (int t = 0; t + 1 < T; ++t) b.targets[r * T + t] = b.input_ids[r * T + t + 1];
-  }
-  b.targets[1] = kIgnoreIndex;  // a masked label
-  if (packed) {                 // row 0 holds two documents: [0, 4) and [4, T)
-    for (int t = 4; t < T; ++t) {
-      b.doc_start[t] = 4;
-      b.positions[t] = t - 4;
-    }
-    b.targets[3] = kIgnoreIndex;
-  }
-  return b;
-}
+using testing::grad_batch;
 
 struct Case {
   ModelFamily family;
@@ -51,7 +32,7 @@ TEST_P(ModelGrad, MatchesFiniteDifferences) {
   Decoder model(testing::small_family_config(k.family, k.tied, k.heads, k.kv), testing::cpu_fp32());
   ParamStore store(model.layout(), testing::cpu_fp32());
   randomize(store, model.layout(), 11);
-  Batch batch = make_batch(2, 9, 23, k.packed);
+  Batch batch = grad_batch(2, 9, 23, k.packed);
   const float scale = 1.0f / static_cast<float>(batch.num_targets());
   store.zero_grads();
   const double loss_sum = model.forward_backward(batch, store, scale, k.recompute);
@@ -97,7 +78,7 @@ TEST(Model, RecomputationGivesIdenticalGradients) {
     ParamStore a(model.layout(), testing::cpu_fp32()), b(model.layout(), testing::cpu_fp32());
     randomize(a, model.layout(), 3);
     randomize(b, model.layout(), 3);
-    Batch batch = make_batch(2, 9, 23, true);
+    Batch batch = grad_batch(2, 9, 23, true);
     const double la = model.forward_backward(batch, a, 0.1f, false);
     const double lb = model.forward_backward(batch, b, 0.1f, true);
     EXPECT_EQ(la, lb) << model_type_name(f);
@@ -112,7 +93,7 @@ TEST(Model, GradientsAccumulateAcrossCalls) {
   Decoder model(small_config(false, 4, 2), testing::cpu_fp32());
   ParamStore s(model.layout(), testing::cpu_fp32());
   randomize(s, model.layout(), 5);
-  Batch batch = make_batch(1, 6, 23, false);
+  Batch batch = grad_batch(1, 6, 23, false);
   model.forward_backward(batch, s, 1.0f, false);
   std::vector<float> once(s.grads(1).data(), s.grads(1).data() + s.grads(1).size());
   model.forward_backward(batch, s, 1.0f, false);
@@ -122,7 +103,7 @@ TEST(Model, GradientsAccumulateAcrossCalls) {
 TEST(Model, RejectsOutOfVocabularyTokens) {
   Decoder model(small_config(true, 4, 2), testing::cpu_fp32());
   ParamStore s(model.layout(), testing::cpu_fp32());
-  Batch batch = make_batch(1, 6, 23, false);
+  Batch batch = grad_batch(1, 6, 23, false);
   batch.input_ids[2] = 23;
   EXPECT_THROW(model.forward(batch, s), Error);
 }

@@ -21,6 +21,7 @@
 namespace kiln {
 namespace {
 
+using testing::grad_batch;
 using testing::randomize;
 using testing::small_family_config;
 
@@ -36,24 +37,6 @@ LoraConfig lora_config(std::vector<std::string> targets, bool rslora = false, in
   return l;
 }
 const std::vector<std::string> kAll = {"all-linear"};
-
-Batch make_batch(int B, int T, int V) {
-  Batch b;
-  b.resize(B, T);
-  for (int i = 0; i < B * T; ++i) {
-    b.input_ids[i] = (i * 7 + 3) % V;
-    b.positions[i] = i % T;
-  }
-  for (int r = 0; r < B; ++r) {
-    for (int t = 0; t + 1 < T; ++t) b.targets[r * T + t] = b.input_ids[r * T + t + 1];
-  }
-  b.targets[1] = kIgnoreIndex;
-  for (int t = 4; t < T; ++t) {  // row 0 holds two documents
-    b.doc_start[t] = 4;
-    b.positions[t] = t - 4;
-  }
-  return b;
-}
 
 // Copies the base units of `from` (a LoRA layout's store) into `to` (the plain layout's).
 void copy_base(ParamStore& to, const ParamStore& from, int base_units) {
@@ -170,7 +153,7 @@ TEST_P(LoraGrad, MatchesFiniteDifferences) {
   const ParamLayout& layout = model.layout();
   ParamStore store(layout, testing::cpu_fp32());
   randomize(store, layout, 11);
-  const Batch batch = make_batch(2, 9, 23);
+  const Batch batch = grad_batch(2, 9, 23, true);
   const float scale = 1.0f / static_cast<float>(batch.num_targets());
   store.zero_grads();
   const double loss_sum = model.forward_backward(batch, store, scale, k.recompute);
@@ -213,7 +196,7 @@ TEST(LoraMerge, ForwardEqualsMergedBase) {
       ParamStore m(plain.layout(), testing::cpu_fp32(), false);
       randomize(s, with.layout(), 3);
       copy_base(m, s, plain.layout().num_units());
-      const Batch batch = make_batch(2, 9, 23);
+      const Batch batch = grad_batch(2, 9, 23, true);
       const double base = plain.forward(batch, m);
       for (int l = 0; l < c.num_hidden_layers; ++l) {
         merge_lora(testing::cpu_fp32(), with.layout(),
@@ -237,7 +220,7 @@ TEST(LoraInit, FreshAdapterGivesTheBaseLossExactly) {
     randomize(s, with.layout(), 9);
     init_lora_params(s, with.layout(), 1);
     copy_base(p, s, plain.layout().num_units());
-    const Batch batch = make_batch(2, 9, 23);
+    const Batch batch = grad_batch(2, 9, 23, true);
     EXPECT_EQ(with.forward(batch, s), plain.forward(batch, p)) << model_type_name(f);
     for (const bool recompute : {false, true}) {
       s.zero_grads();
@@ -305,7 +288,7 @@ TEST(LoraFrozenBase, OnlyAdaptersGetGradients) {
     for (const bool recompute : {false, true}) {
       rec.grads.clear();
       rec.done.clear();
-      model.forward_backward(make_batch(2, 9, 23), rec, 0.1f, recompute);
+      model.forward_backward(grad_batch(2, 9, 23, true), rec, 0.1f, recompute);
       std::set<int> adapters;
       for (int l = 0; l < c.num_hidden_layers; ++l) adapters.insert(model.layout().lora_unit(l));
       EXPECT_EQ(rec.grads, adapters);
@@ -343,7 +326,7 @@ TEST(LoraBf16, StaysNearFp32) {
     }
     s->zero_grads();
   }
-  Batch batch = make_batch(2, 24, 300);
+  Batch batch = grad_batch(2, 24, 300, true);
   const float scale = 1.0f / static_cast<float>(batch.num_targets());
   const double l32 = m32.forward_backward(batch, s32, scale, false);
   const double l16 = m16.forward_backward(batch, s16, scale, true);

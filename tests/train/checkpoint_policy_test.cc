@@ -21,11 +21,7 @@ class CheckpointPolicy : public ::testing::Test {
     fs::create_directories(d);
     write_file_atomic(d / "manifest.json", Json{{"step", step}, {"metrics", metrics}}.dump());
   }
-  std::set<std::string> kept() const {
-    std::set<std::string> out;
-    for (const auto& e : fs::directory_iterator(root_)) out.insert(e.path().filename().string());
-    return out;
-  }
+  std::set<std::string> kept() const { return testing::entry_names(root_); }
   testing::TempDir tmp_{"kiln_ckpt_policy"};
   const fs::path root_ = tmp_.path();
 };

@@ -6,20 +6,18 @@
 
 namespace kiln {
 
-namespace {
-size_t add(ParamUnit& u, std::string name, std::vector<int64_t> shape, bool decay) {
+size_t ParamUnit::add(std::string hf_name, std::vector<int64_t> shape, bool decay) {
   ParamEntry e;
-  e.name = std::move(name);
+  e.name = std::move(hf_name);
   e.numel = 1;
   for (int64_t d : shape) e.numel *= static_cast<size_t>(d);
   e.shape = std::move(shape);
-  e.offset = u.numel;
+  e.offset = numel;
   e.decay = decay;
-  u.numel += e.numel;
-  u.entries.push_back(std::move(e));
-  return u.entries.back().offset;
+  numel += e.numel;
+  entries.push_back(std::move(e));
+  return entries.back().offset;
 }
-}  // namespace
 
 const ParamEntry& ParamUnit::entry(const std::string& hf_name) const {
   for (const auto& e : entries) {
@@ -33,41 +31,41 @@ ParamLayout::ParamLayout(const ModelConfig& c, const std::optional<LoraConfig>& 
   const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int64_t Q = c.q_dim(), KV = c.kv_dim();
   ParamUnit embed{"embed", {}, 0};
-  add(embed, "model.embed_tokens.weight", {V, C}, true);
+  embed.add("model.embed_tokens.weight", {V, C}, true);
   units_.push_back(std::move(embed));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     ParamUnit u{fmt::format("layers.{}", i), {}, 0};
     const std::string p = fmt::format("model.layers.{}.", i);
     LayerOffsets o{};
-    o.ln1 = add(u, p + "input_layernorm.weight", {C}, false);
-    o.wq = add(u, p + "self_attn.q_proj.weight", {Q, C}, true);
-    o.wk = add(u, p + "self_attn.k_proj.weight", {KV, C}, true);
-    o.wv = add(u, p + "self_attn.v_proj.weight", {KV, C}, true);
+    o.ln1 = u.add(p + "input_layernorm.weight", {C}, false);
+    o.wq = u.add(p + "self_attn.q_proj.weight", {Q, C}, true);
+    o.wk = u.add(p + "self_attn.k_proj.weight", {KV, C}, true);
+    o.wv = u.add(p + "self_attn.v_proj.weight", {KV, C}, true);
     o.bq = o.bk = o.bv = o.q_norm = o.k_norm = LayerOffsets::kNoTensor;
     if (c.attention_bias) {
-      o.bq = add(u, p + "self_attn.q_proj.bias", {Q}, false);
-      o.bk = add(u, p + "self_attn.k_proj.bias", {KV}, false);
-      o.bv = add(u, p + "self_attn.v_proj.bias", {KV}, false);
+      o.bq = u.add(p + "self_attn.q_proj.bias", {Q}, false);
+      o.bk = u.add(p + "self_attn.k_proj.bias", {KV}, false);
+      o.bv = u.add(p + "self_attn.v_proj.bias", {KV}, false);
     }
     if (c.qk_norm) {
-      o.q_norm = add(u, p + "self_attn.q_norm.weight", {c.head_dim()}, false);
-      o.k_norm = add(u, p + "self_attn.k_norm.weight", {c.head_dim()}, false);
+      o.q_norm = u.add(p + "self_attn.q_norm.weight", {c.head_dim()}, false);
+      o.k_norm = u.add(p + "self_attn.k_norm.weight", {c.head_dim()}, false);
     }
-    o.wo = add(u, p + "self_attn.o_proj.weight", {C, Q}, true);
-    o.ln2 = add(u, p + "post_attention_layernorm.weight", {C}, false);
-    o.wg = add(u, p + "mlp.gate_proj.weight", {I, C}, true);
-    o.wu = add(u, p + "mlp.up_proj.weight", {I, C}, true);
-    o.wd = add(u, p + "mlp.down_proj.weight", {C, I}, true);
+    o.wo = u.add(p + "self_attn.o_proj.weight", {C, Q}, true);
+    o.ln2 = u.add(p + "post_attention_layernorm.weight", {C}, false);
+    o.wg = u.add(p + "mlp.gate_proj.weight", {I, C}, true);
+    o.wu = u.add(p + "mlp.up_proj.weight", {I, C}, true);
+    o.wd = u.add(p + "mlp.down_proj.weight", {C, I}, true);
     layer_ = o;
     units_.push_back(std::move(u));
   }
   ParamUnit head{"head", {}, 0};
-  add(head, "model.norm.weight", {C}, false);
+  head.add("model.norm.weight", {C}, false);
   head_ = static_cast<int>(units_.size());
   units_.push_back(std::move(head));
   if (!c.tie_word_embeddings) {
     ParamUnit lm_head{"lm_head", {}, 0};
-    add(lm_head, "lm_head.weight", {V, C}, true);
+    lm_head.add("lm_head.weight", {V, C}, true);
     lm_head_ = static_cast<int>(units_.size());
     units_.push_back(std::move(lm_head));
   }

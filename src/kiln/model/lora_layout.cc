@@ -24,18 +24,6 @@ const std::array<GroupSpec, kNumLoraGroups>& group_specs() {
   return specs;
 }
 
-size_t add_entry(ParamUnit& u, std::string name, std::vector<int64_t> shape) {
-  ParamEntry e;
-  e.name = std::move(name);
-  e.numel = static_cast<size_t>(shape[0] * shape[1]);
-  e.shape = std::move(shape);
-  e.offset = u.numel;
-  e.decay = true;
-  u.numel += e.numel;
-  u.entries.push_back(std::move(e));
-  return u.entries.back().offset;
-}
-
 }  // namespace
 
 int64_t LoraGroup::b_rows() const {
@@ -88,12 +76,12 @@ ParamUnit lora_unit(const ModelConfig& c, const LoraConfig& lora, int64_t layer,
     g.out = column;
     for (size_t i = 0; i < g.targets.size(); ++i) {  // the A's, adjacent
       const size_t at =
-          add_entry(u, lora_tensor_name(layer, g.targets[i], false), {lora.rank, g.in});
+          u.add(lora_tensor_name(layer, g.targets[i], false), {lora.rank, g.in}, true);
       if (i == 0) g.a = at;
     }
     for (size_t i = 0; i < g.targets.size(); ++i) {  // then the B's
       const size_t at =
-          add_entry(u, lora_tensor_name(layer, g.targets[i], true), {g.out_size[i], lora.rank});
+          u.add(lora_tensor_name(layer, g.targets[i], true), {g.out_size[i], lora.rank}, true);
       if (i == 0) g.b = at;
     }
   }

@@ -25,6 +25,8 @@ struct ParamUnit {
   // the model only acquires and releases it.
   bool trainable = true;
   const ParamEntry& entry(const std::string& hf_name) const;
+  // Appends a tensor after the unit's last; returns its offset (floats).
+  size_t add(std::string hf_name, std::vector<int64_t> shape, bool decay);
 };
 
 // The part of a unit one rank owns under sharding, in floats: [begin, end).
