@@ -322,7 +322,7 @@ void Decoder::head_backward(const Batch& batch, UnitAccess& params, float scale,
   const bool frozen = layout_.has_lora();
   const int hu = layout_.head_unit();
   const ConstDevPtr hw = params.acquire(hu);
-  // Asked for here, before the head's loss, as FSDP's pool plan (fsdp_pool_plan.h) replays it.
+  // Asked for before the head's loss: FSDP's pool then holds this buffer beside the loss's.
   float* norm_dw = frozen ? nullptr : params.grad(hu) + layout_.final_norm_offset();
   const ConstDevPtr norm_w = hw.at(layout_.final_norm_offset());
   be_.rmsnorm_forward(xf_, rstdf_, x, norm_w, N, C, static_cast<float>(config_.rms_norm_eps));
