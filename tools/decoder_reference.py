@@ -476,6 +476,22 @@ def report_bands(case, cfg):
     assert {"kept", "divided", "smoothed"} <= set(bands), bands
 
 
+def write_case(d, c, params, ids, labels, loss, n):
+    """A case's config.json, model.safetensors, batch.json and expected.json."""
+    written = hf_config(c)
+    del written["family"]
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(written, f, indent=2)
+        f.write("\n")
+    write_safetensors(os.path.join(d, "model.safetensors"), params)
+    with open(os.path.join(d, "batch.json"), "w") as f:
+        f.write('{\n  "input_ids": %s,\n  "labels": %s\n}\n' % (
+            json.dumps(ids), json.dumps(labels)))
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump({"loss": loss, "num_targets": n}, f, indent=2)
+        f.write("\n")
+
+
 def generate(out_dir):
     for case, c in CASES.items():
         d = os.path.join(out_dir, case)
@@ -488,18 +504,7 @@ def generate(out_dir):
         ids, labels = make_batch(cfg, c["seed"])
         loss, n, grads = loss_and_grads(cfg, params, ids, labels)
 
-        written = hf_config(c)
-        del written["family"]
-        with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump(written, f, indent=2)
-            f.write("\n")
-        write_safetensors(os.path.join(d, "model.safetensors"), params)
-        with open(os.path.join(d, "batch.json"), "w") as f:
-            f.write('{\n  "input_ids": %s,\n  "labels": %s\n}\n' % (
-                json.dumps(ids), json.dumps(labels)))
-        with open(os.path.join(d, "expected.json"), "w") as f:
-            json.dump({"loss": loss, "num_targets": n}, f, indent=2)
-            f.write("\n")
+        write_case(d, c, params, ids, labels, loss, n)
         write_safetensors(os.path.join(d, "grads.safetensors"),
                           {name: grads[name] for name in params})
 
@@ -524,22 +529,11 @@ def generate_lora(out_dir):
         ids, labels = make_batch(cfg, c["seed"])
         loss, n, grads = loss_and_grads(cfg, {**params, **adapter}, ids, labels, lora)
 
-        written = hf_config(c)
-        del written["family"]
-        with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump(written, f, indent=2)
-            f.write("\n")
-        write_safetensors(os.path.join(d, "model.safetensors"), params)
+        write_case(d, c, params, ids, labels, loss, n)
         with open(os.path.join(d, "adapter_config.json"), "w") as f:
             json.dump(peft_adapter_config(lora), f, indent=2)
             f.write("\n")
         write_safetensors(os.path.join(d, "adapter_model.safetensors"), adapter)
-        with open(os.path.join(d, "batch.json"), "w") as f:
-            f.write('{\n  "input_ids": %s,\n  "labels": %s\n}\n' % (
-                json.dumps(ids), json.dumps(labels)))
-        with open(os.path.join(d, "expected.json"), "w") as f:
-            json.dump({"loss": loss, "num_targets": n}, f, indent=2)
-            f.write("\n")
         write_safetensors(os.path.join(d, "grads.safetensors"),
                           {name: grads[name] for name in adapter})
         base_loss = loss_and_grads(cfg, params, ids, labels)[0]
