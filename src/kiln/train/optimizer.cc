@@ -38,8 +38,11 @@ Optimizer::Optimizer(const OptimizerSettings& s, const ParamLayout& layout,
   KILN_CHECK(static_cast<int>(shards_.size()) == layout.num_units());
   runs_.resize(shards_.size());
   for (size_t u = 0; u < shards_.size(); ++u) {
-    const ShardRange r = shards_[u];
-    for (const auto& e : layout.units()[u].entries) {
+    const ParamUnit& unit = layout.units()[u];
+    // A frozen unit (a LoRA run's base) has no state and no runs: step() refuses it.
+    const ShardRange r = unit.trainable ? shards_[u] : ShardRange{};
+    trainable_.push_back(unit.trainable);
+    for (const auto& e : unit.entries) {
       const size_t b = std::max(r.begin, e.offset), en = std::min(r.end, e.offset + e.numel);
       if (b < en) runs_[u].push_back({b - r.begin, en - b, e.decay});
     }
@@ -51,6 +54,7 @@ Optimizer::Optimizer(const OptimizerSettings& s, const ParamLayout& layout,
 
 void Optimizer::step(int unit, float* p, const float* g, double lr) {
   KILN_CHECK(t_ > 0, "begin_step() not called");
+  KILN_CHECK(trainable_[unit], "optimizer step of frozen unit {}", unit);
   float* m = m_[unit].data();
   float* v = v_[unit].data();
   if (s_.kind == OptimizerKind::kAdamW) {

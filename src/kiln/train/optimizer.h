@@ -1,6 +1,7 @@
 // Optimizers over flat parameter shards. Each rank steps only the [begin, end) slice of every
 // unit that it owns (the whole unit at world size 1); weight decay applies per element according
-// to the unit layout (matrices decay, norms and biases do not).
+// to the unit layout (matrices decay, norms and biases do not). Frozen units (not
+// ParamUnit::trainable: a LoRA run's base) have no state and are never stepped.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +42,8 @@ class Optimizer {
 
   // Call once per optimizer step, before the units' step() calls.
   void begin_step() { ++t_; }
-  // params/grads: this rank's shard of `unit` (shards[unit].size() floats), device memory.
+  // params/grads: this rank's shard of `unit` (shards[unit].size() floats), device memory; the
+  // unit must be trainable.
   void step(int unit, float* params, const float* grads, double lr);
 
   int64_t step_count() const { return t_; }
@@ -62,6 +64,7 @@ class Optimizer {
     bool decay;
   };
   std::vector<std::vector<Run>> runs_;
+  std::vector<bool> trainable_;
   std::vector<DeviceBuffer<float>> m_, v_;
   int64_t t_ = 0;
 };
