@@ -17,6 +17,7 @@
 #include "kiln/model/decoder.h"
 #include "kiln/model/init.h"
 #include "kiln/model/lora_merge.h"
+#include "kiln/model/lora_units.h"
 
 namespace kiln {
 namespace {
@@ -88,6 +89,32 @@ TEST(LoraLayout, UnitsNamesShapesAndOffsets) {
   EXPECT_EQ(static_cast<int64_t>(adapters), lora_parameter_count(c, lora));
   EXPECT_EQ(layout.trainable_numel(), adapters);
   EXPECT_EQ(layout.find(names[5]).first, layout.lora_unit(1));
+}
+
+// A layer's adapter unit and the PEFT tensors hold the same values tensor by tensor, both ways.
+TEST(LoraUnits, UnitAndPeftTensorsRoundTrip) {
+  const ModelConfig c = small_family_config(kLlama, false, 4, 2);
+  const LoraConfig lora = lora_config({"k_proj", "o_proj", "gate_proj"});
+  const ParamLayout layout(c, lora);
+  LoraTensors tensors(c, lora);
+  float next = 1.0f;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (LoraTarget t : lora.targets)
+      for (auto* v : {&tensors.at(l, t).a, &tensors.at(l, t).b})
+        for (float& x : *v) x = next++;
+  const ParamUnit& u1 = layout.units()[layout.lora_unit(1)];
+  std::vector<float> unit(u1.numel, -1.0f);
+  lora_unit_from_tensors(layout, tensors, 1, unit.data());
+  // B_o (C, r) of layer 1 sits where the layout says, row-major as PEFT stores it.
+  const ParamEntry& bo = u1.entry(peft_tensor_name(1, LoraTarget::kO, LoraFactor::kB));
+  const std::vector<float>& want = tensors.at(1, LoraTarget::kO).b;
+  EXPECT_EQ(std::vector<float>(unit.begin() + bo.offset, unit.begin() + bo.offset + bo.numel),
+            want);
+  for (float x : unit) EXPECT_GT(x, 0.0f);  // every element written
+  LoraTensors back(c, lora);
+  lora_tensors_from_unit(layout, unit.data(), 1, back);
+  for (LoraTarget t : lora.targets) EXPECT_EQ(back.at(1, t), tensors.at(1, t));
+  EXPECT_EQ(back.at(0, LoraTarget::kK).a, std::vector<float>(back.at(0, LoraTarget::kK).a.size()));
 }
 
 TEST(LoraInit, PeftKaimingUniformAndZeroB) {

@@ -1,5 +1,7 @@
 #include "kiln/model/lora_config.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -9,6 +11,11 @@ std::string lora_module_path(LoraTarget t) {
   const bool attention =
       t == LoraTarget::kQ || t == LoraTarget::kK || t == LoraTarget::kV || t == LoraTarget::kO;
   return std::string(attention ? "self_attn." : "mlp.") + name_of(kLoraTargetNames, t);
+}
+
+std::string peft_tensor_name(int64_t layer, LoraTarget t, LoraFactor f) {
+  return fmt::format("base_model.model.model.layers.{}.{}.lora_{}.weight", layer,
+                     lora_module_path(t), f == LoraFactor::kA ? 'A' : 'B');
 }
 
 LoraShape lora_shape(const ModelConfig& c, LoraTarget t) {

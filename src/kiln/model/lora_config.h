@@ -34,6 +34,11 @@ inline constexpr const char* kAllLinear = "all-linear";
 // "self_attn.q_proj", "mlp.down_proj": the module's path inside model.layers.N.
 std::string lora_module_path(LoraTarget t);
 
+enum class LoraFactor { kA, kB };
+// The PEFT name of a target's A or B in a layer, as adapter_model.safetensors and the adapter
+// units (lora_layout.h) spell it: "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight".
+std::string peft_tensor_name(int64_t layer, LoraTarget t, LoraFactor f);
+
 // A target's W (out, in) for a model: q (Q, C), k and v (KV, C), o (C, Q), gate and up (I, C),
 // down (C, I).
 struct LoraShape {

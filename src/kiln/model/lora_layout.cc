@@ -50,11 +50,6 @@ int64_t LoraOffsets::total_ranks() const {
   return n;
 }
 
-std::string lora_tensor_name(int64_t layer, LoraTarget t, bool b) {
-  return fmt::format("base_model.model.model.layers.{}.{}.lora_{}.weight", layer,
-                     lora_module_path(t), b ? "B" : "A");
-}
-
 ParamUnit lora_unit(const ModelConfig& c, const LoraConfig& lora, int64_t layer,
                     LoraOffsets* offsets) {
   ParamUnit u{fmt::format("layers.{}.lora", layer), {}, 0};
@@ -76,12 +71,12 @@ ParamUnit lora_unit(const ModelConfig& c, const LoraConfig& lora, int64_t layer,
     g.out = column;
     for (size_t i = 0; i < g.targets.size(); ++i) {  // the A's, adjacent
       const size_t at =
-          u.add(lora_tensor_name(layer, g.targets[i], false), {lora.rank, g.in}, true);
+          u.add(peft_tensor_name(layer, g.targets[i], LoraFactor::kA), {lora.rank, g.in}, true);
       if (i == 0) g.a = at;
     }
     for (size_t i = 0; i < g.targets.size(); ++i) {  // then the B's
-      const size_t at =
-          u.add(lora_tensor_name(layer, g.targets[i], true), {g.out_size[i], lora.rank}, true);
+      const size_t at = u.add(peft_tensor_name(layer, g.targets[i], LoraFactor::kB),
+                              {g.out_size[i], lora.rank}, true);
       if (i == 0) g.b = at;
     }
   }

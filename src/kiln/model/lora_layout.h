@@ -49,9 +49,6 @@ struct LoraOffsets {
   int64_t total_ranks() const;  // sum of every group's A rows: a layer's saved (n, .) inputs
 };
 
-// The PEFT name of a target's A or B in layer `layer`.
-std::string lora_tensor_name(int64_t layer, LoraTarget t, bool b);
-
 // Layer `layer`'s adapter unit ("layers.{layer}.lora"), trainable, with its offsets.
 ParamUnit lora_unit(const ModelConfig& c, const LoraConfig& lora, int64_t layer,
                     LoraOffsets* offsets);

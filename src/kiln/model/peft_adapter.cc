@@ -298,11 +298,6 @@ std::vector<int64_t> LoraTensors::shape(LoraTarget t, LoraFactor f) const {
   return f == LoraFactor::kA ? std::vector<int64_t>{rank_, in} : std::vector<int64_t>{out, rank_};
 }
 
-std::string peft_tensor_name(int64_t layer, LoraTarget t, LoraFactor f) {
-  return fmt::format("{}{}.{}.lora_{}.weight", kNamePrefix, layer, lora_module_path(t),
-                     f == LoraFactor::kA ? 'A' : 'B');
-}
-
 PeftAdapter read_peft_adapter(const fs::path& dir, const ModelConfig& model) {
   PeftAdapter out{read_peft_adapter_config(dir), {}};
   const LoraConfig& lora = out.config.lora;

@@ -47,8 +47,6 @@ PeftAdapterConfig read_peft_adapter_config(const fs::path& dir);
 void check_peft_adapter_matches(const PeftAdapterConfig& adapter, const LoraConfig& lora,
                                 const std::string& what);
 
-enum class LoraFactor { kA, kB };
-
 // Host fp32 adapter weights of a model: for each layer and each of the config's targets,
 // A (r, in) and B (out, r), row-major, as PEFT stores them.
 struct LoraFactors {
@@ -81,9 +79,6 @@ class LoraTensors {
   std::vector<std::pair<int64_t, int64_t>> shapes_;  // per target, as targets_: (out, in)
   std::vector<LoraFactors> blocks_;                  // [layer][target]
 };
-
-// "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight".
-std::string peft_tensor_name(int64_t layer, LoraTarget t, LoraFactor f);
 
 struct PeftAdapter {
   PeftAdapterConfig config;
