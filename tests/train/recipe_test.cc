@@ -638,17 +638,6 @@ TEST(RecipeLora, AnEmptySectionTakesTheDefaults) {
   EXPECT_EQ(parse(kMinimal, {"lora.rank=4"}).lora->rank, 4);
 }
 
-// Until the trainer trains adapters, a lora section is refused (never trained in full silently).
-TEST(RecipeLora, TrainingIsRefusedUntilTheTrainerTrainsAdapters) {
-  EXPECT_NO_THROW(refuse_lora_training(parse(kMinimal)));
-  try {
-    refuse_lora_training(parse(std::string(kMinimal) + "lora: {rank: 4}\n"));
-    FAIL() << "a lora recipe was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("lora:"), std::string::npos) << e.what();
-  }
-}
-
 TEST(RecipeLora, EveryKey) {
   const Recipe r = parse(std::string(kMinimal) +
                          "lora: {rank: 16, alpha: 32, dropout: 0.05, targets: [v_proj, q_proj], "

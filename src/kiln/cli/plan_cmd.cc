@@ -167,7 +167,6 @@ constexpr int kExitDoesNotFit = 3;
 
 int run_plan(const PlanOpts& o) {
   const Recipe r = load_recipe(o.recipe, o.overrides, RecipeUse::kPlan);
-  refuse_lora_training(r);
   if (o.nnodes < 1) fail("--nnodes: {} is not a node count (>= 1)", o.nnodes);
   const std::string device = o.device.empty() ? r.train.device : o.device;
   if (device != "cpu" && device != "cuda" && device != "auto") {

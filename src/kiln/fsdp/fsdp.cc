@@ -52,8 +52,10 @@ Fsdp::Fsdp(const ParamLayout& layout, const Backend& backend, ShardStrategy stra
     x.numel = layout.units()[u].numel;
     x.padded = (x.numel + S - 1) / S * S;
     x.shard_size = x.padded / S;
-    x.shard = DeviceBuffer<float>(be_, x.shard_size);
-    x.shard_grad = DeviceBuffer<float>(be_, x.shard_size);
+    x.frozen = !layout.units()[u].trainable;
+    x.store = x.frozen ? gather_dtype_ : DType::F32;
+    x.shard = DeviceBuffer<float>(be_, storage_floats(x.shard_size, x.store));
+    if (!x.frozen) x.shard_grad = DeviceBuffer<float>(be_, x.shard_size);
   }
 }
 
@@ -90,6 +92,15 @@ std::vector<ShardRange> Fsdp::shard_ranges() const {
   return out;
 }
 
+Fsdp::Unit& Fsdp::trainable_unit(int unit, const char* what) {
+  KILN_CHECK(!units_[unit].frozen, "{} of frozen unit {} ({})", what, unit,
+             layout_.units()[unit].name);
+  return units_[unit];
+}
+
+float* Fsdp::shard_params(int unit) { return trainable_unit(unit, "shard_params").shard.data(); }
+float* Fsdp::shard_grads(int unit) { return trainable_unit(unit, "shard_grads").shard_grad.data(); }
+
 DeviceBuffer<float> Fsdp::take(size_t n, PoolUse use) {
   books_.take(n, use);
   return pool_->take(n);
@@ -122,12 +133,12 @@ void Fsdp::track_gathered(long delta) {
 // issue, so no buffer is written while an earlier reader may still run.
 void Fsdp::start_gather(int unit) {
   Unit& x = units_[unit];
-  if (x.full.size() > 0 || !gathers()) return;
+  if (x.full.size() > 0 || !gathers(x)) return;
   const DType t = gather_dtype_;
   x.full = take(storage_floats(x.padded, t), PoolUse::kGathered);
   track_gathered(static_cast<long>(x.full.bytes()));
   Stream* after = &be_.compute_stream();
-  if (t == DType::F32) {
+  if (x.store == t) {  // fp32, or a frozen shard kept in the gather dtype
     x.gathering = shard_.all_gather_async(x.full.data(), x.shard.data(), x.shard_size, t, after);
     return;
   }
@@ -162,7 +173,7 @@ ConstDevPtr Fsdp::acquire(int unit) {
   }
   if (order_known_ && order_pos_ < order_.size()) ++order_pos_;
   ++x.in_use;
-  if (!gathers()) return x.shard.data();
+  if (!gathers(x)) return {x.shard.data(), x.store};
   start_gather(unit);
   if (prefetch_ && order_known_ && order_pos_ < order_.size()) start_gather(order_[order_pos_]);
   if (x.gathering) {
@@ -190,7 +201,9 @@ bool looks_up_by_rows(ShardStrategy strategy, size_t group, size_t table_numel, 
 }
 
 bool Fsdp::rows_path(const Unit& x, int N, int C, bool backward) const {
-  return looks_up_by_rows(strategy_, static_cast<size_t>(shard_.world_size()), x.numel,
+  // The lookup by rows reads an fp32 shard (a frozen table is acquired whole).
+  return x.store == DType::F32 &&
+         looks_up_by_rows(strategy_, static_cast<size_t>(shard_.world_size()), x.numel,
                           static_cast<size_t>(N), static_cast<size_t>(C), backward, x.reduced);
 }
 
@@ -229,7 +242,7 @@ void Fsdp::embed_rows(int unit, const int32_t* ids, int N, int C, float* out) {
 }
 
 void Fsdp::embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N, int C) {
-  Unit& x = units_[unit];
+  Unit& x = trainable_unit(unit, "embed_rows_backward");
   const bool rows = rows_path(x, N, C, true);
   x.reduced = false;
   if (!rows) {
@@ -264,7 +277,7 @@ void Fsdp::release(int unit) {
 }
 
 float* Fsdp::grad(int unit) {
-  Unit& x = units_[unit];
+  Unit& x = trainable_unit(unit, "grad");
   if (strategy_ == ShardStrategy::kNoShard) return x.shard_grad.data();
   if (x.full_grad.size() == 0) {
     x.full_grad = take(x.padded, PoolUse::kGrads);
@@ -274,7 +287,7 @@ float* Fsdp::grad(int unit) {
 }
 
 void Fsdp::grad_done(int unit) {
-  Unit& x = units_[unit];
+  Unit& x = trainable_unit(unit, "grad_done");
   const bool can_defer =
       strategy_ == ShardStrategy::kNoShard || strategy_ == ShardStrategy::kShardGradOp;
   if (!sync_ && can_defer) return;  // accumulate locally until the last micro-step
@@ -371,14 +384,16 @@ void Fsdp::finish_forward() {
 }
 
 void Fsdp::zero_grads() {
-  for (auto& x : units_) x.shard_grad.zero();
+  for (auto& x : units_) {
+    if (!x.frozen) x.shard_grad.zero();
+  }
 }
 
 void Fsdp::grad_sq_norm(double* sq_norm) {
   const auto ranges = shard_ranges();
   be_.fill_zero(sq_norm, sizeof(double));
   for (int u = 0; u < num_units(); ++u) {
-    be_.sum_squares(sq_norm, units_[u].shard_grad.data(), ranges[u].size());
+    if (trainable(u)) be_.sum_squares(sq_norm, units_[u].shard_grad.data(), ranges[u].size());
   }
   if (strategy_ != ShardStrategy::kNoShard) {
     Stream& compute = be_.compute_stream();
@@ -387,7 +402,9 @@ void Fsdp::grad_sq_norm(double* sq_norm) {
 }
 
 void Fsdp::clip_grads(const double* sq_norm, double max_norm) {
-  for (auto& x : units_) be_.clip_by_norm(x.shard_grad.data(), x.shard_size, sq_norm, max_norm);
+  for (auto& x : units_) {
+    if (!x.frozen) be_.clip_by_norm(x.shard_grad.data(), x.shard_size, sq_norm, max_norm);
+  }
 }
 
 void Fsdp::load_shard(int unit, size_t offset, const float* src, size_t n) {
@@ -395,13 +412,26 @@ void Fsdp::load_shard(int unit, size_t offset, const float* src, size_t n) {
   KILN_CHECK(offset <= x.shard_size && n <= x.shard_size - offset,
              "unit {}: load of [{}, {}) outside the shard's {}", unit, offset, offset + n,
              x.shard_size);
-  be_.copy_to_device(x.shard.data() + offset, src, n * sizeof(float));
+  if (x.store == DType::F32) {
+    be_.copy_to_device(x.shard.data() + offset, src, n * sizeof(float));
+  } else {  // rounded on the device into the frozen shard's dtype
+    DeviceBuffer<float> wide(be_, n);
+    be_.copy_to_device(wide.data(), src, n * sizeof(float));
+    be_.cast_to_bf16(reinterpret_cast<char*>(x.shard.data()) + offset * dtype_size(x.store),
+                     wide.data(), n);
+  }
   be_.synchronize();  // `src` is the caller's again
 }
 
-size_t Fsdp::shard_bytes() const {
+size_t Fsdp::param_shard_bytes() const {
   size_t n = 0;
-  for (const auto& x : units_) n += 2 * x.shard_size * sizeof(float);
+  for (const auto& x : units_) n += x.shard.bytes();
+  return n;
+}
+
+size_t Fsdp::grad_shard_bytes() const {
+  size_t n = 0;
+  for (const auto& x : units_) n += x.shard_grad.bytes();
   return n;
 }
 

@@ -18,6 +18,11 @@
 // wrote the gradient, without waiting. At most the units in use plus one prefetched unit are
 // gathered at any time (plus, for shard_grad_op, those kept for backward).
 //
+// Frozen units (not ParamUnit::trainable: a LoRA run's base) have no gradient: their shards are
+// stored in the gather dtype (bf16 under bf16 mixed precision, half the bytes), gathered as they
+// are and never reduced; grad(), grad_done() and the lookup's backward refuse them, and the
+// gradient norm, clipping and the optimizer see only the trainable units.
+//
 // Dtype: shards, gradients and optimizer state are fp32. Units are gathered in the backend's
 // activation_dtype(): bf16 under bf16 mixed precision (each rank rounds its shard into its slot
 // of the gathered buffer, then the all-gather moves half the bytes), so the model reads bf16
@@ -123,9 +128,11 @@ class Fsdp final : public UnitAccess {
   int num_units() const { return static_cast<int>(units_.size()); }
   // This rank's part of each unit, for the optimizer (empty range if it owns only padding).
   std::vector<ShardRange> shard_ranges() const;
-  // This rank's shard of a unit's parameters and gradients: device memory, (shard size).
-  float* shard_params(int unit) { return units_[unit].shard.data(); }
-  float* shard_grads(int unit) { return units_[unit].shard_grad.data(); }
+  // This rank's shard of a trainable unit's parameters and gradients: device memory, (shard
+  // size) fp32.
+  float* shard_params(int unit);
+  float* shard_grads(int unit);
+  bool trainable(int unit) const { return !units_[unit].frozen; }
   void zero_grads();
   // *sq_norm (one device double) = sum of squares of the whole model's gradient, the same on
   // every rank once the compute stream reaches it; the host does not wait.
@@ -134,16 +141,20 @@ class Fsdp final : public UnitAccess {
   void clip_grads(const double* sq_norm, double max_norm);
 
   // Sets elements [offset, offset + n) of this rank's shard of `unit` (offsets within the shard,
-  // i.e. from shard_ranges()[unit].begin) from host memory; returns once `src` may be reused.
+  // i.e. from shard_ranges()[unit].begin) from host memory (fp32; a frozen unit's shard keeps
+  // them rounded to its dtype); returns once `src` may be reused.
   // Loading a unit is one zero_shard() then its parts: no rank ever holds more than its own.
   void load_shard(int unit, size_t offset, const float* src, size_t n);
   void zero_shard(int unit) { units_[unit].shard.zero(); }
   // Bytes of a unit as gathered (padded, in the gather dtype).
+  // (A frozen unit's shard is stored in that dtype too.)
   size_t gathered_bytes(int unit) const {
     return storage_floats(units_[unit].padded, gather_dtype_) * sizeof(float);
   }
-  // Bytes held in shards (params + grads) and the peak of gathered whole-unit buffers.
-  size_t shard_bytes() const;
+  // Bytes held in this rank's parameter shards (frozen ones in their dtype) and gradient shards,
+  // and the peak of gathered whole-unit buffers.
+  size_t param_shard_bytes() const;
+  size_t grad_shard_bytes() const;
   size_t peak_gathered_bytes() const { return peak_gathered_; }
   // Bytes the pool of gathered units and gradient buffers holds (it keeps what it made), and
   // by use.
@@ -156,7 +167,9 @@ class Fsdp final : public UnitAccess {
  private:
   struct Unit {
     size_t numel = 0, padded = 0, shard_size = 0;
-    DeviceBuffer<float> shard, shard_grad;  // (shard_size)
+    bool frozen = false;
+    DType store = DType::F32;               // of `shard`: the gather dtype when frozen
+    DeviceBuffer<float> shard, shard_grad;  // (shard_size) in `store`; fp32, none when frozen
     DeviceBuffer<float> full;         // gathered parameters (gather_dtype_ storage), empty when not
     std::unique_ptr<Work> gathering;  // in-flight all-gather into `full`
     int in_use = 0;
@@ -174,10 +187,12 @@ class Fsdp final : public UnitAccess {
                                     // shard_grad when done; no_shard in bf16: the bf16 copy
   };
 
-  // Whether acquire() hands out a gathered buffer (else the shard itself: no_shard in fp32).
-  bool gathers() const {
-    return strategy_ != ShardStrategy::kNoShard || gather_dtype_ != DType::F32;
+  // Whether acquire() hands out a gathered buffer (else the shard itself: no_shard when the
+  // shard is stored in the gather dtype).
+  bool gathers(const Unit& x) const {
+    return strategy_ != ShardStrategy::kNoShard || gather_dtype_ != x.store;
   }
+  Unit& trainable_unit(int unit, const char* what);
   // Whether a lookup of N tokens per rank in `unit` goes by rows (embed_rows) rather than by
   // gathering the table; `backward`: for embed_rows_backward.
   bool rows_path(const Unit& x, int N, int C, bool backward) const;

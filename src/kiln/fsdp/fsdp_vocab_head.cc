@@ -71,7 +71,7 @@ bool Fsdp::vocab_path(const Unit& x, int N, int C) const {
 void Fsdp::head_cross_entropy(int unit, double* loss_sum, float* dx, const float* x,
                               const int32_t* targets, int N, int targeted, int C, int V,
                               float scale) {
-  Unit& u = units_[unit];
+  Unit& u = trainable_unit(unit, "head_cross_entropy");
   KILN_CHECK(u.numel == static_cast<size_t>(V) * C, "head_cross_entropy: unit {} is not ({}, {})",
              unit, V, C);
   if (vocab_path(u, N, C)) {

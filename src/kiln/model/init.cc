@@ -66,10 +66,14 @@ void init_entry(float* p, const ParamEntry& e, uint64_t seed, float std) {
 
 void init_unit(ParamStore& store, const ParamLayout& layout, int u, uint64_t seed, float std) {
   std::vector<float> host(layout.units()[u].numel);  // built on the host, then uploaded
-  for (const auto& e : layout.units()[u].entries) init_entry(host.data() + e.offset, e, seed, std);
+  init_unit_values(layout, u, seed, host.data(), std);
   store.load_unit(u, host.data());
 }
 }  // namespace
+
+void init_unit_values(const ParamLayout& layout, int unit, uint64_t seed, float* out, float std) {
+  for (const auto& e : layout.units()[unit].entries) init_entry(out + e.offset, e, seed, std);
+}
 
 void init_params(ParamStore& store, const ParamLayout& layout, uint64_t seed, float std) {
   for (int u = 0; u < layout.num_units(); ++u) init_unit(store, layout, u, seed, std);

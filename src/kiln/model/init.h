@@ -15,6 +15,9 @@ namespace kiln {
 void init_params(ParamStore& store, const ParamLayout& layout, uint64_t seed, float std = 0.02f);
 // The adapter units only (a fresh adapter on a loaded base).
 void init_lora_params(ParamStore& store, const ParamLayout& layout, uint64_t seed);
+// Unit `unit`'s initial values into host memory, out: (numel of the unit).
+void init_unit_values(const ParamLayout& layout, int unit, uint64_t seed, float* out,
+                      float std = 0.02f);
 
 // splitmix64: small, fast, well-mixed; the same stream on every platform.
 struct SplitMix64 {

@@ -104,6 +104,14 @@ struct ShardSource {
 
 }  // namespace
 
+std::vector<ShardRange> checkpoint_ranges(const Fsdp& fsdp) {
+  std::vector<ShardRange> ranges = fsdp.shard_ranges();
+  for (int u = 0; u < fsdp.num_units(); ++u) {
+    if (!fsdp.trainable(u)) ranges[u] = {};
+  }
+  return ranges;
+}
+
 size_t checkpoint_snapshot_floats(const std::vector<ShardRange>& ranges, const Optimizer& opt) {
   size_t total = 0;
   for (size_t u = 0; u < ranges.size(); ++u) {
@@ -368,13 +376,14 @@ void CheckpointSaver::save(const CheckpointState& st, bool sync) {
   if (!write_shard_) {
     p->state = 1;
   } else {
-    const auto ranges = fsdp_.shard_ranges();
+    const auto ranges = checkpoint_ranges(fsdp_);
     const int U = layout_.num_units();
     ShardSource src;
-    src.params.resize(U);
+    src.params.assign(U, nullptr);
     src.m.assign(U, nullptr);
     src.v.assign(U, nullptr);
     for (int u = 0; u < U; ++u) {
+      if (ranges[u].size() == 0) continue;
       src.params[u] = fsdp_.shard_params(u);
       if (opt_.m(u).size() > 0) src.m[u] = opt_.m(u).data();
       if (opt_.v(u).size() > 0) src.v[u] = opt_.v(u).data();
@@ -446,7 +455,7 @@ fs::path save_checkpoint(const fs::path& root, const CheckpointState& st, const 
 CheckpointState load_checkpoint(const CheckpointCheck& checked, const ParamLayout& layout,
                                 Fsdp& fsdp, Optimizer& opt) {
   const auto shards = open_shards(checked, layout.num_units());
-  const auto ranges = fsdp.shard_ranges();
+  const auto ranges = checkpoint_ranges(fsdp);
   const Backend& be = fsdp.backend();
   std::vector<float> host;
   // Each piece through host memory: assembled from the old shards, then copied to the device.
@@ -457,6 +466,7 @@ CheckpointState load_checkpoint(const CheckpointCheck& checked, const ParamLayou
     be.synchronize();
   };
   for (int u = 0; u < layout.num_units(); ++u) {
+    if (ranges[u].size() == 0) continue;
     load(u, "params", fsdp.shard_params(u));
     if (opt.m(u).size() > 0) load(u, "m", opt.m(u).data());
     if (opt.v(u).size() > 0) load(u, "v", opt.v(u).data());

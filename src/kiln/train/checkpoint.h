@@ -1,12 +1,14 @@
 // Sharded checkpoints. Every rank writes its own shard of the parameters and optimizer state
 // (rank-RRRRR-of-WWWWW.safetensors: per unit "u{i}.params", "u{i}.m", "u{i}.v" over the unit's
 // element range [begin, end), recorded in the file's metadata), in parallel, never gathering the
-// model. Rank 0 then writes manifest.json (step, world size, strategy, unit layout, each rank's
-// ranges, data-loader position, optimizer step count, recipe and its hash, kiln version, the
-// step's metrics, every file's length and XXH3-64: checkpoint_manifest.h) and only then renames
-// "step-NNNNNNNN.tmp" to "step-NNNNNNNN": a checkpoint exists once its directory has its final
-// name, so a kill or a full disk at any instant leaves the previous checkpoints intact and
-// loadable. Every load verifies the files against the manifest first (checkpoint_verify.h).
+// model. Only trainable units are saved: a LoRA run's checkpoint holds its adapters and their
+// optimizer state (the manifest marks the base's units "frozen"). Rank 0 then writes manifest.json
+// (step, world size, strategy, unit layout, each rank's ranges, data-loader position, optimizer
+// step count, recipe and its hash, kiln version, the step's metrics, every file's length and
+// XXH3-64: checkpoint_manifest.h) and only then renames "step-NNNNNNNN.tmp" to "step-NNNNNNNN": a
+// checkpoint exists once its directory has its final name, so a kill or a full disk at any instant
+// leaves the previous checkpoints intact and loadable. Every load verifies the files against the
+// manifest first (checkpoint_verify.h).
 //
 // Loading reshards: each rank assembles its new ranges from whichever old shards overlap them,
 // so a 4-worker run continues on 2 (or any other world size or strategy).
@@ -75,6 +77,10 @@ struct CheckpointState {
 fs::path save_checkpoint(const fs::path& root, const CheckpointState& state,
                          const ParamLayout& layout, Fsdp& fsdp, Optimizer& opt, Communicator& world,
                          bool write_shard);
+
+// This rank's part of each unit that a checkpoint holds: its shard of every trainable unit; none
+// of a frozen one (a LoRA run's base comes from the base model, not the checkpoint).
+std::vector<ShardRange> checkpoint_ranges(const Fsdp& fsdp);
 
 // Host memory a save holds (floats), for the memory plan too: a background save's snapshot of
 // this rank's shard (parameters, and the optimizer's m and v where it keeps them), reused by

@@ -64,6 +64,13 @@ void check_units_match(const fs::path& dir, const Json& m, const ParamLayout& la
          dir.string(), units.size(), layout.num_units());
   }
   for (int u = 0; u < layout.num_units(); ++u) {
+    const bool frozen = units[u].value("frozen", false);
+    if (frozen == layout.units()[u].trainable) {
+      fail("{}/manifest.json: unit {} {} in the checkpoint but {} in this run (LoRA {})",
+           dir.string(), layout.units()[u].name, frozen ? "is frozen" : "trains",
+           frozen ? "trains" : "is frozen",
+           frozen ? "adapters on a frozen base, then a full run" : "after full fine-tuning");
+    }
     const size_t n = units[u].at("numel").get<size_t>();
     if (n != layout.units()[u].numel) {
       fail(
@@ -143,7 +150,11 @@ void read_state(const fs::path& dir, ManifestRead& r) {
 Json manifest_json(const CheckpointState& st, const ParamLayout& layout, int world_size,
                    int64_t optimizer_steps) {
   Json units = Json::array();
-  for (const auto& u : layout.units()) units.push_back({{"name", u.name}, {"numel", u.numel}});
+  for (const auto& u : layout.units()) {
+    Json unit = {{"name", u.name}, {"numel", u.numel}};
+    if (!u.trainable) unit["frozen"] = true;  // not in the shards: it comes from the base model
+    units.push_back(std::move(unit));
+  }
   Json data = Json::array();
   for (const auto& f : st.data_files) {
     data.push_back(

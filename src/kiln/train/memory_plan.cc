@@ -16,6 +16,7 @@
 #include "kiln/kernels/device/host_cpu.h"
 #include "kiln/model/decoder.h"
 #include "kiln/model/hf_checkpoint.h"
+#include "kiln/model/model_output.h"
 #include "kiln/train/checkpoint.h"
 
 namespace kiln {
@@ -63,7 +64,7 @@ class PlanRun {
         inter_(hybrid() ? make_null_communicator(0, s.world_size / s.shard_size, CommScratch::kNone,
                                                  sink())
                         : nullptr),
-        model_(c, be_),
+        model_(c, be_, s.lora),
         fsdp_(model_.layout(), be_, s.strategy, hybrid() ? *intra_ : *world_, inter_.get(),
               s.prefetch, s.reduce_bf16 ? DType::BF16 : DType::F32),
         opt_(s.optimizer, model_.layout(), fsdp_.shard_ranges(), be_),
@@ -82,7 +83,7 @@ class PlanRun {
     fsdp_.grad_sq_norm(scalars_.data() + 1);
     opt_.begin_step();
     for (int u = 0; u < fsdp_.num_units(); ++u) {
-      opt_.step(u, fsdp_.shard_params(u), fsdp_.shard_grads(u), 1e-5);
+      if (fsdp_.trainable(u)) opt_.step(u, fsdp_.shard_params(u), fsdp_.shard_grads(u), 1e-5);
     }
   }
   // Trainer::evaluate: forward only.
@@ -93,17 +94,17 @@ class PlanRun {
   // Host memory the saves hold (checkpoint.h, hf_checkpoint.h): a background save's snapshot,
   // kept; the final save's stage, then rank 0's unit of final/ (after Fsdp::release_buffers).
   size_t snapshot() {
-    const size_t bytes = checkpoint_snapshot_floats(fsdp_.shard_ranges(), opt_) * sizeof(float);
+    const size_t bytes = checkpoint_snapshot_floats(checkpoint_ranges(fsdp_), opt_) * sizeof(float);
     be_.host_allocated(&snapshot_key_, bytes);
     return bytes;
   }
   size_t final_save() {
     fsdp_.release_buffers();
-    const size_t stage = checkpoint_stage_floats(fsdp_.shard_ranges()) * sizeof(float);
+    const size_t stage = checkpoint_stage_floats(checkpoint_ranges(fsdp_)) * sizeof(float);
     be_.host_allocated(&final_key_, stage);
     be_.host_freed(&final_key_);
     const size_t unit =
-        s_.writes_final ? hf_save_buffer_floats(model_.layout()) * sizeof(float) : 0;
+        s_.writes_final ? model_output_host_floats(model_.layout()) * sizeof(float) : 0;
     be_.host_allocated(&final_key_, unit);
     be_.host_freed(&final_key_);
     return std::max(stage, unit);
@@ -146,7 +147,7 @@ class PlanRun {
 size_t other_arena_bytes(const ModelConfig& c, const MemorySettings& s) {
   CountingBackend be(s.on_cpu ? Device::kCpu : Device::kCuda,
                      s.bf16 ? ComputeDType::kBf16 : ComputeDType::kFp32, s.cpu_threads);
-  Decoder model(c, be);
+  Decoder model(c, be, s.lora);
   ParamStore store(model.layout(), be);
   DeviceBuffer<double> loss(be, 1);
   model.forward_backward(planned_batch(s), store, 1.0f, !s.recompute, loss.data());
@@ -163,7 +164,8 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemorySettings& s) {
   const Fsdp& fsdp = run.fsdp();
   const CountingBackend& be = run.backend();
   MemoryPlan p;
-  p.params = p.grads = fsdp.shard_bytes() / 2;
+  p.params = fsdp.param_shard_bytes();
+  p.grads = fsdp.grad_shard_bytes();
   for (int u = 0; u < fsdp.num_units(); ++u) {
     p.optimizer += run.optimizer().m(u).bytes() + run.optimizer().v(u).bytes();
     if (fsdp.gathered_bytes(u) > p.largest_gathered) {
@@ -224,6 +226,7 @@ MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bo
   s.gloo = on_cpu || r.dist.communicator == "gloo";
   s.shm_lane = s.gloo && world_size > 1 && per_node == world_size;
   s.eval = !r.data.eval.empty() || r.data.eval_split > 0;
+  s.lora = r.lora;
   return s;
 }
 

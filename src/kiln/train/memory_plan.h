@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "kiln/base/json.h"
@@ -54,14 +55,18 @@ struct MemorySettings {
   // its segment replaces the reduce-scatter's scratch.
   bool shm_lane = false;
   bool eval = false;  // data.eval: evaluations run the fused cross-entropy (forward only)
+  // lora: adapters train on a frozen base (kept in the compute dtype, no gradient or state).
+  std::optional<LoraConfig> lora;
   size_t baseline = kDefaultBaselineBytes;
 };
 
 // Bytes per rank.
 struct MemoryPlan {
-  size_t params = 0, grads = 0, optimizer = 0;  // this rank's fp32 shards (padded units)
-  size_t gathered = 0;                          // FSDP's pooled gathered units (all-gather outputs)
-  size_t grad_buffers = 0;                      // whole-unit gradients (reduce-scatter inputs)
+  // This rank's shards (padded units): fp32, a LoRA run's frozen base in the compute dtype and
+  // without gradients or optimizer state.
+  size_t params = 0, grads = 0, optimizer = 0;
+  size_t gathered = 0;          // FSDP's pooled gathered units (all-gather outputs)
+  size_t grad_buffers = 0;      // whole-unit gradients (reduce-scatter inputs)
   size_t comm = 0;              // reduced shards and dtype copies (reduce-scatter outputs)
   size_t comm_scratch = 0;      // the communicator's own (Gloo's reduce-scatter partial sums, or
                                 // the shared memory lane's segment)

@@ -639,13 +639,6 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   return r;
 }
 
-void refuse_lora_training(const Recipe& r) {
-  if (!r.lora) return;
-  fail(
-      "lora: training LoRA adapters is not available in this build yet; remove the lora section "
-      "(and model.adapter) to fine-tune every weight");
-}
-
 Recipe load_recipe(const fs::path& yaml_path, const std::vector<std::string>& overrides,
                    RecipeUse use) {
   return parse_recipe(read_file(yaml_path), yaml_path.string(),

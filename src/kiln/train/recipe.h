@@ -201,11 +201,6 @@ enum class RecipeUse { kTrain, kPlan };
 // Reads `yaml_path` and applies `overrides` (each "dotted.key=value", the value parsed as YAML, so
 // "optimizer.betas=[0.9,0.95]" and "train.activation_checkpointing=true" work). Throws kiln::Error
 // with one line naming the file (and YAML line) or the override, and the key.
-// The trainer and the planner do not train LoRA adapters yet (issue 27: the recipe section and
-// PEFT adapter files are read and checked, the adapters' training is not wired in): a recipe with
-// a lora section is refused by both, naming the section, rather than trained in full.
-void refuse_lora_training(const Recipe& r);
-
 Recipe load_recipe(const fs::path& yaml_path, const std::vector<std::string>& overrides = {},
                    RecipeUse use = RecipeUse::kTrain);
 

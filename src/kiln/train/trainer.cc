@@ -1,5 +1,6 @@
 #include "kiln/train/trainer.h"
 
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +27,10 @@
 #include "kiln/model/decoder.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/hf_model_files.h"
+#include "kiln/model/init.h"
+#include "kiln/model/lora_units.h"
+#include "kiln/model/model_output.h"
+#include "kiln/model/peft_adapter.h"
 #include "kiln/tensor/buffer.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/checkpoint_verify.h"
@@ -91,6 +96,8 @@ class Trainer {
   bool writes_shard() const;
 
   void load_weights();
+  void load_adapters();
+  void log_model() const;
   void open_eval_data();
   void resume();
   void claim_run_dir();
@@ -104,6 +111,7 @@ class Trainer {
   CheckpointState checkpoint_state(int64_t step, double loss,
                                    const std::optional<double>& eval_loss) const;
   void save_final(TrainResult& result, const std::optional<double>& eval_loss);
+  void save_output(const fs::path& ckpt) const;
 
   const Recipe& r_;
   WorkerContext& ctx_;
@@ -146,7 +154,6 @@ class Trainer {
 
 // The recipe's output.dir is the context's run directory: its metrics.jsonl writer is the run's.
 const Recipe& Trainer::checked(const Recipe& r, const WorkerContext& ctx) {
-  refuse_lora_training(r);
   const auto normal = [](const fs::path& p) { return fs::absolute(p / "").lexically_normal(); };
   if (ctx.run_dir().empty() || normal(r.output.dir) != normal(ctx.run_dir())) {
     fail(
@@ -214,7 +221,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       start_rss_(resident_bytes()),
       backend_(make_backend(parse_device_request(r.train.device),
                             parse_compute_dtype(r.train.dtype), id_.local_rank)),
-      model_(config_, *backend_),
+      model_(config_, *backend_, r.lora),
       fsdp_(model_.layout(), *backend_, strategy_, shard_group(), replica_group(), r.dist.prefetch,
             r.dist.reduce_dtype == "bf16" && id_.world_size > 1 ? DType::BF16 : DType::F32),
       opt_(optimizer_settings(r), model_.layout(), fsdp_.shard_ranges(), *backend_),
@@ -251,12 +258,14 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
 void Trainer::load_weights() {
   // Each rank reads only its own shard's elements, in pieces of at most kLoadChunk floats through
   // one host buffer: no rank holds a unit it does not own, nor more of the file than a piece.
+  // The base model's units come first in a LoRA layout too: they are read from model.path.
   constexpr size_t kLoadChunk = size_t{4} << 20;  // 16 MiB of f32
   const ParamLayout& layout = model_.layout();
-  HfWeightsReader reader(r_.model.path, layout);
+  const ParamLayout base(config_);
+  HfWeightsReader reader(r_.model.path, base);
   const auto ranges = fsdp_.shard_ranges();
   Buffer<float> piece(kLoadChunk);
-  for (int u = 0; u < layout.num_units(); ++u) {
+  for (int u = 0; u < base.num_units(); ++u) {
     fsdp_.zero_shard(u);  // padding past the unit's end stays zero
     for (size_t b = ranges[u].begin; b < ranges[u].end; b += kLoadChunk) {
       const size_t e = std::min(ranges[u].end, b + kLoadChunk);
@@ -264,21 +273,55 @@ void Trainer::load_weights() {
       fsdp_.load_shard(u, b - ranges[u].begin, piece.data(), e - b);
     }
   }
-  if (lead_) {
-    std::string why_cpu;  // the notice train.device=auto owes when it falls back to the CPU
-    if (r_.train.device == "auto" && backend_->device() == Device::kCpu) {
-      std::string reason;
-      visible_gpu_count(&reason);
-      why_cpu = fmt::format(": no GPU visible ({})", reason);
+  if (layout.has_lora()) load_adapters();
+  if (lead_) log_model();
+}
+
+// A LoRA run's adapters: model.adapter's (a PEFT directory, checked against the base before
+// anything was allocated: preflight) or fresh ones as PEFT starts them, from train.seed. Each
+// rank keeps its shard of each layer's unit (small: r (in + out) per target).
+void Trainer::load_adapters() {
+  const ParamLayout& layout = model_.layout();
+  std::optional<PeftAdapter> adapter;
+  if (!r_.model.adapter.empty()) adapter = read_peft_adapter(r_.model.adapter, config_);
+  const auto ranges = fsdp_.shard_ranges();
+  std::vector<float> unit;
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    const int u = layout.lora_unit(static_cast<int>(l));
+    unit.assign(layout.units()[u].numel, 0.0f);
+    if (adapter) {
+      lora_unit_from_tensors(layout, adapter->tensors, l, unit.data());
+    } else {
+      init_unit_values(layout, u, r_.train.seed, unit.data());
     }
-    KILN_LOG_INFO(
-        "model {}: {:.1f}M parameters, {} layers, hidden {}; {} worker(s), {} ({}); device {} "
-        "(train.device {}{}), {}",
-        r_.model.path, parameter_count(config_) / 1e6, config_.num_hidden_layers,
-        config_.hidden_size, id_.world_size, strategy_name(strategy_), world_.transport(),
-        backend_->device() == Device::kCuda ? "cuda" : "cpu", r_.train.device, why_cpu,
-        backend_->name());
+    fsdp_.zero_shard(u);
+    fsdp_.load_shard(u, 0, unit.data() + ranges[u].begin, ranges[u].size());
   }
+}
+
+void Trainer::log_model() const {
+  std::string why_cpu;  // the notice train.device=auto owes when it falls back to the CPU
+  if (r_.train.device == "auto" && backend_->device() == Device::kCpu) {
+    std::string reason;
+    visible_gpu_count(&reason);
+    why_cpu = fmt::format(": no GPU visible ({})", reason);
+  }
+  const ParamLayout& layout = model_.layout();
+  const std::string trains =
+      layout.has_lora()
+          ? fmt::format(" (frozen), LoRA rank {} on {}: {:.2f}M parameters train{}",
+                        layout.lora().rank,
+                        fmt::join(lora_target_names(layout.lora().targets), ","),
+                        layout.trainable_numel() / 1e6,
+                        r_.model.adapter.empty() ? "" : fmt::format(" from {}", r_.model.adapter))
+          : "";
+  KILN_LOG_INFO(
+      "model {}: {:.1f}M parameters{}, {} layers, hidden {}; {} worker(s), {} ({}); device {} "
+      "(train.device {}{}), {}",
+      r_.model.path, parameter_count(config_) / 1e6, trains, config_.num_hidden_layers,
+      config_.hidden_size, id_.world_size, strategy_name(strategy_), world_.transport(),
+      backend_->device() == Device::kCuda ? "cuda" : "cpu", r_.train.device, why_cpu,
+      backend_->name());
 }
 
 // Held-out data: data.eval (every rank loads it, no cache files) or data.eval_split's share of
@@ -442,6 +485,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   double* param_sq = step_scalars_.data() + 2;
   backend_->fill_zero(param_sq, sizeof(double));
   for (int u = 0; u < fsdp_.num_units(); ++u) {
+    if (!fsdp_.trainable(u)) continue;  // a LoRA run's base
     opt_.step(u, fsdp_.shard_params(u), fsdp_.shard_grads(u), lr);
     // Summed in double, so finite unless some updated weight is not.
     backend_->sum_squares(param_sq, fsdp_.shard_params(u), ranges[u].size());
@@ -556,7 +600,7 @@ void Trainer::log_memory(size_t pool_bytes) const {
       "FSDP pool {:.0f} MiB (predicted {:.0f}), activations {:.0f} MiB (predicted {:.0f})",
       id_.rank, on_cpu ? "RSS" : "device memory", measured / 1048576.0, predicted / 1048576.0,
       prediction_error(predicted, measured), peak_resident_bytes() / 1048576.0,
-      fsdp_.shard_bytes() / 1048576.0, opt_bytes / 1048576.0,
+      (fsdp_.param_shard_bytes() + fsdp_.grad_shard_bytes()) / 1048576.0, opt_bytes / 1048576.0,
       fsdp_.peak_gathered_bytes() / 1048576.0, pool_bytes / 1048576.0,
       (plan_.gathered + plan_.grad_buffers + plan_.comm) / 1048576.0,
       model_.activation_bytes() / 1048576.0, plan_.activations / 1048576.0);
@@ -572,15 +616,20 @@ void Trainer::save_final(TrainResult& result, const std::optional<double>& eval_
   const fs::path last_ckpt = saver_.last_committed();
   result.model_dir = final_model_dir(run_dir_);
   if (lead_) {
-    CheckpointUnitReader reader(last_ckpt, model_.layout());
-    const DType out_dtype = *dtype_from_cli(r_.output.dtype);
-    save_hf_model_dir(
-        result.model_dir, *model_files_, model_.layout(),
-        [&](int u, float* out) { reader.read_unit(u, out); }, out_dtype);
+    save_output(last_ckpt);
     KILN_LOG_INFO("saved {} ({}) from {}", result.model_dir.string(), r_.output.dtype,
                   last_ckpt.string());
   }
   world_.barrier();
+}
+
+// final/ from checkpoint `ckpt` (rank 0): the model, or a LoRA run's adapters.
+void Trainer::save_output(const fs::path& ckpt) const {
+  CheckpointUnitReader reader(ckpt, model_.layout());
+  save_model_output(
+      final_model_dir(run_dir_), config_, *model_files_, model_.layout(),
+      [&](int u, float* out) { reader.read_unit(u, out); }, *dtype_from_cli(r_.output.dtype),
+      r_.model.path);
 }
 
 // A resumed run with no step left (its last checkpoint is at train.max_steps or beyond) trains
@@ -590,18 +639,12 @@ void Trainer::finish_finished_run(TrainResult& result) {
   result.steps = start_step_;
   result.nothing_to_do = true;
   result.model_dir = final_model_dir(run_dir_);
-  const bool have_final = fs::exists(result.model_dir / "model.safetensors") ||
-                          fs::exists(result.model_dir / "model.safetensors.index.json");
+  const bool have_final = has_model_output(result.model_dir, model_.layout());
   if (lead_) {
     KILN_LOG_INFO("{} is at step {}, train.max_steps is {}: nothing left to train{}",
                   resumed_from_.string(), start_step_, max_steps_,
                   have_final ? "" : "; exporting the missing final model from it");
-    if (!have_final) {
-      CheckpointUnitReader reader(resumed_from_, model_.layout());
-      save_hf_model_dir(
-          result.model_dir, *model_files_, model_.layout(),
-          [&](int u, float* out) { reader.read_unit(u, out); }, *dtype_from_cli(r_.output.dtype));
-    }
+    if (!have_final) save_output(resumed_from_);
   }
   world_.barrier();
 }
