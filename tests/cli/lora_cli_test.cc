@@ -162,7 +162,7 @@ TEST_F(LoraCli, EvalWithAdapterEqualsMergedExport) {
 }
 
 // The committed PEFT fixture (r 4, q_proj and v_proj, lora_dropout 0.05) applies to the same base
-// as PEFT would: evaluation ignores its dropout and matches its merged export.
+// as PEFT would: evaluation ignores its dropout, matches its merged export and moves the loss.
 TEST_F(LoraCli, PeftFixtureEvaluatesAsItsMergedExport) {
   const double adapted = eval_loss("--model " + model() + " --adapter " + kFixture.string());
   ASSERT_EQ(kiln("export --model " + model() + " --adapter " + kFixture.string() +
@@ -171,10 +171,13 @@ TEST_F(LoraCli, PeftFixtureEvaluatesAsItsMergedExport) {
             0);
   const double merged = eval_loss("--model " + path("fixture_merged"));
   EXPECT_NEAR(adapted, merged, 1e-5 * merged);
+  const double base = eval_loss("--model " + model());
+  // Its small values move the loss by about 1e-3 of it: 100 times the merge's tolerance.
+  EXPECT_GT(std::fabs(adapted - base), 1e-4 * base) << "the fixture does not move the loss";
 }
 
 // Greedy decoding with the adapter (base + s B A x per product, unmerged) picks the tokens the
-// merged export picks.
+// merged export picks, which are not the base's.
 TEST_F(LoraCli, GenerateWithAdapterMatchesMergedExport) {
   write_random_adapter(model(), path("adapter"), 12);
   ASSERT_EQ(kiln("export --model " + model() + " --adapter " + path("adapter") + " --merge --out " +
@@ -190,6 +193,10 @@ TEST_F(LoraCli, GenerateWithAdapterMatchesMergedExport) {
   EXPECT_FALSE(adapted.out.empty());
   EXPECT_EQ(adapted.out, merged.out);
   EXPECT_EQ(adapted.err, merged.err);  // the same stop reason after the same count
+  // The adapter matters: the base alone says something else.
+  const CmdResult base = kiln("generate --model " + model() + args);
+  ASSERT_EQ(base.code, 0) << base.err;
+  EXPECT_NE(base.out, adapted.out);
 }
 
 // Without --merge the adapter is written back as a PEFT directory: read back equal in fp32 (its
