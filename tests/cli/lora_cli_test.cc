@@ -245,6 +245,13 @@ TEST_F(LoraCli, ExportAdapterReadsBackEqual) {
   EXPECT_TRUE(g.tensors == f.tensors);
 }
 
+// --model without --adapter re-exports the model, as --checkpoint MODEL does.
+TEST_F(LoraCli, ExportModelAloneIsAPlainExport) {
+  ASSERT_EQ(kiln("export --model " + model() + " --dtype bf16 --out " + path("plain")).code, 0);
+  expect_rounded_tensors(model(), path("plain"), DType::BF16);
+  EXPECT_EQ(read_file(path("plain") + "/tokenizer.json"), read_file(model() + "/tokenizer.json"));
+}
+
 // Bad input: one line naming the problem, a non-zero exit, nothing written.
 TEST_F(LoraCli, BadAdaptersFailWithOneLine) {
   // A directory without adapter_config.json.
