@@ -1,6 +1,7 @@
 // Incremental decoding: attention_decode against attention_forward's rows; the Generator's
 // logits (prefill, then one token at a time, across chunks and after truncation) against a full
-// forward of the training model over the whole sequence; sampling; streaming detokenisation.
+// forward of the training model over the whole sequence (with LoRA adapters too); sampling;
+// streaming detokenisation.
 #include "kiln/model/generate.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "common/grad_check.h"
@@ -98,10 +101,11 @@ void randomize(ParamStore& store, const ParamLayout& layout, uint32_t seed) {
 }
 
 // Logits (T, V) of the training model's forward over the whole sequence: its final hidden state
-// times the head, in double.
+// times the head, in double. With `lora`, `store` holds ParamLayout(c, lora)'s units.
 std::vector<float> full_logits(const ModelConfig& c, ParamStore& store,
-                               const std::vector<int32_t>& ids) {
-  Decoder model(c, testing::cpu_fp32());
+                               const std::vector<int32_t>& ids,
+                               const std::optional<LoraConfig>& lora = std::nullopt) {
+  Decoder model(c, testing::cpu_fp32(), lora);
   Batch b;
   const int T = static_cast<int>(ids.size());
   b.resize(1, T);
@@ -163,6 +167,47 @@ TEST_P(GeneratorLogits, EqualFullForward) {
   gen.truncate(12);
   expect_row(gen.prefill(std::span(ids).subspan(12, 20)), ref, 31, V);
   EXPECT_EQ(gen.length(), 32);
+}
+
+// With LoRA adapters (random, B non-zero) the Generator's logits equal the LoRA training
+// forward's, and differ from the base's: the adapters are applied, not skipped.
+TEST_P(GeneratorLogits, WithAdaptersEqualFullForward) {
+  const ModelConfig c = family_config(GetParam());
+  LoraConfig lora;
+  lora.rank = 3;
+  lora.alpha = 5.0;
+  lora.dropout = 0.1;  // a training setting: decoding applies none
+  lora.targets =
+      resolve_lora_targets(GetParam().family == ModelFamily::kQwen3
+                               ? std::vector<std::string>{"q_proj", "v_proj", "down_proj"}
+                               : std::vector<std::string>{"all-linear"},
+                           "test");
+  const ParamLayout layout(c, lora), plain(c);
+  ParamStore store(layout, testing::cpu_fp32(), /*with_grads=*/false);
+  ParamStore base(plain, testing::cpu_fp32(), /*with_grads=*/false);
+  randomize(store, layout, 6);
+  for (int u = 0; u < plain.num_units(); ++u) {
+    std::copy(store.params(u).data(), store.params(u).data() + store.params(u).size(),
+              base.params(u).data());
+  }
+  const int T = Generator::kChunk + 20, V = static_cast<int>(c.vocab_size);
+  std::vector<int32_t> ids(T);
+  for (int t = 0; t < T; ++t) ids[t] = (t * 37 + 5) % V;
+  std::optional<LoraConfig> inference = lora;
+  inference->dropout = 0;  // the Decoder refuses dropout; the Generator ignores it
+  const std::vector<float> ref = full_logits(c, store, ids, inference);
+  const std::vector<float> ref_base = full_logits(c, base, ids);
+  float moved = 0;
+  for (size_t i = 0; i < ref.size(); ++i) moved = std::max(moved, std::fabs(ref[i] - ref_base[i]));
+  EXPECT_GT(moved, 1e-2f) << "the adapters do not change the logits";
+
+  const int prompt = Generator::kChunk + 5;  // chunked prefill, then single steps
+  Generator gen(c, store, testing::cpu_fp32(), lora);
+  expect_row(gen.prefill(std::span(ids).first(prompt)), ref, prompt - 1, V);
+  for (int t = prompt; t < T; ++t) {
+    expect_row(gen.step(ids[t]), ref, t, V);
+    if (HasFailure()) return;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GeneratorLogits,

@@ -1,7 +1,8 @@
-// kiln eval --model DIR --data FILE [--format F --tokenizer T] [--json]: mean next-token loss over
-// a dataset in any data format (loss where training would take it; the format inferred from the
-// first record when not given). DIR is a Hugging Face model
-// directory or a sharded checkpoint (<run>/checkpoints/step-N, read unit by unit).
+// kiln eval --model DIR [--adapter A] --data FILE [--format F --tokenizer T] [--json]: mean
+// next-token loss over a dataset in any data format (loss where training would take it; the format
+// inferred from the first record when not given). DIR is a Hugging Face model directory or a
+// sharded checkpoint (<run>/checkpoints/step-N, read unit by unit); A a PEFT adapter directory
+// applied to it (model/adapted_model.h).
 #include <cstdio>
 #include <optional>
 
@@ -11,6 +12,7 @@
 #include "kiln/data/sampler.h"
 #include "kiln/data/text_dataset.h"
 #include "kiln/kernels/device/backend.h"
+#include "kiln/model/adapted_model.h"
 #include "kiln/model/decoder.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/text/chat_template.h"
@@ -20,7 +22,7 @@ namespace kiln::cli {
 
 Command add_eval(CLI::App& app) {
   struct Opts {
-    std::string model, data, format, tokenizer, chat_template, enable_thinking;
+    std::string model, adapter, data, format, tokenizer, chat_template, enable_thinking;
     bool json = false;
     int seq_len = 2048;
   };
@@ -30,6 +32,9 @@ Command add_eval(CLI::App& app) {
                   "Model directory (HF layout) or sharded checkpoint directory (holding "
                   "manifest.json)")
       ->required();
+  sub->add_option("--adapter", o->adapter,
+                  "A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) "
+                  "applied to --model");
   sub->add_option("--data", o->data, "JSONL file in --format")->required();
   sub->add_option("--format", o->format,
                   "Data format: " + data_format_choices() +
@@ -55,20 +60,21 @@ Command add_eval(CLI::App& app) {
               fail("--format: unknown data format '{}' ({})", o->format, data_format_choices());
             }
             const fs::path dir = o->model;
-            ModelConfig c = read_config(dir / "config.json");
+            const AdaptedModel m = read_adapted_model(dir, o->adapter);
+            const ModelConfig& c = m.config;
             const std::unique_ptr<Backend> be =
                 make_backend(DeviceRequest::kAuto, ComputeDType::kFp32);
-            Decoder model(c, *be);
+            Decoder model(c, *be, m.inference_lora());
             ParamStore store(model.layout(), *be, /*with_grads=*/false);
             if (fs::exists(dir / "manifest.json")) {
-              const CheckpointUnitReader reader(dir, model.layout());
-              for (int u = 0; u < model.layout().num_units(); ++u) {
-                std::vector<float> host(model.layout().units()[u].numel);
-                reader.read_unit(u, host.data());
-                store.load_unit(u, host.data());
-              }
+              const ParamLayout base(c);  // a full fine-tuning checkpoint: the base's units
+              const CheckpointUnitReader reader(dir, base);
+              load_units(model.layout(),
+                         adapted_unit_reader(m, model.layout(),
+                                             [&](int u, float* out) { reader.read_unit(u, out); }),
+                         store);
             } else {
-              load_hf_weights(dir, model.layout(), store);
+              load_adapted_model(dir, m, model.layout(), store);
             }
             DataOptions d;
             d.path = o->data;

@@ -1,9 +1,15 @@
-// kiln export --checkpoint CKPT --out DIR [--dtype f32|bf16]: a Hugging Face model directory.
+// kiln export --checkpoint CKPT --out DIR [--dtype f32|bf16|f16]: a Hugging Face model directory.
+// kiln export --model M --adapter A --out DIR [--merge] [--dtype ...]: a PEFT adapter applied to
+// the HF model M (model/adapted_model.h), written back as a PEFT adapter directory (in --dtype,
+// with M's tokenizer files and chat template), or with --merge as a complete HF model with
+// W + s B A folded into every target (model/lora_export.h, which a LoRA run's checkpoints use too).
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/cli/commands.h"
+#include "kiln/model/adapted_model.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/hf_model_files.h"
+#include "kiln/model/lora_export.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/trainer.h"
 
@@ -40,60 +46,129 @@ uint64_t parse_size(const std::string& s) {
   if (!(v > 0)) fail("--max-shard-size must be positive");
   return static_cast<uint64_t>(v * mult);
 }
+
+struct ExportOpts {
+  std::string checkpoint, model, adapter, out, dtype = "f32", max_shard = "5GB";
+  bool merge = false;
+};
+
+// --out names neither input (an export never overwrites what it reads).
+void check_out_differs(const fs::path& out, const fs::path& in, const char* what) {
+  if (fs::weakly_canonical(in) == fs::weakly_canonical(out))
+    fail("--out must differ from the {} directory", what);
+}
+
+// --model M [--adapter A [--merge]]: the HF model M, with the adapter A applied.
+void export_model(const ExportOpts& o, DType dtype, uint64_t max_shard) {
+  const fs::path model = o.model;
+  check_out_differs(o.out, model, "--model");
+  if (!o.adapter.empty()) check_out_differs(o.out, o.adapter, "--adapter");
+  // Everything is read and checked (config, adapter names and shapes, the base's tensors when
+  // they are read) before the first file is written.
+  const AdaptedModel m = read_adapted_model(model, o.adapter);
+  const HfModelFiles files = HfModelFiles::read(model);  // config, tokenizer, generation
+  const ParamLayout base(m.config);
+  const ParamLayout layout(m.config, m.lora());
+  if (m.adapter && !o.merge) {  // the adapter alone: the base's weights are not read
+    const std::string base_name = m.adapter->config.base_model_name_or_path.empty()
+                                      ? o.model
+                                      : m.adapter->config.base_model_name_or_path;
+    export_lora_adapter(
+        o.out, m.config, layout,
+        adapted_unit_reader(m, layout,
+                            [](int u, float*) { KILN_CHECK(false, "base unit {} read", u); }),
+        base_name, files, dtype);
+    return;
+  }
+  const HfWeightsReader reader(model, base);
+  const UnitReader read_base = [&](int u, float* out) { reader.read_unit(u, out); };
+  if (m.adapter) {
+    export_lora_merged(o.out, m.config, layout, adapted_unit_reader(m, layout, read_base), files,
+                       dtype, max_shard);
+  } else {
+    save_hf_model_dir(o.out, files, base, read_base, dtype, max_shard);
+  }
+}
+
+// --checkpoint CKPT: a run directory, a sharded checkpoint or a HF model directory. Returns the
+// directory it read (a run's final/ or newest checkpoint).
+fs::path export_checkpoint(const ExportOpts& o, DType dtype, uint64_t max_shard) {
+  fs::path src = o.checkpoint;
+  // A run directory: its final model, else its newest checkpoint.
+  if (!fs::exists(src / "config.json")) {
+    if (fs::exists(final_model_dir(src) / "config.json")) {
+      src = final_model_dir(src);
+    } else if (auto latest = latest_checkpoint(src / "checkpoints")) {
+      src = latest->dir;
+    }
+  }
+  if (!fs::exists(src)) fail("{}: no such checkpoint", o.checkpoint);
+  if (!fs::exists(src / "config.json")) {
+    fail("{}: not a model, checkpoint or run directory (no config.json)", o.checkpoint);
+  }
+  check_out_differs(o.out, src, "checkpoint");
+  const ModelConfig c = read_config(src / "config.json");
+  const ParamLayout layout(c);
+  // Streamed unit by unit: memory is bounded by one unit, never the whole model.
+  const HfModelFiles files = HfModelFiles::read(src);  // config, tokenizer, generation
+  if (fs::exists(src / "manifest.json")) {             // a sharded kiln checkpoint
+    CheckpointUnitReader reader(src, layout);
+    save_hf_model_dir(
+        o.out, files, layout, [&](int u, float* out) { reader.read_unit(u, out); }, dtype,
+        max_shard);
+  } else {
+    HfWeightsReader reader(src, layout);
+    save_hf_model_dir(
+        o.out, files, layout, [&](int u, float* out) { reader.read_unit(u, out); }, dtype,
+        max_shard);
+  }
+  return src;
+}
 }  // namespace
 
 Command add_export(CLI::App& app) {
-  struct Opts {
-    std::string checkpoint, out, dtype = "f32", max_shard = "5GB";
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<ExportOpts>();
   CLI::App* sub = app.add_subcommand(
       "export",
       "Write a checkpoint (a run directory or a model directory) as a HF model directory");
-  sub->add_option("--checkpoint", o->checkpoint,
-                  "A run directory (its final/ model, else its newest checkpoint), a checkpoint "
-                  "directory (checkpoints/step-N) or a HF model directory")
-      ->required();
+  auto* checkpoint =
+      sub->add_option("--checkpoint", o->checkpoint,
+                      "A run directory (its final/ model, else its newest checkpoint), a "
+                      "checkpoint directory (checkpoints/step-N) or a HF model directory");
+  auto* model = sub->add_option("--model", o->model,
+                                "A HF model directory, exported with --adapter applied (instead "
+                                "of --checkpoint)")
+                    ->excludes(checkpoint);
+  sub->add_option("--adapter", o->adapter,
+                  "A PEFT LoRA adapter directory for --model: written back as a PEFT adapter "
+                  "directory with --model's tokenizer files, or merged with --merge")
+      ->needs(model);
+  sub->add_flag("--merge", o->merge,
+                "Fold the adapter into --model's weights (W + s B A): a complete HF model "
+                "directory");
   sub->add_option("--out", o->out, "Output directory")->required();
   sub->add_option("--dtype", o->dtype, "f32 or bf16 (or f16)")->capture_default_str();
-  sub->add_option("--max-shard-size", o->max_shard, "Shard the weights above this size")
+  sub->add_option("--max-shard-size", o->max_shard,
+                  "Shard a model's weights above this size (not an adapter's)")
       ->capture_default_str();
   return {sub, [o] {
             const auto dtype = dtype_from_cli(o->dtype);
             if (!dtype) fail("--dtype: unknown dtype '{}' (f32, bf16, f16)", o->dtype);
-            fs::path src = o->checkpoint;
-            // A run directory: its final model, else its newest checkpoint.
-            if (!fs::exists(src / "config.json")) {
-              if (fs::exists(final_model_dir(src) / "config.json")) {
-                src = final_model_dir(src);
-              } else if (auto latest = latest_checkpoint(src / "checkpoints")) {
-                src = latest->dir;
-              }
-            }
-            if (!fs::exists(src)) fail("{}: no such checkpoint", o->checkpoint);
-            if (!fs::exists(src / "config.json")) {
-              fail("{}: not a model, checkpoint or run directory (no config.json)", o->checkpoint);
-            }
-            if (fs::weakly_canonical(src) == fs::weakly_canonical(o->out)) {
-              fail("--out must differ from the checkpoint directory");
-            }
-            const ModelConfig c = read_config(src / "config.json");
-            const ParamLayout layout(c);
+            if (o->checkpoint.empty() && o->model.empty())
+              fail("--checkpoint or --model is required (what to export)");
+            // Nothing to fold in: writing the base unchanged would hide a forgotten --adapter.
+            if (o->merge && o->adapter.empty())
+              fail("--merge needs --adapter (a PEFT adapter directory to fold into --model)");
             const uint64_t max_shard = parse_size(o->max_shard);
-            // Streamed unit by unit: memory is bounded by one unit, never the whole model.
-            const HfModelFiles files = HfModelFiles::read(src);  // config, tokenizer, generation
-            if (fs::exists(src / "manifest.json")) {             // a sharded kiln checkpoint
-              CheckpointUnitReader reader(src, layout);
-              save_hf_model_dir(
-                  o->out, files, layout, [&](int u, float* out) { reader.read_unit(u, out); },
-                  *dtype, max_shard);
+            fs::path from = o->model;
+            if (o->model.empty()) {
+              from = export_checkpoint(*o, *dtype, max_shard);
             } else {
-              HfWeightsReader reader(src, layout);
-              save_hf_model_dir(
-                  o->out, files, layout, [&](int u, float* out) { reader.read_unit(u, out); },
-                  *dtype, max_shard);
+              export_model(*o, *dtype, max_shard);
             }
-            KILN_LOG_INFO("exported {} -> {} ({})", src.string(), o->out, o->dtype);
+            KILN_LOG_INFO("exported {}{}{} -> {} ({})", from.string(),
+                          o->adapter.empty() ? "" : " + adapter " + o->adapter,
+                          o->merge ? " (merged)" : "", o->out, o->dtype);
             return 0;
           }};
 }

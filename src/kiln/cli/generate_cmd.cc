@@ -5,7 +5,8 @@
 // prompt is encoded as Hugging Face's tokenizer(text) encodes it (Llama 3's <|begin_of_text|>
 // first), a chat one with the template (text/chat_template_choice.h), which renders its own.
 // It ends with the reason on stderr ("stop: end token <|im_end|> after 12 new tokens",
-// "stop: length (--max-new-tokens 32) after 32 new tokens").
+// "stop: length (--max-new-tokens 32) after 32 new tokens"). --adapter applies a PEFT adapter
+// directory to the model (model/adapted_model.h): decoding runs base + adapters, unmerged.
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "kiln/base/log.h"
 #include "kiln/cli/commands.h"
 #include "kiln/kernels/device/backend.h"
+#include "kiln/model/adapted_model.h"
 #include "kiln/model/generate.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/sampling.h"
@@ -34,7 +36,7 @@ namespace kiln::cli {
 namespace {
 
 struct GenerateOpts {
-  std::string model, tokenizer, prompt, system, tools_file, chat_template, enable_thinking;
+  std::string model, adapter, tokenizer, prompt, system, tools_file, chat_template, enable_thinking;
   bool chat = false, interactive = false, has_prompt = false;
   int max_new_tokens = 256;
   double temperature = 0.7, top_p = 0.8;  // Qwen2.5-Instruct's generation_config
@@ -51,15 +53,15 @@ void write_out(const std::string& s) {
 // them (the history of a chat) runs only its new tokens.
 class Session {
  public:
-  Session(const GenerateOpts& o, const Tokenizer& tok, const ModelConfig& config,
+  Session(const GenerateOpts& o, const Tokenizer& tok, const AdaptedModel& model,
           ParamStore& params, const Backend& backend, std::vector<int32_t> stops)
       : o_(o),
         tok_(tok),
-        gen_(config, params, backend),
+        gen_(model.config, params, backend, model.inference_lora()),
         sampler_({o.temperature, o.top_p}, o.seed),
         // Ids the model has but the tokenizer lacks (Qwen pads its embedding to a multiple of
         // 128) cannot be decoded, so they are never sampled.
-        sample_vocab_(static_cast<size_t>(std::min(config.vocab_size, tok.vocab_size()))),
+        sample_vocab_(static_cast<size_t>(std::min(model.config.vocab_size, tok.vocab_size()))),
         stops_(std::move(stops)) {}
 
   // Runs `prompt`, then samples, writing text to stdout as it comes, and a newline at the end.
@@ -167,17 +169,17 @@ std::vector<int32_t> stop_ids(const Tokenizer& tok, const ChatTemplate* tmpl) {
 
 int run_generate(const GenerateOpts& o) {
   const fs::path dir = o.model;
-  const ModelConfig config = read_config(dir / "config.json");
+  const AdaptedModel model = read_adapted_model(dir, o.adapter);
   const Tokenizer tok = load_tokenizer(o);
   const ChatTemplate* tmpl = generate_template(o);
   ChatOptions options{.add_generation_prompt = true};
   if (!o.enable_thinking.empty()) options.enable_thinking = o.enable_thinking == "true";
   if (tmpl) check_enable_thinking(*tmpl, options.enable_thinking, "--enable-thinking");
-  const ParamLayout layout(config);
+  const ParamLayout layout(model.config, model.lora());
   const std::unique_ptr<Backend> backend = make_backend(DeviceRequest::kAuto, ComputeDType::kFp32);
   ParamStore params(layout, *backend, /*with_grads=*/false);
-  load_hf_weights(dir, layout, params);
-  Session session(o, tok, config, params, *backend, stop_ids(tok, tmpl));
+  load_adapted_model(dir, model, layout, params);
+  Session session(o, tok, model, params, *backend, stop_ids(tok, tmpl));
 
   std::vector<ChatMessage> history;
   if (o.chat && !o.system.empty()) history.push_back({"system", o.system});
@@ -226,6 +228,9 @@ Command add_generate(CLI::App& app) {
       "generate", "Generate text from a model, streamed as it is produced (KV-cached decoding)");
   sub->add_option("--model", o->model, "Model directory (HF layout: config.json, safetensors)")
       ->required();
+  sub->add_option("--adapter", o->adapter,
+                  "A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) "
+                  "applied to --model");
   sub->add_option("--tokenizer", o->tokenizer,
                   "A tokenizer.json, or a directory with one (default: MODEL/tokenizer.json)");
   sub->add_flag("--chat", o->chat,

@@ -6,12 +6,21 @@
 
 #include "kiln/base/error.h"
 #include "kiln/model/decoder_layer.h"
+#include "kiln/model/lora_ops.h"
 
 namespace kiln {
 
-Generator::Generator(const ModelConfig& config, UnitAccess& params, const Backend& backend)
+namespace {
+const std::optional<LoraConfig>& checked_lora(const std::optional<LoraConfig>& lora) {
+  if (lora) lora->validate("lora");
+  return lora;
+}
+}  // namespace
+
+Generator::Generator(const ModelConfig& config, UnitAccess& params, const Backend& backend,
+                     const std::optional<LoraConfig>& lora)
     : config_(config),
-      layout_(config),
+      layout_(config, checked_lora(lora)),
       params_(params),
       be_(backend),
       rope_(config_, backend),
@@ -26,6 +35,9 @@ Generator::Generator(const ModelConfig& config, UnitAccess& params, const Backen
       h_(backend, 0),
       qk_pre_(backend, 0),
       rstd_qk_(backend, 0),
+      lora_u_(backend, 0),
+      lora_delta_(backend, 0),
+      lora_b_block_(backend, 0),
       ids_pos_(backend, 2 * kChunk),
       ids_pos_host_(2 * kChunk),
       xf_(backend, config_.hidden_size),
@@ -124,6 +136,13 @@ void Generator::run_chunk(const int32_t* ids, int n) {
       rstd_qk_.resize(
           n * static_cast<size_t>(config_.num_attention_heads + config_.num_key_value_heads));
     }
+    if (layout_.has_lora()) {
+      const LoraOffsets& o = layout_.lora_offsets();
+      lora_u_.resize(n * static_cast<size_t>(o.total_ranks()));
+      lora_delta_.resize(n * static_cast<size_t>(o.max_out()));
+      // Parameters come in at most 4 bytes a value (fp32, or bf16 from a bf16 backend).
+      lora_b_block_.resize(static_cast<size_t>(o.max_out() * o.max_ranks()));
+    }
   }
   // ids and positions (2, n) through the host copy: the previous chunk's upload has run (every
   // chunk's layers read them before the next chunk starts, and prefill ends with a synchronize).
@@ -186,8 +205,21 @@ void Generator::layer(int l, ConstDevPtr w, int n) {
     a.rstd_k = a.rstd_q + static_cast<size_t>(n) * config_.num_attention_heads;
   }
   const CacheAttention attention(be_, k_cache_[l].data(), v_cache_[l].data(), n, length_, config_);
-  decoder_layer_forward(be_, config_, layout_.layer_offsets(), w, x_.data(), x_.data(), a,
-                        {n, ids_pos_.data() + kChunk, DType::F32}, rope_, attention);
+  const LayerGeometry geometry{n, ids_pos_.data() + kChunk, DType::F32};
+  if (!layout_.has_lora()) {
+    decoder_layer_forward(be_, config_, layout_.layer_offsets(), w, x_.data(), x_.data(), a,
+                          geometry, rope_, attention);
+    return;
+  }
+  LoraScratch scratch;
+  scratch.b_block = lora_b_block_.data();
+  scratch.delta = lora_delta_.data();
+  const LoraLayerPass adapters(be_, layout_.lora_offsets(),
+                               static_cast<float>(layout_.lora().scale()),
+                               params_.acquire(layout_.lora_unit(l)), lora_u_.data(), scratch, n);
+  decoder_layer_forward(be_, config_, layout_.layer_offsets(), w, x_.data(), x_.data(), a, geometry,
+                        rope_, attention, &adapters);
+  params_.release(layout_.lora_unit(l));
 }
 
 }  // namespace kiln

@@ -10,10 +10,13 @@
 //   logits (V) = rmsnorm(x[n - 1]) W_head^T: the LM head for the last position only.
 // Each layer runs the training forward's decoder_layer_forward (model/decoder_layer.h) with
 // attention over the cache, so the logits equal those of a full forward over the whole sequence
-// to float rounding (tested).
+// to float rounding (tested). With a LoraConfig the layout has the adapter units (layout.h) and
+// each layer adds its adapters' s B A x to its base products (lora_ops.h), as the training
+// forward does; decoding is inference, so lora.dropout is not applied.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -21,6 +24,7 @@
 #include "kiln/kernels/ops.h"
 #include "kiln/model/config.h"
 #include "kiln/model/layout.h"
+#include "kiln/model/lora_config.h"
 #include "kiln/model/rope_table.h"
 #include "kiln/model/unit_access.h"
 #include "kiln/tensor/buffer.h"
@@ -31,7 +35,9 @@ class Generator {
  public:
   // `params` must outlive the Generator; units are acquired around each use and released after,
   // as the training forward does. The cache grows as needed, up to max_position_embeddings.
-  Generator(const ModelConfig& config, UnitAccess& params, const Backend& backend);
+  // lora: `params` holds ParamLayout(config, lora)'s units, the adapters after the base's.
+  Generator(const ModelConfig& config, UnitAccess& params, const Backend& backend,
+            const std::optional<LoraConfig>& lora = std::nullopt);
 
   // Appends `ids` (n >= 1) at positions [length(), length() + n), running them through every
   // layer in chunks and filling the cache. Returns the logits (vocab_size) of the last one, valid
@@ -52,7 +58,8 @@ class Generator {
   const ModelConfig& config() const { return config_; }
 
   // Tokens per prefill chunk: bounds the activation scratch at kChunk * (3C + 2Q + 3I + 1)
-  // floats (and Q + KV + H + KVH more with q/k norms) whatever the prompt length.
+  // floats (and Q + KV + H + KVH more with q/k norms, R + M more with LoRA) whatever the prompt
+  // length.
   static constexpr int kChunk = 256;
 
  private:
@@ -75,6 +82,9 @@ class Generator {
   DeviceBuffer<float> x_, xn_, rstd_, q_, y_, tmp_, qkv_, gate_up_, h_;
   // qk_norm only: q and k before their norms (n, Q + KV) and the norms' (n, H + KVH) reciprocals
   DeviceBuffer<float> qk_pre_, rstd_qk_;
+  // LoRA only (lora_ops.h's names; R = total_ranks(), M = max_out()): the adapters' u (n, R) and
+  // delta (n, M), and a group's block-diagonal B (M, max_ranks()) in the parameters' dtype.
+  DeviceBuffer<float> lora_u_, lora_delta_, lora_b_block_;
   DeviceBuffer<int32_t> ids_pos_;  // (2, kChunk)
   std::vector<int32_t> ids_pos_host_;
   DeviceBuffer<float> xf_, rstd_last_, logits_;  // (C), (1), (V)
