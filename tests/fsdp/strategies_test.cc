@@ -4,11 +4,14 @@
 // rank trains its own rows; the ranks' loss sums add up to the single rank's over all rows, and
 // each rank's gradient shard is that slice of the single rank's gradients, for a tied and an
 // untied model. The binary's runs of the same (launch/dist_equivalence_test.cc) allow 1e-5 on the
-// losses; so does this.
+// losses; so does this. With LoRA the base is frozen (stored in the compute dtype: bf16 under bf16,
+// gathered as it is, or under no_shard handed out as it is) and only the adapters' gradient shards
+// exist; they match world size 1 alike, in fp32 and in bf16.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,14 +79,14 @@ struct RankResult {
 // micro-steps of `n` rows; rank r's micro-step m trains rows from (m * world + r) * n.
 std::vector<RankResult> run_step(const ModelConfig& c, const ParamStore& init,
                                  ShardStrategy strategy, int world, int nodes, int accum, int n,
-                                 float scale) {
-  const Backend& be = testing::cpu_fp32();
+                                 float scale, const std::optional<LoraConfig>& lora,
+                                 const Backend& be) {
   const int V = static_cast<int>(c.vocab_size);
   auto store = std::make_shared<MemoryStore>();
   std::vector<RankResult> out(world);
   testing::run_rank_threads(world, [&](int r) {
     Groups g = make_groups(store, r, world, nodes);
-    Decoder model(c, be);
+    Decoder model(c, be, lora);
     Fsdp fsdp(model.layout(), be, strategy, *g.shard, g.replica.get());
     RankResult& res = out[r];
     res.ranges = fsdp.shard_ranges();
@@ -99,6 +102,10 @@ std::vector<RankResult> run_step(const ModelConfig& c, const ParamStore& init,
     fsdp.finish_backward();
     be.synchronize();
     for (int u = 0; u < fsdp.num_units(); ++u) {
+      if (!fsdp.trainable(u)) {
+        res.grads.emplace_back();
+        continue;
+      }
       const float* gr = fsdp.shard_grads(u);
       res.grads.emplace_back(gr, gr + res.ranges[u].size());
     }
@@ -107,35 +114,46 @@ std::vector<RankResult> run_step(const ModelConfig& c, const ParamStore& init,
 }
 
 // Each rank's gradient shard is the single rank's gradients at its range; the losses add up.
-void expect_matches_one_rank(ShardStrategy strategy, int world, int nodes, int accum, bool tied) {
+// tol: the gradients' relative error allowed (2e-5 in fp32).
+void expect_matches_one_rank(ShardStrategy strategy, int world, int nodes, int accum, bool tied,
+                             const std::optional<LoraConfig>& lora = std::nullopt,
+                             const Backend& be = testing::cpu_fp32(), double tol = 2e-5) {
   SCOPED_TRACE(std::string(strategy_name(strategy)) + ", world " + std::to_string(world) +
                ", nodes " + std::to_string(nodes) + ", accumulation " + std::to_string(accum) +
-               (tied ? ", tied" : ", untied"));
+               (tied ? ", tied" : ", untied") + (lora ? ", lora" : "") + ", " +
+               std::string(be.name()));
   const ModelConfig c = testing::small_config(tied);
-  const ParamLayout layout(c);
+  const ParamLayout layout(c, lora);
   ParamStore init(layout, testing::cpu_fp32(), /*with_grads=*/false);
-  testing::randomize(init, layout, 7);
+  testing::randomize(init, layout, 7);  // B non-zero too: A's gradients are not zero
   const int rows_total = world * accum;
   const float scale =
       1.0f / static_cast<float>(rows(0, rows_total, static_cast<int>(c.vocab_size)).num_targets());
   // World size 1: one micro-step over every row.
   const std::vector<RankResult> one =
-      run_step(c, init, ShardStrategy::kFullShard, 1, 0, 1, rows_total, scale);
-  const std::vector<RankResult> many = run_step(c, init, strategy, world, nodes, accum, 1, scale);
+      run_step(c, init, ShardStrategy::kFullShard, 1, 0, 1, rows_total, scale, lora, be);
+  const std::vector<RankResult> many =
+      run_step(c, init, strategy, world, nodes, accum, 1, scale, lora, be);
+  size_t compared = 0;
   ASSERT_EQ(one.size(), 1u);
   ASSERT_EQ(many.size(), static_cast<size_t>(world));
   double sum = 0;
   for (int r = 0; r < world; ++r) {
     sum += many[r].loss;
     for (size_t u = 0; u < many[r].grads.size(); ++u) {
+      EXPECT_EQ(layout.units()[u].trainable, !one[0].grads[u].empty()) << "unit " << u;
+      if (!layout.units()[u].trainable) continue;  // frozen: no gradient anywhere
       const ShardRange& range = many[r].ranges[u];
       EXPECT_LT(testing::rel_err(many[r].grads[u].data(), one[0].grads[u].data() + range.begin,
                                  range.size()),
-                2e-5)
+                tol)
           << "rank " << r << " unit " << u;
+      compared += range.size();
     }
   }
-  EXPECT_NEAR(sum, one[0].loss, 1e-5 * std::fabs(one[0].loss));
+  EXPECT_GE(compared, layout.trainable_numel());  // every trainable element, on some rank
+  EXPECT_NEAR(sum, one[0].loss,
+              (be.activation_dtype() == DType::F32 ? 1e-5 : 1e-3) * std::fabs(one[0].loss));
 }
 
 TEST(FsdpStrategies, EachMatchesOneRank) {
@@ -154,6 +172,26 @@ TEST(FsdpStrategies, HybridShardMatchesOneRank) {
     for (int accum : {1, 2}) {
       expect_matches_one_rank(ShardStrategy::kHybridShard, 4, 2, accum, tied);  // 2 nodes of 2
       expect_matches_one_rank(ShardStrategy::kHybridShard, 2, 2, accum, tied);  // 2 nodes of 1
+    }
+  }
+}
+
+// LoRA: only the adapters have gradients, under every strategy, the frozen base stored and
+// gathered in fp32, and in bf16 (bf16 rounds the products differently for 1 row and for all:
+// 1e-2).
+TEST(FsdpStrategies, LoraAdaptersMatchOneRank) {
+  LoraConfig lora;
+  lora.rank = 2;
+  lora.alpha = 4;
+  lora.targets = resolve_lora_targets({"all-linear"}, "test");
+  for (const Backend* be : {&testing::cpu_fp32(), &testing::cpu_bf16()}) {
+    const double tol = be == &testing::cpu_fp32() ? 2e-5 : 1e-2;
+    for (bool tied : {true, false}) {
+      for (ShardStrategy s :
+           {ShardStrategy::kFullShard, ShardStrategy::kShardGradOp, ShardStrategy::kNoShard}) {
+        expect_matches_one_rank(s, 2, 0, 2, tied, lora, *be, tol);
+      }
+      expect_matches_one_rank(ShardStrategy::kHybridShard, 4, 2, 1, tied, lora, *be, tol);
     }
   }
 }

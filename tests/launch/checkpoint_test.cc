@@ -80,6 +80,122 @@ TEST_P(CheckpointFamily, ResumeIsBitIdenticalToAnUninterruptedRun) {
   if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
 
+// LoRA: rank-4 adapters on every projection of a frozen base.
+constexpr const char* kLora = "lora:\n  rank: 4\n  alpha: 8\n";  // lr: the recipe's 3e-3
+
+fs::path adapter_file(const fs::path& run) { return run / "final" / "adapter_model.safetensors"; }
+
+// The loss `kiln eval --json` prints (its last line that is a JSON object) for `model_args`.
+double eval_loss(const std::string& model_args) {
+  const auto r = run_kiln("eval --json --data " + std::string(KILN_SOURCE_DIR) +
+                          "/assets/demo/tokens.jsonl --seq-len 64 " + model_args);
+  EXPECT_EQ(r.code, 0) << r.out;
+  const size_t at = r.out.rfind("\n{");
+  const std::string line = r.out.substr(at == std::string::npos ? 0 : at + 1);
+  return Json::parse(line.substr(0, line.find('\n'))).at("loss").get<double>();
+}
+
+// A LoRA run's checkpoints hold its adapters and their AdamW state only; a crash and a resume
+// give the same losses and adapters, bit for bit, as a run that never stopped; and a 2-worker
+// run's checkpoint continues on one process (resharded) as the 2-worker run does.
+TEST(CheckpointLora, AdapterOnlyCheckpointsResumeExactlyAndReshard) {
+  const fs::path d = make_run("lora_resume", kLora);
+  const std::string recipe = (d / "recipe.yaml").string();
+  auto full = run_kiln("train " + recipe + " dist.nproc_per_node=2 train.micro_batch_size=2 " +
+                       "output.dir=" + (d / "full").string());
+  ASSERT_EQ(full.code, 0) << full.out;
+  EXPECT_NE(full.out.find("parameters train"), std::string::npos) << full.out;
+  // The checkpoint: the base's units marked frozen, and no tensor of theirs in the shards.
+  const fs::path step10 = d / "full/checkpoints/step-00000010";
+  const Json manifest = read_json_file(step10 / "manifest.json");
+  size_t frozen = 0, trains = 0, trained_numel = 0;
+  for (const auto& u : manifest.at("units")) {
+    const bool f = u.value("frozen", false);
+    (f ? frozen : trains) += 1;
+    if (!f) trained_numel += u.at("numel").get<size_t>();
+    EXPECT_EQ(f, u.at("name").get<std::string>().find(".lora") == std::string::npos) << u.dump();
+  }
+  EXPECT_GT(frozen, 0u);
+  EXPECT_GT(trains, 0u);
+  size_t params = 0;
+  for (const auto& f : manifest.at("files")) {
+    const std::string name = f.at("name").get<std::string>();
+    if (!name.starts_with("rank-")) continue;
+    CheckpointReader shard(step10 / name);
+    for (const auto& t : shard.names()) {
+      EXPECT_TRUE(t.ends_with(".params") || t.ends_with(".m") || t.ends_with(".v")) << t;
+      if (t.ends_with(".params")) params += shard.info(t).numel();
+    }
+  }
+  EXPECT_EQ(params, trained_numel);  // the adapters, once (two shards of each unit)
+  // Crash at step 16 on one rank, restart from the newest checkpoint: the same run.
+  auto crash = run_kiln("train " + recipe + " dist.nproc_per_node=2 train.micro_batch_size=2 " +
+                            "output.dir=" + (d / "cut").string(),
+                        "KILN_FAULT=0:16:exit");
+  ASSERT_NE(crash.code, 0);
+  auto resumed = run_kiln("train " + recipe + " dist.nproc_per_node=2 train.micro_batch_size=2 " +
+                          "train.resume=auto output.dir=" + (d / "cut").string());
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
+  const auto a = run_losses(d / "full"), b = run_losses(d / "cut");
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 20u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;
+  EXPECT_EQ(max_weight_diff(adapter_file(d / "full"), adapter_file(d / "cut")), 0.0);
+  // Step 10 of the 2-worker run on one process.
+  auto one = run_kiln("train " + recipe + " train.resume=" + step10.string() +
+                      " output.dir=" + (d / "one").string());
+  ASSERT_EQ(one.code, 0) << one.out;
+  const auto c = run_losses(d / "one");
+  ASSERT_EQ(c.size(), 10u);
+  for (size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], a[10 + i], 1e-5 * std::fabs(a[10 + i]));
+  EXPECT_LT(max_weight_diff(adapter_file(d / "full"), adapter_file(d / "one")), 1e-4);
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
+}
+
+// final/ is a PEFT adapter directory; `kiln export --checkpoint RUN --merge` folds it into the
+// base, and the merged model evaluates as base + adapter does; without --merge the export is the
+// adapter again; model.adapter continues training from final/.
+TEST(CheckpointLora, FinalIsAnAdapterAndTheMergedExportEvaluatesAlike) {
+  const fs::path d = make_run("lora_final", kLora);
+  const std::string recipe = (d / "recipe.yaml").string();
+  auto run = run_kiln("train " + recipe + " output.dir=" + (d / "run").string());
+  ASSERT_EQ(run.code, 0) << run.out;
+  const Json config = read_json_file(d / "run/final/adapter_config.json");
+  EXPECT_EQ(config.at("peft_type"), "LORA");
+  EXPECT_EQ(config.at("r"), 4);
+  EXPECT_EQ(config.at("lora_alpha"), 8);
+  EXPECT_EQ(config.at("target_modules").size(), 7u);
+  EXPECT_EQ(config.at("base_model_name_or_path"), (d / "init").string());
+  EXPECT_FALSE(fs::exists(d / "run/final/model.safetensors"));
+  const double base = eval_loss("--model " + (d / "init").string());
+  const double adapted =
+      eval_loss("--model " + (d / "init").string() + " --adapter " + (d / "run/final").string());
+  auto merge = run_kiln("export --checkpoint " + (d / "run").string() + " --merge --out " +
+                        (d / "merged").string());
+  ASSERT_EQ(merge.code, 0) << merge.out;
+  const double merged = eval_loss("--model " + (d / "merged").string());
+  EXPECT_NEAR(merged, adapted, 1e-5 * adapted);
+  EXPECT_LT(adapted, base - 1e-3) << "training the adapters should lower the loss";
+  auto again = run_kiln("export --checkpoint " + (d / "run").string() + " --out " +
+                        (d / "adapter").string());
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_EQ(max_weight_diff(adapter_file(d / "run"), d / "adapter/adapter_model.safetensors"), 0.0);
+  auto plain = run_kiln("export --checkpoint " + (d / "init").string() + " --merge --out " +
+                        (d / "nothing").string());
+  EXPECT_NE(plain.code, 0);
+  EXPECT_FALSE(fs::exists(d / "nothing"));
+  // Continuing from final/: its first step starts where the first run ended (a lower loss than
+  // the fresh adapters' first step).
+  auto more = run_kiln("train " + recipe + " model.adapter=" + (d / "run/final").string() +
+                       " train.max_steps=2 output.dir=" + (d / "more").string());
+  ASSERT_EQ(more.code, 0) << more.out;
+  const auto first = run_losses(d / "run"), next = run_losses(d / "more");
+  ASSERT_FALSE(next.empty());
+  EXPECT_LT(next[0], first[0] - 1e-3);
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
+}
+
 TEST(Checkpoint, KilledWorkersRestartAndFinishLikeAnUninterruptedRun) {
   const fs::path d = make_run("restart", "failure:\n  max_restarts: 2\n");
   const std::string recipe = (d / "recipe.yaml").string();

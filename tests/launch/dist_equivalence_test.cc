@@ -2,8 +2,9 @@
 // thread each) with the same global batch give the same losses for 20 steps (1e-5 relative)
 // and the same final weights (1e-4 relative), for every strategy, with and without gradient
 // accumulation and clipping, for every model family (tiny Qwen2, Qwen3 with q/k norms and
-// head_dim above hidden / heads, Llama with llama3 RoPE and an untied head). Workers are real
-// processes talking Gloo over loopback.
+// head_dim above hidden / heads, Llama with llama3 RoPE and an untied head), and for LoRA
+// adapters on a frozen base (the same adapters in final/). Workers are real processes talking
+// Gloo over loopback.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -60,7 +61,10 @@ struct Setting {
   int accum;
   double clip;
   std::string preset = "tiny";
-  std::string tag() const { return fmt::format("{}_a{}_c{}", preset, accum, clip); }
+  bool lora = false;  // rank-4 adapters on every projection, the base frozen
+  std::string tag() const {
+    return fmt::format("{}_a{}_c{}{}", preset, accum, clip, lora ? "_lora" : "");
+  }
 };
 
 // Runs one configuration; returns the run directory.
@@ -68,7 +72,8 @@ fs::path train(const std::string& name, int world, const std::string& strategy, 
                int nnodes = 1, const std::string& extra = "", const std::string& env = "") {
   const fs::path out = work_dir() / (name + "_" + s.tag());
   const int micro = 4 / world / s.accum;
-  std::string args = extra + " train.micro_batch_size=" + std::to_string(micro) +
+  std::string args = extra + (s.lora ? " lora.rank=4 lora.alpha=8 optimizer.lr=2e-2" : "") +
+                     " train.micro_batch_size=" + std::to_string(micro) +
                      " train.grad_accum_steps=" + std::to_string(s.accum) +
                      " train.grad_clip=" + std::to_string(s.clip) + " dist.strategy=" + strategy +
                      " output.dir=" + out.string();
@@ -110,7 +115,12 @@ void expect_same_run(const fs::path& ref, const fs::path& got) {
   // moves by AdamW's lr-sized steps in the direction of rounding noise, so its own relative
   // difference is larger while remaining tiny in absolute terms.
   double all_d2 = 0, all_x2 = 0;
-  for (const auto& [name, s] : testing::squared_diffs(ref / "final", got / "final")) {
+  // A LoRA run's final/ is a PEFT adapter directory: its adapters.
+  const fs::path adapters = ref / "final" / "adapter_model.safetensors";
+  const bool lora = fs::exists(adapters);
+  const fs::path a_final = lora ? adapters : ref / "final";
+  const fs::path b_final = lora ? got / "final" / "adapter_model.safetensors" : got / "final";
+  for (const auto& [name, s] : testing::squared_diffs(a_final, b_final)) {
     EXPECT_LT(std::sqrt(s.d2 / s.x2), 1e-3) << got << " " << name;
     all_d2 += s.d2;
     all_x2 += s.x2;
@@ -198,6 +208,12 @@ TEST(DistBf16Reduce, FollowsTheFp32RunToBf16Precision) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dist, DistEquivalence, ::testing::Values(Setting{1, 0.5}, Setting{2, 0.0}),
+                         [](const auto& info) { return info.param.accum == 1 ? "clip" : "accum"; });
+// LoRA: the adapters train alike at every strategy and world size, with accumulation and with
+// clipping (the norm over the adapters only).
+INSTANTIATE_TEST_SUITE_P(Lora, DistEquivalence,
+                         ::testing::Values(Setting{1, 0.5, "tiny", true},
+                                           Setting{2, 0.0, "tiny-qwen3", true}),
                          [](const auto& info) { return info.param.accum == 1 ? "clip" : "accum"; });
 // The other families: every strategy at 2 and 4 workers, with clipping.
 INSTANTIATE_TEST_SUITE_P(Families, DistEquivalence,

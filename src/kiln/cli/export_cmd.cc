@@ -1,4 +1,5 @@
-// kiln export --checkpoint CKPT --out DIR [--dtype f32|bf16|f16]: a Hugging Face model directory.
+// kiln export --checkpoint CKPT --out DIR [--dtype f32|bf16|f16]: a Hugging Face model directory;
+// of a LoRA run, its adapters as a PEFT adapter directory, or with --merge the merged model.
 // kiln export --model M --adapter A --out DIR [--merge] [--dtype ...]: a PEFT adapter applied to
 // the HF model M (model/adapted_model.h), written back as a PEFT adapter directory (in --dtype,
 // with M's tokenizer files and chat template), or with --merge as a complete HF model with
@@ -11,6 +12,7 @@
 #include "kiln/model/hf_model_files.h"
 #include "kiln/model/lora_export.h"
 #include "kiln/train/checkpoint.h"
+#include "kiln/train/run_identity.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::cli {
@@ -90,8 +92,37 @@ void export_model(const ExportOpts& o, DType dtype, uint64_t max_shard) {
   }
 }
 
+// A LoRA run's checkpoint (adapters only): its adapters as a PEFT directory, or with --merge
+// folded into the base it trained on (the recipe's model.path, checked against the checkpoint's
+// config.json).
+void export_lora_checkpoint(const ExportOpts& o, const fs::path& src, const ModelConfig& c,
+                            const ParamLayout& layout, const HfModelFiles& files, DType dtype,
+                            uint64_t max_shard) {
+  const CheckpointUnitReader adapters(src, layout);
+  const std::string base_path = checkpoint_recipe(src).model.path;
+  if (!o.merge) {
+    export_lora_adapter(
+        o.out, c, layout, [&](int u, float* out) { adapters.read_unit(u, out); }, base_path, files,
+        dtype);
+    return;
+  }
+  const ParamLayout base(c);  // the reader checks every tensor's shape against it
+  const HfWeightsReader base_reader(base_path, base);
+  export_lora_merged(
+      o.out, c, layout,
+      [&](int u, float* out) {
+        if (u < base.num_units()) {
+          base_reader.read_unit(u, out);
+        } else {
+          adapters.read_unit(u, out);
+        }
+      },
+      files, dtype, max_shard);
+}
+
 // --checkpoint CKPT: a run directory, a sharded checkpoint or a HF model directory. Returns the
-// directory it read (a run's final/ or newest checkpoint).
+// directory it read (a run's final/ or newest checkpoint; a LoRA run's final/ is an adapter
+// directory, so its newest checkpoint).
 fs::path export_checkpoint(const ExportOpts& o, DType dtype, uint64_t max_shard) {
   fs::path src = o.checkpoint;
   // A run directory: its final model, else its newest checkpoint.
@@ -108,10 +139,17 @@ fs::path export_checkpoint(const ExportOpts& o, DType dtype, uint64_t max_shard)
   }
   check_out_differs(o.out, src, "checkpoint");
   const ModelConfig c = read_config(src / "config.json");
-  const ParamLayout layout(c);
+  const bool sharded = fs::exists(src / "manifest.json");  // a sharded kiln checkpoint
+  const std::optional<LoraConfig> lora = sharded ? checkpoint_recipe(src).lora : std::nullopt;
+  if (o.merge && !lora) {
+    fail("--merge: {} is not a LoRA run's checkpoint (nothing to fold in)", src.string());
+  }
+  const ParamLayout layout(c, lora);
   // Streamed unit by unit: memory is bounded by one unit, never the whole model.
   const HfModelFiles files = HfModelFiles::read(src);  // config, tokenizer, generation
-  if (fs::exists(src / "manifest.json")) {             // a sharded kiln checkpoint
+  if (lora) {
+    export_lora_checkpoint(o, src, c, layout, files, dtype, max_shard);
+  } else if (sharded) {
     CheckpointUnitReader reader(src, layout);
     save_hf_model_dir(
         o.out, files, layout, [&](int u, float* out) { reader.read_unit(u, out); }, dtype,
@@ -144,8 +182,8 @@ Command add_export(CLI::App& app) {
                   "directory with --model's tokenizer files, or merged with --merge")
       ->needs(model);
   sub->add_flag("--merge", o->merge,
-                "Fold the adapter into --model's weights (W + s B A): a complete HF model "
-                "directory");
+                "Fold the adapter into --model's weights (W + s B A), or a LoRA run's "
+                "--checkpoint into its base: a complete HF model directory");
   sub->add_option("--out", o->out, "Output directory")->required();
   sub->add_option("--dtype", o->dtype, "f32 or bf16 (or f16)")->capture_default_str();
   sub->add_option("--max-shard-size", o->max_shard,
@@ -157,7 +195,7 @@ Command add_export(CLI::App& app) {
             if (o->checkpoint.empty() && o->model.empty())
               fail("--checkpoint or --model is required (what to export)");
             // Nothing to fold in: writing the base unchanged would hide a forgotten --adapter.
-            if (o->merge && o->adapter.empty())
+            if (o->merge && o->adapter.empty() && o->checkpoint.empty())
               fail("--merge needs --adapter (a PEFT adapter directory to fold into --model)");
             const uint64_t max_shard = parse_size(o->max_shard);
             fs::path from = o->model;

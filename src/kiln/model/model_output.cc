@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "kiln/model/hf_checkpoint.h"
-#include "kiln/model/lora_units.h"
+#include "kiln/model/lora_export.h"
 #include "kiln/model/peft_adapter.h"
 
 namespace kiln {
@@ -16,15 +16,7 @@ void save_model_output(const fs::path& out, const ModelConfig& config, const HfM
     save_hf_model_dir(out, files, layout, read_unit, dtype);
     return;
   }
-  LoraTensors tensors(config, layout.lora());
-  std::vector<float> unit;
-  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    const int u = layout.lora_unit(static_cast<int>(l));
-    unit.resize(layout.units()[u].numel);
-    read_unit(u, unit.data());
-    lora_tensors_from_unit(layout, unit.data(), l, tensors);
-  }
-  write_peft_adapter(out, layout.lora(), base_name, tensors, dtype, files);
+  export_lora_adapter(out, config, layout, read_unit, base_name, files, dtype);
 }
 
 bool has_model_output(const fs::path& dir, const ParamLayout& layout) {
