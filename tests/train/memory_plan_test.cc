@@ -96,6 +96,35 @@ TEST(MemoryPlan, ArithmeticOfATinyConfig) {
             4 * (pad(kEmbed, 4) + 4 * pad(kLayer, 4) + pad(kHeadTied, 4)));
 }
 
+// LoRA: the base's shards in the compute dtype (bf16: 2 bytes), gradients and AdamW state for the
+// adapters only; the final save holds the adapters, not a unit of the base.
+TEST(MemoryPlan, LoraKeepsTheFrozenBaseInItsDtypeWithoutGradientsOrState) {
+  const ModelConfig c = plan_config();
+  LoraConfig lora;
+  lora.rank = 2;
+  lora.targets = resolve_lora_targets({"all-linear"}, "test");
+  const size_t A = static_cast<size_t>(lora_parameter_count(c, lora)) / 4;  // per layer
+  MemorySettings s;
+  s.world_size = s.shard_size = 2;
+  s.strategy = ShardStrategy::kFullShard;
+  s.micro_batch = 2;
+  s.seq_len = 8;
+  s.bf16 = true;
+  s.lora = lora;
+  const MemoryPlan p = plan_memory(c, s);
+  const size_t E = pad(kEmbed, 2), Ly = pad(kLayer, 2), H = pad(kHeadTied, 2);
+  const size_t Ad = pad(A, 2);
+  EXPECT_EQ(p.params, 2 * (E + 4 * Ly + H) / 2 + 4 * 4 * Ad / 2);
+  EXPECT_EQ(p.grads, 4 * 4 * Ad / 2);
+  EXPECT_EQ(p.optimizer, 2 * p.grads);
+  EXPECT_EQ(p.final_save, 4 * (4 * A + A));  // every adapter as PEFT tensors, and one unit read
+  // Without LoRA the same run holds fp32 shards, gradients and state for everything.
+  s.lora.reset();
+  const MemoryPlan full = plan_memory(c, s);
+  EXPECT_EQ(full.grads, 4 * (E + 4 * Ly + H) / 2);
+  EXPECT_LT(p.params + p.grads + p.optimizer, (full.params + full.grads + full.optimizer) / 2);
+}
+
 // A batch of rows x cols tokens of plan_config's vocabulary, each targeting the next.
 Batch token_batch(int rows, int cols) {
   Batch b;

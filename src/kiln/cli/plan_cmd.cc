@@ -99,9 +99,14 @@ void print_text(const ModelConfig& c, const Recipe& r, const MemoryPlan& p, int 
   auto line = [](const char* what, size_t b) {
     std::printf("  %-26s %10.1f MiB\n", what, b / 1048576.0);
   };
-  std::printf("kiln plan: %.1fM parameters; %d rank(s), %s; micro-batch %d x %d tokens; %s; %s\n",
-              parameter_count(c) / 1e6, world, world == 1 ? "one process" : r.dist.strategy.c_str(),
-              r.train.micro_batch_size, r.data.seq_len, r.train.dtype.c_str(),
+  const std::string lora =
+      r.lora ? fmt::format(" (frozen), LoRA rank {} on {} target(s): {:.1f}M train", r.lora->rank,
+                           r.lora->targets.size(), lora_parameter_count(c, *r.lora) / 1e6)
+             : "";
+  std::printf("kiln plan: %.1fM parameters%s; %d rank(s), %s; micro-batch %d x %d tokens; %s; %s\n",
+              parameter_count(c) / 1e6, lora.c_str(), world,
+              world == 1 ? "one process" : r.dist.strategy.c_str(), r.train.micro_batch_size,
+              r.data.seq_len, r.train.dtype.c_str(),
               on_cpu ? "cpu (peak RSS)" : "cuda (device memory)");
   std::printf("rank 0 (the largest: it also writes final/):\n");
   line("params (shard)", p.params);
@@ -143,8 +148,11 @@ void print_text(const ModelConfig& c, const Recipe& r, const MemoryPlan& p, int 
   }
 }
 
-Json to_json(const MemoryPlan& p, int world, size_t budget, const std::vector<Fit>& fit) {
+Json to_json(const ModelConfig& c, const Recipe& r, const MemoryPlan& p, int world, size_t budget,
+             const std::vector<Fit>& fit) {
   Json j = p.to_json();
+  j["parameters"] = parameter_count(c);
+  j["trainable_parameters"] = r.lora ? lora_parameter_count(c, *r.lora) : parameter_count(c);
   j["world_size"] = world;
   j["memory_per_device_bytes"] = budget;
   j["fits"] = p.peak <= budget;
@@ -184,7 +192,7 @@ int run_plan(const PlanOpts& o) {
   const MemoryPlan p = plan_memory(c, s);
   const auto fit = fits(c, r, world, o.nnodes, on_cpu, budget);
   if (o.json) {
-    std::printf("%s\n", to_json(p, world, budget, fit).dump(2).c_str());
+    std::printf("%s\n", to_json(c, r, p, world, budget, fit).dump(2).c_str());
   } else {
     print_text(c, r, p, world, on_cpu, budget, fit);
   }
