@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <regex>
 
+#include "common/kiln_split.h"
 #include "common/run_kiln.h"
 #include "common/temp_dir.h"
 #include "kiln/base/file.h"
@@ -41,12 +42,8 @@ class FirstHour : public ::testing::Test {
     return testing::run_kiln(args, "cd '" + (cwd.empty() ? dir_ : cwd).string() + "' &&");
   }
   // The same with stdout and stderr apart, and `input` on stdin.
-  std::pair<CmdResult, std::string> kiln_split(const std::string& args,
-                                               const std::string& input = "") const {
-    write_file_atomic(dir_ / "stdin", input);
-    const std::string cmd = std::string(KILN_BINARY_DIR) + "/bin/kiln " + args + " < '" +
-                            path("stdin") + "' 2> '" + path("stderr") + "'";
-    return {testing::run_shell(cmd), read_file(dir_ / "stderr")};
+  testing::SplitResult kiln_split(const std::string& args, const std::string& input = "") const {
+    return testing::run_kiln_split(args, dir_, input);
   }
 
   // A recipe training the model at `model` on the demo tokens (a few steps, one worker).
@@ -92,11 +89,11 @@ dist: {{threads_per_worker: 2}}
   r = kiln("train chat.yaml");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_HAS(r.out, "step 3/3 | loss ");
-  const auto [g, err] = kiln_split("generate --model " + path("run/final") +
-                                   " --chat --prompt 'What is the capital of Canada?' "
-                                   "--temperature 0 --max-new-tokens 4");
-  ASSERT_EQ(g.code, 0) << err;
-  EXPECT_EQ(err.rfind("stop: ", 0), 0u) << err;
+  const auto g = kiln_split("generate --model " + path("run/final") +
+                            " --chat --prompt 'What is the capital of Canada?' "
+                            "--temperature 0 --max-new-tokens 4");
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_EQ(g.err.rfind("stop: ", 0), 0u) << g.err;
 
   // A smaller preset with the demo tokenizer: 663 ids -> 768 rows.
   r = kiln("init --config 25m --tokenizer " + kDemoTokenizer.parent_path().string() +
@@ -111,9 +108,9 @@ dist: {{threads_per_worker: 2}}
 TEST_F(FirstHour, TokenizeShowLossMarksWhatTrainingLearns) {
   const std::string line =
       R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]})";
-  auto [r, err] = kiln_split(
-      "tokenize --tokenizer " + kDemoTokenizer.string() + " --chat --show-loss", line + "\n");
-  ASSERT_EQ(r.code, 0) << err;
+  auto r = kiln_split("tokenize --tokenizer " + kDemoTokenizer.string() + " --chat --show-loss",
+                      line + "\n");
+  ASSERT_EQ(r.code, 0) << r.err;
   const Tokenizer tok = Tokenizer::load(kDemoTokenizer);
   const Example ex =
       LineEncoder(DataFormat::kChat, &tok, tok.vocab_size(), false).encode(line, "stdin:1");
@@ -125,21 +122,21 @@ TEST_F(FirstHour, TokenizeShowLossMarksWhatTrainingLearns) {
             "[[Hello!<|im_end|>]]\n" +
                 fmt::format("# stdin:1: {} of {} tokens take loss\n", learnt, ex.input_ids.size()));
   // Another format of the one list, and train_on_prompt.
-  std::tie(r, err) = kiln_split("tokenize --tokenizer " + kDemoTokenizer.string() +
-                                    " --show-loss --format completion --train-on-prompt",
-                                R"({"prompt": "1+1=", "completion": "2"})"
-                                "\n");
-  ASSERT_EQ(r.code, 0) << err;
+  r = kiln_split("tokenize --tokenizer " + kDemoTokenizer.string() +
+                     " --show-loss --format completion --train-on-prompt",
+                 R"({"prompt": "1+1=", "completion": "2"})"
+                 "\n");
+  ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "[[1+1=2<|endoftext|>]]");
-  std::tie(r, err) = kiln_split(
+  r = kiln_split(
       "tokenize --tokenizer " + kDemoTokenizer.string() + " --show-loss --format completion",
       R"({"prompt": "1+1=", "completion": "2"})"
       "\n");
   EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "1+1=[[2<|endoftext|>]]");
-  std::tie(r, err) = kiln_split(
-      "tokenize --tokenizer " + kDemoTokenizer.string() + " --show-loss --format tokens", "{}\n");
+  r = kiln_split("tokenize --tokenizer " + kDemoTokenizer.string() + " --show-loss --format tokens",
+                 "{}\n");
   EXPECT_NE(r.code, 0);
-  EXPECT_HAS(err, "--format: 'tokens' is not a text data format");
+  EXPECT_HAS(r.err, "--format: 'tokens' is not a text data format");
 }
 
 // Item 6: data.seq_len above max_position_embeddings is refused naming both values, unless

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/kiln_split.h"
 #include "common/run_kiln.h"
 #include "common/test_backend.h"
 #include "kiln/base/file.h"
@@ -22,10 +23,8 @@
 namespace kiln {
 namespace {
 
-struct CmdResult {
-  int code;
-  std::string out, err;
-};
+using CmdResult = testing::SplitResult;
+using testing::expect_one_line_error;
 
 const fs::path kTokenizer = fs::path(KILN_SOURCE_DIR) / "assets/tokenizer/qwen3/tokenizer.json";
 
@@ -51,19 +50,7 @@ class GenerateCli : public ::testing::Test {
 
   // Runs `kiln <args>` with `input` on stdin; stdout and stderr apart.
   static CmdResult kiln(const std::string& args, const std::string& input = "") {
-    const fs::path in = dir_ / "stdin", err = dir_ / "stderr";
-    write_file_atomic(in, input);
-    const std::string cmd = std::string(KILN_BINARY_DIR) + "/bin/kiln " + args + " < '" +
-                            in.string() + "' 2> '" + err.string() + "'";
-    const testing::CmdResult r = testing::run_shell(cmd);
-    return {r.code, r.out, read_file(err)};
-  }
-
-  static void expect_one_line_error(const CmdResult& r, const std::string& needle) {
-    EXPECT_NE(r.code, 0) << r.out;
-    EXPECT_EQ(r.err.rfind("kiln: error: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << "missing '" << needle << "' in " << r.err;
+    return testing::run_kiln_split(args, dir_, input);
   }
 
   static fs::path dir_;

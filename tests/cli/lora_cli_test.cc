@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 
+#include "common/kiln_split.h"
 #include "common/run_kiln.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
@@ -29,10 +30,8 @@ namespace {
 const fs::path kTokenizer = fs::path(KILN_SOURCE_DIR) / "assets/tokenizer/qwen3/tokenizer.json";
 const fs::path kFixture = fs::path(KILN_SOURCE_DIR) / "tests/fixtures/peft_tiny_adapter";
 
-struct CmdResult {
-  int code;
-  std::string out, err;
-};
+using CmdResult = testing::SplitResult;
+using testing::expect_one_line_error;
 
 class LoraCli : public ::testing::Test {
  protected:
@@ -57,19 +56,7 @@ class LoraCli : public ::testing::Test {
   std::string path(const std::string& p) const { return (dir_ / p).string(); }
 
   // Runs `kiln <args>`; stdout and stderr apart.
-  static CmdResult kiln(const std::string& args) {
-    const fs::path err = dir_ / ("stderr_" + std::to_string(::getpid()));
-    const testing::CmdResult r =
-        testing::run_shell(testing::kiln_binary() + " " + args + " 2> '" + err.string() + "'");
-    return {r.code, r.out, read_file(err)};
-  }
-
-  static void expect_one_line_error(const CmdResult& r, const std::string& needle) {
-    EXPECT_NE(r.code, 0) << r.out;
-    EXPECT_EQ(r.err.rfind("kiln: error: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << "missing '" << needle << "' in " << r.err;
-  }
+  static CmdResult kiln(const std::string& args) { return testing::run_kiln_split(args, dir_); }
 
   // `kiln eval --json` of `args`' model: its loss.
   static double eval_loss(const std::string& args) {
@@ -276,12 +263,13 @@ TEST_F(LoraCli, BadAdaptersFailWithOneLine) {
       EXPECT_FALSE(fs::exists(path("out")));
     }
   }
-  // --merge with nothing to merge.
-  for (const std::string& from : {"--model " + model(), "--checkpoint " + model()}) {
-    expect_one_line_error(kiln("export " + from + " --merge --out " + path("out")),
-                          "--merge needs --adapter");
-    EXPECT_FALSE(fs::exists(path("out")));
-  }
+  // --merge with nothing to merge: a model without --adapter, a checkpoint of no LoRA run.
+  expect_one_line_error(kiln("export --model " + model() + " --merge --out " + path("out")),
+                        "--merge needs --adapter");
+  EXPECT_FALSE(fs::exists(path("out")));
+  expect_one_line_error(kiln("export --checkpoint " + model() + " --merge --out " + path("out")),
+                        "is not a LoRA run's checkpoint");
+  EXPECT_FALSE(fs::exists(path("out")));
   // Neither --checkpoint nor --model.
   expect_one_line_error(kiln("export --out " + path("out")), "--checkpoint or --model");
   EXPECT_FALSE(fs::exists(path("out")));

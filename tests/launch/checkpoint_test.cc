@@ -50,6 +50,25 @@ double max_weight_diff(const fs::path& a, const fs::path& b) {
   return m;
 }
 
+// `train_args` into d/cut dies at the start of step 16 (rank 0), then continues with
+// train.resume=auto: its losses are d/full's, bit for bit. Step 10 is committed by then (the
+// step-15 save waits for it first); step 15 is written in the background and may or may not be
+// committed yet: the run resumes from the newest committed one.
+void expect_crash_and_resume_match(const fs::path& d, const std::string& train_args,
+                                   const std::string& env) {
+  const std::string out = " output.dir=" + (d / "cut").string();
+  auto crash = run_kiln(train_args + out, env + " KILN_FAULT=0:16:exit");
+  ASSERT_NE(crash.code, 0);
+  EXPECT_TRUE(fs::exists(d / "cut/checkpoints/step-00000010/manifest.json"));
+  auto resumed = run_kiln(train_args + out + " train.resume=auto", env);
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
+  const auto a = run_losses(d / "full"), b = run_losses(d / "cut");
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 20u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;
+}
+
 // Resume and resharding for every family: tiny Qwen2, Qwen3 (q/k norms in the layer units),
 // Llama (no biases, llama3 RoPE, untied head).
 class CheckpointFamily : public ::testing::TestWithParam<std::string> {};
@@ -60,22 +79,7 @@ TEST_P(CheckpointFamily, ResumeIsBitIdenticalToAnUninterruptedRun) {
   auto full =
       run_kiln("train " + recipe + " output.dir=" + (d / "full").string(), "OMP_NUM_THREADS=1");
   ASSERT_EQ(full.code, 0) << full.out;
-  // Dies at the start of step 16. Step 10 is committed (the step-15 save waits for it first);
-  // step 15 is written in the background and may or may not be committed yet: the run resumes
-  // from the newest committed one.
-  auto crash = run_kiln("train " + recipe + " output.dir=" + (d / "cut").string(),
-                        "OMP_NUM_THREADS=1 KILN_FAULT=0:16:exit");
-  ASSERT_NE(crash.code, 0);
-  EXPECT_TRUE(fs::exists(d / "cut/checkpoints/step-00000010/manifest.json"));
-  auto resumed =
-      run_kiln("train " + recipe + " output.dir=" + (d / "cut").string() + " train.resume=auto",
-               "OMP_NUM_THREADS=1");
-  ASSERT_EQ(resumed.code, 0) << resumed.out;
-  EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
-  const auto a = run_losses(d / "full"), b = run_losses(d / "cut");
-  ASSERT_EQ(a.size(), 20u);
-  ASSERT_EQ(b.size(), 20u);
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;
+  expect_crash_and_resume_match(d, "train " + recipe, "OMP_NUM_THREADS=1");
   EXPECT_EQ(max_weight_diff(d / "full/final", d / "cut/final"), 0.0);
   if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
@@ -128,19 +132,9 @@ TEST(CheckpointLora, AdapterOnlyCheckpointsResumeExactlyAndReshard) {
     }
   }
   EXPECT_EQ(params, trained_numel);  // the adapters, once (two shards of each unit)
-  // Crash at step 16 on one rank, restart from the newest checkpoint: the same run.
-  auto crash = run_kiln("train " + recipe + " dist.nproc_per_node=2 train.micro_batch_size=2 " +
-                            "output.dir=" + (d / "cut").string(),
-                        "KILN_FAULT=0:16:exit");
-  ASSERT_NE(crash.code, 0);
-  auto resumed = run_kiln("train " + recipe + " dist.nproc_per_node=2 train.micro_batch_size=2 " +
-                          "train.resume=auto output.dir=" + (d / "cut").string());
-  ASSERT_EQ(resumed.code, 0) << resumed.out;
-  EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
-  const auto a = run_losses(d / "full"), b = run_losses(d / "cut");
-  ASSERT_EQ(a.size(), 20u);
-  ASSERT_EQ(b.size(), 20u);
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;
+  expect_crash_and_resume_match(
+      d, "train " + recipe + " dist.nproc_per_node=2 train.micro_batch_size=2", "");
+  const auto a = run_losses(d / "full");
   EXPECT_EQ(max_weight_diff(adapter_file(d / "full"), adapter_file(d / "cut")), 0.0);
   // Step 10 of the 2-worker run on one process.
   auto one = run_kiln("train " + recipe + " train.resume=" + step10.string() +
