@@ -426,6 +426,26 @@ TEST(LoraDropout, SeededRepeatableRecomputedAndOffInEvaluation) {
   EXPECT_EQ(model.forward(batch, store), plain.forward(batch, store));
 }
 
+// The seeds: a micro-batch's differs with each of the run's seed, the step, the micro-step and
+// the rank, and repeats for the same four; a layer's and target's streams differ from each other.
+TEST(LoraDropout, SeedsSeparateStepsMicroStepsRanksLayersAndTargets) {
+  const uint64_t s = lora_micro_batch_seed(42, 10, 1, 0);
+  EXPECT_EQ(lora_micro_batch_seed(42, 10, 1, 0), s);
+  const std::set<uint64_t> seeds = {s,
+                                    lora_micro_batch_seed(43, 10, 1, 0),
+                                    lora_micro_batch_seed(42, 11, 1, 0),
+                                    lora_micro_batch_seed(42, 10, 0, 0),
+                                    lora_micro_batch_seed(42, 10, 1, 1),
+                                    lora_micro_batch_seed(42, 1, 10, 0),
+                                    lora_micro_batch_seed(42, 0, 1, 10)};
+  EXPECT_EQ(seeds.size(), 7u);
+  std::set<uint64_t> streams;
+  for (int64_t layer = 0; layer < 4; ++layer) {
+    for (const auto& t : kLoraTargetNames) streams.insert(lora_dropout_seed(s, layer, t.value));
+  }
+  EXPECT_EQ(streams.size(), 4u * kNumLoraTargets);
+}
+
 // bf16 products with dropout (the dropped inputs stored in bf16; o_proj's input is fp32) stay
 // near fp32 with the same seed: the masks do not depend on the dtype.
 TEST(LoraDropout, Bf16StaysNearFp32) {

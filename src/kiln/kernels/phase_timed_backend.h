@@ -19,7 +19,7 @@ enum class Phase {
   kLmHead,     // cross_entropy: the fused LM head products, softmax and loss
   kAttention,  // attention forward, backward and decode
   kOptimizer,  // optimizer steps, clipping, gradient norms
-  kOther,      // norms, RoPE, SwiGLU, embedding, adds, casts, copies and fills
+  kOther,      // norms, RoPE, SwiGLU, embedding, adds, dropout, casts, copies and fills
 };
 inline constexpr int kNumPhases = 5;
 std::string_view phase_name(Phase p);

@@ -26,8 +26,7 @@
 namespace kiln {
 
 // Device scratch for the adapters' products, shared by every layer (M = max_out(),
-// R = max_ranks(), r the rank; n tokens):
-// With dropout, I = max_in():
+// R = max_ranks(), I = max_in(), r the rank; n tokens):
 struct LoraScratch {
   void* b_block = nullptr;    // (M, R), in the parameters' dtype: a group's Bd
   float* delta = nullptr;     // (n, M), with dropout (n, max(M, I)): u Bd^T before it is added
