@@ -47,7 +47,8 @@ KILN_HOST_DEVICE inline bool dropout_keep(const DropoutMask& m, uint64_t i) {
 // Element i of the output for input v: v / (1 - p) when kept, else 0 (also for a dropped NaN or
 // infinity: a select, not a product with the mask).
 KILN_HOST_DEVICE inline float dropout_value(const DropoutMask& m, uint64_t i, float v) {
-  return dropout_keep(m, i) ? v * m.scale : 0.0f;
+  const float kept = v * m.scale;  // computed either way: a select, which vectorises
+  return dropout_keep(m, i) ? kept : 0.0f;
 }
 
 // The seed of one independent stream, `stream` of a parent seed (a layer's and target's mask from
