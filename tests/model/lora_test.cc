@@ -424,6 +424,10 @@ TEST(LoraDropout, SeededRepeatableRecomputedAndOffInEvaluation) {
   EXPECT_GT(testing::rel_err(other.grads.data(), a.grads.data(), a.grads.size()), 0.05);
   EXPECT_GT(std::fabs(none.loss - a.loss), 1e-3 * none.loss);
   EXPECT_EQ(model.forward(batch, store), plain.forward(batch, store));
+  // Unset, the seed advances: the next call (after seed 8's) draws seed 8's successor's masks.
+  const double next = model.forward_backward(batch, store, 0.1f, false);
+  EXPECT_NE(next, other.loss);
+  EXPECT_EQ(dropout_run(model, store, batch, lora_next_dropout_seed(8), false).loss, next);
 }
 
 // The seeds: a micro-batch's differs with each of the run's seed, the step, the micro-step and

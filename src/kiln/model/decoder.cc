@@ -375,6 +375,7 @@ void Decoder::forward_backward(const Batch& batch, UnitAccess& params, float sca
     if (!frozen) params.grad_done(u);
   }
   if (!frozen) params.embed_rows_backward(layout_.embed_unit(), ids_, dres_, N, C);
+  dropout_seed_ = lora_next_dropout_seed(dropout_seed_);
 }
 
 }  // namespace kiln

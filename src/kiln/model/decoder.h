@@ -61,10 +61,12 @@ class Decoder {
   double forward_backward(const Batch& batch, UnitAccess& params, float scale, bool recompute);
   double forward(const Batch& batch, UnitAccess& params);
 
-  // The seed of the LoRA dropout masks of the following forward_backward calls (lora_ops.h;
-  // without LoRA dropout it changes nothing). The trainer sets it before each micro-batch to
-  // lora_micro_batch_seed(train.seed, step, micro-step, rank), so a step's masks repeat on resume
-  // and in a recomputed forward; unset, it is 0 (the same masks every call).
+  // The seed of the LoRA dropout masks of the next forward_backward (lora_ops.h; without LoRA
+  // dropout it changes nothing). Each forward_backward then advances it (a hash of it), so a
+  // caller that never sets it still draws fresh masks for every micro-batch (from 0 when the
+  // Decoder is made); the trainer sets it before each micro-batch to
+  // lora_micro_batch_seed(train.seed, step, micro-step, rank), so that a step's masks repeat on
+  // resume. A recomputed forward draws its call's masks again.
   void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
 
   // Whether the base is frozen (LoRA): only the adapter units take gradients.
@@ -131,7 +133,7 @@ class Decoder {
   // LoRA: each layer's saved u's (lora_ops.h; all alias one when recomputing) and the scratch.
   std::vector<float*> lora_u_;
   LoraScratch lora_scratch_;
-  uint64_t dropout_seed_ = 0;  // set_dropout_seed
+  uint64_t dropout_seed_ = 0;  // set_dropout_seed; advanced by each forward_backward
 };
 
 }  // namespace kiln

@@ -9,6 +9,8 @@ uint64_t lora_dropout_seed(uint64_t micro_batch_seed, int64_t layer, LoraTarget 
   return dropout_stream_seed(micro_batch_seed, stream);
 }
 
+uint64_t lora_next_dropout_seed(uint64_t seed) { return dropout_stream_seed(seed, ~uint64_t{0}); }
+
 uint64_t lora_micro_batch_seed(uint64_t run_seed, int64_t step, int64_t micro_step, int64_t rank) {
   constexpr uint64_t kDomain = 0x6c6f72612d64726full;  // "lora-dro": not init's streams
   uint64_t s = dropout_stream_seed(run_seed ^ kDomain, static_cast<uint64_t>(step));

@@ -53,6 +53,9 @@ uint64_t lora_dropout_seed(uint64_t micro_batch_seed, int64_t layer, LoraTarget 
 // within it and the rank: what the trainer passes to Decoder::set_dropout_seed, so a step's
 // masks repeat on resume and differ between steps, micro-steps and ranks.
 uint64_t lora_micro_batch_seed(uint64_t run_seed, int64_t step, int64_t micro_step, int64_t rank);
+// The seed after `seed` when the caller sets none (Decoder::forward_backward advances by it): a
+// stream index no layer and target uses.
+uint64_t lora_next_dropout_seed(uint64_t seed);
 
 // One layer's adapters during one pass: its unit's parameters w (as acquired) and its saved u's,
 // (n, total_ranks()) floats, every group's (n, R_g) block in group order.
