@@ -34,12 +34,23 @@ Math (all in float64, from float32 weights; d = config head_dim, else C / H):
     (head = lm_head.weight, or embed_tokens.weight if tie_word_embeddings)
   loss = CE(logits[:, :-1], labels[:, 1:], ignore_index=-100), mean over targets
 
-LoRA cases (LORA_CASES; PEFT's LoraLayer.forward, dropout 0): each targeted
-projection becomes y = x W^T (+ b) + s * (x A^T) B^T with A (r, in), B (out, r),
-s = lora_alpha / r (lora_alpha / sqrt(r) with use_rslora). The fixture holds the
-base model, adapter_config.json and adapter_model.safetensors in PEFT's format
-(names base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight, ...), and
-grads.safetensors holds the adapters' gradients only (the base is frozen).
+LoRA cases (LORA_CASES; PEFT's LoraLayer.forward): each targeted
+projection becomes y = x W^T (+ b) + s * (dropout(x) A^T) B^T with A (r, in),
+B (out, r), s = lora_alpha / r (lora_alpha / sqrt(r) with use_rslora). The
+fixture holds the base model, adapter_config.json and adapter_model.safetensors
+in PEFT's format (names base_model.model.model.layers.N.self_attn.q_proj.
+lora_A.weight, ...), and grads.safetensors holds the adapters' gradients only
+(the base is frozen).
+
+Dropout (a case with lora_dropout > 0, in training mode): PEFT's nn.Dropout(p),
+one per target module, with kiln's mask (src/kiln/kernels/dropout_mask.h and
+lora_ops.cc, repeated here in numpy) so that kiln can be held to it: target t
+(q, k, v, o, gate, up, down = 0..6) of layer i draws from the stream seed
+s_t = splitmix64(dropout_seed, i * 7 + t); element j of its input x, flattened
+(B * T, in) row-major, is kept when the top 32 bits of splitmix64(s_t, j) are
+>= round(float32(p) * 2^32), and scaled by 1 / (1 - p). splitmix64(s, k) is the
+published generator's output number k + 1 from state s. expected.json then also
+holds dropout_seed (Decoder::set_dropout_seed).
 """
 
 import argparse
@@ -115,9 +126,18 @@ LORA_CASES = {
         target_modules=["q_proj", "v_proj", "o_proj", "down_proj"], use_rslora=True),
     "lora_llama_tied_llama3": dict(base="llama_tied_llama3", seed=79, r=2, lora_alpha=16.0,
         target_modules=["k_proj", "gate_proj", "up_proj"], use_rslora=False),
+    # Dropout: every target, so q/k/v and gate/up (one fused product in kiln without dropout)
+    # each draw their own mask, as PEFT's modules do.
+    "lora_dropout_qwen2_tied_gqa": dict(base="tied_gqa", seed=80, r=4, lora_alpha=8.0,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                        "down_proj"], use_rslora=False, lora_dropout=0.3,
+        dropout_seed=20261203),
 }
 LORA_MODULES = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn",
                 "o_proj": "self_attn", "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+# kiln's LoraTarget order: a target's dropout stream within a layer.
+LORA_TARGET_INDEX = {m: i for i, m in enumerate(
+    ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])}
 
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                  "llama": "LlamaForCausalLM"}
@@ -251,7 +271,8 @@ def lora_scale(lora):
 def peft_adapter_config(lora):
     """adapter_config.json as PEFT's LoraConfig.save_pretrained writes its main fields."""
     return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": "",
-            "r": lora["r"], "lora_alpha": lora["lora_alpha"], "lora_dropout": 0.0,
+            "r": lora["r"], "lora_alpha": lora["lora_alpha"],
+            "lora_dropout": lora.get("lora_dropout", 0.0),
             "target_modules": lora["target_modules"], "bias": "none",
             "use_rslora": lora["use_rslora"], "fan_in_fan_out": False,
             "inference_mode": True}
@@ -338,20 +359,54 @@ def attention(q, k, v):
     return torch.matmul(probs, v)
 
 
-def linear(P, p, module, x, lora):
-    """HF's nn.Linear for model.layers.N.<module>, with PEFT's LoRA when it targets it."""
+def splitmix64(seed, k):
+    """splitmix64's output number k + 1 from state seed; k a uint64 numpy array (wrapping)."""
+    z = np.uint64(seed) + (np.asarray(k, dtype=np.uint64) + np.uint64(1)) * \
+        np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def dropout_keep(seed, n, p):
+    """kiln's mask (dropout_mask.h): element j of n kept when splitmix64(seed, j) >> 32 >=
+    round(float32(p) * 2^32)."""
+    threshold = np.uint64(np.rint(np.float64(np.float32(p)) * 2.0 ** 32))
+    with np.errstate(over="ignore"):
+        return (splitmix64(seed, np.arange(n, dtype=np.uint64)) >> np.uint64(32)) >= threshold
+
+
+def lora_dropout(x, lora, drop, module):
+    """PEFT's nn.Dropout(lora_dropout) in training on the input of `module` (kiln's mask);
+    drop = (dropout_seed, layer), or None (evaluation: the identity)."""
+    p = lora.get("lora_dropout", 0.0)
+    if drop is None or p == 0:
+        return x
+    seed, layer = drop
+    with np.errstate(over="ignore"):
+        stream = int(splitmix64(seed, layer * 7 + LORA_TARGET_INDEX[module]))
+    keep = dropout_keep(stream, x.numel(), p).reshape(x.shape)
+    scale = 1.0 / (1.0 - float(np.float32(p)))
+    return x * torch.from_numpy(keep.astype(np.float64)) * scale
+
+
+def linear(P, p, module, x, lora, drop=None):
+    """HF's nn.Linear for model.layers.N.<module>, with PEFT's LoRA when it targets it (its
+    input through lora_dropout)."""
     zero = torch.zeros((), dtype=torch.float64)
     y = x @ P[p + module + ".weight"].T + P.get(p + module + ".bias", zero)
-    if lora and module.split(".")[1] in lora["target_modules"]:
+    target = module.split(".")[1]
+    if lora and target in lora["target_modules"]:
         name = "base_model.model." + p + module
-        y = y + lora_scale(lora) * ((x @ P[name + ".lora_A.weight"].T)
+        xd = lora_dropout(x, lora, drop, target)
+        y = y + lora_scale(lora) * ((xd @ P[name + ".lora_A.weight"].T)
                                     @ P[name + ".lora_B.weight"].T)
     return y
 
 
-def forward(cfg, P, input_ids, lora=None):
+def forward(cfg, P, input_ids, lora=None, dropout_seed=None):
     """P: dict name -> float64 tensor (with the adapters' under lora). Returns logits
-    [B, T, V]."""
+    [B, T, V]. dropout_seed: training mode (lora_dropout applies), else evaluation."""
     C = cfg["hidden_size"]
     H = cfg["num_attention_heads"]
     KV = cfg["num_key_value_heads"]
@@ -364,11 +419,12 @@ def forward(cfg, P, input_ids, lora=None):
     zero = torch.zeros((), dtype=torch.float64)
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
+        drop = None if dropout_seed is None else (dropout_seed, i)
         h = x
         xn = rms_norm(x, P[p + "input_layernorm.weight"], eps)
-        q = linear(P, p, "self_attn.q_proj", xn, lora)
-        k = linear(P, p, "self_attn.k_proj", xn, lora)
-        v = linear(P, p, "self_attn.v_proj", xn, lora)
+        q = linear(P, p, "self_attn.q_proj", xn, lora, drop)
+        k = linear(P, p, "self_attn.k_proj", xn, lora, drop)
+        v = linear(P, p, "self_attn.v_proj", xn, lora, drop)
         q = q.view(B, T, H, d)
         k = k.view(B, T, KV, d)
         if cfg.get("family") == "qwen3":  # Qwen3Attention: norm over head_dim before RoPE
@@ -381,12 +437,12 @@ def forward(cfg, P, input_ids, lora=None):
         k = apply_rope(k, cos, sin)
         a = attention(q, k, v)
         a = a.transpose(1, 2).reshape(B, T, H * d)
-        x = h + linear(P, p, "self_attn.o_proj", a, lora)
+        x = h + linear(P, p, "self_attn.o_proj", a, lora, drop)
         h2 = x
         xn2 = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
-        gate = linear(P, p, "mlp.gate_proj", xn2, lora)
-        up = linear(P, p, "mlp.up_proj", xn2, lora)
-        mlp = linear(P, p, "mlp.down_proj", torch.nn.functional.silu(gate) * up, lora)
+        gate = linear(P, p, "mlp.gate_proj", xn2, lora, drop)
+        up = linear(P, p, "mlp.up_proj", xn2, lora, drop)
+        mlp = linear(P, p, "mlp.down_proj", torch.nn.functional.silu(gate) * up, lora, drop)
         x = h2 + mlp
     x = rms_norm(x, P["model.norm.weight"], eps)
     head = (P["model.embed_tokens.weight"] if cfg["tie_word_embeddings"]
@@ -404,10 +460,10 @@ def causal_lm_loss(logits, labels):
     return loss, int((tl != IGNORE_INDEX).sum())
 
 
-def loss_and_grads(cfg, params32, input_ids, labels, lora=None):
+def loss_and_grads(cfg, params32, input_ids, labels, lora=None, dropout_seed=None):
     P = {n: t.to(torch.float64).clone().requires_grad_(True)
          for n, t in params32.items()}
-    logits = forward(cfg, P, input_ids, lora)
+    logits = forward(cfg, P, input_ids, lora, dropout_seed)
     loss, n = causal_lm_loss(logits, labels)
     loss.backward()
     grads = {name: P[name].grad.detach().clone() for name in P}
@@ -476,8 +532,9 @@ def report_bands(case, cfg):
     assert {"kept", "divided", "smoothed"} <= set(bands), bands
 
 
-def write_case(d, c, params, ids, labels, loss, n):
-    """A case's config.json, model.safetensors, batch.json and expected.json."""
+def write_case(d, c, params, ids, labels, loss, n, extra=None):
+    """A case's config.json, model.safetensors, batch.json and expected.json (plus `extra`'s
+    keys)."""
     written = hf_config(c)
     del written["family"]
     with open(os.path.join(d, "config.json"), "w") as f:
@@ -488,7 +545,7 @@ def write_case(d, c, params, ids, labels, loss, n):
         f.write('{\n  "input_ids": %s,\n  "labels": %s\n}\n' % (
             json.dumps(ids), json.dumps(labels)))
     with open(os.path.join(d, "expected.json"), "w") as f:
-        json.dump({"loss": loss, "num_targets": n}, f, indent=2)
+        json.dump({"loss": loss, "num_targets": n, **(extra or {})}, f, indent=2)
         f.write("\n")
 
 
@@ -527,9 +584,11 @@ def generate_lora(out_dir):
         params = make_params(cfg, c["seed"])
         adapter = make_adapter(cfg, lora)
         ids, labels = make_batch(cfg, c["seed"])
-        loss, n, grads = loss_and_grads(cfg, {**params, **adapter}, ids, labels, lora)
+        seed = lora.get("dropout_seed")
+        loss, n, grads = loss_and_grads(cfg, {**params, **adapter}, ids, labels, lora, seed)
 
-        write_case(d, c, params, ids, labels, loss, n)
+        write_case(d, c, params, ids, labels, loss, n,
+                   None if seed is None else {"dropout_seed": seed})
         with open(os.path.join(d, "adapter_config.json"), "w") as f:
             json.dump(peft_adapter_config(lora), f, indent=2)
             f.write("\n")
@@ -538,6 +597,9 @@ def generate_lora(out_dir):
                           {name: grads[name] for name in adapter})
         base_loss = loss_and_grads(cfg, params, ids, labels)[0]
         print("%-22s loss=%.17g (base %.6g) num_targets=%d" % (case, loss, base_loss, n))
+        if seed is not None:
+            no_drop = loss_and_grads(cfg, {**params, **adapter}, ids, labels, lora)[0]
+            print("%-22s loss without dropout %.17g" % ("", no_drop))
 
 
 # --------------------------------------------------------------------------
@@ -774,6 +836,22 @@ def check():
         report("%s forward vs merged weights" % case, float((got - want).abs().max()), 1e-12)
         report("%s adapters change the logits" % case,
                0.0 if float((got - forward(cfg, params, ids)).abs().max()) > 1e-3 else 1.0, 0.0)
+        if lora.get("lora_dropout", 0) > 0:
+            dropped = forward(cfg, {**params, **adapter}, ids, lora, lora["dropout_seed"])
+            report("%s dropout changes the logits" % case,
+                   0.0 if float((dropped - got).abs().max()) > 1e-3 else 1.0, 0.0)
+
+    # The dropout mask: splitmix64's published first outputs from state 0, and the kept
+    # fraction of 2^20 elements within 5 sigma of 1 - p.
+    with np.errstate(over="ignore"):
+        first = [int(v) for v in splitmix64(0, np.arange(3, dtype=np.uint64))]
+    report("splitmix64 known outputs",
+           0.0 if first == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F] else 1.0,
+           0.0)
+    n, p = 1 << 20, 0.3
+    kept = int(dropout_keep(1234, n, p).sum())
+    report("dropout kept fraction (sigmas from 1 - p)",
+           abs(kept - n * (1 - p)) / math.sqrt(n * p * (1 - p)), 5.0)
 
     # safetensors round trip.
     import tempfile

@@ -309,6 +309,35 @@ TEST_P(BackendParity, AddAndScale) {
   }
 }
 
+// The dropout mask is a pure function of (seed, offset + i): every backend's output is the
+// reference's bit for bit, in each dtype pairing, at an unaligned start and in place (the
+// backward's use).
+TEST_P(BackendParity, Dropout) {
+  constexpr Tolerance kBitExact{0, 0};
+  const std::pair<DType, DType> pairings[] = {{DType::F32, DType::F32},
+                                              {DType::BF16, DType::BF16},
+                                              {DType::F32, DType::BF16},
+                                              {DType::BF16, DType::F32}};
+  for (const size_t n : kFlatSizes) {
+    for (const size_t off : kOffsets) {
+      const auto x = random_values(n + off, 28);
+      for (const auto& [in, out] : pairings) {
+        const std::string what = "dropout n=" + std::to_string(n) + " offset " +
+                                 std::to_string(off) + " " + std::string(dtype_name(in)) + "->" +
+                                 std::string(dtype_name(out));
+        expect_parity(be(), what, kBitExact, [&](const Backend& b) {
+          DeviceScope d(b);
+          const DevPtr xd = d.upload_as(x, in).at(off);
+          const DevPtr od = d.zeros_as(n + off, out).at(off);
+          b.dropout(od, xd, n, 0.3f, 0x5eedull, 1000 + off);
+          b.dropout(xd, xd, n, 0.6f, 0x5eedull << 33, 0);
+          return Outputs{{"out", d.download(od, n)}, {"in place", d.download(xd, n)}};
+        });
+      }
+    }
+  }
+}
+
 // cast_to_bf16 rounds to nearest, ties to even, and cast_from_bf16 widens exactly: bit for bit
 // the reference's values, on inputs with bits below bf16's precision (ties included) and at an
 // unaligned start.

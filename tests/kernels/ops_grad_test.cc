@@ -1,13 +1,19 @@
-// Every CPU op's backward against finite differences of its forward.
+// Every CPU op's backward against finite differences of its forward; the dropout mask's
+// properties.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "common/grad_check.h"
 #include "common/host_backend.h"
 #include "kiln/base/error.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/device/backend.h"
+#include "kiln/kernels/dropout_mask.h"
 #include "kiln/kernels/ops.h"
 
 namespace kiln {
@@ -356,6 +362,79 @@ TEST(Ops, SumSquaresAndScale) {
   EXPECT_NEAR(testing::sum_squares(be(), x.data(), x.size()), ref, 1e-9 * ref);
   be().scale(x.data(), 2.0f, x.size());
   EXPECT_NEAR(testing::sum_squares(be(), x.data(), x.size()), 4 * ref, 4e-9 * ref);
+}
+
+// Dropout's backward is the same call on the gradient (the mask redrawn from the seed): finite
+// differences of dot(dropout(x), r) with a fixed seed and offset, p 0.3.
+TEST(OpsGrad, Dropout) {
+  const size_t n = 301;
+  auto x = random_vec(n, 21);
+  const auto r = random_vec(n, 22);
+  std::vector<float> out(n), dx(n);
+  auto loss = [&] {
+    be().dropout(out.data(), x.data(), n, 0.3f, 99, 7);
+    return dot(out.data(), r);
+  };
+  be().dropout(dx.data(), r.data(), n, 0.3f, 99, 7);
+  EXPECT_LT(fd_rel_error(loss, x.data(), dx.data(), n, n), kTol);
+  size_t zeros = 0;  // some dropped, some kept, so the check is not of a plain scaling
+  for (float g : dx) zeros += g == 0.0f ? 1 : 0;
+  EXPECT_GT(zeros, n / 10);
+  EXPECT_LT(zeros, n / 2);
+}
+
+// The hash is splitmix64 (the published generator's first outputs from state 0), element i of a
+// call being output offset + i + 1 from state `seed`.
+TEST(DropoutMask, IsSplitMix64) {
+  EXPECT_EQ(splitmix64_at(0, 0), 0xe220a8397b1dcdafull);
+  EXPECT_EQ(splitmix64_at(0, 1), 0x6e789e6aa1b965f4ull);
+  EXPECT_EQ(splitmix64_at(0, 2), 0x06c45d188009454full);
+  EXPECT_EQ(splitmix64_at(kSplitMixGamma, 0), splitmix64_at(0, 1));
+  EXPECT_THROW(dropout_mask_for(1.0f, 0, 0), Error);
+  EXPECT_THROW(dropout_mask_for(-0.1f, 0, 0), Error);
+  EXPECT_EQ(dropout_mask_for(0.0f, 0, 0).threshold, 0u);
+  EXPECT_EQ(dropout_mask_for(0.25f, 0, 0).threshold, 1u << 30);
+}
+
+// Kept elements are x / (1 - p) exactly and dropped ones 0, in F32 and BF16; the kept fraction
+// over 2^20 elements is within 5 sigma of 1 - p; the same seed repeats, another differs, an
+// offset shifts the stream; p 0 copies.
+TEST(DropoutMask, FractionScaleSeedsAndOffsets) {
+  const size_t n = size_t{1} << 20;
+  std::vector<float> ones(n, 1.0f), out(n), again(n);
+  for (const float p : {0.1f, 0.3f, 0.5f}) {
+    be().dropout(out.data(), ones.data(), n, p, 1234, 0);
+    const float kept_value = 1.0f / (1.0f - p);
+    size_t kept = 0;
+    for (float v : out) {
+      ASSERT_TRUE(v == 0.0f || v == kept_value) << v;
+      kept += v != 0.0f ? 1 : 0;
+    }
+    const double q = 1.0 - p, sigma = std::sqrt(n * p * q);
+    EXPECT_NEAR(static_cast<double>(kept), n * q, 5 * sigma) << p;
+    be().dropout(again.data(), ones.data(), n, p, 1234, 0);
+    EXPECT_EQ(again, out);
+    be().dropout(again.data(), ones.data(), n, p, 1235, 0);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; ++i) differ += again[i] != out[i] ? 1 : 0;
+    EXPECT_NEAR(static_cast<double>(differ), 2.0 * n * p * q, 5 * std::sqrt(2.0 * n * p * q)) << p;
+    be().dropout(again.data(), ones.data(), n - 100, p, 1234, 100);  // element i is i + 100's
+    EXPECT_TRUE(std::equal(again.begin(), again.begin() + (n - 100), out.begin() + 100));
+  }
+  const auto x = random_vec(1000, 23);
+  std::vector<float> copy(x.size());
+  be().dropout(copy.data(), x.data(), x.size(), 0.0f, 5, 0);
+  EXPECT_EQ(copy, x);
+  // BF16 in and out: the F32 result rounded; in place.
+  std::vector<uint16_t> x16(x.size()), want16(x.size());
+  to_bf16(x16.data(), x.data(), x.size());
+  std::vector<float> xr(x.size()), o(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xr[i] = bf16_to_float(x16[i]);
+  be().dropout(o.data(), xr.data(), x.size(), 0.4f, 8, 3);
+  to_bf16(want16.data(), o.data(), o.size());
+  be().dropout({x16.data(), DType::BF16}, ConstDevPtr{x16.data(), DType::BF16}, x.size(), 0.4f, 8,
+               3);
+  EXPECT_EQ(x16, want16);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // LoRA in the decoder: the adapter units' layout and PEFT's initialisation; gradients of A and B
-// by finite differences for every family (all seven targets, some, rslora); the forward equals
-// the base with W + s B A merged in; a fresh adapter (B = 0) gives exactly the base's loss; the
-// frozen base gets no gradient; bf16 stays near fp32.
+// by finite differences for every family (all seven targets, some, rslora), also through
+// dropout; the forward equals the base with W + s B A merged in; a fresh adapter (B = 0) gives
+// exactly the base's loss; the frozen base gets no gradient; bf16 stays near fp32; dropout's
+// masks repeat for a seed, in a recomputed forward too, and never apply in evaluation.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -325,14 +326,161 @@ TEST(LoraFrozenBase, OnlyAdaptersGetGradients) {
   }
 }
 
-TEST(LoraDecoder, RefusesDropoutAndBadSettings) {
+TEST(LoraDecoder, RefusesBadSettings) {
   const ModelConfig c = small_family_config(kLlama, true, 4, 2);
   LoraConfig l = lora_config(kAll);
-  l.dropout = 0.1;
+  l.dropout = 1.0;
   EXPECT_THROW(Decoder(c, testing::cpu_fp32(), l), Error);
-  l.dropout = 0;
+  l.dropout = 0.1;
+  EXPECT_NO_THROW(Decoder(c, testing::cpu_fp32(), l));
   l.rank = 0;
   EXPECT_THROW(Decoder(c, testing::cpu_fp32(), l), Error);
+}
+
+LoraConfig with_dropout(LoraConfig l, double p) {
+  l.dropout = p;
+  return l;
+}
+
+// Every adapter gradient (a unit's, flattened, in layer order) and the loss of one
+// forward_backward with dropout seed `seed`.
+struct DropoutRun {
+  double loss = 0;
+  std::vector<float> grads;
+};
+DropoutRun dropout_run(Decoder& model, ParamStore& store, const Batch& batch, uint64_t seed,
+                       bool recompute) {
+  store.zero_grads();
+  model.set_dropout_seed(seed);
+  DropoutRun r;
+  r.loss = model.forward_backward(batch, store, 0.1f, recompute);
+  for (int l = 0; l < model.config().num_hidden_layers; ++l) {
+    const auto& g = store.grads(model.layout().lora_unit(l));
+    r.grads.insert(r.grads.end(), g.data(), g.data() + g.size());
+  }
+  return r;
+}
+
+class LoraDropoutGrad : public ::testing::TestWithParam<GradCase> {};
+
+// With lora.dropout 0.3 the gradients of A and B match finite differences of the training loss
+// under the same seed (forward_backward's loss: forward() never drops), through every family's
+// groups of one, two and three targets, with and without recomputation.
+TEST_P(LoraDropoutGrad, MatchesFiniteDifferences) {
+  const GradCase k = GetParam();
+  Decoder model(small_family_config(k.family, false, 4, 2), testing::cpu_fp32(),
+                with_dropout(lora_config(k.targets, k.rslora), 0.3));
+  const ParamLayout& layout = model.layout();
+  ParamStore store(layout, testing::cpu_fp32());
+  randomize(store, layout, 11);
+  const Batch batch = grad_batch(2, 9, 23, true);
+  const float scale = 1.0f / static_cast<float>(batch.num_targets());
+  model.set_dropout_seed(0x1234);
+  store.zero_grads();
+  model.forward_backward(batch, store, scale, k.recompute);
+  std::vector<std::vector<float>> analytic;
+  for (int l = 0; l < 2; ++l) {
+    const auto& g = store.grads(layout.lora_unit(l));
+    analytic.emplace_back(g.data(), g.data() + g.size());
+  }
+  // The training loss under the same masks (its gradient accumulation is not read).
+  auto loss = [&] {
+    model.set_dropout_seed(0x1234);  // each forward_backward advances it
+    return scale * model.forward_backward(batch, store, scale, k.recompute);
+  };
+  for (int l = 0; l < 2; ++l) {
+    const int u = layout.lora_unit(l);
+    for (const auto& e : layout.units()[u].entries) {
+      const double err = testing::fd_rel_error(loss, store.params(u).data() + e.offset,
+                                               analytic[l].data() + e.offset, e.numel, 8, 1e-2f);
+      EXPECT_LT(err, 5e-3) << e.name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, LoraDropoutGrad,
+                         ::testing::Values(GradCase{kQwen2, kAll, false, false},
+                                           GradCase{kQwen3, kSome, true, true},
+                                           GradCase{kLlama, kAll, false, true}),
+                         grad_case_name);
+
+// The same seed gives bit-identical losses and gradients, with or without recomputation (the
+// recomputed forward redraws the masks); another seed gives others; dropout changes the loss;
+// evaluation (forward()) never drops.
+TEST(LoraDropout, SeededRepeatableRecomputedAndOffInEvaluation) {
+  const ModelConfig c = small_family_config(kQwen3, false, 4, 2);
+  Decoder model(c, testing::cpu_fp32(), with_dropout(lora_config(kAll), 0.3));
+  Decoder plain(c, testing::cpu_fp32(), lora_config(kAll));  // dropout 0
+  ParamStore store(model.layout(), testing::cpu_fp32());
+  randomize(store, model.layout(), 12);
+  const Batch batch = grad_batch(2, 9, 23, true);
+  const DropoutRun a = dropout_run(model, store, batch, 7, false);
+  const DropoutRun again = dropout_run(model, store, batch, 7, false);
+  const DropoutRun recomputed = dropout_run(model, store, batch, 7, true);
+  const DropoutRun other = dropout_run(model, store, batch, 8, false);
+  const DropoutRun none = dropout_run(plain, store, batch, 7, false);
+  EXPECT_EQ(again.loss, a.loss);
+  EXPECT_EQ(again.grads, a.grads);
+  EXPECT_EQ(recomputed.loss, a.loss);
+  EXPECT_EQ(recomputed.grads, a.grads);
+  EXPECT_NE(other.loss, a.loss);
+  EXPECT_GT(testing::rel_err(other.grads.data(), a.grads.data(), a.grads.size()), 0.05);
+  EXPECT_GT(std::fabs(none.loss - a.loss), 1e-3 * none.loss);
+  EXPECT_EQ(model.forward(batch, store), plain.forward(batch, store));
+  // Unset, the seed advances: the next call (after seed 8's) draws seed 8's successor's masks.
+  const double next = model.forward_backward(batch, store, 0.1f, false);
+  EXPECT_NE(next, other.loss);
+  EXPECT_EQ(dropout_run(model, store, batch, lora_next_dropout_seed(8), false).loss, next);
+}
+
+// The seeds: a micro-batch's differs with each of the run's seed, the step, the micro-step and
+// the rank, and repeats for the same four; a layer's and target's streams differ from each other.
+TEST(LoraDropout, SeedsSeparateStepsMicroStepsRanksLayersAndTargets) {
+  const uint64_t s = lora_micro_batch_seed(42, 10, 1, 0);
+  EXPECT_EQ(lora_micro_batch_seed(42, 10, 1, 0), s);
+  const std::set<uint64_t> seeds = {s,
+                                    lora_micro_batch_seed(43, 10, 1, 0),
+                                    lora_micro_batch_seed(42, 11, 1, 0),
+                                    lora_micro_batch_seed(42, 10, 0, 0),
+                                    lora_micro_batch_seed(42, 10, 1, 1),
+                                    lora_micro_batch_seed(42, 1, 10, 0),
+                                    lora_micro_batch_seed(42, 0, 1, 10)};
+  EXPECT_EQ(seeds.size(), 7u);
+  std::set<uint64_t> streams;
+  for (int64_t layer = 0; layer < 4; ++layer) {
+    for (const auto& t : kLoraTargetNames) streams.insert(lora_dropout_seed(s, layer, t.value));
+  }
+  EXPECT_EQ(streams.size(), 4u * kNumLoraTargets);
+}
+
+// bf16 products with dropout (the dropped inputs stored in bf16; o_proj's input is fp32) stay
+// near fp32 with the same seed: the masks do not depend on the dtype.
+TEST(LoraDropout, Bf16StaysNearFp32) {
+  ModelConfig c = small_family_config(kQwen2, false, 4, 2);
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.vocab_size = 300;
+  const LoraConfig lora = with_dropout(lora_config(kAll, false, 8), 0.2);
+  Decoder m32(c, testing::cpu_fp32(), lora), m16(c, testing::cpu_bf16(), lora);
+  ParamStore s32(m32.layout(), testing::cpu_fp32()), s16(m16.layout(), testing::cpu_fp32());
+  for (ParamStore* s : {&s32, &s16}) {
+    randomize(*s, m32.layout(), 5);
+    for (int u = 0; u < m32.layout().num_units(); ++u) {  // a trained model's range
+      for (const auto& e : m32.layout().units()[u].entries) {
+        if (e.name.find("norm") != std::string::npos) continue;
+        for (size_t i = 0; i < e.numel; ++i) s->params(u).data()[e.offset + i] *= 0.3f;
+      }
+    }
+  }
+  const Batch batch = grad_batch(2, 24, 300, true);
+  const DropoutRun r32 = dropout_run(m32, s32, batch, 3, false);
+  const DropoutRun r16 = dropout_run(m16, s16, batch, 3, true);
+  const DropoutRun other = dropout_run(m32, s32, batch, 4, false);
+  EXPECT_NEAR(r16.loss, r32.loss, 5e-3 * r32.loss);
+  const double err = testing::rel_err(r16.grads.data(), r32.grads.data(), r32.grads.size());
+  EXPECT_LT(err, 3e-2);
+  // Another mask moves the gradients far more than bf16 does.
+  EXPECT_GT(testing::rel_err(other.grads.data(), r32.grads.data(), r32.grads.size()), 5 * err);
 }
 
 // bf16 products (adapters gathered in bf16 too): loss and adapter gradients near fp32.

@@ -2,7 +2,8 @@
 // written from Hugging Face's Qwen2, Qwen3 and Llama modeling code) produced the loss and every
 // parameter gradient for small random checkpoints of each family; see
 // tests/fixtures/reference/README.md for the command and the cases. The LoRA cases add a PEFT
-// adapter (adapter_config.json, adapter_model.safetensors) and hold the adapters' gradients.
+// adapter (adapter_config.json, adapter_model.safetensors) and hold the adapters' gradients; one
+// trains with lora_dropout, its masks kiln's (the reference repeats the hash in numpy).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -86,6 +87,7 @@ LoraConfig read_adapter_config(const fs::path& file) {
   l.rank = j.at("r").get<int64_t>();
   l.alpha = j.at("lora_alpha").get<double>();
   l.rslora = j.at("use_rslora").get<bool>();
+  l.dropout = j.at("lora_dropout").get<double>();
   l.targets =
       resolve_lora_targets(j.at("target_modules").get<std::vector<std::string>>(), file.string());
   return l;
@@ -117,6 +119,10 @@ TEST_P(LoraReference, LossAndAdapterGradientsMatch) {
   }
   Batch batch = read_batch(dir / "batch.json");
   const Json expected = read_json_file(dir / "expected.json");
+  // With lora_dropout, the reference drew kiln's masks from this seed (in numpy).
+  if (expected.contains("dropout_seed")) {
+    model.set_dropout_seed(expected.at("dropout_seed").get<uint64_t>());
+  }
   const double loss = model.forward_backward(batch, store, 1.0f / batch.num_targets(), recompute) /
                       batch.num_targets();
   const double ref_loss = expected.at("loss").get<double>();
@@ -137,12 +143,12 @@ TEST_P(LoraReference, LossAndAdapterGradientsMatch) {
 }
 
 // Qwen2 (biases, all seven targets), Qwen3 (q/k norms, some targets, rslora), Llama 3 (llama3
-// RoPE, k/gate/up).
-INSTANTIATE_TEST_SUITE_P(Families, LoraReference,
-                         ::testing::Combine(::testing::Values("lora_qwen2_tied_gqa",
-                                                              "lora_qwen3_untied_hd6",
-                                                              "lora_llama_tied_llama3"),
-                                            ::testing::Bool()));
+// RoPE, k/gate/up); Qwen2 with lora_dropout 0.3 (PEFT's one mask per target module).
+INSTANTIATE_TEST_SUITE_P(
+    Families, LoraReference,
+    ::testing::Combine(::testing::Values("lora_qwen2_tied_gqa", "lora_qwen3_untied_hd6",
+                                         "lora_llama_tied_llama3", "lora_dropout_qwen2_tied_gqa"),
+                       ::testing::Bool()));
 
 INSTANTIATE_TEST_SUITE_P(Qwen2, Reference,
                          ::testing::Combine(::testing::Values("tied_gqa", "untied_mha",

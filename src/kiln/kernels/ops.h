@@ -202,6 +202,14 @@ class Backend {
 
   // out = a + b, (n); out may alias a or b
   virtual void add(float* out, const float* a, const float* b, size_t n) const = 0;
+  // Inverted dropout (nn.Dropout(p) in training): out (n) = x / (1 - p) where kept, 0 where
+  // dropped; element i is kept with probability 1 - p, decided by dropout_mask.h's hash of
+  // (seed, offset + i) alone: the same mask on every backend and for every call with the same
+  // seed and offset, so the backward is this same call on the gradient (the mask is redrawn,
+  // never stored). p in [0, 1); x and out each F32 or BF16 (a BF16 out rounded to nearest
+  // even); out may alias x (of the same dtype).
+  virtual void dropout(DevPtr out, ConstDevPtr x, size_t n, float p, uint64_t seed,
+                       uint64_t offset) const = 0;
   // dst (n, BF16) = src (n, F32) rounded to nearest even: parameters for bf16 products.
   virtual void cast_to_bf16(void* dst, const float* src, size_t n) const = 0;
   // dst (n, F32) = src (n, BF16), exactly: gradients reduced in bf16.

@@ -184,6 +184,12 @@ void PhaseTimedBackend::add(float* out, const float* a, const float* b, size_t n
   mark(Phase::kOther);
 }
 
+void PhaseTimedBackend::dropout(DevPtr out, ConstDevPtr x, size_t n, float p, uint64_t seed,
+                                uint64_t offset) const {
+  inner_.dropout(out, x, n, p, seed, offset);
+  mark(Phase::kOther);
+}
+
 void PhaseTimedBackend::cast_to_bf16(void* dst, const float* src, size_t n) const {
   inner_.cast_to_bf16(dst, src, n);
   mark(Phase::kOther);

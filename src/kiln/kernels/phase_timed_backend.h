@@ -19,7 +19,7 @@ enum class Phase {
   kLmHead,     // cross_entropy: the fused LM head products, softmax and loss
   kAttention,  // attention forward, backward and decode
   kOptimizer,  // optimizer steps, clipping, gradient norms
-  kOther,      // norms, RoPE, SwiGLU, embedding, adds, casts, copies and fills
+  kOther,      // norms, RoPE, SwiGLU, embedding, adds, dropout, casts, copies and fills
 };
 inline constexpr int kNumPhases = 5;
 std::string_view phase_name(Phase p);
@@ -92,6 +92,8 @@ class PhaseTimedBackend final : public Backend {
   void swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N,
                        int I) const override;
   void add(float* out, const float* a, const float* b, size_t n) const override;
+  void dropout(DevPtr out, ConstDevPtr x, size_t n, float p, uint64_t seed,
+               uint64_t offset) const override;
   void cast_to_bf16(void* dst, const float* src, size_t n) const override;
   void cast_from_bf16(float* dst, const void* src, size_t n) const override;
   void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,

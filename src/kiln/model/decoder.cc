@@ -9,11 +9,7 @@ namespace kiln {
 
 namespace {
 const std::optional<LoraConfig>& checked_lora(const std::optional<LoraConfig>& lora) {
-  if (!lora) return lora;
-  lora->validate("lora");
-  if (lora->dropout > 0)
-    fail("lora: 'dropout' {} is not supported yet (adapters train without dropout); set it to 0",
-         lora->dropout);
+  if (lora) lora->validate("lora");
   return lora;
 }
 }  // namespace
@@ -125,19 +121,29 @@ void Decoder::plan_lora_buffers(size_t N, bool recompute, bool training) {
   lora_u_.assign(L, nullptr);
   for (size_t l = 0; l < (recompute ? 1 : L); ++l) arena_.add(&lora_u_[l], N * o.total_ranks());
   LoraScratch& sc = lora_scratch_;
-  arena_.add(&sc.b_block, M * R, act_dtype_);  // the parameters come in activation_dtype()
-  arena_.add(&sc.delta, N * M);
   const size_t g = training ? 1 : 0;
+  // Dropout (training only): a target's dropped input, its u or gradient columns, and delta
+  // wide enough for its masked input gradient.
+  const size_t d = training && lora_dropout() > 0 ? 1 : 0, I = o.max_in();
+  arena_.add(&sc.b_block, M * R, act_dtype_);  // the parameters come in activation_dtype()
+  arena_.add(&sc.delta, N * std::max(M, d * I));
   arena_.add(&sc.db_block, g * M * R);
   arena_.add(&sc.db, g * M * o.rank);
   arena_.add(&sc.du, g * N * R);
+  arena_.add(&sc.dropped, d * N * I, act_dtype_);
+  arena_.add(&sc.part, d * N * o.rank);
+}
+
+float Decoder::lora_dropout() const {
+  return layout_.has_lora() ? static_cast<float>(layout_.lora().dropout) : 0.0f;
 }
 
 std::optional<LoraLayerPass> Decoder::acquire_lora(int l, UnitAccess& params, int N) const {
   if (!layout_.has_lora()) return std::nullopt;
+  const LoraDropout dropout{training_ ? lora_dropout() : 0.0f, dropout_seed_, l};
   return std::optional<LoraLayerPass>(
       std::in_place, be_, layout_.lora_offsets(), static_cast<float>(layout_.lora().scale()),
-      params.acquire(layout_.lora_unit(l)), lora_u_[l], lora_scratch_, N);
+      params.acquire(layout_.lora_unit(l)), lora_u_[l], lora_scratch_, N, dropout);
 }
 
 void Decoder::upload(const Batch& batch) {
@@ -369,6 +375,7 @@ void Decoder::forward_backward(const Batch& batch, UnitAccess& params, float sca
     if (!frozen) params.grad_done(u);
   }
   if (!frozen) params.embed_rows_backward(layout_.embed_unit(), ids_, dres_, N, C);
+  dropout_seed_ = lora_next_dropout_seed(dropout_seed_);
 }
 
 }  // namespace kiln

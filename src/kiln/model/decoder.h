@@ -12,11 +12,13 @@
 //           calls UnitAccess::head_cross_entropy, which is that same op for ParamStore, and for
 //           Fsdp unless it splits the vocabulary, when each rank computes the logits of its own
 //           rows of the head (vocabulary-parallel, fsdp/fsdp_vocab_head.cc)
-// With LoRA (a LoraConfig), each targeted product also adds its adapters' s B A x (lora_ops.h),
-// and the base is frozen: the backward computes every input gradient but no gradient of a base
+// With LoRA (a LoraConfig), each targeted product also adds its adapters' s B A dropout(x)
+// (lora_ops.h; dropout in forward_backward only, seeded by set_dropout_seed), and the base is
+// frozen: the backward computes every input gradient but no gradient of a base
 // weight (no dW of a product, norm, embedding or head); only the adapter units get one.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -36,8 +38,8 @@ namespace kiln {
 
 class Decoder {
  public:
-  // lora: train adapters on a frozen base (lora_layout.h adds their units to layout()).
-  // lora.dropout > 0 is refused: dropout is not implemented yet.
+  // lora: train adapters on a frozen base (lora_layout.h adds their units to layout()), with
+  // lora.dropout on their inputs in forward_backward (never in forward()).
   Decoder(const ModelConfig& config, const Backend& backend,
           const std::optional<LoraConfig>& lora = std::nullopt);
 
@@ -58,6 +60,14 @@ class Decoder {
   // evaluations, not for a training step.
   double forward_backward(const Batch& batch, UnitAccess& params, float scale, bool recompute);
   double forward(const Batch& batch, UnitAccess& params);
+
+  // The seed of the LoRA dropout masks of the next forward_backward (lora_ops.h; without LoRA
+  // dropout it changes nothing). Each forward_backward then advances it (a hash of it), so a
+  // caller that never sets it still draws fresh masks for every micro-batch (from 0 when the
+  // Decoder is made); the trainer sets it before each micro-batch to
+  // lora_micro_batch_seed(train.seed, step, micro-step, rank), so that a step's masks repeat on
+  // resume. A recomputed forward draws its call's masks again.
+  void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
 
   // Whether the base is frozen (LoRA): only the adapter units take gradients.
   bool frozen_base() const { return layout_.has_lora(); }
@@ -87,7 +97,9 @@ class Decoder {
   void layer_backward(ConstDevPtr w, float* dw, const float* x_in, const LayerActs& a,
                       const Batch& batch, const LoraLayerPass* lora, float* lora_dw);
   // Layer l's adapters, their unit acquired (the caller releases it), or nothing without LoRA.
+  // Its dropout is lora.dropout while training, else none.
   std::optional<LoraLayerPass> acquire_lora(int l, UnitAccess& params, int N) const;
+  float lora_dropout() const;  // lora.dropout, 0 without LoRA
   // The final norm and the LM head's loss and dx; the head's and norm's gradients unless frozen.
   void head_backward(const Batch& batch, UnitAccess& params, float scale, double* loss_sum);
   std::pair<float*, float*> qk_norm_backward(ConstDevPtr w, float* dw, const LayerActs& a, int N);
@@ -121,6 +133,7 @@ class Decoder {
   // LoRA: each layer's saved u's (lora_ops.h; all alias one when recomputing) and the scratch.
   std::vector<float*> lora_u_;
   LoraScratch lora_scratch_;
+  uint64_t dropout_seed_ = 0;  // set_dropout_seed; advanced by each forward_backward
 };
 
 }  // namespace kiln

@@ -44,6 +44,12 @@ int64_t LoraOffsets::max_out() const {
   return m;
 }
 
+int64_t LoraOffsets::max_in() const {
+  int64_t m = 0;
+  for (const LoraGroup& g : groups) m = std::max(m, g.targets.empty() ? 0 : g.in);
+  return m;
+}
+
 int64_t LoraOffsets::total_ranks() const {
   int64_t n = 0;
   for (const LoraGroup& g : groups) n += g.ranks() * rank;

@@ -46,6 +46,7 @@ struct LoraOffsets {
   // The widest group's A rows (n_g r) and output (its base product's), for scratch sizes.
   int64_t max_ranks() const;
   int64_t max_out() const;
+  int64_t max_in() const;       // the widest input of a group with targets
   int64_t total_ranks() const;  // sum of every group's A rows: a layer's saved (n, .) inputs
 };
 

@@ -1,6 +1,22 @@
 #include "kiln/model/lora_ops.h"
 
+#include "kiln/kernels/dropout_mask.h"
+
 namespace kiln {
+
+uint64_t lora_dropout_seed(uint64_t micro_batch_seed, int64_t layer, LoraTarget t) {
+  const uint64_t stream = static_cast<uint64_t>(layer) * kNumLoraTargets + static_cast<uint64_t>(t);
+  return dropout_stream_seed(micro_batch_seed, stream);
+}
+
+uint64_t lora_next_dropout_seed(uint64_t seed) { return dropout_stream_seed(seed, ~uint64_t{0}); }
+
+uint64_t lora_micro_batch_seed(uint64_t run_seed, int64_t step, int64_t micro_step, int64_t rank) {
+  constexpr uint64_t kDomain = 0x6c6f72612d64726full;  // "lora-dro": not init's streams
+  uint64_t s = dropout_stream_seed(run_seed ^ kDomain, static_cast<uint64_t>(step));
+  s = dropout_stream_seed(s, static_cast<uint64_t>(micro_step));
+  return dropout_stream_seed(s, static_cast<uint64_t>(rank));
+}
 
 float* LoraLayerPass::u_of(LoraGroupId group) const {
   int64_t before = 0;
@@ -23,17 +39,56 @@ ConstDevPtr LoraLayerPass::b_block(const LoraGroup& g) const {
   return {sc_.b_block, w_.dtype};
 }
 
+ConstDevPtr LoraLayerPass::drop_input(const LoraGroup& g, int i, ConstDevPtr x) const {
+  const DevPtr xd{sc_.dropped, be_.activation_dtype()};
+  const uint64_t seed = lora_dropout_seed(dropout_.seed, dropout_.layer, g.targets[i]);
+  be_.dropout(xd, x, static_cast<size_t>(n_) * g.in, dropout_.p, seed, 0);
+  return xd;
+}
+
+void LoraLayerPass::dropped_down_products(const LoraGroup& g, ConstDevPtr x, float* u) const {
+  const int r = static_cast<int>(o_.rank), R = g.ranks() * r, in = static_cast<int>(g.in);
+  const size_t f = sizeof(float);
+  for (int i = 0; i < g.ranks(); ++i) {
+    // u_i (n, r) = x_i A_i^T: u itself for a lone target, else columns [i r, +r) of u
+    float* ui = g.ranks() == 1 ? u : sc_.part;
+    be_.matmul_forward(ui, drop_input(g, i, x), w_.at(g.a + i * r * g.in), nullptr, n_, in, r);
+    if (g.ranks() > 1) be_.copy_2d(u + i * r, R * f, ui, r * f, r * f, n_);
+  }
+}
+
 void LoraLayerPass::apply(LoraGroupId group, ConstDevPtr x, float* y) const {
   const LoraGroup& g = o_.group(group);
   if (g.targets.empty()) return;
   const int R = static_cast<int>(g.ranks() * o_.rank), in = static_cast<int>(g.in);
   const int out = static_cast<int>(g.out);
   float* u = u_of(group);
-  be_.matmul_forward(u, x, w_.at(g.a), nullptr, n_, in, R);  // (n, R)
+  if (dropout_.p > 0) {
+    dropped_down_products(g, x, u);
+  } else {
+    be_.matmul_forward(u, x, w_.at(g.a), nullptr, n_, in, R);  // (n, R)
+  }
   be_.scale(u, scale_, static_cast<size_t>(n_) * R);
   if (y == nullptr) return;
   be_.matmul_forward(sc_.delta, u, b_block(g), nullptr, n_, R, out);
   be_.add(y, y, sc_.delta, static_cast<size_t>(n_) * out);
+}
+
+void LoraLayerPass::dropped_backward(const LoraGroup& g, float* dw, ConstDevPtr x,
+                                     float* dx) const {
+  const int r = static_cast<int>(o_.rank), R = g.ranks() * r, in = static_cast<int>(g.in);
+  const size_t f = sizeof(float), nin = static_cast<size_t>(n_) * in;
+  for (int i = 0; i < g.ranks(); ++i) {
+    // g_i (n, r): du itself for a lone target, else its columns [i r, +r)
+    float* gi = g.ranks() == 1 ? sc_.du : sc_.part;
+    if (g.ranks() > 1) be_.copy_2d(gi, r * f, sc_.du + i * r, R * f, r * f, n_);
+    const uint64_t seed = lora_dropout_seed(dropout_.seed, dropout_.layer, g.targets[i]);
+    // dA_i (r, in) += g_i^T x_i; delta (n, in) = g_i A_i, then through x_i's mask into dx
+    be_.matmul_backward(sc_.delta, dw + g.a + i * r * g.in, nullptr, gi, drop_input(g, i, x),
+                        w_.at(g.a + i * r * g.in), n_, in, r, false);
+    be_.dropout(sc_.delta, sc_.delta, nin, dropout_.p, seed, 0);
+    be_.add(dx, dx, sc_.delta, nin);
+  }
 }
 
 void LoraLayerPass::backward(LoraGroupId group, float* dw, ConstDevPtr x, const float* dout,
@@ -60,7 +115,11 @@ void LoraLayerPass::backward(LoraGroupId group, float* dw, ConstDevPtr x, const 
   }
   // g = s du; dA (R, in) += g^T x; dx (n, in) += g A
   be_.scale(sc_.du, scale_, static_cast<size_t>(n_) * R);
-  be_.matmul_backward(dx, dw + g.a, nullptr, sc_.du, x, w_.at(g.a), n_, in, R, true);
+  if (dropout_.p > 0) {
+    dropped_backward(g, dw, x, dx);
+  } else {
+    be_.matmul_backward(dx, dw + g.a, nullptr, sc_.du, x, w_.at(g.a), n_, in, R, true);
+  }
 }
 
 }  // namespace kiln

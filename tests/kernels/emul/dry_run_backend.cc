@@ -97,6 +97,10 @@ void DryRunCudaBackend::swiglu_backward(float* dgate_up, const float* dh, const 
 void DryRunCudaBackend::add(float* out, const float* a, const float* b, size_t n) const {
   cu::add(out, a, b, n, nullptr);
 }
+void DryRunCudaBackend::dropout(DevPtr out, ConstDevPtr x, size_t n, float p, uint64_t seed,
+                                uint64_t offset) const {
+  cu::dropout(out, x, n, p, seed, offset, nullptr);
+}
 void DryRunCudaBackend::cast_to_bf16(void* dst, const float* src, size_t n) const {
   cu::cast_f32_to_bf16(static_cast<uint16_t*>(dst), src, n, nullptr);
 }

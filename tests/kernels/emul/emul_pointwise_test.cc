@@ -1,7 +1,8 @@
-// The elementwise kernels (rope.cu, swiglu.cu, reduce.cu's add and scale, cast.cu, column_sums.cu)
-// under the CPU emulator, against the CPU backend.
+// The elementwise kernels (rope.cu, swiglu.cu, reduce.cu's add and scale, cast.cu, column_sums.cu,
+// dropout.cu) under the CPU emulator, against the CPU backend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "kernels/emul/emul_test_util.h"
@@ -115,6 +116,42 @@ TEST(EmulCast, Bf16BothWaysBitForBit) {
     ASSERT_EQ(std::isnan(got[i]), std::isnan(back[i])) << i;
     if (!std::isnan(back[i])) {
       ASSERT_EQ(got[i], back[i]) << i;
+    }
+  }
+}
+
+// dropout.cu draws the CPU's mask bit for bit: F32 and BF16 in and out, an unaligned start, a
+// non-zero offset, in place (the backward's use), and more elements than one block's threads.
+TEST(EmulDropout, CpuMaskBitForBit) {
+  constexpr size_t n = 1001;
+  const std::vector<float> x = random_values(n + 1, 11, 2.0f);
+  std::vector<uint16_t> x16(n + 1);
+  to_bf16(x16.data(), x.data(), x.size());
+  for (const size_t off : {size_t{0}, size_t{1}}) {
+    for (const float p : {0.0f, 0.25f, 0.7f}) {
+      std::vector<float> want(n);
+      cpu().dropout(want.data(), x.data() + off, n, p, 0xabcdefull, 77);
+      DeviceArray<float> dx(x, "x"), dout(n, "out");
+      emul_cuda::dropout(dout.get(), dx.get() + off, n, p, 0xabcdefull, 77, nullptr);
+      emul_cuda::dropout(dx.get() + off, dx.get() + off, n, p, 0xabcdefull, 77, nullptr);
+      expect_no_fault();
+      EXPECT_EQ(dout.host(), want) << "f32 p " << p << " offset " << off;
+      const std::vector<float> in_place = dx.host();
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), in_place.begin() + off)) << p;
+      std::vector<uint16_t> want16(n);
+      cpu().dropout({want16.data(), DType::BF16}, ConstDevPtr{x16.data() + off, DType::BF16}, n, p,
+                    5, 0);
+      DeviceArray<uint16_t> d16(x16, "x bf16"), o16(n, "out bf16");
+      emul_cuda::dropout({o16.get(), DType::BF16}, ConstDevPtr{d16.get() + off, DType::BF16}, n, p,
+                         5, 0, nullptr);
+      expect_no_fault();
+      EXPECT_EQ(o16.host(), want16) << "bf16 p " << p << " offset " << off;
+      std::vector<uint16_t> want_mixed(n);  // F32 in, BF16 out
+      cpu().dropout({want_mixed.data(), DType::BF16}, x.data() + off, n, p, 6, 1);
+      DeviceArray<float> dx2(x, "x");
+      emul_cuda::dropout({o16.get(), DType::BF16}, dx2.get() + off, n, p, 6, 1, nullptr);
+      expect_no_fault();
+      EXPECT_EQ(o16.host(), want_mixed) << "f32->bf16 p " << p << " offset " << off;
     }
   }
 }

@@ -60,7 +60,7 @@ void add(Census& c, const std::vector<emul::LaunchRecord>& launches) {
 }
 
 // The launch paths the model's step does not take: unaligned arrays (the scalar kernels), scale,
-// the embedding lookup of a whole table.
+// the embedding lookup of a whole table, dropout (LoRA's) in every dtype pairing.
 void other_paths(const Backend& be) {
   DeviceBuffer<float> a(be, 1001), b(be, 1001), c(be, 1001), d(be, 1001);
   DeviceBuffer<int32_t> ids(be, 16);
@@ -70,6 +70,11 @@ void other_paths(const Backend& be) {
   be.adamw_step(a.data() + 1, b.data() + 1, c.data() + 1, d.data() + 1, 1000, {});
   be.embedding_forward(a.data(), ids.data(), b.data(), 16, 60);
   be.embedding_forward(a.data(), ids.data(), ConstDevPtr(b.data(), DType::BF16), 16, 60);
+  for (const DType in : {DType::F32, DType::BF16}) {
+    for (const DType out : {DType::F32, DType::BF16}) {
+      be.dropout(DevPtr(a.data(), out), ConstDevPtr(b.data(), in), 1000, 0.1f, 1, 0);
+    }
+  }
 }
 
 Census census(std::string* fault) {

@@ -118,6 +118,10 @@ class AsyncCpuBackend final : public Backend {
   void add(float* out, const float* a, const float* b, size_t n) const override {
     run([=, this] { cpu_.add(out, a, b, n); });
   }
+  void dropout(DevPtr out, ConstDevPtr x, size_t n, float p, uint64_t seed,
+               uint64_t offset) const override {
+    run([=, this] { cpu_.dropout(out, x, n, p, seed, offset); });
+  }
   void cast_to_bf16(void* dst, const float* src, size_t n) const override {
     run([=, this] { cpu_.cast_to_bf16(dst, src, n); });
   }

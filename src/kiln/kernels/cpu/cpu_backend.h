@@ -88,6 +88,8 @@ class CpuBackend final : public Backend {
   void swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int N,
                        int I) const override;
   void add(float* out, const float* a, const float* b, size_t n) const override;
+  void dropout(DevPtr out, ConstDevPtr x, size_t n, float p, uint64_t seed,
+               uint64_t offset) const override;
   void cast_to_bf16(void* dst, const float* src, size_t n) const override;
   void cast_from_bf16(float* dst, const void* src, size_t n) const override;
   void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,

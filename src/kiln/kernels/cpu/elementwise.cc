@@ -13,6 +13,7 @@
 #include "kiln/kernels/cpu/f32_view.h"
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/vec_math.h"
+#include "kiln/kernels/dropout_mask.h"
 
 namespace kiln {
 
@@ -309,6 +310,44 @@ void CpuBackend::add(float* out, const float* a, const float* b, size_t n) const
   for_ranges(n, n, [&](size_t i0, size_t i1) {
 #pragma omp simd
     for (size_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
+  });
+}
+
+namespace {
+// tmp[j] = dropout_value(m, first + j, x[j]), j < k: a loop the compiler vectorises (the mask by
+// value, the arrays restrict), 64-bit lanes and all.
+void dropout_chunk(float* __restrict tmp, const float* __restrict x, size_t k, uint64_t first,
+                   const DropoutMask m) {
+  for (size_t j = 0; j < k; ++j) tmp[j] = dropout_value(m, first + j, x[j]);
+}
+}  // namespace
+
+// The mask is dropout_mask.h's, element by element, in chunks through a float buffer; a bf16
+// output is rounded as to_bf16 rounds every bf16 activation.
+void CpuBackend::dropout(DevPtr out, ConstDevPtr x, size_t n, float p, uint64_t seed,
+                         uint64_t offset) const {
+  for (const DType t : {x.dtype, out.dtype}) {
+    KILN_CHECK(t == DType::F32 || t == DType::BF16, "dropout: {} data", dtype_name(t));
+  }
+  const DropoutMask m = dropout_mask_for(p, seed, offset);
+  for_ranges(n, n, [&](size_t i0, size_t i1) {
+    constexpr size_t kChunk = 1024;
+    float tmp[kChunk], x32[kChunk];
+    for (size_t c0 = i0; c0 < i1; c0 += kChunk) {
+      const size_t k = std::min(kChunk, i1 - c0);
+      const float* xf = static_cast<const float*>(x.data) + c0;
+      if (x.dtype == DType::BF16) {
+        const auto* x16 = static_cast<const uint16_t*>(x.data) + c0;
+        for (size_t j = 0; j < k; ++j) x32[j] = bf16_to_float(x16[j]);
+        xf = x32;
+      }
+      dropout_chunk(tmp, xf, k, c0, m);
+      if (out.dtype == DType::F32) {
+        std::memcpy(static_cast<float*>(out.data) + c0, tmp, k * sizeof(float));
+      } else {
+        to_bf16(static_cast<uint16_t*>(out.data) + c0, tmp, k);
+      }
+    }
   });
 }
 

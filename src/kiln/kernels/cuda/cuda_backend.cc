@@ -164,6 +164,10 @@ void CudaBackend::swiglu_backward(float* dgate_up, const float* dh, const float*
 void CudaBackend::add(float* out, const float* a, const float* b, size_t n) const {
   cuda::add(out, a, b, n, native());
 }
+void CudaBackend::dropout(DevPtr out, ConstDevPtr x, size_t n, float p, uint64_t seed,
+                          uint64_t offset) const {
+  cuda::dropout(out, x, n, p, seed, offset, native());
+}
 void CudaBackend::cast_to_bf16(void* dst, const float* src, size_t n) const {
   cuda::cast_f32_to_bf16(static_cast<uint16_t*>(dst), src, n, native());
 }

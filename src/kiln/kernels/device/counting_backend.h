@@ -89,6 +89,7 @@ class CountingBackend final : public Backend {
   void swiglu_forward(DevPtr, const float*, int, int) const override {}
   void swiglu_backward(float*, const float*, const float*, int, int) const override {}
   void add(float*, const float*, const float*, size_t) const override {}
+  void dropout(DevPtr, ConstDevPtr, size_t, float, uint64_t, uint64_t) const override {}
   void cast_to_bf16(void*, const float*, size_t) const override {}
   void cast_from_bf16(float*, const void*, size_t) const override {}
   void cross_entropy(double* loss_sum, float* dx, float* dw, const float* x, ConstDevPtr w,
