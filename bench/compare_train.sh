@@ -128,7 +128,8 @@ for s in "${shapes[@]}"; do
 done
 
 # Per shape: the median over rounds of kiln and PyTorch tokens/s, and of the round's ratio
-# (a kiln row divided by the PyTorch row that ran right after it), with its range; kiln's median
+# (a kiln row divided by the PyTorch row that ran right after it, as the inverse ratio of their
+# step times: the printed tokens/s are rounded to units, too coarse at 0.5b), with its range; kiln's median
 # GFLOP/s and fraction of the measured peak (fp32's FMA loop, or bf16's for a bf16 row).
 summary() {  # kiln-dtype torch-dtype
   awk -v K="$out/kiln-$1.txt" -v T="$out/torch-$2.txt" -v KD="$1" -v TD="$2" '
@@ -138,13 +139,13 @@ summary() {  # kiln-dtype torch-dtype
     }
     BEGIN {
       n = 0
-      while ((getline l < K) > 0) { split(l, f); k = f[1] " " f[3]; if (!(k in cnt)) order[++n] = k; c = ++cnt[k]; kt[k, c] = f[7]; km[k, c] = f[10]; kg[k, c] = f[8]; kp[k, c] = f[9] + 0 }
-      while ((getline l < T) > 0) { split(l, f); k = f[1] " " f[3]; tc[k]++; tt[k, tc[k]] = f[7]; tm[k, tc[k]] = f[10] }
+      while ((getline l < K) > 0) { split(l, f); k = f[1] " " f[3]; if (!(k in cnt)) order[++n] = k; c = ++cnt[k]; kt[k, c] = f[7]; ks[k, c] = f[6]; km[k, c] = f[10]; kg[k, c] = f[8]; kp[k, c] = f[9] + 0 }
+      while ((getline l < T) > 0) { split(l, f); k = f[1] " " f[3]; tc[k]++; tt[k, tc[k]] = f[7]; ts[k, tc[k]] = f[6]; tm[k, tc[k]] = f[10] }
       for (i = 1; i <= n; ++i) {
         k = order[i]; m = cnt[k] < tc[k] ? cnt[k] : tc[k]
         if (m == 0) continue
         lo = 1e30; hi = 0
-        for (j = 1; j <= m; ++j) { a[j] = kt[k, j]; b[j] = tt[k, j]; q[j] = kt[k, j] / tt[k, j]; x[j] = km[k, j]; y[j] = tm[k, j]; g[j] = kg[k, j]; p[j] = kp[k, j]
+        for (j = 1; j <= m; ++j) { a[j] = kt[k, j]; b[j] = tt[k, j]; q[j] = ts[k, j] / ks[k, j]; x[j] = km[k, j]; y[j] = tm[k, j]; g[j] = kg[k, j]; p[j] = kp[k, j]
                                    if (q[j] < lo) lo = q[j]; if (q[j] > hi) hi = q[j] }
         split(k, f, " ")
         printf "%-13s %-8s %-4s %-4s %10.1f %10.1f %6.2fx %5.2f-%-5.2f %9.0f %9.0f %9.1f %5.1f%%\n", f[1], f[2], KD, TD, median(a, m), median(b, m), median(q, m), lo, hi, median(x, m), median(y, m), median(g, m), median(p, m)
