@@ -6,7 +6,7 @@ prints the same columns, so kiln/PyTorch ratios are taken on one machine in one 
 
 Run it with Debian's Python, /usr/bin/python3 (NOT a pyenv/venv `python3` earlier on PATH):
 
-    /usr/bin/python3 bench/pytorch_train_bench.py [--bf16] [--threads N] [--quick]
+    /usr/bin/python3 bench/pytorch_train_bench.py [--bf16] [--threads N] [--quick] [--lora RANK]
 
 It needs `apt-get install python3-torch libopenblas0-openmp`: without libopenblas0-openmp,
 Debian's torch silently uses the reference BLAS and is about ten times slower. Never needed by
@@ -18,6 +18,13 @@ biases, tied LM head, cross-entropy over next tokens (the last position of each 
 --bf16 runs forward and loss under torch.autocast("cpu", dtype=torch.bfloat16) with fp32 master
 weights and optimizer, like kiln's train.dtype bf16. --recompute on wraps each decoder layer in
 torch.utils.checkpoint (activation checkpointing).
+
+--lora RANK trains LoRA adapters on a frozen base instead, as `kiln bench train --lora RANK` does:
+every base parameter (embedding and tied head, norms, projections and biases) has
+requires_grad False, and each of the seven projections (q, k, v, o, gate, up, down) gets a
+hand-written adapter with PEFT's math (PEFT is not packaged here): y = W x + b + s B (A x),
+A (r, in) Kaiming-uniform with a = sqrt(5), B (out, r) zeros, s = alpha / r with alpha = 2 r, no
+dropout; AdamW steps the adapters only. The params column then reads trainable/base.
 
 Each row runs in a fresh child process so that its peak RSS (ru_maxrss) is its own.
 """
@@ -67,12 +74,23 @@ def param_count(h, i, l, nh, kv, v, hd, qwen3):
     return v * h + l * layer + h
 
 
-def train_flops(h, i, l, nh, kv, v, tokens, t, hd):
-    """Same formula as kiln's train_flops (src/kiln/model/config.cc)."""
+def lora_params(h, i, l, nh, kv, hd, rank):
+    """Adapter parameters on all seven projections: r * (in + out) each."""
+    q, k = nh * hd, kv * hd
+    return l * rank * ((h + q) + 2 * (h + k) + (q + h) + 3 * (h + i))
+
+
+def train_flops(h, i, l, nh, kv, v, tokens, t, hd, rank=0):
+    """Same formula as kiln's train_flops (src/kiln/model/phase_costs.cc): 6 FLOPs per matmul
+    parameter and token; with LoRA (rank > 0) 4 per frozen base matmul parameter (forward and
+    input gradients) and 6 per adapter parameter; attention alike."""
     q, k = nh * hd, kv * hd
     layer_matmul = h * q + 2 * h * k + q * h + 3 * h * i
     matmul_params = l * layer_matmul + v * h
     attn = l * 2.0 * 2.0 * (t / 2.0) * q
+    if rank > 0:
+        return (4.0 * matmul_params + 6.0 * lora_params(h, i, l, nh, kv, hd, rank)) * tokens + \
+            3.0 * attn * tokens
     return 6.0 * matmul_params * tokens + 3.0 * attn * tokens
 
 
@@ -96,6 +114,22 @@ def run_row(args):
             xf = x.float()
             r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
             return (xf * r).to(x.dtype) * self.weight
+
+    class LoraLinear(nn.Module):
+        """PEFT's LoRA Linear, by hand: y = base(x) + s * B(A(x)), base frozen."""
+
+        def __init__(self, base, rank):
+            super().__init__()
+            self.base = base
+            self.lora_A = nn.Linear(base.in_features, rank, bias=False)
+            self.lora_B = nn.Linear(rank, base.out_features, bias=False)
+            nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
+            nn.init.zeros_(self.lora_B.weight)
+            alpha = 2.0 * rank
+            self.scaling = alpha / rank
+
+        def forward(self, x):
+            return self.base(x) + self.lora_B(self.lora_A(x)) * self.scaling
 
     def rotate_half(x):
         a, b = x.chunk(2, dim=-1)
@@ -158,8 +192,15 @@ def run_row(args):
 
     torch.manual_seed(7)
     model = Model()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-8,
-                            weight_decay=0.0)
+    base_count = sum(p.numel() for p in model.parameters())
+    if args.lora > 0:
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for layer in model.layers:
+            for name in ("q", "k", "v", "o", "gate", "up", "down"):
+                setattr(layer, name, LoraLinear(getattr(layer, name), args.lora))
+    trained = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trained, lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     ids = torch.randint(0, vocab, (B, T))
     targets = torch.full((B, T), -100, dtype=torch.long)
     targets[:, :-1] = ids[:, 1:]
@@ -186,14 +227,22 @@ def run_row(args):
     times.sort()
     med = times[len(times) // 2]
     tokens = B * T
-    gflops = train_flops(h, inter, nl, nh, nkv, vocab, tokens, T, hd) / med / 1e9
+    gflops = train_flops(h, inter, nl, nh, nkv, vocab, tokens, T, hd, args.lora) / med / 1e9
     peak = args.peak_bf16 if args.bf16 else args.peak_fp32
     frac = "%6.1f%%" % (100.0 * gflops / peak) if peak > 0 else "     - "
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     count = param_count(h, inter, nl, nh, nkv, vocab, hd, qwen3)
-    est = 16.0 * count / 1048576.0
-    print("%-13s %7.1fM %3dx%-4d %-4s %-4s %9.4f %9.0f %8.1f %s %8.0f %8.0f %7s %9s" %
-          (args.preset, count / 1e6, B, T,
+    assert count == base_count, (count, base_count)
+    if args.lora > 0:
+        n_trained = sum(p.numel() for p in trained)
+        assert n_trained == lora_params(h, inter, nl, nh, nkv, hd, args.lora)
+        params = "%.2fM/%.1fM" % (n_trained / 1e6, count / 1e6)
+        est = (4.0 * count + 16.0 * n_trained) / 1048576.0
+    else:
+        params = "%.1fM" % (count / 1e6)
+        est = 16.0 * count / 1048576.0
+    print("%-13s %8s %3dx%-4d %-4s %-4s %9.4f %9.0f %8.1f %s %8.0f %8.0f %7s %9s" %
+          (args.preset, params, B, T,
            "bf16" if args.bf16 else "fp32", args.recompute, med, tokens / med, gflops, frac,
            rss, est, "-", "-"), flush=True)
 
@@ -211,11 +260,16 @@ def main():
     ap.add_argument("--peak-fp32", type=float, default=0.0,
                     help="machine peak in GFLOP/s for the peak column (kiln bench train prints it)")
     ap.add_argument("--peak-bf16", type=float, default=0.0)
+    ap.add_argument("--lora", type=int, default=0,
+                    help="LoRA rank on a frozen base (all seven projections, alpha 2 x rank); "
+                         "0: full fine-tuning")
     ap.add_argument("--row", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=None,
                     help="with one --preset: only this batch (and --seq), not the fixed set's rows")
     ap.add_argument("--seq", type=int, default=None, help="sequence length (with --batch)")
     args = ap.parse_args()
+    if args.lora < 0:
+        sys.exit("pytorch_train_bench: --lora must be a rank >= 1, or 0, got %d" % args.lora)
     if args.row:
         args.preset = args.preset[0]
         run_row(args)
@@ -247,8 +301,10 @@ def main():
             shapes = [(args.preset[0], args.batch or 1, args.seq or 256, 5, 2)]
     with open("/proc/self/maps") as f:
         blas = "OpenBLAS" if "openblas" in f.read() else "not OpenBLAS (see torch.__config__)"
-    print("pytorch %s train bench: %d threads, dtype %s, %s, OPENBLAS_CORETYPE=%s" %
-          (torch.__version__, args.threads, "bf16 autocast" if args.bf16 else "fp32", blas,
+    print("pytorch %s train bench: %d threads, dtype %s, %s, %s, OPENBLAS_CORETYPE=%s" %
+          (torch.__version__, args.threads, "bf16 autocast" if args.bf16 else "fp32",
+           "LoRA rank %d (all-linear, alpha %d, frozen base)" % (args.lora, 2 * args.lora)
+           if args.lora > 0 else "full fine-tuning", blas,
            os.environ.get("OPENBLAS_CORETYPE", "(unset)")))
     print("%-13s %8s %-8s %-4s %-4s %9s %9s %8s %7s %8s %8s %7s %9s" %
           ("shape", "params", "BxT", "type", "rcmp", "step_s", "tokens/s", "GFLOP/s", "peak",
@@ -261,7 +317,8 @@ def main():
                    "--steps", str(args.steps or steps),
                    "--warmup", str(args.warmup if args.warmup >= 0 else warmup),
                    "--recompute", mode, "--threads", str(args.threads),
-                   "--peak-fp32", str(args.peak_fp32), "--peak-bf16", str(args.peak_bf16)]
+                   "--peak-fp32", str(args.peak_fp32), "--peak-bf16", str(args.peak_bf16),
+                   "--lora", str(args.lora)]
             if args.bf16:
                 cmd.append("--bf16")
             rc = subprocess.call(cmd)

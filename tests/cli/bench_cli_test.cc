@@ -1,6 +1,7 @@
 // `kiln bench train` end to end on the tiny preset: one row per recompute mode, each from its own
 // child process, with the figures' columns filled; clear errors for bad options. Never judges
 // speed.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -77,6 +78,51 @@ TEST(BenchCli, TrainPrintsOneRowPerRecomputeMode) {
     EXPECT_GT(bytes, 0.0) << p;
   }
   EXPECT_EQ(last.rfind("tiny ", 0), 0u) << "the last line is a row: " << last;
+}
+
+// --lora RANK: a LoRA step on a frozen base, in fp32 and bf16: the row's params column reads
+// trainable/base and the line before it gives the trainable count (the adapters': r (in + out)
+// per projection per layer), which is smaller than the base; the step's FLOPs are the LoRA
+// step's, so its GFLOP/s x step time is below the full step's FLOPs.
+TEST(BenchCli, TrainLoraRowSaysWhatTrains) {
+  for (const std::string dtype : {"fp32", "bf16"}) {
+    const auto r = run_kiln(
+        "bench train --preset tiny --batch 1 --seq 32 --steps 1 --warmup 1 "
+        "--recompute off --lora 4 --dtype " +
+            dtype,
+        "OMP_NUM_THREADS=1");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("LoRA rank 4 (all-linear, alpha 8, frozen base)"), std::string::npos)
+        << r.out;
+    const auto rows = rows_of(r.out);
+    ASSERT_EQ(rows.size(), 1u) << r.out;
+    EXPECT_EQ(rows[0][3], dtype);
+    // tiny: hidden 64, intermediate 176, 2 layers, 4 heads of 16, 2 KV heads: Q 64, KV 32
+    const long long C = 64, I = 176, Q = 64, KV = 32;
+    const long long adapters = 2 * 4 * ((C + Q) + 2 * (C + KV) + (Q + C) + 2 * (C + I) + (I + C));
+    const size_t at = r.out.find("  lora rank 4 alpha 8 all-linear: ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    long long trained = 0, total = 0;
+    ASSERT_EQ(
+        std::sscanf(r.out.c_str() + at, "  lora rank 4 alpha 8 all-linear: %lld trainable of %lld",
+                    &trained, &total),
+        2)
+        << r.out;
+    EXPECT_EQ(trained, adapters);
+    EXPECT_GT(total, 10 * trained);
+    EXPECT_EQ(rows[0][1], fmt::format("{:.2f}M/{:.1f}M", trained / 1e6, (total - trained) / 1e6));
+    // The frozen head's products are forward and dx only: 4 V C FLOPs per targeted row (31).
+    const size_t head = r.out.find("  phase lm_head ");
+    ASSERT_NE(head, std::string::npos) << r.out;
+    double s = 0, flop = 0;
+    ASSERT_EQ(std::sscanf(r.out.c_str() + head, "  phase lm_head %lf s %lf flop", &s, &flop), 2);
+    EXPECT_NEAR(flop, 4.0 * 1024 * C * 31, 1e-3 * flop);
+    EXPECT_GT(std::stod(rows[0][5]), 0.0) << "step_s";
+    EXPECT_GT(std::stod(rows[0][7]), 0.0) << "GFLOP/s";
+  }
+  auto bad = run_kiln("bench train --preset tiny --lora -1");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--lora must be a rank >= 1, or 0"), std::string::npos) << bad.out;
 }
 
 // --list prints the rows a run would take (bench/compare_train.sh reads them) and measures nothing.

@@ -7,6 +7,7 @@
 #include "common/error_of.h"
 #include "kiln/base/error.h"
 #include "kiln/model/layout.h"
+#include "kiln/model/lora_config.h"
 #include "kiln/model/phase_costs.h"
 #include "kiln/model/rope_table.h"
 
@@ -194,6 +195,39 @@ TEST(PhaseCosts, SumToTrainFlopsAndGrowWithRecompute) {
   StepShape f = s;
   f.act_bytes = 4;
   EXPECT_GT(at(phase_costs(c, f), Phase::kGemm).bytes, at(p, Phase::kGemm).bytes);
+}
+
+// A LoRA step's FLOPs (kiln bench train --lora): the frozen base's products forward and input
+// gradients only (4 per matmul parameter and token, the head over its rows), the adapters' 6 per
+// parameter and token, attention as in full fine-tuning; the optimizer steps the adapters only.
+TEST(PhaseCosts, LoraStepCountsNoBaseWeightGradients) {
+  const ModelConfig c = preset_config("qwen2.5-0.5b");  // C 896, I 4864, Q 896, KV 128, 24 layers
+  LoraConfig lora;
+  lora.rank = 16;
+  lora.targets = resolve_lora_targets({"all-linear"}, "test");
+  const double N = 512, T = 256, rows = 510, r = 16, C = 896, I = 4864, Q = 896, KV = 128;
+  const double L = 24, V = 151936;
+  const double layer_matmul = C * (Q + 2 * KV) + Q * C + 2 * C * I + I * C;
+  // r (in + out) per target: q, k, v, o, gate, up, down
+  const double adapters = L * r * ((C + Q) + 2 * (C + KV) + (Q + C) + 2 * (C + I) + (I + C));
+  ASSERT_DOUBLE_EQ(adapters, static_cast<double>(lora_parameter_count(c, lora)));
+  const double attention = L * 3 * 2 * 2 * (T / 2) * Q * N;
+  EXPECT_DOUBLE_EQ(train_flops(c, 512, 256, 510, &lora),
+                   4 * N * L * layer_matmul + 4 * rows * V * C + 6 * N * adapters + attention);
+  EXPECT_DOUBLE_EQ(train_flops(c, 512, 256, 510),
+                   6 * N * L * layer_matmul + 6 * rows * V * C + attention);
+  const StepShape s{.tokens = 512, .seq = 256, .head_rows = 510, .lora = &lora};
+  const PhaseCosts p = phase_costs(c, s);
+  const auto at = [&p](Phase ph) { return p[static_cast<int>(ph)]; };
+  EXPECT_DOUBLE_EQ(at(Phase::kLmHead).flops, 4 * rows * V * C);
+  EXPECT_DOUBLE_EQ(at(Phase::kOptimizer).bytes, 40 * adapters);
+  const PhaseCosts full = phase_costs(c, {.tokens = 512, .seq = 256, .head_rows = 510});
+  // No dw of a base product or the head, the adapters' state only; attention alike.
+  for (Phase ph : {Phase::kGemm, Phase::kLmHead, Phase::kOptimizer}) {
+    EXPECT_LT(at(ph).bytes, full[static_cast<int>(ph)].bytes) << phase_name(ph);
+  }
+  EXPECT_DOUBLE_EQ(at(Phase::kAttention).bytes, full[static_cast<int>(Phase::kAttention)].bytes);
+  EXPECT_GT(at(Phase::kOther).bytes, 0);
 }
 
 // Qwen3's layers hold q_norm and k_norm (head_dim) and no biases; Llama's neither.

@@ -1,8 +1,11 @@
 // kiln bench train: tokens/s, step time, achieved GFLOP/s and fraction of the machine's measured
 // peak of full training steps (forward, backward, AdamW) on randomly initialised shapes, with
 // peak memory (RSS high-water) beside an analytic estimate, activation checkpointing off and on.
-// Prints figures; never judges them. bench/pytorch_train_bench.py prints the same columns for
-// PyTorch on the same shapes (bench/compare_train.sh runs both and prints the ratios).
+// With --lora RANK the step is a LoRA step instead (adapters on all seven projections, alpha
+// 2 x rank, no dropout, a frozen base: AdamW steps the adapters only), its FLOPs the LoRA
+// step's (train_flops with the LoraConfig). Prints figures; never judges them.
+// bench/pytorch_train_bench.py prints the same columns for PyTorch on the same shapes
+// (bench/compare_train.sh runs both and prints the ratios).
 //
 // Each (shape, recompute) row runs in a fresh child process (this binary re-executed with
 // --row), so its peak RSS is its own and not the high-water mark of an earlier, larger shape.
@@ -20,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "kiln/base/cpu_time.h"
@@ -30,6 +34,8 @@
 #include "kiln/kernels/phase_timed_backend.h"
 #include "kiln/model/decoder.h"
 #include "kiln/model/init.h"
+#include "kiln/model/lora_config.h"
+#include "kiln/model/lora_layout.h"
 #include "kiln/model/phase_costs.h"
 #include "kiln/train/optimizer.h"
 
@@ -43,6 +49,7 @@ struct BenchOpts {
   std::string recompute = "both";  // off | on | both
   std::string dtype = "fp32";
   std::string device = "auto";  // train.device: auto | cpu | cuda
+  int lora = 0;                 // LoRA rank; 0: full fine-tuning
   bool quick = false;
   bool list = false;  // print the rows (preset batch seq steps warmup) and exit
   bool row = false;   // internal: run one row in this process and print it
@@ -81,17 +88,33 @@ double proc_status_kib(const std::string& field) {
   return 0;
 }
 
+// The LoRA of `kiln bench train --lora RANK`: all seven projections, alpha 2 x rank (the usual
+// choice), no dropout; nothing for rank 0.
+std::optional<LoraConfig> bench_lora(int rank) {
+  if (rank == 0) return std::nullopt;
+  LoraConfig l;
+  l.rank = rank;
+  l.alpha = 2.0 * rank;
+  l.dropout = 0.0;
+  l.targets = resolve_lora_targets({kAllLinear}, "bench train --lora");
+  return l;
+}
+
 // Analytic memory of one training step in bytes: parameters, gradients and AdamW's two moments
 // (16 bytes per parameter) plus what Decoder holds (see decoder.cc plan_buffers()): the residual
 // stream at every layer boundary, each layer's saved activations (one layer's when recomputing),
 // the backward scratch, and the fused cross-entropy's logits chunk. `act_bytes`: bytes per element
-// of the activations that only feed products (xn1, xn2, h: 2 when stored in bf16).
-double estimate_bytes(const ModelConfig& c, int B, int T, bool recompute, double act_bytes) {
+// of the activations that only feed products (xn1, xn2, h: 2 when stored in bf16). With LoRA the
+// base has only its fp32 parameters (4 bytes), the adapters all 16, and Decoder also holds each
+// layer's u's (one layer's when recomputing) and the adapters' scratch (plan_lora_buffers()).
+double estimate_bytes(const ModelConfig& c, int B, int T, bool recompute, double act_bytes,
+                      const std::optional<LoraConfig>& lora) {
   const double N = static_cast<double>(B) * T, C = c.hidden_size, I = c.intermediate_size;
   const double Q = c.q_dim(), KV = c.kv_dim(), H = c.num_attention_heads, V = c.vocab_size;
   const double L = c.num_hidden_layers;
   const double P = static_cast<double>(parameter_count(c));
-  const double state = 16.0 * P;
+  const double P_lora = lora ? static_cast<double>(lora_parameter_count(c, *lora)) : 0;
+  const double state = lora ? 4.0 * P + 16.0 * P_lora : 16.0 * P;
   // per layer, in floats: q, k, v, y, xmid, gate, up, rstd1/2, lse; then xn1, xn2, h
   // (with q/k norms also q_pre, k_pre and their rstd)
   const double qk = c.qk_norm ? N * (Q + KV + H + c.num_key_value_heads) : 0;
@@ -104,7 +127,15 @@ double estimate_bytes(const ModelConfig& c, int B, int T, bool recompute, double
   const double ce_rows =
       static_cast<double>(ce_chunk_rows(static_cast<size_t>(N), static_cast<size_t>(V)));
   const double ce = ce_rows * (V + 2 * C);
-  return state + 4.0 * (stored * per_layer + resid + final_norm + scratch + ce);
+  double adapters = 0;  // floats
+  if (lora) {
+    LoraOffsets o;
+    (void)lora_unit(c, *lora, 0, &o);
+    const double M = static_cast<double>(o.max_out()), R = static_cast<double>(o.max_ranks());
+    adapters = stored * N * static_cast<double>(o.total_ranks()) + (act_bytes / 4.0) * M * R +
+               N * M + M * R + M * static_cast<double>(o.rank) + N * R;
+  }
+  return state + 4.0 * (stored * per_layer + resid + final_norm + scratch + ce + adapters);
 }
 
 void fill_batch(Batch& b, const ModelConfig& c, int B, int T) {
@@ -143,10 +174,12 @@ void run_row(const BenchOpts& o) {
   const double base_kib = proc_status_kib("VmRSS");
   const ModelConfig c = preset_config(preset);
   const bool recompute = o.recompute == "on";
+  const std::optional<LoraConfig> lora = bench_lora(o.lora);
+  const LoraConfig* lora_ptr = lora ? &*lora : nullptr;
   const std::unique_ptr<Backend> device = backend_for(o.device, o.dtype);
   PhaseTimedBackend timed(*device);  // times ops only in the last, untimed step
   const Backend* be = &timed;
-  Decoder model(c, *be);
+  Decoder model(c, *be, lora);
   ParamStore store(model.layout(), *be);
   init_params(store, model.layout(), 1);
   std::vector<ShardRange> shards;
@@ -161,6 +194,7 @@ void run_row(const BenchOpts& o) {
     const double loss_sum = model.forward_backward(b, store, scale, recompute);
     opt.begin_step();
     for (int u = 0; u < store.num_units(); ++u) {
+      if (!model.layout().units()[u].trainable) continue;  // LoRA's frozen base
       opt.step(u, store.params(u).data(), store.grads(u).data(), 1e-4);
     }
     be->synchronize();
@@ -185,7 +219,7 @@ void run_row(const BenchOpts& o) {
   std::sort(times.begin(), times.end());
   const double med = times[times.size() / 2];
   const int64_t tokens = static_cast<int64_t>(o.batch) * o.seq;
-  const double gflops = train_flops(c, tokens, o.seq, b.num_targets()) / med / 1e9;
+  const double gflops = train_flops(c, tokens, o.seq, b.num_targets(), lora_ptr) / med / 1e9;
   // The CPU's peak was measured once by the parent; a GPU's comes from its properties.
   const double peak = be->device() == Device::kCuda ? be->peak_flops() / 1e9
                       : o.dtype == "bf16"           ? o.peak_bf16
@@ -193,25 +227,36 @@ void run_row(const BenchOpts& o) {
   const double hwm_mib = proc_status_kib("VmHWM") / 1024.0;
   std::printf("  first_loss %.4f ln_vocab %.4f\n", first_loss,
               std::log(static_cast<double>(c.vocab_size)));
+  const double total = static_cast<double>(model.layout().total_numel());
+  const double trained = static_cast<double>(model.layout().trainable_numel());
+  if (lora) {
+    std::printf(
+        "  lora rank %lld alpha %g all-linear: %.0f trainable of %.0f parameters (%.2f%%)\n",
+        static_cast<long long>(lora->rank), lora->alpha, trained, total, 100.0 * trained / total);
+  }
   const PhaseCosts costs =
       phase_costs(c, {.tokens = tokens,
                       .seq = o.seq,
                       .head_rows = b.num_targets(),
                       .act_bytes = static_cast<double>(dtype_size(be->activation_dtype())),
-                      .recompute = recompute});
+                      .recompute = recompute,
+                      .lora = lora_ptr});
   for (int i = 0; i < kNumPhases; ++i) {
     std::printf("  phase %-9s %10.6f s %11.4e flop %11.4e bytes\n",
                 std::string(phase_name(static_cast<Phase>(i))).c_str(), phases.seconds[i],
                 costs[i].flops, costs[i].bytes);
   }
+  // params: the model's; a LoRA row's "trainable/base", e.g. 8.8M/494.0M.
+  const std::string params =
+      lora ? fmt::format("{:.2f}M/{:.1f}M", trained / 1e6, parameter_count(c) / 1e6)
+           : fmt::format("{:.1f}M", parameter_count(c) / 1e6);
   std::printf(
-      "%-13s %7.1fM %3dx%-4d %-4s %-4s %9.4f %9.0f %8.1f %6.1f%% %8.0f %8.0f %7.0f %9.1f %8.0f "
+      "%-13s %8s %3dx%-4d %-4s %-4s %9.4f %9.0f %8.1f %6.1f%% %8.0f %8.0f %7.0f %9.1f %8.0f "
       "%s\n",
-      preset.c_str(), parameter_count(c) / 1e6, o.batch, o.seq, o.dtype.c_str(),
-      recompute ? "on" : "off", med, tokens / med, gflops, peak > 0 ? 100.0 * gflops / peak : 0.0,
-      hwm_mib,
+      preset.c_str(), params.c_str(), o.batch, o.seq, o.dtype.c_str(), recompute ? "on" : "off",
+      med, tokens / med, gflops, peak > 0 ? 100.0 * gflops / peak : 0.0, hwm_mib,
       estimate_bytes(c, o.batch, o.seq, recompute,
-                     static_cast<double>(dtype_size(be->activation_dtype()))) /
+                     static_cast<double>(dtype_size(be->activation_dtype())), lora) /
           1048576.0,
       base_kib / 1024.0, others, be->memory_stats().peak / 1048576.0,
       phase_columns(phases).c_str());
@@ -235,8 +280,8 @@ void run_child(const Shape& sh, bool recompute, const BenchOpts& o) {
                     " --steps " + std::to_string(sh.steps) + " --warmup " +
                     std::to_string(sh.warmup) + " --recompute " + (recompute ? "on" : "off") +
                     " --dtype " + shell_quote(o.dtype) + " --device " + shell_quote(o.device) +
-                    " --peak-fp32 " + std::to_string(o.peak_fp32) + " --peak-bf16 " +
-                    std::to_string(o.peak_bf16);
+                    " --lora " + std::to_string(o.lora) + " --peak-fp32 " +
+                    std::to_string(o.peak_fp32) + " --peak-bf16 " + std::to_string(o.peak_bf16);
   std::fflush(stdout);
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
@@ -254,6 +299,8 @@ int run_bench(BenchOpts o) {
   }
   if (o.batch < 1 || o.seq < 2 || o.steps < 0)
     fail("bench train: batch >= 1, seq >= 2, steps >= 1");
+  if (o.lora < 0)
+    fail("bench train: --lora must be a rank >= 1, or 0 for full fine-tuning, got {}", o.lora);
   if (o.row) {
     if (o.presets.size() != 1 || o.recompute == "both")
       fail("bench train --row: one preset, one mode");
@@ -286,17 +333,25 @@ int run_bench(BenchOpts o) {
   o.peak_fp32 = measure_fp32_peak_gflops();
   o.peak_bf16 = measure_bf16_peak_gflops();
   std::printf(
-      "kiln bench train: %d threads, dtype %s; measured peak fp32 %.1f GFLOP/s (FMA loop), "
+      "kiln bench train: %d threads, dtype %s, %s; measured peak fp32 %.1f GFLOP/s (FMA loop), "
       "bf16 %s\n",
-      omp_get_max_threads(), o.dtype.c_str(), o.peak_fp32,
+      omp_get_max_threads(), o.dtype.c_str(),
+      o.lora > 0
+          ? fmt::format("LoRA rank {} (all-linear, alpha {}, frozen base)", o.lora, 2 * o.lora)
+                .c_str()
+          : "full fine-tuning",
+      o.peak_fp32,
       o.peak_bf16 > 0
           ? (std::to_string(static_cast<int>(o.peak_bf16 + 0.5)) + " GFLOP/s (vdpbf16ps loop)")
                 .c_str()
           : "n/a (no AVX512_BF16)");
   std::printf(
       "median step after warm-up; GFLOP/s = (6 x matmul params x tokens + attention) / "
-      "step time (recompute's extra forward not counted); rss = peak RSS of the row's own "
-      "process, est = 16 B/param + activations, base = RSS before the model, dev = peak of the "
+      "step time (LoRA: 4 x base matmul params x tokens, no weight gradients, + 6 x adapter "
+      "params x tokens + attention; recompute's extra forward not counted); params: a LoRA "
+      "row's trainable/base; rss = peak RSS of the row's own "
+      "process, est = 16 B/param (LoRA: 4 B/base param, 16 B/adapter param) + activations, base = "
+      "RSS before the model, dev = peak of the "
       "backend's device allocations (device %s); gemm%% .. other%% = share of one more step's "
       "time by phase (gemm: the layers' products; lmh: fused LM head and loss; attn: attention; "
       "opt: optimizer; other: norms, RoPE, SwiGLU, embedding, copies), timed by an event after "
@@ -334,6 +389,10 @@ Command add_bench(CLI::App& app) {
       ->capture_default_str();
   tr->add_option("--dtype", o->dtype, "Compute dtype: fp32 or bf16")->capture_default_str();
   tr->add_option("--device", o->device, "Device: auto, cpu or cuda (as train.device)")
+      ->capture_default_str();
+  tr->add_option("--lora", o->lora,
+                 "LoRA rank (all seven projections, alpha 2 x rank, frozen base); 0: full "
+                 "fine-tuning")
       ->capture_default_str();
   tr->add_flag("--quick", o->quick, "Only the small shapes (hidden-64 and 25m), few steps");
   tr->add_flag("--list", o->list,

@@ -391,8 +391,10 @@ int64_t parameter_count(const ModelConfig& c) {
   return static_cast<int64_t>(ParamLayout(c).total_numel());
 }
 
-double train_flops(const ModelConfig& c, int64_t tokens, int64_t T, int64_t head_rows) {
-  const PhaseCosts p = phase_costs(c, {.tokens = tokens, .seq = T, .head_rows = head_rows});
+double train_flops(const ModelConfig& c, int64_t tokens, int64_t T, int64_t head_rows,
+                   const LoraConfig* lora) {
+  const PhaseCosts p =
+      phase_costs(c, {.tokens = tokens, .seq = T, .head_rows = head_rows, .lora = lora});
   const auto flops = [&p](Phase phase) { return p[static_cast<int>(phase)].flops; };
   return flops(Phase::kGemm) + flops(Phase::kLmHead) + flops(Phase::kAttention);
 }

@@ -12,6 +12,8 @@
 
 namespace kiln {
 
+struct LoraConfig;  // lora_config.h
+
 enum class ModelFamily { kQwen2, kQwen3, kLlama };
 
 // config.json's model_type ("qwen2", "qwen3", "llama") and architecture ("Qwen2ForCausalLM", ...).
@@ -84,7 +86,10 @@ int64_t parameter_count(const ModelConfig& c);
 // Training FLOPs for `tokens` tokens of sequence length T: 6 * matmul parameters * tokens plus
 // the attention score/value products (forward 2 * 2 * T/2 * q_dim per token per layer, x3). The
 // LM head counts `head_rows` rows when given (kiln computes it only for rows with a target),
-// else every token.
-double train_flops(const ModelConfig& c, int64_t tokens, int64_t T, int64_t head_rows = -1);
+// else every token. With `lora` (adapters on a frozen base), 4 * base matmul parameters * tokens
+// (forward and input gradients, no weight gradients) + 6 * adapter parameters * tokens + the
+// same attention (phase_costs.h has the formula, one place for both).
+double train_flops(const ModelConfig& c, int64_t tokens, int64_t T, int64_t head_rows = -1,
+                   const LoraConfig* lora = nullptr);
 
 }  // namespace kiln

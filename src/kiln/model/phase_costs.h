@@ -5,6 +5,14 @@
 // phase furthest from its limit stands out (`kiln bench train` prints these; the GPU check
 // compares). train_flops() (config.h) is the FLOPs of the products, the LM head and attention
 // without recomputation: MFU's numerator.
+//
+// With LoRA (StepShape::lora) the step is a frozen base's: every base product (the layers' and
+// the LM head's) runs forward and its input gradient, never its weight gradient (2 + 2 FLOPs per
+// base matmul parameter and token instead of 2 + 4), and each adapter's two products
+// (u = s x A^T, y += u B^T) run forward and the full backward (dA, dB and dx: 6 FLOPs per adapter
+// parameter and token), counted as PEFT's math defines them (kiln's block-diagonal B of a fused
+// q/k/v or gate/up product multiplies zeros too; those are not counted). Attention is as in full
+// fine-tuning (its backward is input gradients only), and the optimizer steps the adapters only.
 #pragma once
 
 #include <array>
@@ -12,6 +20,7 @@
 
 #include "kiln/kernels/phase_timed_backend.h"
 #include "kiln/model/config.h"
+#include "kiln/model/lora_config.h"
 
 namespace kiln {
 
@@ -27,6 +36,7 @@ struct StepShape {
   int64_t head_rows = -1;  // rows with a target (the LM head computes only those); < 0: tokens
   double act_bytes = 4;    // bytes of a product input: 2 under bf16, 4 under fp32
   bool recompute = false;  // each layer's forward runs again in backward
+  const LoraConfig* lora = nullptr;  // LoRA on a frozen base; null: full fine-tuning
 };
 
 // One step of forward, backward and AdamW on one device (no sharding): estimates per phase.
