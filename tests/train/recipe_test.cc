@@ -98,7 +98,7 @@ TEST(Recipe, Defaults) {
   EXPECT_EQ(r.data.chat_template, "");
   EXPECT_EQ(r.data.enable_thinking, std::nullopt);
   EXPECT_EQ(r.data.seq_len, 512);
-  EXPECT_EQ(r.data.overlong, "truncate");
+  EXPECT_EQ(r.data.overlong, Overlong::kTruncate);
   EXPECT_FALSE(r.data.pack);
   EXPECT_TRUE(r.data.shuffle);
   EXPECT_FALSE(r.data.train_on_prompt);
@@ -163,7 +163,7 @@ TEST(Recipe, EveryKeyParsed) {
   EXPECT_EQ(r.data.chat_template, "qwen3");
   EXPECT_EQ(r.data.enable_thinking, false);
   EXPECT_EQ(r.data.seq_len, 1024);
-  EXPECT_EQ(r.data.overlong, "drop");
+  EXPECT_EQ(r.data.overlong, Overlong::kDrop);
   EXPECT_TRUE(r.data.pack);
   EXPECT_FALSE(r.data.shuffle);
   EXPECT_TRUE(r.data.train_on_prompt);
@@ -606,44 +606,52 @@ output: {dir: runs/x}
 TEST(Recipe, MissingFile) { EXPECT_THROW(load_recipe("/nonexistent/recipe.yaml"), Error); }
 
 TEST(Recipe, RequireTransport) {
-  EXPECT_EQ(parse(kMinimal).dist.require_transport, "");  // no requirement by default
+  EXPECT_EQ(parse(kMinimal).dist.require_transport, std::nullopt);  // no requirement by default
   for (const char* kind : {"gloo-tcp", "socket", "loopback", "efa"}) {
-    EXPECT_EQ(
-        parse(kMinimal, {std::string("dist.require_transport=") + kind}).dist.require_transport,
-        kind);
+    const auto got =
+        parse(kMinimal, {std::string("dist.require_transport=") + kind}).dist.require_transport;
+    ASSERT_TRUE(got.has_value()) << kind;
+    EXPECT_EQ(name_of(kTransportKindNames, *got), std::string(kind));
   }
-  EXPECT_EQ(parse(kMinimal, {"dist.require_transport="}).dist.require_transport, "");
-  EXPECT_EQ(parse(kMinimal, {"dist.require_transport=\"\""}).dist.require_transport, "");
+  EXPECT_EQ(parse(kMinimal, {"dist.require_transport="}).dist.require_transport, std::nullopt);
+  EXPECT_EQ(parse(kMinimal, {"dist.require_transport=\"\""}).dist.require_transport, std::nullopt);
   EXPECT_HAS(error_of(kMinimal, {"dist.require_transport=infiniband"}),
              "dist.require_transport: invalid value 'infiniband' (valid: gloo-tcp, socket, "
              "loopback, efa)");
   // The effective recipe keeps it, and an empty one round-trips as "".
   Recipe r = parse(kMinimal, {"dist.require_transport=efa"});
-  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.require_transport, "efa");
-  EXPECT_EQ(parse_recipe(recipe_to_yaml(parse(kMinimal)), "rt", "/").dist.require_transport, "");
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.require_transport, TransportKind::kEfa);
+  EXPECT_HAS(recipe_to_yaml(parse(kMinimal)), "require_transport: \"\"\n");
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(parse(kMinimal)), "rt", "/").dist.require_transport,
+            std::nullopt);
 }
 
 TEST(Recipe, Communicator) {
-  EXPECT_EQ(parse(kMinimal).dist.communicator, "auto");
+  EXPECT_EQ(parse(kMinimal).dist.communicator, CommRequest::kAuto);
   for (const char* c : {"auto", "nccl", "gloo"}) {
-    EXPECT_EQ(parse(kMinimal, {std::string("dist.communicator=") + c}).dist.communicator, c);
+    EXPECT_EQ(name_of(kCommRequestNames,
+                      parse(kMinimal, {std::string("dist.communicator=") + c}).dist.communicator),
+              std::string(c));
   }
   EXPECT_HAS(error_of(kMinimal, {"dist.communicator=mpi"}),
              "dist.communicator: invalid value 'mpi' (valid: auto, nccl, gloo)");
   Recipe r = parse(kMinimal, {"dist.communicator=gloo"});
-  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.communicator, "gloo");
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.communicator, CommRequest::kGloo);
 }
 
 TEST(Recipe, AuthenticatePairs) {
-  EXPECT_EQ(parse(kMinimal).dist.authenticate_pairs, "auto");
+  EXPECT_EQ(parse(kMinimal).dist.authenticate_pairs, PairAuth::kAuto);
   for (const char* v : {"auto", "on", "off"}) {
     EXPECT_EQ(
-        parse(kMinimal, {std::string("dist.authenticate_pairs=") + v}).dist.authenticate_pairs, v);
+        name_of(
+            kPairAuthNames,
+            parse(kMinimal, {std::string("dist.authenticate_pairs=") + v}).dist.authenticate_pairs),
+        std::string(v));
   }
   EXPECT_HAS(error_of(kMinimal, {"dist.authenticate_pairs=yes"}),
              "dist.authenticate_pairs: invalid value 'yes' (valid: auto, on, off)");
   Recipe r = parse(kMinimal, {"dist.authenticate_pairs=on"});
-  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.authenticate_pairs, "on");
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.authenticate_pairs, PairAuth::kOn);
 }
 
 }  // namespace

@@ -58,9 +58,9 @@ Command add_train(CLI::App& app) {
             lo.graceful_stop = true;
             lo.sigterm_grace_s = r.failure.sigterm_grace_s;
             lo.device = r.train.device;
-            lo.communicator = parse_comm_request(r.dist.communicator);
-            lo.private_network = parse_private_network(r.dist.private_network);
-            lo.authenticate_pairs = parse_pair_auth(r.dist.authenticate_pairs);
+            lo.communicator = r.dist.communicator;
+            lo.private_network = r.dist.private_network;
+            lo.authenticate_pairs = r.dist.authenticate_pairs;
             lo.identity = run_identity_values(r);
             return launch(lo, [&](WorkerContext& ctx) {
               TrainResult res = train(r, ctx);

@@ -223,7 +223,7 @@ MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bo
   s.writes_final = true;
   s.on_cpu = on_cpu;
   s.cpu_threads = worker_threads(r.dist.threads_per_worker, per_node);
-  s.gloo = on_cpu || r.dist.communicator == "gloo";
+  s.gloo = on_cpu || r.dist.communicator == CommRequest::kGloo;
   s.shm_lane = s.gloo && world_size > 1 && per_node == world_size;
   s.eval = !r.data.eval.empty() || r.data.eval_split > 0;
   s.lora = r.lora;

@@ -533,7 +533,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   }
   in.integer("data.seq_len", r.data.seq_len, "> 1", [](int64_t v) { return v > 1; });
   in.boolean("data.allow_long_context", r.data.allow_long_context);
-  in.choice("data.overlong", r.data.overlong, {"truncate", "drop"});
+  in.named("data.overlong", r.data.overlong, kOverlongNames);
   in.boolean("data.pack", r.data.pack);
   in.boolean("data.shuffle", r.data.shuffle);
   in.boolean("data.train_on_prompt", r.data.train_on_prompt);
@@ -621,18 +621,18 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.boolean("dist.prefetch", r.dist.prefetch);
   in.integer("dist.threads_per_worker", r.dist.threads_per_worker, ">= 0",
              [](int64_t v) { return v >= 0; });
-  // An empty value keeps the default: no requirement. The kinds are transport_kinds() of
-  // src/kiln/comm/transport.h, which this layer does not link.
+  // An empty value keeps the default: no requirement.
   if (const Entry* e = in.find("dist.require_transport");
       e != nullptr && !e->node.IsNull() && !(e->node.IsScalar() && e->node.Scalar().empty())) {
-    in.choice("dist.require_transport", r.dist.require_transport,
-              {"gloo-tcp", "socket", "loopback", "efa"});
+    TransportKind kind{};
+    in.named("dist.require_transport", kind, kTransportKindNames);
+    r.dist.require_transport = kind;
   }
 
-  in.choice("dist.communicator", r.dist.communicator, {"auto", "nccl", "gloo"});
+  in.named("dist.communicator", r.dist.communicator, kCommRequestNames);
   in.named("dist.reduce_dtype", r.dist.reduce_dtype, kReduceDTypeNames);
-  in.choice("dist.private_network", r.dist.private_network, {"auto", "on", "off"});
-  in.choice("dist.authenticate_pairs", r.dist.authenticate_pairs, {"auto", "on", "off"});
+  in.named("dist.private_network", r.dist.private_network, kPrivateNetworkNames);
+  in.named("dist.authenticate_pairs", r.dist.authenticate_pairs, kPairAuthNames);
 
   auto non_negative = [](int64_t v) { return v >= 0; };
   in.integer("checkpoint.every_steps", r.checkpoint.every_steps, ">= 0", non_negative);
@@ -640,8 +640,8 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.integer("eval.max_batches", r.eval.max_batches, ">= 0", non_negative);
   in.integer("checkpoint.keep_last", r.checkpoint.keep_last, ">= 0", non_negative);
   in.integer("checkpoint.keep_best", r.checkpoint.keep_best, ">= 0", non_negative);
-  in.choice("checkpoint.best_metric", r.checkpoint.best_metric, {"eval_loss", "loss"});
-  in.choice("checkpoint.best_mode", r.checkpoint.best_mode, {"min", "max"});
+  in.named("checkpoint.best_metric", r.checkpoint.best_metric, kBestMetricNames);
+  in.named("checkpoint.best_mode", r.checkpoint.best_mode, kBestModeNames);
   in.boolean("checkpoint.background", r.checkpoint.background);
   in.integer("failure.max_restarts", r.failure.max_restarts, ">= 0", non_negative);
   in.real("failure.sigterm_grace_s", r.failure.sigterm_grace_s, "in (0, 3600]",
@@ -712,7 +712,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   }
   out << YAML::Key << "seq_len" << YAML::Value << r.data.seq_len;
   out << YAML::Key << "allow_long_context" << YAML::Value << r.data.allow_long_context;
-  out << YAML::Key << "overlong" << YAML::Value << r.data.overlong;
+  out << YAML::Key << "overlong" << YAML::Value << name_of(kOverlongNames, r.data.overlong);
   out << YAML::Key << "pack" << YAML::Value << r.data.pack;
   out << YAML::Key << "shuffle" << YAML::Value << r.data.shuffle;
   out << YAML::Key << "train_on_prompt" << YAML::Value << r.data.train_on_prompt;
@@ -762,12 +762,15 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "prefetch" << YAML::Value << r.dist.prefetch;
   out << YAML::Key << "threads_per_worker" << YAML::Value << r.dist.threads_per_worker;
   out << YAML::Key << "require_transport" << YAML::Value << YAML::DoubleQuoted
-      << r.dist.require_transport;
-  out << YAML::Key << "communicator" << YAML::Value << r.dist.communicator;
+      << (r.dist.require_transport ? name_of(kTransportKindNames, *r.dist.require_transport) : "");
+  out << YAML::Key << "communicator" << YAML::Value
+      << name_of(kCommRequestNames, r.dist.communicator);
   out << YAML::Key << "reduce_dtype" << YAML::Value
       << name_of(kReduceDTypeNames, r.dist.reduce_dtype);
-  out << YAML::Key << "private_network" << YAML::Value << r.dist.private_network;
-  out << YAML::Key << "authenticate_pairs" << YAML::Value << r.dist.authenticate_pairs;
+  out << YAML::Key << "private_network" << YAML::Value
+      << name_of(kPrivateNetworkNames, r.dist.private_network);
+  out << YAML::Key << "authenticate_pairs" << YAML::Value
+      << name_of(kPairAuthNames, r.dist.authenticate_pairs);
   end();
   section("eval");
   out << YAML::Key << "every_steps" << YAML::Value << r.eval.every_steps;
@@ -777,8 +780,9 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "every_steps" << YAML::Value << r.checkpoint.every_steps;
   out << YAML::Key << "keep_last" << YAML::Value << r.checkpoint.keep_last;
   out << YAML::Key << "keep_best" << YAML::Value << r.checkpoint.keep_best;
-  out << YAML::Key << "best_metric" << YAML::Value << r.checkpoint.best_metric;
-  out << YAML::Key << "best_mode" << YAML::Value << r.checkpoint.best_mode;
+  out << YAML::Key << "best_metric" << YAML::Value
+      << name_of(kBestMetricNames, r.checkpoint.best_metric);
+  out << YAML::Key << "best_mode" << YAML::Value << name_of(kBestModeNames, r.checkpoint.best_mode);
   out << YAML::Key << "background" << YAML::Value << r.checkpoint.background;
   end();
   section("failure");

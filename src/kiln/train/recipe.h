@@ -10,11 +10,17 @@
 #include <string>
 #include <vector>
 
+#include "kiln/comm/comm_request.h"
+#include "kiln/comm/pair_auth.h"
+#include "kiln/comm/private_network_mode.h"
+#include "kiln/comm/transport.h"
+#include "kiln/data/overlong.h"
 #include "kiln/fsdp/shard_strategy.h"
 #include "kiln/kernels/device/backend.h"
 #include "kiln/model/lora_config.h"
 #include "kiln/model/output_dtype.h"
 #include "kiln/tensor/dtype.h"
+#include "kiln/train/best_checkpoint.h"
 #include "kiln/train/optimizer_kind.h"
 
 namespace kiln {
@@ -62,8 +68,8 @@ struct Recipe {
     // data.seq_len above the model's max_position_embeddings is refused unless true (RoPE then
     // extrapolates past the positions the model was trained on).
     bool allow_long_context = false;
-    std::string overlong = "truncate";  // "truncate" | "drop": examples longer than seq_len
-    bool pack = false;                  // several examples per row (data/packing_sampler.h)
+    Overlong overlong = Overlong::kTruncate;  // truncate | drop: examples longer than seq_len
+    bool pack = false;                        // several examples per row (data/packing_sampler.h)
     bool shuffle = true;
     bool train_on_prompt = false;  // loss on every token, not only on what the model answers
     bool skip_bad_lines = false;   // skip and count malformed lines instead of failing
@@ -131,12 +137,12 @@ struct Recipe {
     double timeout_s = 300;      // > 0: every collective and rendezvous wait
     bool prefetch = true;        // all-gather the next unit while the current one computes
     int threads_per_worker = 0;  // >= 0; 0 = this machine's cores / local workers
-    // "" (no requirement) | "gloo-tcp" | "socket" | "efa" | "loopback": the group's transport
-    // must deliver it or training stops before step 1 (src/kiln/comm/transport.h).
-    std::string require_transport;
+    // none ("" in the recipe: no requirement) | gloo-tcp | socket | loopback | efa: the group's
+    // transport must deliver it or training stops before step 1 (src/kiln/comm/transport.h).
+    std::optional<TransportKind> require_transport;
     // "auto" | "nccl" | "gloo": the communicator (src/kiln/launch/comm_choice.h). auto: NCCL
     // when the device is CUDA and every rank of a node has a GPU of its own, else Gloo.
-    std::string communicator = "auto";
+    CommRequest communicator = CommRequest::kAuto;
     // fp32 | bf16 (kReduceDTypeNames): the dtype gradients are reduce-scattered (all-reduced
     // for no_shard and across hybrid_shard's nodes) in; bf16 halves the bytes, sums are then
     // rounded to bf16.
@@ -144,12 +150,12 @@ struct Recipe {
     // "auto" | "on" | "off": a single-node group runs in a network namespace of its own, out of
     // reach of the host's processes (src/kiln/launch/private_network.h). auto: when the kernel
     // allows one, else a warning; on: refuse to start without one.
-    std::string private_network = "auto";
+    PrivateNetwork private_network = PrivateNetwork::kAuto;
     // "auto" | "on" | "off": every connection between two ranks' Gloo pairs proves it knows the
     // job's token (src/kiln/comm/auth_tcp/), so a stray or hostile connection to a
     // collective's listener is rejected instead of failing the group. auto: when the group
     // spans hosts (one node is isolated by its private network instead); on: always; off: never.
-    std::string authenticate_pairs = "auto";
+    PairAuth authenticate_pairs = PairAuth::kAuto;
     bool operator==(const Dist&) const = default;
   };
 
@@ -157,8 +163,8 @@ struct Recipe {
     int64_t every_steps = 0;  // >= 0: a sharded checkpoint every N steps (0: only at the end)
     int64_t keep_last = 2;    // >= 0: checkpoints kept (0 keeps all)
     int64_t keep_best = 0;    // >= 0: also keep the N best by best_metric (0: off)
-    std::string best_metric = "eval_loss";  // a reported metric: "eval_loss" | "loss"
-    std::string best_mode = "min";          // "min" | "max"
+    BestMetric best_metric = BestMetric::kEvalLoss;  // a reported metric: eval_loss | loss
+    BestMode best_mode = BestMode::kMin;             // min | max
     bool background = true;  // write shards on a background thread while training continues
     bool operator==(const Checkpoint&) const = default;
   };

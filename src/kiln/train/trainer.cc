@@ -161,7 +161,7 @@ const Recipe& Trainer::checked(const Recipe& r, const WorkerContext& ctx) {
         "trainer writes metrics.jsonl through it; set it to output.dir",
         r.output.dir, ctx.run_dir().string());
   }
-  if (r.checkpoint.keep_best > 0 && r.checkpoint.best_metric == "eval_loss" &&
+  if (r.checkpoint.keep_best > 0 && r.checkpoint.best_metric == BestMetric::kEvalLoss &&
       r.data.eval.empty() && r.data.eval_split == 0) {
     fail(
         "checkpoint.keep_best: {} keeps checkpoints by eval_loss, but there is no evaluation data "
@@ -188,7 +188,7 @@ RetentionPolicy Trainer::retention() const {
   p.keep_last = static_cast<int>(r_.checkpoint.keep_last);
   p.keep_best = static_cast<int>(r_.checkpoint.keep_best);
   p.best_metric = r_.checkpoint.best_metric;
-  p.maximize = r_.checkpoint.best_mode == "max";
+  p.maximize = r_.checkpoint.best_mode == BestMode::kMax;
   return p;
 }
 
