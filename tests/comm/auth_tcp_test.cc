@@ -430,14 +430,15 @@ TEST(AuthTcp, OnWithoutATokenIsAnError) {
 }
 
 TEST(AuthTcp, Policy) {
-  EXPECT_EQ(parse_pair_auth("auto"), PairAuth::kAuto);
-  EXPECT_EQ(parse_pair_auth("on"), PairAuth::kOn);
-  EXPECT_EQ(parse_pair_auth("off"), PairAuth::kOff);
+  const std::string key = "dist.authenticate_pairs";
+  EXPECT_EQ(parse_named(kPairAuthNames, "auto", key), PairAuth::kAuto);
+  EXPECT_EQ(parse_named(kPairAuthNames, "on", key), PairAuth::kOn);
+  EXPECT_EQ(parse_named(kPairAuthNames, "off", key), PairAuth::kOff);
   try {
-    parse_pair_auth("yes");
+    parse_named(kPairAuthNames, "yes", key);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_HAS(std::string(e.what()), "dist.authenticate_pairs is 'yes'");
+    EXPECT_HAS(std::string(e.what()), "dist.authenticate_pairs: 'yes' is not one of auto, on, off");
   }
   EXPECT_TRUE(pairs_authenticate(PairAuth::kAuto, true));
   EXPECT_FALSE(pairs_authenticate(PairAuth::kAuto, false));

@@ -243,9 +243,9 @@ TEST(DataFormatNames, RoundTrip) {
     EXPECT_EQ(data_format_name(*parse_data_format(name)), name);
   }
   EXPECT_FALSE(parse_data_format("csv").has_value());
-  EXPECT_EQ(parse_overlong("drop"), Overlong::kDrop);
-  EXPECT_EQ(parse_overlong("truncate"), Overlong::kTruncate);
-  EXPECT_FALSE(parse_overlong("wrap").has_value());
+  EXPECT_EQ(parse_named(kOverlongNames, "drop", "data.overlong"), Overlong::kDrop);
+  EXPECT_EQ(parse_named(kOverlongNames, "truncate", "data.overlong"), Overlong::kTruncate);
+  EXPECT_FALSE(is_named(kOverlongNames, "wrap"));
 }
 
 // read_jsonl's error for `text` in `format`, or "" when it loads.

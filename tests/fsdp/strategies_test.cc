@@ -118,10 +118,10 @@ std::vector<RankResult> run_step(const ModelConfig& c, const ParamStore& init,
 void expect_matches_one_rank(ShardStrategy strategy, int world, int nodes, int accum, bool tied,
                              const std::optional<LoraConfig>& lora = std::nullopt,
                              const Backend& be = testing::cpu_fp32(), double tol = 2e-5) {
-  SCOPED_TRACE(std::string(strategy_name(strategy)) + ", world " + std::to_string(world) +
-               ", nodes " + std::to_string(nodes) + ", accumulation " + std::to_string(accum) +
-               (tied ? ", tied" : ", untied") + (lora ? ", lora" : "") + ", " +
-               std::string(be.name()));
+  SCOPED_TRACE(std::string(name_of(kShardStrategyNames, strategy)) + ", world " +
+               std::to_string(world) + ", nodes " + std::to_string(nodes) + ", accumulation " +
+               std::to_string(accum) + (tied ? ", tied" : ", untied") + (lora ? ", lora" : "") +
+               ", " + std::string(be.name()));
   const ModelConfig c = testing::small_config(tied);
   const ParamLayout layout(c, lora);
   ParamStore init(layout, testing::cpu_fp32(), /*with_grads=*/false);

@@ -180,7 +180,7 @@ TEST(Bf16, BackendNamesAndUnknownDtype) {
   EXPECT_EQ(fp32().name(), "cpu");
   EXPECT_EQ(bf16().name(), "cpu-bf16");
   try {
-    parse_compute_dtype("fp8");
+    parse_named(kComputeDTypeNames, "fp8", "train.dtype");
     FAIL() << "fp8 accepted";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("'fp8'"), std::string::npos) << e.what();

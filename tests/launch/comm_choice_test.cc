@@ -32,10 +32,11 @@ TEST(CommChoice, Forced) {
 }
 
 TEST(CommChoice, Parse) {
-  EXPECT_EQ(parse_comm_request("auto"), CommRequest::kAuto);
-  EXPECT_EQ(parse_comm_request("nccl"), CommRequest::kNccl);
-  EXPECT_EQ(parse_comm_request("gloo"), CommRequest::kGloo);
-  EXPECT_THROW(parse_comm_request("mpi"), Error);
+  const std::string key = "dist.communicator";
+  EXPECT_EQ(parse_named(kCommRequestNames, "auto", key), CommRequest::kAuto);
+  EXPECT_EQ(parse_named(kCommRequestNames, "nccl", key), CommRequest::kNccl);
+  EXPECT_EQ(parse_named(kCommRequestNames, "gloo", key), CommRequest::kGloo);
+  EXPECT_THROW(parse_named(kCommRequestNames, "mpi", key), Error);
 }
 
 }  // namespace

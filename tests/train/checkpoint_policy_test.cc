@@ -43,13 +43,13 @@ TEST_F(CheckpointPolicy, KeepBestKeepsTheBestByTheMetricBesidesTheNewest) {
   RetentionPolicy p;
   p.keep_last = 1;
   p.keep_best = 2;
-  p.best_metric = "eval_loss";
+  p.best_metric = BestMetric::kEvalLoss;
   apply_retention(root_, p);
   EXPECT_EQ(kept(), (std::set<std::string>{"step-00000010", "step-00000020", "step-00000025"}));
   // By loss, highest first: step 10 (2.0) of those left, besides the newest.
   make(30, {{"loss", 0.5}});
   p.keep_best = 1;
-  p.best_metric = "loss";
+  p.best_metric = BestMetric::kLoss;
   p.maximize = true;
   apply_retention(root_, p);
   EXPECT_EQ(kept(), (std::set<std::string>{"step-00000010", "step-00000030"}));
@@ -60,7 +60,7 @@ TEST_F(CheckpointPolicy, KeepLastZeroKeepsEverything) {
   RetentionPolicy p;
   p.keep_last = 0;
   p.keep_best = 1;
-  p.best_metric = "loss";
+  p.best_metric = BestMetric::kLoss;
   apply_retention(root_, p);
   EXPECT_EQ(kept().size(), 4u);
 }

@@ -24,6 +24,7 @@
 #include "kiln/kernels/cpu/scratch_sizes.h"
 #include "kiln/kernels/cuda/scratch_sizes.h"
 #include "kiln/model/decoder.h"
+#include "kiln/train/run_shape.h"
 
 namespace kiln {
 namespace {
@@ -223,8 +224,9 @@ TEST(MemoryPlan, PoolIsWhatFsdpHolds) {
       });
     }
     for (auto& t : ranks) t.join();
-    const std::string what = std::string(strategy_name(pc.strategy)) + (pc.bf16 ? " bf16" : "") +
-                             (pc.reduce_bf16 ? " reduce bf16" : "") + (pc.tied ? " tied" : "");
+    const std::string what = std::string(name_of(kShardStrategyNames, pc.strategy)) +
+                             (pc.bf16 ? " bf16" : "") + (pc.reduce_bf16 ? " reduce bf16" : "") +
+                             (pc.tied ? " tied" : "");
     ASSERT_EQ(errors[0] + errors[1], "") << what;
     EXPECT_EQ(held[0], plan.gathered + plan.grad_buffers + plan.comm) << what;
   }
@@ -404,6 +406,35 @@ TEST(MemoryPlan, SevenBillionOnSixtyFourRanksInMilliseconds) {
   EXPECT_LT(seconds, 2.0);
   EXPECT_GT(p.params, size_t{7'000'000'000} * 4 / 64 * 9 / 10);
   EXPECT_GT(p.peak, p.params + p.grads + p.optimizer);
+}
+
+// The trainer and the plan read one derivation of the run's shape: one process shards nothing
+// and reduces in fp32; hybrid_shard shards over a node, no_shard over one rank, the rest over
+// the world.
+TEST(MemoryPlan, RunShapeIsOneDerivationForTheTrainerAndThePlan) {
+  Recipe r;
+  r.dist.strategy = ShardStrategy::kHybridShard;
+  r.dist.reduce_dtype = DType::BF16;
+  const RunShape one = run_shape(r, 1, 1);
+  EXPECT_EQ(one.strategy, ShardStrategy::kNoShard);
+  EXPECT_EQ(one.shard_size, 1);
+  EXPECT_EQ(one.reduce_dtype, DType::F32);
+  const std::map<ShardStrategy, int> shard_size = {{ShardStrategy::kHybridShard, 4},
+                                                   {ShardStrategy::kNoShard, 1},
+                                                   {ShardStrategy::kFullShard, 8},
+                                                   {ShardStrategy::kShardGradOp, 8}};
+  for (const auto& [strategy, size] : shard_size) {
+    r.dist.strategy = strategy;
+    const RunShape shape = run_shape(r, 8, 4);
+    EXPECT_EQ(shape.strategy, strategy);
+    EXPECT_EQ(shape.shard_size, size) << name_of(kShardStrategyNames, strategy);
+    EXPECT_EQ(shape.reduce_dtype, DType::BF16);
+    const MemorySettings s = memory_settings(r, 8, 4, /*on_cpu=*/true);
+    EXPECT_EQ(s.strategy, shape.strategy);
+    EXPECT_EQ(s.shard_size, shape.shard_size);
+    EXPECT_TRUE(s.reduce_bf16);
+  }
+  EXPECT_FALSE(memory_settings(r, 1, 1, true).reduce_bf16);
 }
 
 TEST(MemoryPlan, SizesParseAndBadOnesNameTheField) {

@@ -98,20 +98,20 @@ TEST(Recipe, Defaults) {
   EXPECT_EQ(r.data.chat_template, "");
   EXPECT_EQ(r.data.enable_thinking, std::nullopt);
   EXPECT_EQ(r.data.seq_len, 512);
-  EXPECT_EQ(r.data.overlong, "truncate");
+  EXPECT_EQ(r.data.overlong, Overlong::kTruncate);
   EXPECT_FALSE(r.data.pack);
   EXPECT_TRUE(r.data.shuffle);
   EXPECT_FALSE(r.data.train_on_prompt);
   EXPECT_FALSE(r.data.skip_bad_lines);
   EXPECT_EQ(r.data.cache_dir, "");
-  EXPECT_EQ(r.optimizer.name, "adamw");
+  EXPECT_EQ(r.optimizer.name, OptimizerKind::kAdamW);
   EXPECT_EQ(r.optimizer.lr, 1e-5);
   EXPECT_EQ(r.optimizer.weight_decay, 0.0);
   EXPECT_EQ(r.optimizer.betas[0], 0.9);
   EXPECT_EQ(r.optimizer.betas[1], 0.999);
   EXPECT_EQ(r.optimizer.eps, 1e-8);
   EXPECT_EQ(r.optimizer.momentum, 0.0);
-  EXPECT_EQ(r.schedule.name, "constant");
+  EXPECT_EQ(r.schedule.name, ScheduleKind::kConstant);
   EXPECT_EQ(r.schedule.warmup_steps, 0);
   EXPECT_EQ(r.schedule.min_lr_ratio, 0.0);
   EXPECT_EQ(r.train.max_steps, 100);
@@ -122,7 +122,7 @@ TEST(Recipe, Defaults) {
   EXPECT_FALSE(r.train.activation_checkpointing);
   EXPECT_EQ(r.train.log_every, 1);
   EXPECT_EQ(r.output.dir, "/base/runs/a");
-  EXPECT_EQ(r.output.dtype, "f32");
+  EXPECT_EQ(r.output.dtype, DType::F32);
   EXPECT_EQ(r.failure.sigterm_grace_s, 25.0);
 
   Recipe expected;
@@ -150,8 +150,8 @@ TEST(Recipe, ChatTemplateKeys) {
 
 TEST(Recipe, EmptySectionsKeepDefaults) {
   Recipe r = parse(std::string(kMinimal) + "optimizer:\nschedule: {}\n");
-  EXPECT_EQ(r.optimizer.name, "adamw");
-  EXPECT_EQ(r.schedule.name, "constant");
+  EXPECT_EQ(r.optimizer.name, OptimizerKind::kAdamW);
+  EXPECT_EQ(r.schedule.name, ScheduleKind::kConstant);
 }
 
 TEST(Recipe, EveryKeyParsed) {
@@ -163,20 +163,20 @@ TEST(Recipe, EveryKeyParsed) {
   EXPECT_EQ(r.data.chat_template, "qwen3");
   EXPECT_EQ(r.data.enable_thinking, false);
   EXPECT_EQ(r.data.seq_len, 1024);
-  EXPECT_EQ(r.data.overlong, "drop");
+  EXPECT_EQ(r.data.overlong, Overlong::kDrop);
   EXPECT_TRUE(r.data.pack);
   EXPECT_FALSE(r.data.shuffle);
   EXPECT_TRUE(r.data.train_on_prompt);
   EXPECT_TRUE(r.data.skip_bad_lines);
   EXPECT_EQ(r.data.cache_dir, "/cache");
-  EXPECT_EQ(r.optimizer.name, "sgd");
+  EXPECT_EQ(r.optimizer.name, OptimizerKind::kSgd);
   EXPECT_EQ(r.optimizer.lr, 3e-4);
   EXPECT_EQ(r.optimizer.weight_decay, 0.1);
   EXPECT_EQ(r.optimizer.betas[0], 0.8);
   EXPECT_EQ(r.optimizer.betas[1], 0.95);
   EXPECT_EQ(r.optimizer.eps, 1e-6);
   EXPECT_EQ(r.optimizer.momentum, 0.9);
-  EXPECT_EQ(r.schedule.name, "cosine");
+  EXPECT_EQ(r.schedule.name, ScheduleKind::kCosine);
   EXPECT_EQ(r.schedule.warmup_steps, 20);
   EXPECT_EQ(r.schedule.min_lr_ratio, 0.1);
   EXPECT_EQ(r.train.max_steps, 500);
@@ -187,7 +187,46 @@ TEST(Recipe, EveryKeyParsed) {
   EXPECT_TRUE(r.train.activation_checkpointing);
   EXPECT_EQ(r.train.log_every, 10);
   EXPECT_EQ(r.output.dir, "/base/runs/full");
-  EXPECT_EQ(r.output.dtype, "bf16");
+  EXPECT_EQ(r.output.dtype, DType::BF16);
+}
+
+// Each typed choice takes every name of its table (and nothing else, with the allowed names in
+// the table's order in the error), and recipe_to_yaml writes the name back.
+template <typename E, size_t N, typename Field>
+void expect_choice(const std::string& key, const std::array<Named<E>, N>& table, Field field,
+                   const std::string& allowed) {
+  for (const Named<E>& n : table) {
+    const Recipe r = parse(kMinimal, {key + "=" + n.name});
+    EXPECT_EQ(field(r), n.value) << key << "=" << n.name;
+    EXPECT_EQ(field(parse_recipe(recipe_to_yaml(r), "rt", "/")), n.value) << key;
+  }
+  EXPECT_EQ(
+      error_of(kMinimal, {key + "=bogus"}),
+      "override '" + key + "=bogus': " + key + ": invalid value 'bogus' (valid: " + allowed + ")");
+}
+
+TEST(Recipe, TypedChoicesTakeTheirTablesNames) {
+  expect_choice(
+      "dist.strategy", kShardStrategyNames, [](const Recipe& r) { return r.dist.strategy; },
+      "full_shard, shard_grad_op, no_shard, hybrid_shard");
+  expect_choice(
+      "dist.reduce_dtype", kReduceDTypeNames, [](const Recipe& r) { return r.dist.reduce_dtype; },
+      "fp32, bf16");
+  expect_choice(
+      "train.dtype", kComputeDTypeNames, [](const Recipe& r) { return r.train.dtype; },
+      "fp32, bf16");
+  expect_choice(
+      "train.device", kDeviceRequestNames, [](const Recipe& r) { return r.train.device; },
+      "auto, cpu, cuda");
+  expect_choice(
+      "optimizer.name", kOptimizerNames, [](const Recipe& r) { return r.optimizer.name; },
+      "adamw, sgd");
+  expect_choice(
+      "schedule.name", kScheduleNames, [](const Recipe& r) { return r.schedule.name; },
+      "constant, linear, cosine");
+  expect_choice(
+      "output.dtype", kOutputDTypeNames, [](const Recipe& r) { return r.output.dtype; },
+      "f32, bf16");
 }
 
 TEST(Recipe, KeysListCoversDocumentedOrder) {
@@ -233,7 +272,7 @@ TEST(Recipe, Overrides) {
   EXPECT_EQ(r.optimizer.betas[1], 0.95);
   EXPECT_TRUE(r.train.activation_checkpointing);
   EXPECT_FALSE(r.data.shuffle);
-  EXPECT_EQ(r.optimizer.name, "sgd");
+  EXPECT_EQ(r.optimizer.name, OptimizerKind::kSgd);
   EXPECT_EQ(r.train.seed, 42u);
   EXPECT_EQ(r.output.dir, (fs::current_path() / "runs/b").string());
   EXPECT_EQ(r.train.max_steps, 9);  // the last override wins
@@ -455,7 +494,7 @@ TEST(Recipe, Documentation) {
   Recipe r = parse_recipe(example, "docs/recipe.md", "/docs", {});
   EXPECT_EQ(r.data.train, files({"/docs/data/train.jsonl"}));
   EXPECT_EQ(r.optimizer.betas[1], 0.95);
-  EXPECT_EQ(r.output.dtype, "bf16");
+  EXPECT_EQ(r.output.dtype, DType::BF16);
 }
 
 // Every data format and alias of the data layer's one list is accepted (issue 22: the recipe kept
@@ -567,44 +606,52 @@ output: {dir: runs/x}
 TEST(Recipe, MissingFile) { EXPECT_THROW(load_recipe("/nonexistent/recipe.yaml"), Error); }
 
 TEST(Recipe, RequireTransport) {
-  EXPECT_EQ(parse(kMinimal).dist.require_transport, "");  // no requirement by default
+  EXPECT_EQ(parse(kMinimal).dist.require_transport, std::nullopt);  // no requirement by default
   for (const char* kind : {"gloo-tcp", "socket", "loopback", "efa"}) {
-    EXPECT_EQ(
-        parse(kMinimal, {std::string("dist.require_transport=") + kind}).dist.require_transport,
-        kind);
+    const auto got =
+        parse(kMinimal, {std::string("dist.require_transport=") + kind}).dist.require_transport;
+    ASSERT_TRUE(got.has_value()) << kind;
+    EXPECT_EQ(name_of(kTransportKindNames, *got), std::string(kind));
   }
-  EXPECT_EQ(parse(kMinimal, {"dist.require_transport="}).dist.require_transport, "");
-  EXPECT_EQ(parse(kMinimal, {"dist.require_transport=\"\""}).dist.require_transport, "");
+  EXPECT_EQ(parse(kMinimal, {"dist.require_transport="}).dist.require_transport, std::nullopt);
+  EXPECT_EQ(parse(kMinimal, {"dist.require_transport=\"\""}).dist.require_transport, std::nullopt);
   EXPECT_HAS(error_of(kMinimal, {"dist.require_transport=infiniband"}),
              "dist.require_transport: invalid value 'infiniband' (valid: gloo-tcp, socket, "
              "loopback, efa)");
   // The effective recipe keeps it, and an empty one round-trips as "".
   Recipe r = parse(kMinimal, {"dist.require_transport=efa"});
-  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.require_transport, "efa");
-  EXPECT_EQ(parse_recipe(recipe_to_yaml(parse(kMinimal)), "rt", "/").dist.require_transport, "");
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.require_transport, TransportKind::kEfa);
+  EXPECT_HAS(recipe_to_yaml(parse(kMinimal)), "require_transport: \"\"\n");
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(parse(kMinimal)), "rt", "/").dist.require_transport,
+            std::nullopt);
 }
 
 TEST(Recipe, Communicator) {
-  EXPECT_EQ(parse(kMinimal).dist.communicator, "auto");
+  EXPECT_EQ(parse(kMinimal).dist.communicator, CommRequest::kAuto);
   for (const char* c : {"auto", "nccl", "gloo"}) {
-    EXPECT_EQ(parse(kMinimal, {std::string("dist.communicator=") + c}).dist.communicator, c);
+    EXPECT_EQ(name_of(kCommRequestNames,
+                      parse(kMinimal, {std::string("dist.communicator=") + c}).dist.communicator),
+              std::string(c));
   }
   EXPECT_HAS(error_of(kMinimal, {"dist.communicator=mpi"}),
              "dist.communicator: invalid value 'mpi' (valid: auto, nccl, gloo)");
   Recipe r = parse(kMinimal, {"dist.communicator=gloo"});
-  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.communicator, "gloo");
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.communicator, CommRequest::kGloo);
 }
 
 TEST(Recipe, AuthenticatePairs) {
-  EXPECT_EQ(parse(kMinimal).dist.authenticate_pairs, "auto");
+  EXPECT_EQ(parse(kMinimal).dist.authenticate_pairs, PairAuth::kAuto);
   for (const char* v : {"auto", "on", "off"}) {
     EXPECT_EQ(
-        parse(kMinimal, {std::string("dist.authenticate_pairs=") + v}).dist.authenticate_pairs, v);
+        name_of(
+            kPairAuthNames,
+            parse(kMinimal, {std::string("dist.authenticate_pairs=") + v}).dist.authenticate_pairs),
+        std::string(v));
   }
   EXPECT_HAS(error_of(kMinimal, {"dist.authenticate_pairs=yes"}),
              "dist.authenticate_pairs: invalid value 'yes' (valid: auto, on, off)");
   Recipe r = parse(kMinimal, {"dist.authenticate_pairs=on"});
-  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.authenticate_pairs, "on");
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "rt", "/").dist.authenticate_pairs, PairAuth::kOn);
 }
 
 }  // namespace

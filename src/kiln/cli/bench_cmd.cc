@@ -152,7 +152,8 @@ void fill_batch(Batch& b, const ModelConfig& c, int B, int T) {
 
 std::unique_ptr<Backend> backend_for(const std::string& device, const std::string& dtype) {
   try {
-    return make_backend(parse_device_request(device), parse_compute_dtype(dtype));
+    return make_backend(parse_named(kDeviceRequestNames, device, "--device"),
+                        parse_named(kComputeDTypeNames, dtype, "--dtype"));
   } catch (const Error& e) {
     fail("bench train --device {} --dtype {}: no such backend here ({})", device, dtype, e.what());
   }

@@ -8,6 +8,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/cli/commands.h"
+#include "kiln/kernels/device/backend.h"
 #include "kiln/model/config.h"
 #include "kiln/train/memory_plan.h"
 
@@ -47,13 +48,13 @@ double gib(size_t b) { return static_cast<double>(b) / 1073741824.0; }
 
 // One alternative setting and its plan.
 struct Option {
-  std::string strategy;
+  ShardStrategy strategy;
   bool recompute;
   int micro_batch, world_size;
   size_t peak;
 };
 
-Option try_setting(const ModelConfig& c, Recipe r, const std::string& strategy, bool recompute,
+Option try_setting(const ModelConfig& c, Recipe r, ShardStrategy strategy, bool recompute,
                    int micro_batch, int world, int nnodes, bool on_cpu) {
   r.dist.strategy = strategy;
   r.train.activation_checkpointing = recompute;
@@ -72,8 +73,9 @@ struct Fit {
 
 std::vector<Fit> fits(const ModelConfig& c, const Recipe& r, int world, int nnodes, bool on_cpu,
                       size_t budget) {
-  std::vector<std::string> strategies = {"full_shard", "shard_grad_op", "no_shard"};
-  if (nnodes > 1) strategies.push_back("hybrid_shard");
+  std::vector<ShardStrategy> strategies = {ShardStrategy::kFullShard, ShardStrategy::kShardGradOp,
+                                           ShardStrategy::kNoShard};
+  if (nnodes > 1) strategies.push_back(ShardStrategy::kHybridShard);
   std::vector<Fit> out;
   for (const auto& st : strategies) {
     for (bool rc : {false, true}) {
@@ -105,8 +107,8 @@ void print_text(const ModelConfig& c, const Recipe& r, const MemoryPlan& p, int 
              : "";
   std::printf("kiln plan: %.1fM parameters%s; %d rank(s), %s; micro-batch %d x %d tokens; %s; %s\n",
               parameter_count(c) / 1e6, lora.c_str(), world,
-              world == 1 ? "one process" : r.dist.strategy.c_str(), r.train.micro_batch_size,
-              r.data.seq_len, r.train.dtype.c_str(),
+              world == 1 ? "one process" : name_of(kShardStrategyNames, r.dist.strategy),
+              r.train.micro_batch_size, r.data.seq_len, name_of(kComputeDTypeNames, r.train.dtype),
               on_cpu ? "cpu (peak RSS)" : "cuda (device memory)");
   std::printf("rank 0 (the largest: it also writes final/):\n");
   line("params (shard)", p.params);
@@ -141,7 +143,7 @@ void print_text(const ModelConfig& c, const Recipe& r, const MemoryPlan& p, int 
   for (const Fit& f : fit) {
     const Option& o = f.at_recipe;
     std::printf("  %-13s %-3s %8.2f GiB %-12s micro-batch <= %-4s ranks >= %s\n",
-                o.strategy.c_str(), o.recompute ? "on" : "off", gib(o.peak),
+                name_of(kShardStrategyNames, o.strategy), o.recompute ? "on" : "off", gib(o.peak),
                 o.peak <= budget ? "fits" : "too large",
                 f.largest_micro_batch ? std::to_string(f.largest_micro_batch).c_str() : "-",
                 f.fewest_ranks ? std::to_string(f.fewest_ranks).c_str() : "-");
@@ -158,7 +160,7 @@ Json to_json(const ModelConfig& c, const Recipe& r, const MemoryPlan& p, int wor
   j["fits"] = p.peak <= budget;
   Json options = Json::array();
   for (const Fit& f : fit) {
-    options.push_back({{"strategy", f.at_recipe.strategy},
+    options.push_back({{"strategy", name_of(kShardStrategyNames, f.at_recipe.strategy)},
                        {"recompute", f.at_recipe.recompute},
                        {"peak_bytes", f.at_recipe.peak},
                        {"fits", f.at_recipe.peak <= budget},
@@ -176,14 +178,14 @@ constexpr int kExitDoesNotFit = 3;
 int run_plan(const PlanOpts& o) {
   const Recipe r = load_recipe(o.recipe, o.overrides, RecipeUse::kPlan);
   if (o.nnodes < 1) fail("--nnodes: {} is not a node count (>= 1)", o.nnodes);
-  const std::string device = o.device.empty() ? r.train.device : o.device;
-  if (device != "cpu" && device != "cuda" && device != "auto") {
-    fail("--device: '{}' is not cpu or cuda", device);
+  if (!o.device.empty() && !is_named(kDeviceRequestNames, o.device)) {
+    fail("--device: '{}' is not cpu or cuda", o.device);
   }
-  const bool on_cpu = device != "cuda";
+  const DeviceRequest device =
+      o.device.empty() ? r.train.device : parse_named(kDeviceRequestNames, o.device, "--device");
+  const bool on_cpu = device != DeviceRequest::kCuda;
   const ModelConfig c = plan_config(r);
   const int world = r.dist.nproc_per_node * o.nnodes;
-  if (world > 1) parse_strategy(r.dist.strategy);  // names dist.strategy when it is wrong
   const size_t budget = !o.memory.empty() ? parse_memory_size(o.memory, "--memory-per-device")
                         : on_cpu
                             ? machine_memory_bytes() / static_cast<size_t>(r.dist.nproc_per_node)

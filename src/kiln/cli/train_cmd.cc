@@ -57,10 +57,10 @@ Command add_train(CLI::App& app) {
             lo.lock_dir = r.output.dir;
             lo.graceful_stop = true;
             lo.sigterm_grace_s = r.failure.sigterm_grace_s;
-            lo.device = parse_device_request(r.train.device);
-            lo.communicator = parse_comm_request(r.dist.communicator);
-            lo.private_network = parse_private_network(r.dist.private_network);
-            lo.authenticate_pairs = parse_pair_auth(r.dist.authenticate_pairs);
+            lo.device = r.train.device;
+            lo.communicator = r.dist.communicator;
+            lo.private_network = r.dist.private_network;
+            lo.authenticate_pairs = r.dist.authenticate_pairs;
             lo.identity = run_identity_values(r);
             return launch(lo, [&](WorkerContext& ctx) {
               TrainResult res = train(r, ctx);

@@ -3,15 +3,18 @@
 // network namespace, or on loopback, and keeps Gloo's own tcp transport); on, always; off, never.
 #pragma once
 
-#include <string>
+#include <array>
+
+#include "kiln/base/named_values.h"
 
 namespace kiln {
 
 enum class PairAuth { kAuto, kOn, kOff };
-
-// "auto" | "on" | "off"; anything else is an error naming dist.authenticate_pairs.
-PairAuth parse_pair_auth(const std::string& value);
-const char* pair_auth_name(PairAuth a);
+inline constexpr std::array<Named<PairAuth>, 3> kPairAuthNames = {{
+    {PairAuth::kAuto, "auto"},
+    {PairAuth::kOn, "on"},
+    {PairAuth::kOff, "off"},
+}};
 
 // The decision for one group: `remote` when some rank is on another host.
 bool pairs_authenticate(PairAuth a, bool remote);

@@ -10,8 +10,6 @@ namespace kiln {
 
 namespace {
 
-const std::vector<std::string> kKinds = {"gloo-tcp", "socket", "loopback", "efa"};
-
 std::vector<std::string> words(const std::string& s) {
   std::istringstream in(s);
   std::vector<std::string> out;
@@ -36,8 +34,6 @@ bool is_tcp(const std::vector<std::string>& w) { return is_gloo_tcp(w) || has_wo
 
 }  // namespace
 
-const std::vector<std::string>& transport_kinds() { return kKinds; }
-
 bool transport_is_loopback(const std::string& transport) {
   for (const auto& v : words(transport)) {
     if (v == "lo" || v == "::1" || v.starts_with("127.")) return true;
@@ -48,14 +44,6 @@ bool transport_is_loopback(const std::string& transport) {
 bool transport_has_shm_lane(const std::string& transport) {
   const std::vector<std::string> w = words(transport);
   return is_gloo_tcp(w) && has_word(w, "shm");
-}
-
-TransportKind parse_transport_kind(const std::string& kind) {
-  if (kind == "gloo-tcp") return TransportKind::kGlooTcp;
-  if (kind == "socket") return TransportKind::kSocket;
-  if (kind == "loopback") return TransportKind::kLoopback;
-  if (kind == "efa") return TransportKind::kEfa;
-  fail("unknown transport '{}' (one of {})", kind, fmt::join(kKinds, ", "));
 }
 
 bool transport_satisfies(const std::string& transport, TransportKind kind) {
@@ -74,7 +62,7 @@ bool transport_satisfies(const std::string& transport, TransportKind kind) {
 }
 
 bool transport_satisfies(const std::string& transport, const std::string& kind) {
-  return transport_satisfies(transport, parse_transport_kind(kind));
+  return transport_satisfies(transport, parse_named(kTransportKindNames, kind, "transport"));
 }
 
 }  // namespace kiln

@@ -4,8 +4,11 @@
 // mean the same thing.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
+
+#include "kiln/base/named_values.h"
 
 namespace kiln {
 
@@ -16,15 +19,17 @@ namespace kiln {
 //   loopback  TCP over loopback (every rank on this host)
 //   efa       AWS Elastic Fabric Adapter (NCCL through libfabric; the transport string names
 //             "efa" as a word)
-const std::vector<std::string>& transport_kinds();
-
 enum class TransportKind { kGlooTcp, kSocket, kLoopback, kEfa };
-// One of transport_kinds(); throws kiln::Error listing the kinds for an unknown one.
-TransportKind parse_transport_kind(const std::string& kind);
+inline constexpr std::array<Named<TransportKind>, 4> kTransportKindNames = {{
+    {TransportKind::kGlooTcp, "gloo-tcp"},
+    {TransportKind::kSocket, "socket"},
+    {TransportKind::kLoopback, "loopback"},
+    {TransportKind::kEfa, "efa"},
+}};
 
 // True when `transport` delivers `kind`.
 bool transport_satisfies(const std::string& transport, TransportKind kind);
-// The same for a kind's name (parsed first).
+// The same for a kind's name (parsed first; an unknown one is an error listing the kinds).
 bool transport_satisfies(const std::string& transport, const std::string& kind);
 
 // True when the transport's address is a loopback one (lo, 127.0.0.0/8, ::1).

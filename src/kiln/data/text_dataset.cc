@@ -61,16 +61,6 @@ void log_stats(const TokenizedDataset& d, int seq_len, const char* how, double s
 
 }  // namespace
 
-std::optional<Overlong> parse_overlong(std::string_view name) {
-  if (name == "truncate") return Overlong::kTruncate;
-  if (name == "drop") return Overlong::kDrop;
-  return std::nullopt;
-}
-
-std::string_view overlong_name(Overlong overlong) {
-  return overlong == Overlong::kDrop ? "drop" : "truncate";
-}
-
 TokenizedDataset::TokenizedDataset(std::vector<uint64_t> offsets, std::vector<int32_t> input_ids,
                                    std::vector<int32_t> labels, DataStats stats, std::string what)
     : own_offsets_(std::move(offsets)),
@@ -206,7 +196,7 @@ uint64_t data_cache_key(const DataOptions& o) {
           kTokenCacheVersion, data.string(), static_cast<int64_t>(st.st_size),
           static_cast<int64_t>(st.st_mtim.tv_sec), static_cast<int64_t>(st.st_mtim.tv_nsec),
           hash_bytes(tok.data(), tok.size()), data_format_name(o.format), o.seq_len,
-          overlong_name(o.overlong), o.train_on_prompt, o.skip_bad_lines) +
+          name_of(kOverlongNames, o.overlong), o.train_on_prompt, o.skip_bad_lines) +
       (chat ? fmt::format("template={}\nenable_thinking={}\n", chat->name(), thinking) : "");
   return hash_bytes(desc.data(), desc.size());
 }

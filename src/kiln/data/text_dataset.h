@@ -23,14 +23,11 @@
 #include "kiln/base/file.h"
 #include "kiln/data/example_source.h"
 #include "kiln/data/formats.h"
+#include "kiln/data/overlong.h"
 
 namespace kiln {
 
 namespace fs = std::filesystem;
-
-enum class Overlong { kTruncate, kDrop };
-std::optional<Overlong> parse_overlong(std::string_view name);  // "truncate" | "drop"
-std::string_view overlong_name(Overlong overlong);
 
 struct DataOptions {
   fs::path path;  // the JSONL file

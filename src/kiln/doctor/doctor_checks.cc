@@ -397,10 +397,9 @@ Requirement check_one(const DoctorReport& r, const std::string& text) {
   const std::string key = text.substr(0, at_least ? ge : eq);
   const std::string value = text.substr(eq + 1);
   if (key == "transport" && !at_least) {
-    const auto& kinds = transport_kinds();
-    if (std::find(kinds.begin(), kinds.end(), value) == kinds.end()) {
+    if (!is_named(kTransportKindNames, value)) {
       fail("--require '{}': unknown transport '{}' (one of {})", text, value,
-           fmt::join(kinds, ", "));
+           allowed_names(kTransportKindNames));
     }
     if (value == "gloo-tcp" || value == "loopback") {
       q.met = r.gloo.ok && transport_satisfies(r.gloo.transport, value);

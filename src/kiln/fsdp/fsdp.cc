@@ -6,29 +6,6 @@
 
 namespace kiln {
 
-ShardStrategy parse_strategy(const std::string& name) {
-  if (name == "full_shard") return ShardStrategy::kFullShard;
-  if (name == "shard_grad_op") return ShardStrategy::kShardGradOp;
-  if (name == "no_shard") return ShardStrategy::kNoShard;
-  if (name == "hybrid_shard") return ShardStrategy::kHybridShard;
-  fail("dist.strategy: unknown strategy '{}' (full_shard, shard_grad_op, no_shard, hybrid_shard)",
-       name);
-}
-
-const char* strategy_name(ShardStrategy s) {
-  switch (s) {
-    case ShardStrategy::kFullShard:
-      return "full_shard";
-    case ShardStrategy::kShardGradOp:
-      return "shard_grad_op";
-    case ShardStrategy::kNoShard:
-      return "no_shard";
-    case ShardStrategy::kHybridShard:
-      return "hybrid_shard";
-  }
-  return "?";
-}
-
 Fsdp::Fsdp(const ParamLayout& layout, const Backend& backend, ShardStrategy strategy,
            Communicator& shard, Communicator* replica, bool prefetch, DType reduce_dtype)
     : layout_(layout),

@@ -46,15 +46,12 @@
 
 #include "kiln/comm/communicator.h"
 #include "kiln/fsdp/pool_books.h"
+#include "kiln/fsdp/shard_strategy.h"
 #include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/unit_access.h"
 
 namespace kiln {
-
-enum class ShardStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
-ShardStrategy parse_strategy(const std::string& name);
-const char* strategy_name(ShardStrategy s);
 
 // Fsdp::head_cross_entropy's split vocabulary: the rows of logits it computes at once for
 // `rows` rows over a shard of `shard_size` elements of a table with rows of C, and the floats of

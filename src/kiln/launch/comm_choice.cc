@@ -4,13 +4,6 @@
 
 namespace kiln {
 
-CommRequest parse_comm_request(std::string_view name) {
-  if (name == "auto") return CommRequest::kAuto;
-  if (name == "nccl") return CommRequest::kNccl;
-  if (name == "gloo") return CommRequest::kGloo;
-  fail("dist.communicator: unknown communicator '{}' (auto, nccl, gloo)", name);
-}
-
 CommChoice choose_communicator(CommRequest request, bool cuda, int local_world_size,
                                int visible_gpus) {
   const bool gpu_each = cuda && local_world_size <= visible_gpus;

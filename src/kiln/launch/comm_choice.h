@@ -8,12 +8,10 @@
 #pragma once
 
 #include <string>
-#include <string_view>
+
+#include "kiln/comm/comm_request.h"
 
 namespace kiln {
-
-enum class CommRequest { kAuto, kNccl, kGloo };
-CommRequest parse_comm_request(std::string_view name);  // errors name dist.communicator
 
 enum class CommKind { kGloo, kGlooStaged, kNccl };
 

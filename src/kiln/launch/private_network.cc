@@ -214,13 +214,6 @@ int supervise(pid_t child, int beat_fd) {
 
 }  // namespace
 
-PrivateNetwork parse_private_network(const std::string& value) {
-  if (value == "auto") return PrivateNetwork::kAuto;
-  if (value == "on") return PrivateNetwork::kOn;
-  if (value == "off") return PrivateNetwork::kOff;
-  fail("dist.private_network is '{}'; it must be auto, on or off", value);
-}
-
 bool in_private_network() {
   const char* v = std::getenv(kMarker);
   return v != nullptr && std::strcmp(v, "1") == 0;

@@ -28,14 +28,12 @@
 #include <string>
 #include <thread>
 
+#include "kiln/comm/private_network_mode.h"
+
 namespace kiln {
 
-// dist.private_network: "auto" (for a CPU group, a private network when the kernel allows one,
-// else a warning and the host's; a GPU group keeps the host's: NCCL inside the namespace has not
-// run on a GPU yet), "on" (refuse to start without one), "off" (the host's network). Inside,
+// dist.private_network's modes are PrivateNetwork (comm/private_network_mode.h). Inside,
 // KILN_SOCKET_IFNAME and NCCL_SOCKET_IFNAME are lo, the only interface there.
-enum class PrivateNetwork { kAuto, kOn, kOff };
-PrivateNetwork parse_private_network(const std::string& value);
 
 // True in the process that runs_in_private_network() started (it sets KILN_PRIVATE_NETWORK=1).
 bool in_private_network();

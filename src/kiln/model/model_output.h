@@ -11,6 +11,7 @@
 #include "kiln/model/config.h"
 #include "kiln/model/hf_model_files.h"
 #include "kiln/model/layout.h"
+#include "kiln/model/output_dtype.h"
 #include "kiln/tensor/dtype.h"
 
 namespace kiln {

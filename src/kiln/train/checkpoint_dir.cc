@@ -204,7 +204,8 @@ std::vector<fs::path> best_checkpoints(const fs::path& root, int n, const std::s
 void apply_retention(const fs::path& root, const RetentionPolicy& policy) {
   std::vector<fs::path> protect;
   if (policy.keep_best > 0) {
-    protect = best_checkpoints(root, policy.keep_best, policy.best_metric, policy.maximize);
+    protect = best_checkpoints(root, policy.keep_best,
+                               name_of(kBestMetricNames, policy.best_metric), policy.maximize);
   }
   prune_checkpoints(root, policy.keep_last, protect);
 }

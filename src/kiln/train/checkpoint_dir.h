@@ -16,6 +16,7 @@
 
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
+#include "kiln/train/best_checkpoint.h"
 
 namespace kiln {
 
@@ -57,7 +58,7 @@ std::optional<CheckpointInfo> latest_checkpoint(const fs::path& root);
 struct RetentionPolicy {
   int keep_last = 0;
   int keep_best = 0;
-  std::string best_metric = "eval_loss";
+  BestMetric best_metric = BestMetric::kEvalLoss;
   bool maximize = false;
 };
 

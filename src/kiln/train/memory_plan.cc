@@ -18,6 +18,7 @@
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/model_output.h"
 #include "kiln/train/checkpoint.h"
+#include "kiln/train/run_shape.h"
 
 namespace kiln {
 
@@ -207,12 +208,11 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemorySettings& s) {
 MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bool on_cpu) {
   MemorySettings s;
   s.world_size = world_size;
-  s.strategy = world_size == 1 ? ShardStrategy::kNoShard : parse_strategy(r.dist.strategy);
-  s.shard_size = s.strategy == ShardStrategy::kHybridShard ? per_node
-                 : s.strategy == ShardStrategy::kNoShard   ? 1
-                                                           : world_size;
-  s.bf16 = r.train.dtype == "bf16";
-  s.reduce_bf16 = r.dist.reduce_dtype == "bf16" && world_size > 1;
+  const RunShape shape = run_shape(r, world_size, per_node);
+  s.strategy = shape.strategy;
+  s.shard_size = shape.shard_size;
+  s.bf16 = r.train.dtype == ComputeDType::kBf16;
+  s.reduce_bf16 = shape.reduce_dtype == DType::BF16;
   s.prefetch = r.dist.prefetch;
   s.micro_batch = r.train.micro_batch_size;
   s.seq_len = r.data.seq_len;
@@ -223,7 +223,7 @@ MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bo
   s.writes_final = true;
   s.on_cpu = on_cpu;
   s.cpu_threads = worker_threads(r.dist.threads_per_worker, per_node);
-  s.gloo = on_cpu || r.dist.communicator == "gloo";
+  s.gloo = on_cpu || r.dist.communicator == CommRequest::kGloo;
   s.shm_lane = s.gloo && world_size > 1 && per_node == world_size;
   s.eval = !r.data.eval.empty() || r.data.eval_split > 0;
   s.lora = r.lora;

@@ -8,22 +8,9 @@
 
 namespace kiln {
 
-OptimizerKind parse_optimizer(const std::string& name) {
-  if (name == "adamw") return OptimizerKind::kAdamW;
-  if (name == "sgd") return OptimizerKind::kSgd;
-  fail("optimizer.name: unknown optimizer '{}' (adamw, sgd)", name);
-}
-
-ScheduleKind parse_schedule(const std::string& name) {
-  if (name == "constant") return ScheduleKind::kConstant;
-  if (name == "linear") return ScheduleKind::kLinear;
-  if (name == "cosine") return ScheduleKind::kCosine;
-  fail("schedule.name: unknown schedule '{}' (constant, linear, cosine)", name);
-}
-
 OptimizerSettings optimizer_settings(const Recipe& r) {
   OptimizerSettings os;
-  os.kind = parse_optimizer(r.optimizer.name);
+  os.kind = r.optimizer.name;
   os.weight_decay = r.optimizer.weight_decay;
   os.beta1 = r.optimizer.betas[0];
   os.beta2 = r.optimizer.betas[1];

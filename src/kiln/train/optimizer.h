@@ -11,17 +11,10 @@
 #include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/layout.h"
+#include "kiln/train/optimizer_kind.h"
 #include "kiln/train/recipe.h"
 
 namespace kiln {
-
-enum class OptimizerKind { kAdamW, kSgd };
-// optimizer.name: "adamw" (decoupled weight decay) | "sgd"; errors name the key.
-OptimizerKind parse_optimizer(const std::string& name);
-
-enum class ScheduleKind { kConstant, kLinear, kCosine };
-// schedule.name: "constant" | "linear" | "cosine"; errors name the key.
-ScheduleKind parse_schedule(const std::string& name);
 
 struct OptimizerSettings {
   OptimizerKind kind = OptimizerKind::kAdamW;

@@ -12,6 +12,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
+#include "kiln/base/named_values.h"
 #include "kiln/data/formats.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/utf8.h"
@@ -330,6 +331,18 @@ class Reader {
     out = s;
   }
 
+  // One of `table`'s names (base/named_values.h); the error lists them in the table's order.
+  template <typename E, size_t N>
+  void named(const std::string& key, E& out, const std::array<Named<E>, N>& table) {
+    const Entry* e = find(key);
+    if (!e) return;
+    const std::string s = text(*e, key);
+    if (!is_named(table, s)) {
+      bad(*e, key, fmt::format("invalid value '{}' (valid: {})", s, allowed_names(table)));
+    }
+    out = parse_named(table, s, key);
+  }
+
   void pair(const std::string& key, std::array<double, 2>& out) {
     const Entry* e = find(key);
     if (!e) return;
@@ -520,7 +533,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   }
   in.integer("data.seq_len", r.data.seq_len, "> 1", [](int64_t v) { return v > 1; });
   in.boolean("data.allow_long_context", r.data.allow_long_context);
-  in.choice("data.overlong", r.data.overlong, {"truncate", "drop"});
+  in.named("data.overlong", r.data.overlong, kOverlongNames);
   in.boolean("data.pack", r.data.pack);
   in.boolean("data.shuffle", r.data.shuffle);
   in.boolean("data.train_on_prompt", r.data.train_on_prompt);
@@ -537,7 +550,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   }
   in.boolean("data.allow_changed", r.data.allow_changed);
 
-  in.choice("optimizer.name", r.optimizer.name, {"adamw", "sgd"});
+  in.named("optimizer.name", r.optimizer.name, kOptimizerNames);
   // The optimizer's arithmetic is fp32, as the parameters are: a value fp32 cannot hold (lr 1e39
   // is finite as a double, infinite as a float) would make every weight non-finite.
   constexpr double kF32Max = std::numeric_limits<float>::max();
@@ -553,7 +566,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.real("optimizer.momentum", r.optimizer.momentum, "in [0, 1)",
           [](double v) { return v >= 0 && v < 1; });
 
-  in.choice("schedule.name", r.schedule.name, {"constant", "linear", "cosine"});
+  in.named("schedule.name", r.schedule.name, kScheduleNames);
   in.integer("schedule.warmup_steps", r.schedule.warmup_steps, ">= 0",
              [](int64_t v) { return v >= 0; });
   in.real("schedule.min_lr_ratio", r.schedule.min_lr_ratio, "in [0, 1]",
@@ -590,16 +603,15 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
       r.train.resume = path_of(*e, "train.resume");
     }
   }
-  in.choice("train.dtype", r.train.dtype, {"fp32", "bf16"});
-  in.choice("train.device", r.train.device, {"auto", "cpu", "cuda"});
+  in.named("train.dtype", r.train.dtype, kComputeDTypeNames);
+  in.named("train.device", r.train.device, kDeviceRequestNames);
 
   r.output.dir = path_of(in.require("output.dir"), "output.dir");
-  in.choice("output.dtype", r.output.dtype, {"f32", "bf16"});
+  in.named("output.dtype", r.output.dtype, kOutputDTypeNames);
   in.boolean("output.tensorboard", r.output.tensorboard);
   in.boolean("output.overwrite", r.output.overwrite);
 
-  in.choice("dist.strategy", r.dist.strategy,
-            {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"});
+  in.named("dist.strategy", r.dist.strategy, kShardStrategyNames);
   // Bounded above: a worker per process slot is the most any node has, and a timeout becomes
   // int64 milliseconds (1e300 once overflowed into a negative timeout).
   in.integer("dist.nproc_per_node", r.dist.nproc_per_node, "in [1, 1024]",
@@ -609,18 +621,18 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.boolean("dist.prefetch", r.dist.prefetch);
   in.integer("dist.threads_per_worker", r.dist.threads_per_worker, ">= 0",
              [](int64_t v) { return v >= 0; });
-  // An empty value keeps the default: no requirement. The kinds are transport_kinds() of
-  // src/kiln/comm/transport.h, which this layer does not link.
+  // An empty value keeps the default: no requirement.
   if (const Entry* e = in.find("dist.require_transport");
       e != nullptr && !e->node.IsNull() && !(e->node.IsScalar() && e->node.Scalar().empty())) {
-    in.choice("dist.require_transport", r.dist.require_transport,
-              {"gloo-tcp", "socket", "loopback", "efa"});
+    TransportKind kind{};
+    in.named("dist.require_transport", kind, kTransportKindNames);
+    r.dist.require_transport = kind;
   }
 
-  in.choice("dist.communicator", r.dist.communicator, {"auto", "nccl", "gloo"});
-  in.choice("dist.reduce_dtype", r.dist.reduce_dtype, {"fp32", "bf16"});
-  in.choice("dist.private_network", r.dist.private_network, {"auto", "on", "off"});
-  in.choice("dist.authenticate_pairs", r.dist.authenticate_pairs, {"auto", "on", "off"});
+  in.named("dist.communicator", r.dist.communicator, kCommRequestNames);
+  in.named("dist.reduce_dtype", r.dist.reduce_dtype, kReduceDTypeNames);
+  in.named("dist.private_network", r.dist.private_network, kPrivateNetworkNames);
+  in.named("dist.authenticate_pairs", r.dist.authenticate_pairs, kPairAuthNames);
 
   auto non_negative = [](int64_t v) { return v >= 0; };
   in.integer("checkpoint.every_steps", r.checkpoint.every_steps, ">= 0", non_negative);
@@ -628,8 +640,8 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   in.integer("eval.max_batches", r.eval.max_batches, ">= 0", non_negative);
   in.integer("checkpoint.keep_last", r.checkpoint.keep_last, ">= 0", non_negative);
   in.integer("checkpoint.keep_best", r.checkpoint.keep_best, ">= 0", non_negative);
-  in.choice("checkpoint.best_metric", r.checkpoint.best_metric, {"eval_loss", "loss"});
-  in.choice("checkpoint.best_mode", r.checkpoint.best_mode, {"min", "max"});
+  in.named("checkpoint.best_metric", r.checkpoint.best_metric, kBestMetricNames);
+  in.named("checkpoint.best_mode", r.checkpoint.best_mode, kBestModeNames);
   in.boolean("checkpoint.background", r.checkpoint.background);
   in.integer("failure.max_restarts", r.failure.max_restarts, ">= 0", non_negative);
   in.real("failure.sigterm_grace_s", r.failure.sigterm_grace_s, "in (0, 3600]",
@@ -700,7 +712,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   }
   out << YAML::Key << "seq_len" << YAML::Value << r.data.seq_len;
   out << YAML::Key << "allow_long_context" << YAML::Value << r.data.allow_long_context;
-  out << YAML::Key << "overlong" << YAML::Value << r.data.overlong;
+  out << YAML::Key << "overlong" << YAML::Value << name_of(kOverlongNames, r.data.overlong);
   out << YAML::Key << "pack" << YAML::Value << r.data.pack;
   out << YAML::Key << "shuffle" << YAML::Value << r.data.shuffle;
   out << YAML::Key << "train_on_prompt" << YAML::Value << r.data.train_on_prompt;
@@ -711,7 +723,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "allow_changed" << YAML::Value << r.data.allow_changed;
   end();
   section("optimizer");
-  out << YAML::Key << "name" << YAML::Value << r.optimizer.name;
+  out << YAML::Key << "name" << YAML::Value << name_of(kOptimizerNames, r.optimizer.name);
   out << YAML::Key << "lr" << YAML::Value << number(r.optimizer.lr);
   out << YAML::Key << "weight_decay" << YAML::Value << number(r.optimizer.weight_decay);
   out << YAML::Key << "betas" << YAML::Value << YAML::Flow << YAML::BeginSeq
@@ -720,7 +732,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "momentum" << YAML::Value << number(r.optimizer.momentum);
   end();
   section("schedule");
-  out << YAML::Key << "name" << YAML::Value << r.schedule.name;
+  out << YAML::Key << "name" << YAML::Value << name_of(kScheduleNames, r.schedule.name);
   out << YAML::Key << "warmup_steps" << YAML::Value << r.schedule.warmup_steps;
   out << YAML::Key << "min_lr_ratio" << YAML::Value << number(r.schedule.min_lr_ratio);
   end();
@@ -734,27 +746,31 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "activation_checkpointing" << YAML::Value << r.train.activation_checkpointing;
   out << YAML::Key << "log_every" << YAML::Value << r.train.log_every;
   out << YAML::Key << "resume" << YAML::Value << YAML::DoubleQuoted << r.train.resume;
-  out << YAML::Key << "dtype" << YAML::Value << r.train.dtype;
-  out << YAML::Key << "device" << YAML::Value << r.train.device;
+  out << YAML::Key << "dtype" << YAML::Value << name_of(kComputeDTypeNames, r.train.dtype);
+  out << YAML::Key << "device" << YAML::Value << name_of(kDeviceRequestNames, r.train.device);
   end();
   section("output");
   out << YAML::Key << "dir" << YAML::Value << YAML::DoubleQuoted << r.output.dir;
-  out << YAML::Key << "dtype" << YAML::Value << r.output.dtype;
+  out << YAML::Key << "dtype" << YAML::Value << name_of(kOutputDTypeNames, r.output.dtype);
   out << YAML::Key << "tensorboard" << YAML::Value << r.output.tensorboard;
   out << YAML::Key << "overwrite" << YAML::Value << r.output.overwrite;
   end();
   section("dist");
-  out << YAML::Key << "strategy" << YAML::Value << r.dist.strategy;
+  out << YAML::Key << "strategy" << YAML::Value << name_of(kShardStrategyNames, r.dist.strategy);
   out << YAML::Key << "nproc_per_node" << YAML::Value << r.dist.nproc_per_node;
   out << YAML::Key << "timeout_s" << YAML::Value << number(r.dist.timeout_s);
   out << YAML::Key << "prefetch" << YAML::Value << r.dist.prefetch;
   out << YAML::Key << "threads_per_worker" << YAML::Value << r.dist.threads_per_worker;
   out << YAML::Key << "require_transport" << YAML::Value << YAML::DoubleQuoted
-      << r.dist.require_transport;
-  out << YAML::Key << "communicator" << YAML::Value << r.dist.communicator;
-  out << YAML::Key << "reduce_dtype" << YAML::Value << r.dist.reduce_dtype;
-  out << YAML::Key << "private_network" << YAML::Value << r.dist.private_network;
-  out << YAML::Key << "authenticate_pairs" << YAML::Value << r.dist.authenticate_pairs;
+      << (r.dist.require_transport ? name_of(kTransportKindNames, *r.dist.require_transport) : "");
+  out << YAML::Key << "communicator" << YAML::Value
+      << name_of(kCommRequestNames, r.dist.communicator);
+  out << YAML::Key << "reduce_dtype" << YAML::Value
+      << name_of(kReduceDTypeNames, r.dist.reduce_dtype);
+  out << YAML::Key << "private_network" << YAML::Value
+      << name_of(kPrivateNetworkNames, r.dist.private_network);
+  out << YAML::Key << "authenticate_pairs" << YAML::Value
+      << name_of(kPairAuthNames, r.dist.authenticate_pairs);
   end();
   section("eval");
   out << YAML::Key << "every_steps" << YAML::Value << r.eval.every_steps;
@@ -764,8 +780,9 @@ std::string recipe_to_yaml(const Recipe& r) {
   out << YAML::Key << "every_steps" << YAML::Value << r.checkpoint.every_steps;
   out << YAML::Key << "keep_last" << YAML::Value << r.checkpoint.keep_last;
   out << YAML::Key << "keep_best" << YAML::Value << r.checkpoint.keep_best;
-  out << YAML::Key << "best_metric" << YAML::Value << r.checkpoint.best_metric;
-  out << YAML::Key << "best_mode" << YAML::Value << r.checkpoint.best_mode;
+  out << YAML::Key << "best_metric" << YAML::Value
+      << name_of(kBestMetricNames, r.checkpoint.best_metric);
+  out << YAML::Key << "best_mode" << YAML::Value << name_of(kBestModeNames, r.checkpoint.best_mode);
   out << YAML::Key << "background" << YAML::Value << r.checkpoint.background;
   end();
   section("failure");

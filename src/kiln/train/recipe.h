@@ -10,7 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "kiln/comm/comm_request.h"
+#include "kiln/comm/pair_auth.h"
+#include "kiln/comm/private_network_mode.h"
+#include "kiln/comm/transport.h"
+#include "kiln/data/overlong.h"
+#include "kiln/fsdp/shard_strategy.h"
+#include "kiln/kernels/device/backend.h"
 #include "kiln/model/lora_config.h"
+#include "kiln/model/output_dtype.h"
+#include "kiln/tensor/dtype.h"
+#include "kiln/train/best_checkpoint.h"
+#include "kiln/train/optimizer_kind.h"
 
 namespace kiln {
 
@@ -57,8 +68,8 @@ struct Recipe {
     // data.seq_len above the model's max_position_embeddings is refused unless true (RoPE then
     // extrapolates past the positions the model was trained on).
     bool allow_long_context = false;
-    std::string overlong = "truncate";  // "truncate" | "drop": examples longer than seq_len
-    bool pack = false;                  // several examples per row (data/packing_sampler.h)
+    Overlong overlong = Overlong::kTruncate;  // truncate | drop: examples longer than seq_len
+    bool pack = false;                        // several examples per row (data/packing_sampler.h)
     bool shuffle = true;
     bool train_on_prompt = false;  // loss on every token, not only on what the model answers
     bool skip_bad_lines = false;   // skip and count malformed lines instead of failing
@@ -74,7 +85,7 @@ struct Recipe {
     bool operator==(const Data&) const = default;
   };
   struct Optimizer {
-    std::string name = "adamw";                  // "adamw" | "sgd"
+    OptimizerKind name = OptimizerKind::kAdamW;  // adamw | sgd (train/optimizer_kind.h)
     double lr = 1e-5;                            // > 0: peak learning rate
     double weight_decay = 0.0;                   // >= 0 (decoupled for AdamW)
     std::array<double, 2> betas = {0.9, 0.999};  // AdamW (beta1, beta2), each in [0, 1)
@@ -83,9 +94,9 @@ struct Recipe {
     bool operator==(const Optimizer&) const = default;
   };
   struct Schedule {
-    std::string name = "constant";  // "constant" | "linear" | "cosine"
-    int64_t warmup_steps = 0;       // >= 0: linear warmup from 0 to lr
-    double min_lr_ratio = 0.0;      // [0, 1]: final lr / lr for linear and cosine decay
+    ScheduleKind name = ScheduleKind::kConstant;  // constant | linear | cosine
+    int64_t warmup_steps = 0;                     // >= 0: linear warmup from 0 to lr
+    double min_lr_ratio = 0.0;  // [0, 1]: final lr / lr for linear and cosine decay
     bool operator==(const Schedule&) const = default;
   };
   struct Train {
@@ -101,18 +112,18 @@ struct Recipe {
     // "none" (default), "auto" (the newest complete checkpoint in output.dir/checkpoints, or a
     // fresh start when there is none) or a checkpoint directory (resolved like every path).
     std::string resume = "none";
-    // "fp32" | "bf16": compute dtype. bf16 is mixed precision: bf16 GEMM inputs, fp32 master
-    // weights, optimizer state and accumulation.
-    std::string dtype = "fp32";
-    // "auto" (CUDA when a GPU is visible and this build has CUDA, else the CPU, with a notice) |
-    // "cpu" | "cuda": where the step runs (kernels/device/backend.h).
-    std::string device = "auto";
+    // fp32 | bf16 (kComputeDTypeNames): compute dtype. bf16 is mixed precision: bf16 GEMM
+    // inputs, fp32 master weights, optimizer state and accumulation.
+    ComputeDType dtype = ComputeDType::kFp32;
+    // auto (CUDA when a GPU is visible and this build has CUDA, else the CPU, with a notice) |
+    // cpu | cuda (kDeviceRequestNames): where the step runs (kernels/device/backend.h).
+    DeviceRequest device = DeviceRequest::kAuto;
     bool operator==(const Train&) const = default;
   };
   struct Output {
-    std::string dir;            // required
-    std::string dtype = "f32";  // "f32" | "bf16": dtype of the saved Hugging Face weights
-    bool tensorboard = true;    // event files under dir/tensorboard/
+    std::string dir;           // required
+    DType dtype = DType::F32;  // f32 | bf16 (model/output_dtype.h): the final model's weights
+    bool tensorboard = true;   // event files under dir/tensorboard/
     // A run with train.resume=none into a dir that holds checkpoints: refused unless true, when
     // the old checkpoints and final model are deleted first.
     bool overwrite = false;
@@ -120,31 +131,31 @@ struct Recipe {
   };
 
   struct Dist {
-    // "full_shard" | "shard_grad_op" | "no_shard" | "hybrid_shard" (see
-    // src/kiln/fsdp/fsdp.h)
-    std::string strategy = "full_shard";
+    // full_shard | shard_grad_op | no_shard | hybrid_shard (src/kiln/fsdp/shard_strategy.h)
+    ShardStrategy strategy = ShardStrategy::kFullShard;
     int nproc_per_node = 1;      // > 0 workers the launcher spawns on this node
     double timeout_s = 300;      // > 0: every collective and rendezvous wait
     bool prefetch = true;        // all-gather the next unit while the current one computes
     int threads_per_worker = 0;  // >= 0; 0 = this machine's cores / local workers
-    // "" (no requirement) | "gloo-tcp" | "socket" | "efa" | "loopback": the group's transport
-    // must deliver it or training stops before step 1 (src/kiln/comm/transport.h).
-    std::string require_transport;
+    // none ("" in the recipe: no requirement) | gloo-tcp | socket | loopback | efa: the group's
+    // transport must deliver it or training stops before step 1 (src/kiln/comm/transport.h).
+    std::optional<TransportKind> require_transport;
     // "auto" | "nccl" | "gloo": the communicator (src/kiln/launch/comm_choice.h). auto: NCCL
     // when the device is CUDA and every rank of a node has a GPU of its own, else Gloo.
-    std::string communicator = "auto";
-    // "fp32" | "bf16": the dtype gradients are reduce-scattered (all-reduced for no_shard and
-    // across hybrid_shard's nodes) in; bf16 halves the bytes, sums are then rounded to bf16.
-    std::string reduce_dtype = "fp32";
+    CommRequest communicator = CommRequest::kAuto;
+    // fp32 | bf16 (kReduceDTypeNames): the dtype gradients are reduce-scattered (all-reduced
+    // for no_shard and across hybrid_shard's nodes) in; bf16 halves the bytes, sums are then
+    // rounded to bf16.
+    DType reduce_dtype = DType::F32;
     // "auto" | "on" | "off": a single-node group runs in a network namespace of its own, out of
     // reach of the host's processes (src/kiln/launch/private_network.h). auto: when the kernel
     // allows one, else a warning; on: refuse to start without one.
-    std::string private_network = "auto";
+    PrivateNetwork private_network = PrivateNetwork::kAuto;
     // "auto" | "on" | "off": every connection between two ranks' Gloo pairs proves it knows the
     // job's token (src/kiln/comm/auth_tcp/), so a stray or hostile connection to a
     // collective's listener is rejected instead of failing the group. auto: when the group
     // spans hosts (one node is isolated by its private network instead); on: always; off: never.
-    std::string authenticate_pairs = "auto";
+    PairAuth authenticate_pairs = PairAuth::kAuto;
     bool operator==(const Dist&) const = default;
   };
 
@@ -152,8 +163,8 @@ struct Recipe {
     int64_t every_steps = 0;  // >= 0: a sharded checkpoint every N steps (0: only at the end)
     int64_t keep_last = 2;    // >= 0: checkpoints kept (0 keeps all)
     int64_t keep_best = 0;    // >= 0: also keep the N best by best_metric (0: off)
-    std::string best_metric = "eval_loss";  // a reported metric: "eval_loss" | "loss"
-    std::string best_mode = "min";          // "min" | "max"
+    BestMetric best_metric = BestMetric::kEvalLoss;  // a reported metric: eval_loss | loss
+    BestMode best_mode = BestMode::kMin;             // min | max
     bool background = true;  // write shards on a background thread while training continues
     bool operator==(const Checkpoint&) const = default;
   };

@@ -38,9 +38,10 @@ void note_step_budget(const fs::path& checkpoint, const Recipe& written_with, co
   }
   KILN_LOG_WARN("resuming {} with another step budget: {}; the run now ends at step {}{}",
                 checkpoint.string(), what, max_steps,
-                now.schedule.name == "constant"
+                now.schedule.name == ScheduleKind::kConstant
                     ? std::string()
-                    : fmt::format(" and the {} schedule decays to it", now.schedule.name));
+                    : fmt::format(" and the {} schedule decays to it",
+                                  name_of(kScheduleNames, now.schedule.name)));
 }
 
 void check_data_unchanged(const fs::path& checkpoint, const CheckpointState& st, const Recipe& r,

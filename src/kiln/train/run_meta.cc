@@ -62,7 +62,8 @@ Json run_meta_json(const Recipe& r, const WorkerIdentity& id, const std::string&
       {"strategy", strategy},
       {"transport", transports.empty() ? "" : transports[0]},
       {"transports", transports},
-      {"require_transport", r.dist.require_transport},
+      {"require_transport",
+       r.dist.require_transport ? name_of(kTransportKindNames, *r.dist.require_transport) : ""},
       {"topology_source", id.topology_source},
       {"launcher", id.launcher},
       {"model", r.model.path},
@@ -89,15 +90,17 @@ void record_run_start(const Recipe& r, WorkerContext& ctx, const std::string& st
     write_file_atomic(dir / "run_meta.json",
                       run_meta_json(r, id, strategy, transports, utc_now()).dump(2) + "\n");
   }
-  const std::string& want = r.dist.require_transport;
-  if (want.empty()) return;
-  const TransportKind kind = parse_transport_kind(want);
+  if (!r.dist.require_transport) return;
+  const TransportKind kind = *r.dist.require_transport;
+  const std::string want = name_of(kTransportKindNames, kind);
   // run_meta.json is on disk before any rank fails, so what was in use is on record.
   ctx.comm().barrier();
   for (size_t i = 0; i < transports.size(); ++i) {
     if (!transport_satisfies(transports[i], kind)) {
       fail("dist.require_transport={} but rank {} uses {}{}", want, i, transports[i],
-           want == "efa" ? " (kiln doctor --require transport=efa says what is missing)" : "");
+           kind == TransportKind::kEfa
+               ? " (kiln doctor --require transport=efa says what is missing)"
+               : "");
     }
   }
 }

@@ -16,9 +16,7 @@ DataOptions data_options(const Recipe& r, const std::string& path, const std::st
   o.format = *parsed;
   o.tokenizer = r.data.tokenizer.empty() ? fs::path(r.model.path) : fs::path(r.data.tokenizer);
   o.seq_len = r.data.seq_len;
-  const auto overlong = parse_overlong(r.data.overlong);
-  KILN_CHECK(overlong.has_value(), "data.overlong '{}'", r.data.overlong);
-  o.overlong = *overlong;
+  o.overlong = r.data.overlong;
   o.train_on_prompt = r.data.train_on_prompt;
   o.chat_template = r.data.chat_template;
   o.enable_thinking = r.data.enable_thinking;

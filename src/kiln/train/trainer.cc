@@ -40,6 +40,7 @@
 #include "kiln/train/resume_checks.h"
 #include "kiln/train/run_identity.h"
 #include "kiln/train/run_meta.h"
+#include "kiln/train/run_shape.h"
 #include "kiln/train/step_sync.h"
 #include "kiln/train/tensorboard.h"
 #include "kiln/train/train_data.h"
@@ -88,7 +89,6 @@ class Trainer {
 
  private:
   static const Recipe& checked(const Recipe& r, const WorkerContext& ctx);
-  static ShardStrategy strategy_for(const Recipe& r, const WorkerIdentity& id);
   Communicator& shard_group();
   Communicator* replica_group();
   ScheduleSettings schedule_settings() const;
@@ -124,7 +124,7 @@ class Trainer {
   // The base's config, tokenizer and generation files, read once (rank 0 writes them beside every
   // checkpoint and into final/), so a base that moves mid-run does not fail later saves.
   const std::shared_ptr<const HfModelFiles> model_files_;
-  const ShardStrategy strategy_;
+  const RunShape shape_;    // strategy, shard group size and reduce dtype (run_shape.h)
   const size_t start_rss_;  // before the backend, model and shards exist: the plan's baseline
   std::unique_ptr<Backend> backend_;
   Decoder model_;
@@ -161,7 +161,7 @@ const Recipe& Trainer::checked(const Recipe& r, const WorkerContext& ctx) {
         "trainer writes metrics.jsonl through it; set it to output.dir",
         r.output.dir, ctx.run_dir().string());
   }
-  if (r.checkpoint.keep_best > 0 && r.checkpoint.best_metric == "eval_loss" &&
+  if (r.checkpoint.keep_best > 0 && r.checkpoint.best_metric == BestMetric::kEvalLoss &&
       r.data.eval.empty() && r.data.eval_split == 0) {
     fail(
         "checkpoint.keep_best: {} keeps checkpoints by eval_loss, but there is no evaluation data "
@@ -171,21 +171,16 @@ const Recipe& Trainer::checked(const Recipe& r, const WorkerContext& ctx) {
   return r;
 }
 
-// One process needs no sharding; otherwise the recipe's strategy over the right groups.
-ShardStrategy Trainer::strategy_for(const Recipe& r, const WorkerIdentity& id) {
-  return id.world_size == 1 ? ShardStrategy::kNoShard : parse_strategy(r.dist.strategy);
-}
-
 Communicator& Trainer::shard_group() {
-  return strategy_ == ShardStrategy::kHybridShard ? ctx_.intra_node() : world_;
+  return shape_.strategy == ShardStrategy::kHybridShard ? ctx_.intra_node() : world_;
 }
 
 Communicator* Trainer::replica_group() {
-  return strategy_ == ShardStrategy::kHybridShard ? &ctx_.inter_node() : nullptr;
+  return shape_.strategy == ShardStrategy::kHybridShard ? &ctx_.inter_node() : nullptr;
 }
 
 ScheduleSettings Trainer::schedule_settings() const {
-  return {parse_schedule(r_.schedule.name), r_.schedule.warmup_steps, r_.schedule.min_lr_ratio};
+  return {r_.schedule.name, r_.schedule.warmup_steps, r_.schedule.min_lr_ratio};
 }
 
 RetentionPolicy Trainer::retention() const {
@@ -193,15 +188,15 @@ RetentionPolicy Trainer::retention() const {
   p.keep_last = static_cast<int>(r_.checkpoint.keep_last);
   p.keep_best = static_cast<int>(r_.checkpoint.keep_best);
   p.best_metric = r_.checkpoint.best_metric;
-  p.maximize = r_.checkpoint.best_mode == "max";
+  p.maximize = r_.checkpoint.best_mode == BestMode::kMax;
   return p;
 }
 
 // Under no_shard every rank holds everything, under hybrid_shard every node does; only one copy
 // of each shard is written.
 bool Trainer::writes_shard() const {
-  if (strategy_ == ShardStrategy::kNoShard) return id_.rank == 0;
-  if (strategy_ == ShardStrategy::kHybridShard) return id_.node_rank == 0;
+  if (shape_.strategy == ShardStrategy::kNoShard) return id_.rank == 0;
+  if (shape_.strategy == ShardStrategy::kHybridShard) return id_.node_rank == 0;
   return true;
 }
 
@@ -217,13 +212,12 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       model_files_(lead_ ? std::make_shared<const HfModelFiles>(HfModelFiles::read(
                                r.model.path, r.data.tokenizer, r.data.chat_template))
                          : nullptr),
-      strategy_(strategy_for(r, ctx.identity())),
+      shape_(run_shape(r, id_.world_size, id_.local_world_size)),
       start_rss_(resident_bytes()),
-      backend_(make_backend(parse_device_request(r.train.device),
-                            parse_compute_dtype(r.train.dtype), id_.local_rank)),
+      backend_(make_backend(r.train.device, r.train.dtype, id_.local_rank)),
       model_(config_, *backend_, r.lora),
-      fsdp_(model_.layout(), *backend_, strategy_, shard_group(), replica_group(), r.dist.prefetch,
-            r.dist.reduce_dtype == "bf16" && id_.world_size > 1 ? DType::BF16 : DType::F32),
+      fsdp_(model_.layout(), *backend_, shape_.strategy, shard_group(), replica_group(),
+            r.dist.prefetch, shape_.reduce_dtype),
       opt_(optimizer_settings(r), model_.layout(), fsdp_.shard_ranges(), *backend_),
       schedule_(schedule_settings()),
       saver_(run_dir_ / "checkpoints", model_.layout(), fsdp_, opt_, world_, writes_shard(),
@@ -232,6 +226,11 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       step_scalars_host_(*backend_, 3),
       batches_(r.train.grad_accum_steps),
       tty_(::isatty(STDERR_FILENO) != 0) {
+  // no_shard holds every unit whole, whatever its group's size.
+  KILN_CHECK(
+      shape_.strategy == ShardStrategy::kNoShard || shard_group().world_size() == shape_.shard_size,
+      "the shard group has {} ranks, the run's shape {}", shard_group().world_size(),
+      shape_.shard_size);
   check_context_length(r_, config_, lead_);
   claim_run_dir();
   if (lead_) {
@@ -239,7 +238,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
     write_file_atomic(run_dir_ / "recipe.yaml", recipe_yaml_);
   }
   // Transports into run_meta.json and the log; a dist.require_transport mismatch stops here.
-  record_run_start(r_, ctx_, strategy_name(strategy_));
+  record_run_start(r_, ctx_, name_of(kShardStrategyNames, shape_.strategy));
   plan_ = plan_memory_use();
   KILN_LOG_INFO("rank {}: memory plan: {}", id_.rank, plan_.summary());
   load_weights();
@@ -301,7 +300,7 @@ void Trainer::load_adapters() {
 
 void Trainer::log_model() const {
   std::string why_cpu;  // the notice train.device=auto owes when it falls back to the CPU
-  if (r_.train.device == "auto" && backend_->device() == Device::kCpu) {
+  if (r_.train.device == DeviceRequest::kAuto && backend_->device() == Device::kCpu) {
     std::string reason;
     visible_gpu_count(&reason);
     why_cpu = fmt::format(": no GPU visible ({})", reason);
@@ -319,9 +318,9 @@ void Trainer::log_model() const {
       "model {}: {:.1f}M parameters{}, {} layers, hidden {}; {} worker(s), {} ({}); device {} "
       "(train.device {}{}), {}",
       r_.model.path, parameter_count(config_) / 1e6, trains, config_.num_hidden_layers,
-      config_.hidden_size, id_.world_size, strategy_name(strategy_), world_.transport(),
-      backend_->device() == Device::kCuda ? "cuda" : "cpu", r_.train.device, why_cpu,
-      backend_->name());
+      config_.hidden_size, id_.world_size, name_of(kShardStrategyNames, shape_.strategy),
+      world_.transport(), backend_->device() == Device::kCuda ? "cuda" : "cpu",
+      name_of(kDeviceRequestNames, r_.train.device), why_cpu, backend_->name());
 }
 
 // Held-out data: data.eval (every rank loads it, no cache files) or data.eval_split's share of
@@ -408,7 +407,7 @@ CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
   CheckpointState st;
   st.step = step;
   st.sampler = data_->sampler->state();
-  st.strategy = strategy_name(strategy_);
+  st.strategy = name_of(kShardStrategyNames, shape_.strategy);
   st.recipe_yaml = recipe_yaml_;
   st.metrics = {{"loss", loss}};
   if (eval_loss) st.metrics["eval_loss"] = *eval_loss;
@@ -617,8 +616,8 @@ void Trainer::save_final(TrainResult& result, const std::optional<double>& eval_
   result.model_dir = final_model_dir(run_dir_);
   if (lead_) {
     save_output(last_ckpt);
-    KILN_LOG_INFO("saved {} ({}) from {}", result.model_dir.string(), r_.output.dtype,
-                  last_ckpt.string());
+    KILN_LOG_INFO("saved {} ({}) from {}", result.model_dir.string(),
+                  name_of(kOutputDTypeNames, r_.output.dtype), last_ckpt.string());
   }
   world_.barrier();
 }
@@ -628,8 +627,7 @@ void Trainer::save_output(const fs::path& ckpt) const {
   CheckpointUnitReader reader(ckpt, model_.layout());
   save_model_output(
       final_model_dir(run_dir_), config_, *model_files_, model_.layout(),
-      [&](int u, float* out) { reader.read_unit(u, out); }, *dtype_from_cli(r_.output.dtype),
-      r_.model.path);
+      [&](int u, float* out) { reader.read_unit(u, out); }, r_.output.dtype, r_.model.path);
 }
 
 // A resumed run with no step left (its last checkpoint is at train.max_steps or beyond) trains

@@ -16,35 +16,6 @@
 
 namespace kiln {
 
-DeviceRequest parse_device_request(std::string_view name) {
-  if (name == "auto") return DeviceRequest::kAuto;
-  if (name == "cpu") return DeviceRequest::kCpu;
-  if (name == "cuda") return DeviceRequest::kCuda;
-  fail("train.device: unknown device '{}' (cpu, cuda, auto)", name);
-}
-
-std::string_view device_request_name(DeviceRequest d) {
-  switch (d) {
-    case DeviceRequest::kAuto:
-      return "auto";
-    case DeviceRequest::kCpu:
-      return "cpu";
-    case DeviceRequest::kCuda:
-      return "cuda";
-  }
-  return "?";
-}
-
-ComputeDType parse_compute_dtype(std::string_view name) {
-  if (name == "fp32") return ComputeDType::kFp32;
-  if (name == "bf16") return ComputeDType::kBf16;
-  fail("train.dtype: unknown compute dtype '{}' (fp32, bf16)", name);
-}
-
-std::string_view compute_dtype_name(ComputeDType d) {
-  return d == ComputeDType::kBf16 ? "bf16" : "fp32";
-}
-
 const float* ConstDevPtr::f32() const {
   KILN_CHECK(dtype == DType::F32, "expected an F32 device pointer, got {}", dtype_name(dtype));
   return static_cast<const float*>(data);

@@ -2,22 +2,29 @@
 // FSDP, the trainer, eval, generate and the benchmarks all get theirs from make_backend().
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "kiln/base/named_values.h"
 #include "kiln/kernels/ops.h"
 
 namespace kiln {
 
-// train.device: "cpu", "cuda", or "auto" (CUDA when this build has it and a GPU is visible,
-// else the CPU, with a notice).
+// train.device (and the --device options): auto (CUDA when this build has it and a GPU is
+// visible, else the CPU, with a notice), cpu or cuda. Parsed with parse_named.
 enum class DeviceRequest { kAuto, kCpu, kCuda };
-DeviceRequest parse_device_request(std::string_view name);  // errors name train.device
-std::string_view device_request_name(DeviceRequest d);
-// train.dtype: "fp32" | "bf16".
-ComputeDType parse_compute_dtype(std::string_view name);  // errors name train.dtype
-std::string_view compute_dtype_name(ComputeDType d);
+inline constexpr std::array<Named<DeviceRequest>, 3> kDeviceRequestNames = {{
+    {DeviceRequest::kAuto, "auto"},
+    {DeviceRequest::kCpu, "cpu"},
+    {DeviceRequest::kCuda, "cuda"},
+}};
+// train.dtype (and the --dtype options of bench train): fp32 or bf16 (ComputeDType, ops.h).
+inline constexpr std::array<Named<ComputeDType>, 2> kComputeDTypeNames = {{
+    {ComputeDType::kFp32, "fp32"},
+    {ComputeDType::kBf16, "bf16"},
+}};
 
 // The backend for a device and compute dtype. On the CPU, KILN_ASYNC_CPU=1 gives the stream
 // emulation (every stream a worker thread, ops run some time after they are enqueued), which
