@@ -471,6 +471,9 @@ StepMetrics Trainer::train_step(int64_t step) {
     const int accum = r_.train.grad_accum_steps;
     for (int i = 0; i < accum; ++i) {
       fsdp_.set_sync_grads(i == accum - 1);
+      // LoRA dropout's masks: a function of the run's seed, the step, the micro-step and the
+      // rank, so a resumed step draws the same ones.
+      model_.set_dropout_seed(lora_micro_batch_seed(r_.train.seed, step, i, id_.rank));
       model_.forward_backward(batches_[i], fsdp_, scale, r_.train.activation_checkpointing,
                               loss_sum);
       fsdp_.finish_backward();
@@ -558,12 +561,14 @@ void Trainer::log_step(const StepMetrics& m, const std::optional<double>& eval_l
   }
 }
 
-// Model FLOPs (6 x matrix parameters x tokens + attention, train_flops) per second over the
+// Model FLOPs (6 x matrix parameters x tokens + attention, train_flops; a LoRA step's own count)
+// per second over the
 // devices' peak (Backend::peak_flops, measured once): 0 when the peak is unknown.
 double Trainer::model_flops_utilization(const StepMetrics& m) const {
   if (peak_flops_ < 0) peak_flops_ = backend_->peak_flops();
   if (peak_flops_ <= 0 || m.step_seconds <= 0) return 0;
-  const double flops = train_flops(config_, m.tokens, r_.data.seq_len, m.targets);
+  const double flops =
+      train_flops(config_, m.tokens, r_.data.seq_len, m.targets, r_.lora ? &*r_.lora : nullptr);
   return flops / m.step_seconds / (peak_flops_ * id_.world_size);
 }
 
