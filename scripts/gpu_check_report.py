@@ -151,7 +151,7 @@ def bench_runs(log, preset):
             loss, phases = line.split(), []
         elif line.startswith("  phase "):
             phases.append(line.split())
-        elif line.startswith(preset + " ") and re.match(r"[\d.]+M$", (line.split() + ["", ""])[1]):
+        elif line.startswith(preset + " ") and re.match(r"[\d.]+M(/[\d.]+M)?$", (line.split() + ["", ""])[1]):
             runs.append((line.split(), loss, phases))
             loss, phases = None, []
     return runs

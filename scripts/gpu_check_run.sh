@@ -9,6 +9,7 @@
 #   gemm       bf16 cuBLASLt ceiling and copy bandwidth (cuda_gemm_ceiling): MFU's and the
 #              rooflines' denominators, beside the GPU's published peak
 #   kiln-bench kiln bench train --dtype bf16, qwen2.5-0.5b, qwen2.5-1.5b and qwen3-0.6b at 2048
+#              (and the first with LoRA rank 16 on every projection)
 #              tokens: throughput, MFU, memory, the first step's loss against ln(vocabulary),
 #              and each phase's time beside its roofline estimate. A failing row is rerun once small (one step,
 #              sequence 256) under CUDA_LAUNCH_BLOCKING=1 and once under compute-sanitizer
@@ -407,6 +408,22 @@ if stage kiln-bench; then
     fi
     [[ $status == ok ]] || rerun_small "$r"
   done
+  # LoRA (rank 16 on every projection, the base frozen in bf16) on the first preset: its own
+  # log, and not in results.jsonl's kiln rows (those are held against PyTorch's full steps).
+  p=${presets[0]}
+  r=$(run_preset "$p")
+  name="kiln-bench $p LoRA r16 ${batch}x$seq${fake:+ ($r on the CPU)}"
+  if have kiln; then
+    lora_log=$work/bench-lora.txt
+    : >"$lora_log"
+    watch_gpu_memory "$work/mem-lora-$r" kiln_cmd "$(bench_expected "$p")" 90 "$lora_log" \
+      "$bin/kiln" bench train --dtype bf16 --recompute off --preset "$r" --batch "$batch" \
+      --seq "$seq" "${bench_steps[@]}" --device "$dev" --lora 16
+    rc=$?
+    cat "$lora_log" >>"$bench"
+    record "$name" "$(status_of $rc)" "$(python3 "$pack/report.py" kiln-bench "$lora_log" "$r" \
+      "$ceiling" "$work/mem-lora-$r" /dev/null)"
+  fi
 fi
 if stage torch; then
   for p in "${torch_presets[@]}"; do

@@ -104,6 +104,9 @@ check "kiln bench rows parsed, first loss checked" test "$(grep -cE \
 check "phase rows" test "$(grep -cE '^\| kiln-bench qwen2.5-[01].5b phases: measured vs roofline \| ok \| gemm [0-9.]+ ms; lm_head [0-9.]+ ms; attention .*other [0-9.]+ ms' "$summary")" -eq 2
 check "torch bench: missing or ok" test "$(grep -cE '^\| torch-bench qwen2.5-[01].5b[^|]* \| (missing|ok) \|' \
   "$summary")" -eq 2
+check "the LoRA bench row" grep -qE \
+  '^\| kiln-bench qwen2.5-0.5b LoRA r16 1x256 \(bench-h64 on the CPU\) \| ok \| [0-9,]+ tokens/s' \
+  "$summary"
 check "the Qwen3 bench row" grep -qE \
   '^\| kiln-bench qwen3-0.6b 1x256 \(bench-h64 on the CPU\) \| ok \|' "$summary"
 check "sanitizer skipped" row "sanitizer" "skipped"

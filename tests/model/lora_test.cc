@@ -453,24 +453,35 @@ TEST(LoraDropout, SeedsSeparateStepsMicroStepsRanksLayersAndTargets) {
   EXPECT_EQ(streams.size(), 4u * kNumLoraTargets);
 }
 
-// bf16 products with dropout (the dropped inputs stored in bf16; o_proj's input is fp32) stay
-// near fp32 with the same seed: the masks do not depend on the dtype.
-TEST(LoraDropout, Bf16StaysNearFp32) {
+// The bf16 checks' model: wide enough for bf16's rounding to average out.
+ModelConfig bf16_check_config() {
   ModelConfig c = small_family_config(kQwen2, false, 4, 2);
   c.hidden_size = 64;
   c.intermediate_size = 96;
   c.vocab_size = 300;
+  return c;
+}
+
+// Random parameters in a trained model's range (the norms left at their random values).
+void randomize_trained(ParamStore& s, const ParamLayout& layout) {
+  randomize(s, layout, 5);
+  for (int u = 0; u < layout.num_units(); ++u) {
+    for (const auto& e : layout.units()[u].entries) {
+      if (e.name.find("norm") != std::string::npos) continue;
+      for (size_t i = 0; i < e.numel; ++i) s.params(u).data()[e.offset + i] *= 0.3f;
+    }
+  }
+}
+
+// bf16 products with dropout (the dropped inputs stored in bf16; o_proj's input is fp32) stay
+// near fp32 with the same seed: the masks do not depend on the dtype.
+TEST(LoraDropout, Bf16StaysNearFp32) {
+  const ModelConfig c = bf16_check_config();
   const LoraConfig lora = with_dropout(lora_config(kAll, false, 8), 0.2);
   Decoder m32(c, testing::cpu_fp32(), lora), m16(c, testing::cpu_bf16(), lora);
   ParamStore s32(m32.layout(), testing::cpu_fp32()), s16(m16.layout(), testing::cpu_fp32());
   for (ParamStore* s : {&s32, &s16}) {
-    randomize(*s, m32.layout(), 5);
-    for (int u = 0; u < m32.layout().num_units(); ++u) {  // a trained model's range
-      for (const auto& e : m32.layout().units()[u].entries) {
-        if (e.name.find("norm") != std::string::npos) continue;
-        for (size_t i = 0; i < e.numel; ++i) s->params(u).data()[e.offset + i] *= 0.3f;
-      }
-    }
+    randomize_trained(*s, m32.layout());
   }
   const Batch batch = grad_batch(2, 24, 300, true);
   const DropoutRun r32 = dropout_run(m32, s32, batch, 3, false);
@@ -485,21 +496,12 @@ TEST(LoraDropout, Bf16StaysNearFp32) {
 
 // bf16 products (adapters gathered in bf16 too): loss and adapter gradients near fp32.
 TEST(LoraBf16, StaysNearFp32) {
-  ModelConfig c = small_family_config(kQwen2, false, 4, 2);
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.vocab_size = 300;
+  const ModelConfig c = bf16_check_config();
   const LoraConfig lora = lora_config(kAll, false, 8);
   Decoder m32(c, testing::cpu_fp32(), lora), m16(c, testing::cpu_bf16(), lora);
   ParamStore s32(m32.layout(), testing::cpu_fp32()), s16(m16.layout(), testing::cpu_fp32());
   for (ParamStore* s : {&s32, &s16}) {
-    randomize(*s, m32.layout(), 5);
-    for (int u = 0; u < m32.layout().num_units(); ++u) {  // a trained model's range
-      for (const auto& e : m32.layout().units()[u].entries) {
-        if (e.name.find("norm") != std::string::npos) continue;
-        for (size_t i = 0; i < e.numel; ++i) s->params(u).data()[e.offset + i] *= 0.3f;
-      }
-    }
+    randomize_trained(*s, m32.layout());
     s->zero_grads();
   }
   Batch batch = grad_batch(2, 24, 300, true);
