@@ -93,13 +93,12 @@ void export_model(const ExportOpts& o, DType dtype, uint64_t max_shard) {
 }
 
 // A LoRA run's checkpoint (adapters only): its adapters as a PEFT directory, or with --merge
-// folded into the base it trained on (the recipe's model.path, checked against the checkpoint's
-// config.json).
-void export_lora_checkpoint(const ExportOpts& o, const fs::path& src, const ModelConfig& c,
-                            const ParamLayout& layout, const HfModelFiles& files, DType dtype,
-                            uint64_t max_shard) {
+// folded into the base it trained on (`base_path`, its recipe's model.path, whose every tensor is
+// checked against the checkpoint's config.json).
+void export_lora_checkpoint(const ExportOpts& o, const fs::path& src, const std::string& base_path,
+                            const ModelConfig& c, const ParamLayout& layout,
+                            const HfModelFiles& files, DType dtype, uint64_t max_shard) {
   const CheckpointUnitReader adapters(src, layout);
-  const std::string base_path = checkpoint_recipe(src).model.path;
   if (!o.merge) {
     export_lora_adapter(
         o.out, c, layout, [&](int u, float* out) { adapters.read_unit(u, out); }, base_path, files,
@@ -140,7 +139,9 @@ fs::path export_checkpoint(const ExportOpts& o, DType dtype, uint64_t max_shard)
   check_out_differs(o.out, src, "checkpoint");
   const ModelConfig c = read_config(src / "config.json");
   const bool sharded = fs::exists(src / "manifest.json");  // a sharded kiln checkpoint
-  const std::optional<LoraConfig> lora = sharded ? checkpoint_recipe(src).lora : std::nullopt;
+  // The recipe it was written with, read once: a LoRA run's settings and base.
+  const std::optional<Recipe> run = sharded ? std::optional(checkpoint_recipe(src)) : std::nullopt;
+  const std::optional<LoraConfig> lora = run ? run->lora : std::nullopt;
   if (o.merge && !lora) {
     fail("--merge: {} is not a LoRA run's checkpoint (nothing to fold in)", src.string());
   }
@@ -148,7 +149,7 @@ fs::path export_checkpoint(const ExportOpts& o, DType dtype, uint64_t max_shard)
   // Streamed unit by unit: memory is bounded by one unit, never the whole model.
   const HfModelFiles files = HfModelFiles::read(src);  // config, tokenizer, generation
   if (lora) {
-    export_lora_checkpoint(o, src, c, layout, files, dtype, max_shard);
+    export_lora_checkpoint(o, src, run->model.path, c, layout, files, dtype, max_shard);
   } else if (sharded) {
     CheckpointUnitReader reader(src, layout);
     save_hf_model_dir(
