@@ -7,17 +7,10 @@
 
 namespace kiln {
 
-namespace {
-const std::optional<LoraConfig>& checked_lora(const std::optional<LoraConfig>& lora) {
-  if (lora) lora->validate("lora");
-  return lora;
-}
-}  // namespace
-
 Decoder::Decoder(const ModelConfig& config, const Backend& backend,
                  const std::optional<LoraConfig>& lora)
     : config_(config),
-      layout_(config, checked_lora(lora)),
+      layout_(config, lora),
       be_(backend),
       arena_(backend),
       act_dtype_(backend.activation_dtype()),

@@ -10,17 +10,10 @@
 
 namespace kiln {
 
-namespace {
-const std::optional<LoraConfig>& checked_lora(const std::optional<LoraConfig>& lora) {
-  if (lora) lora->validate("lora");
-  return lora;
-}
-}  // namespace
-
 Generator::Generator(const ModelConfig& config, UnitAccess& params, const Backend& backend,
                      const std::optional<LoraConfig>& lora)
     : config_(config),
-      layout_(config, checked_lora(lora)),
+      layout_(config, lora),
       params_(params),
       be_(backend),
       rope_(config_, backend),

@@ -28,6 +28,7 @@ const ParamEntry& ParamUnit::entry(const std::string& hf_name) const {
 
 ParamLayout::ParamLayout(const ModelConfig& c, const std::optional<LoraConfig>& lora)
     : lora_(lora) {
+  if (lora_) lora_->validate("lora");
   const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int64_t Q = c.q_dim(), KV = c.kv_dim();
   ParamUnit embed{"embed", {}, 0};

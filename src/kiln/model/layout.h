@@ -31,6 +31,7 @@ struct LayerOffsets {
 
 class ParamLayout {
  public:
+  // A LoraConfig is validated here (LoraConfig::validate), for every model built on the layout.
   explicit ParamLayout(const ModelConfig& c, const std::optional<LoraConfig>& lora = std::nullopt);
 
   const std::vector<ParamUnit>& units() const { return units_; }

@@ -21,76 +21,91 @@ namespace kiln {
 
 namespace {
 
-// Documentation order; recipe_to_yaml writes the same order.
-const std::vector<std::string> kKeys = {
-    "model.path",
-    "model.adapter",
-    "lora.rank",
-    "lora.alpha",
-    "lora.dropout",
-    "lora.targets",
-    "lora.rslora",
-    "data.train",
-    "data.format",
-    "data.tokenizer",
-    "data.template",
-    "data.enable_thinking",
-    "data.seq_len",
-    "data.allow_long_context",
-    "data.overlong",
-    "data.pack",
-    "data.shuffle",
-    "data.train_on_prompt",
-    "data.skip_bad_lines",
-    "data.cache_dir",
-    "data.eval",
-    "data.eval_split",
-    "data.allow_changed",
-    "optimizer.name",
-    "optimizer.lr",
-    "optimizer.weight_decay",
-    "optimizer.betas",
-    "optimizer.eps",
-    "optimizer.momentum",
-    "schedule.name",
-    "schedule.warmup_steps",
-    "schedule.min_lr_ratio",
-    "train.max_steps",
-    "train.epochs",
-    "train.micro_batch_size",
-    "train.grad_accum_steps",
-    "train.grad_clip",
-    "train.seed",
-    "train.activation_checkpointing",
-    "train.log_every",
-    "train.resume",
-    "train.dtype",
-    "train.device",
-    "output.dir",
-    "output.dtype",
-    "output.tensorboard",
-    "output.overwrite",
-    "dist.strategy",
-    "dist.nproc_per_node",
-    "dist.timeout_s",
-    "dist.prefetch",
-    "dist.threads_per_worker",
-    "dist.require_transport",
-    "dist.communicator",
-    "dist.reduce_dtype",
-    "dist.private_network",
-    "dist.authenticate_pairs",
-    "eval.every_steps",
-    "eval.max_batches",
-    "checkpoint.every_steps",
-    "checkpoint.keep_last",
-    "checkpoint.keep_best",
-    "checkpoint.best_metric",
-    "checkpoint.best_mode",
-    "checkpoint.background",
-    "failure.max_restarts",
-    "failure.sigterm_grace_s",
+// Every key, in documentation order (recipe_to_yaml writes the same order); `defines_run`: the
+// key is part of the run's identity (run_identity.h), so a checkpoint written under another
+// value is another run's.
+struct KeySpec {
+  const char* name;
+  bool defines_run;
 };
+const KeySpec kKeySpecs[] = {
+    {"model.path", true},
+    {"model.adapter", true},
+    {"lora.rank", true},
+    {"lora.alpha", true},
+    {"lora.dropout", true},
+    {"lora.targets", true},
+    {"lora.rslora", true},
+    {"data.train", true},
+    {"data.format", true},
+    {"data.tokenizer", true},
+    {"data.template", true},
+    {"data.enable_thinking", true},
+    {"data.seq_len", true},
+    {"data.allow_long_context", false},
+    {"data.overlong", true},
+    {"data.pack", true},
+    {"data.shuffle", true},
+    {"data.train_on_prompt", true},
+    {"data.skip_bad_lines", true},
+    {"data.cache_dir", false},
+    {"data.eval", false},
+    {"data.eval_split", true},
+    {"data.allow_changed", false},
+    {"optimizer.name", true},
+    {"optimizer.lr", true},
+    {"optimizer.weight_decay", true},
+    {"optimizer.betas", true},
+    {"optimizer.eps", true},
+    {"optimizer.momentum", true},
+    {"schedule.name", true},
+    {"schedule.warmup_steps", true},
+    {"schedule.min_lr_ratio", true},
+    {"train.max_steps", false},
+    {"train.epochs", false},
+    {"train.micro_batch_size", true},
+    {"train.grad_accum_steps", true},
+    {"train.grad_clip", true},
+    {"train.seed", true},
+    {"train.activation_checkpointing", false},
+    {"train.log_every", false},
+    {"train.resume", false},
+    {"train.dtype", true},
+    {"train.device", false},
+    {"output.dir", false},
+    {"output.dtype", false},
+    {"output.tensorboard", false},
+    {"output.overwrite", false},
+    {"dist.strategy", false},
+    {"dist.nproc_per_node", false},
+    {"dist.timeout_s", false},
+    {"dist.prefetch", false},
+    {"dist.threads_per_worker", false},
+    {"dist.require_transport", false},
+    {"dist.communicator", false},
+    {"dist.reduce_dtype", false},
+    {"dist.private_network", false},
+    {"dist.authenticate_pairs", false},
+    {"eval.every_steps", false},
+    {"eval.max_batches", false},
+    {"checkpoint.every_steps", false},
+    {"checkpoint.keep_last", false},
+    {"checkpoint.keep_best", false},
+    {"checkpoint.best_metric", false},
+    {"checkpoint.best_mode", false},
+    {"checkpoint.background", false},
+    {"failure.max_restarts", false},
+    {"failure.sigterm_grace_s", false},
+};
+
+std::vector<std::string> key_names(bool identity_only) {
+  std::vector<std::string> out;
+  for (const KeySpec& k : kKeySpecs) {
+    if (!identity_only || k.defines_run) out.emplace_back(k.name);
+  }
+  return out;
+}
+const std::vector<std::string> kKeys = key_names(false);
 const std::vector<std::string> kSections = {"model",    "lora",       "data",   "optimizer",
                                             "schedule", "train",      "output", "dist",
                                             "eval",     "checkpoint", "failure"};
@@ -457,6 +472,11 @@ std::optional<LoraConfig> read_lora(Reader& in) {
 }  // namespace
 
 const std::vector<std::string>& recipe_keys() { return kKeys; }
+
+const std::vector<std::string>& run_identity_keys() {
+  static const std::vector<std::string> keys = key_names(true);
+  return keys;
+}
 
 const char* recipe_path_rule() {
   return "a relative path in a recipe file is relative to the file's folder, one on the command "

@@ -226,6 +226,8 @@ std::string recipe_to_yaml(const Recipe& recipe);
 
 // Every valid dotted key, in documentation order ("model.path", "data.train", ...).
 const std::vector<std::string>& recipe_keys();
+// The keys that define a run (run_identity.h), in the same order: marked in the one key table.
+const std::vector<std::string>& run_identity_keys();
 
 // How relative paths resolve, in words for errors that name a resolved path: "a relative path
 // in a recipe file is relative to the file's folder, one on the command line to the working

@@ -7,43 +7,6 @@
 
 namespace kiln {
 
-const std::vector<std::string>& run_identity_keys() {
-  static const std::vector<std::string> keys = {"model.path",
-                                                "model.adapter",
-                                                "lora.rank",
-                                                "lora.alpha",
-                                                "lora.dropout",
-                                                "lora.targets",
-                                                "lora.rslora",
-                                                "data.train",
-                                                "data.format",
-                                                "data.tokenizer",
-                                                "data.template",
-                                                "data.enable_thinking",
-                                                "data.seq_len",
-                                                "data.overlong",
-                                                "data.pack",
-                                                "data.shuffle",
-                                                "data.train_on_prompt",
-                                                "data.skip_bad_lines",
-                                                "data.eval_split",
-                                                "optimizer.name",
-                                                "optimizer.lr",
-                                                "optimizer.weight_decay",
-                                                "optimizer.betas",
-                                                "optimizer.eps",
-                                                "optimizer.momentum",
-                                                "schedule.name",
-                                                "schedule.warmup_steps",
-                                                "schedule.min_lr_ratio",
-                                                "train.micro_batch_size",
-                                                "train.grad_accum_steps",
-                                                "train.grad_clip",
-                                                "train.seed",
-                                                "train.dtype"};
-  return keys;
-}
-
 namespace {
 // The value of a dotted key in recipe_to_yaml's document, as YAML text; "none" for a key of a
 // section the recipe does not have (lora, in a full fine-tuning run).

@@ -1,9 +1,9 @@
-// Which run a checkpoint belongs to. The keys below define a run: its weights, data, order and
-// optimisation. A checkpoint written under another value of any of them is another run's, and
-// train.resume=auto refuses it, naming the key. Everything else may change on resume: the step
-// budget (train.max_steps, train.epochs), logging, evaluation, checkpoint cadence, output,
-// recomputation, the device, the distribution (world size and strategy reshard) and failure
-// handling.
+// Which run a checkpoint belongs to. The keys run_identity_keys() lists (recipe.h: marked in
+// recipe.cc's one key table) define a run: its weights, data, order and optimisation. A checkpoint
+// written under another value of any of them is another run's, and train.resume=auto refuses it,
+// naming the key. Everything else may change on resume: the step budget (train.max_steps,
+// train.epochs), logging, evaluation, checkpoint cadence, output, recomputation, the device, the
+// distribution (world size and strategy reshard) and failure handling.
 #pragma once
 
 #include <optional>
@@ -14,8 +14,6 @@
 #include "kiln/train/recipe.h"
 
 namespace kiln {
-
-const std::vector<std::string>& run_identity_keys();
 
 struct RecipeKeyChange {
   std::string key, before, after;  // the values as recipe_to_yaml writes them
