@@ -8,6 +8,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/json.h"
+#include "kiln/cli/chat_options.h"
 #include "kiln/cli/commands.h"
 #include "kiln/data/sampler.h"
 #include "kiln/data/text_dataset.h"
@@ -42,14 +43,8 @@ Command add_eval(CLI::App& app) {
   sub->add_option("--tokenizer", o->tokenizer,
                   "tokenizer.json or a directory holding one, for the text formats (default: "
                   "--model)");
-  sub->add_option("--template", o->chat_template,
-                  "The chat formats' template: qwen2.5, qwen3 or llama3 (default: the model's own, "
-                  "when kiln knows it)")
-      ->check(CLI::IsMember(chat_template_names()));
-  sub->add_option("--enable-thinking", o->enable_thinking,
-                  "The chat formats' thinking switch (Qwen3), true or false (default: the "
-                  "template's)")
-      ->check(CLI::IsMember({"true", "false"}));
+  add_chat_template_options(sub, o->chat_template, o->enable_thinking,
+                            "For the chat formats: ", "the model's own, when kiln knows it");
   sub->add_option("--seq-len", o->seq_len, "Truncate examples to this many tokens")
       ->capture_default_str()
       ->check(CLI::Range(2, 1 << 20));

@@ -20,6 +20,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
+#include "kiln/cli/chat_options.h"
 #include "kiln/cli/commands.h"
 #include "kiln/kernels/device/backend.h"
 #include "kiln/model/adapted_model.h"
@@ -246,13 +247,8 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--tools", o->tools_file,
                   "With --chat: a JSON file holding a list of tool definitions, rendered as the "
                   "chat template renders them");
-  sub->add_option("--template", o->chat_template,
-                  "The chat template: qwen2.5, qwen3 or llama3 (default: the model's own, when "
-                  "kiln knows it)")
-      ->check(CLI::IsMember(chat_template_names()));
-  sub->add_option("--enable-thinking", o->enable_thinking,
-                  "With --chat: Qwen3's thinking switch, true or false (default: the template's)")
-      ->check(CLI::IsMember({"true", "false"}));
+  add_chat_template_options(sub, o->chat_template, o->enable_thinking,
+                            "With --chat: ", "the model's own, when kiln knows it");
   sub->add_option("--max-new-tokens", o->max_new_tokens, "Stop after this many new tokens")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));

@@ -15,6 +15,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/ignore_index.h"
 #include "kiln/base/json.h"
+#include "kiln/cli/chat_options.h"
 #include "kiln/cli/commands.h"
 #include "kiln/data/formats.h"
 #include "kiln/data/source_lines.h"
@@ -135,14 +136,9 @@ Command add_tokenize(CLI::App& app) {
                     "bool, \"enable_thinking\": bool, \"date_string\": \"...\"}, rendered with "
                     "the chat template as training renders it")
           ->excludes(jsonl);
-  sub->add_option("--template", o->chat_template,
-                  "With --chat or --show-loss: qwen2.5, qwen3 or llama3 (default: the chat "
-                  "template in the tokenizer_config.json beside --tokenizer, when kiln knows it)")
-      ->check(CLI::IsMember(chat_template_names()));
-  sub->add_option("--enable-thinking", o->enable_thinking,
-                  "With --chat or --show-loss: Qwen3's thinking switch, true or false (default: "
-                  "the template's)")
-      ->check(CLI::IsMember({"true", "false"}));
+  add_chat_template_options(
+      sub, o->chat_template, o->enable_thinking, "With --chat or --show-loss: ",
+      "the chat template in the tokenizer_config.json beside --tokenizer, when kiln knows it");
   sub->add_flag("--add-special-tokens", o->add_special_tokens,
                 "Add the tokenizer's post-processor tokens as Hugging Face's tokenizer(text) does "
                 "(Llama 3's <|begin_of_text|>; none for Qwen)")

@@ -7,10 +7,7 @@
 
 namespace kiln {
 
-namespace {
-
-// "qwen2.5, qwen3 or llama3"
-std::string names() {
+std::string chat_template_choices() {
   const std::vector<std::string>& n = chat_template_names();
   std::string out;
   for (size_t i = 0; i < n.size(); ++i) {
@@ -19,6 +16,8 @@ std::string names() {
   }
   return out;
 }
+
+namespace {
 
 // tokenizer_config.json's (or chat_template.json's) "chat_template": a string, or the entry
 // named "default" of a list of {"name", "template"}; empty when absent.
@@ -69,14 +68,14 @@ const ChatTemplate& choose_chat_template(const fs::path& dir, std::string_view s
                                          std::string_view key) {
   if (!setting.empty()) {
     const ChatTemplate* named = chat_template_named(setting);
-    if (!named) fail("{} is '{}', expected {}", key, setting, names());
+    if (!named) fail("{} is '{}', expected {}", key, setting, chat_template_choices());
     return *named;
   }
   const ModelChatTemplate own = model_chat_template(dir);
   if (own.known) return chat_template(*own.known);
   if (own.where.empty()) return chat_template(ChatTemplateId::kQwen25);
   fail("{}: its chat template is not one kiln knows; set {} to the one it renders ({})", own.where,
-       key, names());
+       key, chat_template_choices());
 }
 
 }  // namespace kiln

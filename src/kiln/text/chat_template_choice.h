@@ -22,6 +22,9 @@
 
 namespace kiln {
 
+// "qwen2.5, qwen3 or llama3": the settings `choose_chat_template` takes, for help texts and errors.
+std::string chat_template_choices();
+
 struct ModelChatTemplate {
   std::string where;                    // the file it was read from; empty when there is none
   std::string text;                     // the Jinja source
