@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/grad_check.h"
+#include "kernels/attention_cases.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cuda/attention_internal.h"
 #include "kiln/kernels/cuda/attention_ops.h"
@@ -25,6 +26,17 @@ namespace kiln::cuda {
 namespace {
 
 using kiln::testing::random_vec;
+using Case = kiln::testing::AttnCase;
+using Tensors = kiln::testing::AttnOutputs;
+using kiln::testing::make_attn_case;
+
+struct Inputs : kiln::testing::AttnInputs {
+  explicit Inputs(const AttnShape& s) : AttnInputs(s, random_vec) {}
+};
+
+Tensors run_cpu(const Case& c, const Inputs& in) {
+  return kiln::testing::attention_on(CpuBackend(), c, in);
+}
 
 // Empty when a GPU is visible, else why not.
 std::string no_gpu_reason() {
@@ -70,63 +82,6 @@ class DeviceArray {
   void* p_ = nullptr;
   size_t n_;
 };
-
-struct Case {
-  AttnShape s;
-  std::vector<int32_t> doc_start;  // (B, T), empty: null
-};
-
-// Row b of doc_start holds documents starting at `starts` (0 first) shifted by b (so rows differ).
-Case make_case(AttnShape s, std::vector<int> starts = {}) {
-  Case c{s, {}};
-  if (starts.empty()) return c;
-  c.doc_start.resize(static_cast<size_t>(s.B) * s.T);
-  for (int b = 0; b < s.B; ++b) {
-    int cur = 0;
-    for (int t = 0; t < s.T; ++t) {
-      for (int st : starts) {
-        if (st > 0 && t == std::min(st + b, s.T - 1)) cur = t;
-      }
-      c.doc_start[static_cast<size_t>(b) * s.T + t] = cur;
-    }
-  }
-  return c;
-}
-
-struct Tensors {
-  std::vector<float> y, lse, dq, dk, dv;
-};
-
-struct Inputs {
-  std::vector<float> q, k, v, dy;
-  explicit Inputs(const AttnShape& s) {
-    const size_t nq = static_cast<size_t>(s.B) * s.T * s.H * s.D;
-    const size_t nk = static_cast<size_t>(s.B) * s.T * s.KV * s.D;
-    q = random_vec(nq, 11);
-    k = random_vec(nk, 12);
-    v = random_vec(nk, 13);
-    dy = random_vec(nq, 14);
-  }
-};
-
-const int32_t* or_null(const std::vector<int32_t>& v) { return v.empty() ? nullptr : v.data(); }
-
-Tensors run_cpu(const Case& c, const Inputs& in) {
-  const AttnShape& s = c.s;
-  const CpuBackend cpu;
-  Tensors t;
-  t.y.resize(in.q.size());
-  t.lse.resize(static_cast<size_t>(s.B) * s.H * s.T);
-  t.dq.resize(in.q.size());
-  t.dk.resize(in.k.size());
-  t.dv.resize(in.v.size());
-  cpu.attention_forward(t.y.data(), t.lse.data(), in.q.data(), in.k.data(), in.v.data(),
-                        or_null(c.doc_start), s);
-  cpu.attention_backward(t.dq.data(), t.dk.data(), t.dv.data(), in.dy.data(), in.q.data(),
-                         in.k.data(), in.v.data(), t.y.data(), t.lse.data(), or_null(c.doc_start),
-                         s);
-  return t;
-}
 
 enum class Impl { kReference, kFlash };
 
@@ -275,43 +230,43 @@ TEST(CudaAttention, LaunchersRejectShapesTheyCannotTake) {
 
 TEST(CudaAttention, ReferenceTinyShapes) {
   REQUIRE_GPU();
-  check_reference(make_case({2, 5, 2, 2, 16}));
-  check_reference(make_case({2, 6, 4, 2, 4}));
-  check_reference(make_case({1, 7, 3, 1, 6}, {3}));
-  check_reference(make_case({1, 13, 2, 1, 16}, {5}));
-  check_reference(make_case({2, 40, 4, 2, 32}, {9, 17}));
+  check_reference(make_attn_case({2, 5, 2, 2, 16}));
+  check_reference(make_attn_case({2, 6, 4, 2, 4}));
+  check_reference(make_attn_case({1, 7, 3, 1, 6}, {3}));
+  check_reference(make_attn_case({1, 13, 2, 1, 16}, {5}));
+  check_reference(make_attn_case({2, 40, 4, 2, 32}, {9, 17}));
 }
 
 TEST(CudaAttention, ReferenceOtherHeadDims) {
   REQUIRE_GPU();
-  check_reference(make_case({1, 75, 2, 2, 96}, {66}));
-  check_reference(make_case({2, 33, 2, 1, 256}, {16}));
-  check_reference(make_case({1, 150, 4, 2, 80}, {70}));
+  check_reference(make_attn_case({1, 75, 2, 2, 96}, {66}));
+  check_reference(make_attn_case({2, 33, 2, 1, 256}, {16}));
+  check_reference(make_attn_case({1, 150, 4, 2, 80}, {70}));
 }
 
 TEST(CudaAttention, FlashTinyShapes) {
   REQUIRE_GPU();
-  check_flash(make_case({1, 1, 1, 1, 64}));
-  check_flash(make_case({2, 5, 2, 2, 64}));
-  check_flash(make_case({1, 7, 3, 1, 128}, {3}));
-  check_flash(make_case({2, 17, 4, 2, 128}, {1, 16}));
+  check_flash(make_attn_case({1, 1, 1, 1, 64}));
+  check_flash(make_attn_case({2, 5, 2, 2, 64}));
+  check_flash(make_attn_case({1, 7, 3, 1, 128}, {3}));
+  check_flash(make_attn_case({2, 17, 4, 2, 128}, {1, 16}));
 }
 
 TEST(CudaAttention, FlashGroupedQueryHeads) {
   REQUIRE_GPU();
-  check_flash(make_case({2, 70, 4, 2, 64}));
-  check_flash(make_case({1, 130, 6, 1, 64}, {60}));
-  check_flash(make_case({2, 100, 8, 2, 128}, {30}));
+  check_flash(make_attn_case({2, 70, 4, 2, 64}));
+  check_flash(make_attn_case({1, 130, 6, 1, 64}, {60}));
+  check_flash(make_attn_case({2, 100, 8, 2, 128}, {30}));
 }
 
 // The dK/dV pass's three ways with a kv group: every query head its own part (above), parts of
 // several heads, whole groups per block written straight into dk, dv.
 TEST(CudaAttention, FlashKvGroupSplits) {
   REQUIRE_GPU();
-  const Case two_parts = make_case({8, 1024, 12, 2, 128}, {300, 700});
+  const Case two_parts = make_attn_case({8, 1024, 12, 2, 128}, {300, 700});
   ASSERT_EQ(dkdv_head_splits(8, 1024, 12, 2), 2);
   check_flash(two_parts);
-  const Case whole = make_case({16, 1024, 4, 2, 64}, {64, 500});
+  const Case whole = make_attn_case({16, 1024, 4, 2, 64}, {64, 500});
   ASSERT_EQ(dkdv_head_splits(16, 1024, 4, 2), 1);
   check_flash(whole);
 }
@@ -321,30 +276,30 @@ TEST(CudaAttention, FlashKvGroupSplits) {
 TEST(CudaAttention, FlashDocumentBoundaries) {
   REQUIRE_GPU();
   const std::vector<int> starts = {3, 31, 32, 63, 64, 65, 127, 130, 191};
-  check_flash(make_case({2, 200, 4, 2, 64}, starts));
-  check_flash(make_case({2, 200, 4, 2, 128}, starts));
-  check_flash(make_case({1, 256, 2, 1, 64}, {128}));  // the second document on a block edge
+  check_flash(make_attn_case({2, 200, 4, 2, 64}, starts));
+  check_flash(make_attn_case({2, 200, 4, 2, 128}, starts));
+  check_flash(make_attn_case({1, 256, 2, 1, 64}, {128}));  // the second document on a block edge
 }
 
 TEST(CudaAttention, FlashQwen05bGeometry) {
   REQUIRE_GPU();
-  check_flash(make_case({1, 256, 14, 2, 64}, {100}));
-  check_flash(make_case({2, 512, 14, 2, 64}, {64, 300, 301}));
-  check_flash(make_case({1, 1024, 14, 2, 64}));
+  check_flash(make_attn_case({1, 256, 14, 2, 64}, {100}));
+  check_flash(make_attn_case({2, 512, 14, 2, 64}, {64, 300, 301}));
+  check_flash(make_attn_case({1, 1024, 14, 2, 64}));
 }
 
 TEST(CudaAttention, FlashQwen15bGeometry) {
   REQUIRE_GPU();
-  check_flash(make_case({1, 256, 12, 2, 128}, {200}));
-  check_flash(make_case({2, 512, 12, 2, 128}, {1, 129, 450}));
-  check_flash(make_case({1, 1024, 12, 2, 128}));
+  check_flash(make_attn_case({1, 256, 12, 2, 128}, {200}));
+  check_flash(make_attn_case({2, 512, 12, 2, 128}, {1, 129, 450}));
+  check_flash(make_attn_case({1, 1024, 12, 2, 128}));
 }
 
 // doc_start need not grow along a row: every row t with its own start in [0, t].
 TEST(CudaAttention, ArbitraryDocStarts) {
   REQUIRE_GPU();
   for (int D : {64, 128}) {
-    Case c = make_case({2, 150, 4, 2, D});
+    Case c = make_attn_case({2, 150, 4, 2, D});
     c.doc_start.resize(2 * 150);
     for (int t = 0; t < 2 * 150; ++t) c.doc_start[t] = (t % 150) * (t % 7) / 7;
     check_flash(c);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention_cases.h"
 #include "kernels/emul/emul_test_util.h"
 #include "kiln/kernels/cuda/attention_ops.h"
 #include "kiln/kernels/cuda/attention_tiling.h"
@@ -19,57 +20,16 @@ namespace {
 
 const Backend& cpu() { return parity::reference(); }
 
-struct Case {
-  AttnShape s;
-  std::vector<int32_t> doc_start;  // (B, T), empty: null
-};
+using Case = kiln::testing::AttnCase;
+using Outputs = kiln::testing::AttnOutputs;
+using kiln::testing::make_attn_case;
 
-// Documents of row b start at `starts` shifted by b (so the rows differ).
-Case make_case(AttnShape s, const std::vector<int>& starts) {
-  Case c{s, {}};
-  if (starts.empty()) return c;
-  c.doc_start.resize(static_cast<size_t>(s.B) * s.T);
-  for (int b = 0; b < s.B; ++b) {
-    int cur = 0;
-    for (int t = 0; t < s.T; ++t) {
-      for (const int st : starts) {
-        if (st > 0 && t == std::min(st + b, s.T - 1)) cur = t;
-      }
-      c.doc_start[static_cast<size_t>(b) * s.T + t] = cur;
-    }
-  }
-  return c;
-}
-
-const int32_t* or_null(const std::vector<int32_t>& v) { return v.empty() ? nullptr : v.data(); }
-
-struct Outputs {
-  std::vector<float> y, lse, dq, dk, dv;
-};
-
-struct Inputs {
-  std::vector<float> q, k, v, dy;
-  explicit Inputs(const AttnShape& s) {
-    const size_t nq = static_cast<size_t>(s.B) * s.T * s.H * s.D;
-    const size_t nk = static_cast<size_t>(s.B) * s.T * s.KV * s.D;
-    q = random_values(nq, 11);
-    k = random_values(nk, 12);
-    v = random_values(nk, 13);
-    dy = random_values(nq, 14);
-  }
+struct Inputs : kiln::testing::AttnInputs {
+  explicit Inputs(const AttnShape& s) : AttnInputs(s, random_values) {}
 };
 
 Outputs run_cpu(const Case& c, const Inputs& in) {
-  const AttnShape& s = c.s;
-  Outputs o{std::vector<float>(in.q.size()), std::vector<float>(size_t{1} * s.B * s.H * s.T),
-            std::vector<float>(in.q.size()), std::vector<float>(in.k.size()),
-            std::vector<float>(in.v.size())};
-  cpu().attention_forward(o.y.data(), o.lse.data(), in.q.data(), in.k.data(), in.v.data(),
-                          or_null(c.doc_start), s);
-  cpu().attention_backward(o.dq.data(), o.dk.data(), o.dv.data(), in.dy.data(), in.q.data(),
-                           in.k.data(), in.v.data(), o.y.data(), o.lse.data(), or_null(c.doc_start),
-                           s);
-  return o;
+  return kiln::testing::attention_on(cpu(), c, in);
 }
 
 enum class Impl { kReference, kFlash };
@@ -115,19 +75,19 @@ void check(Impl impl, const std::string& name, const Case& c) {
 // Grouped-query heads (2 per kv head: dK/dV in two parts, summed), documents across the 64-row
 // tiles, 100 rows (a partial second tile).
 TEST(EmulAttention, FlashHeadDim64GroupedQueries) {
-  const Case c = make_case({2, 100, 4, 2, 64}, {37, 70});
+  const Case c = make_attn_case({2, 100, 4, 2, 64}, {37, 70});
   ASSERT_GT(emul_cuda::dkdv_head_splits(c.s.B, c.s.T, c.s.H, c.s.KV), 1);
   check(Impl::kFlash, "flash d64 gqa", c);
 }
 
 // Four query heads on one kv head, documents starting at a tile edge and just after one.
 TEST(EmulAttention, FlashHeadDim128GroupedQueries) {
-  check(Impl::kFlash, "flash d128 gqa", make_case({1, 96, 4, 1, 128}, {64, 65}));
+  check(Impl::kFlash, "flash d128 gqa", make_attn_case({1, 96, 4, 1, 128}, {64, 65}));
 }
 
 // One query head per kv head (dK/dV written directly), no documents, 130 rows (three tiles).
 TEST(EmulAttention, FlashHeadDim64OneHeadPerKvHead) {
-  const Case c = make_case({1, 130, 2, 2, 64}, {});
+  const Case c = make_attn_case({1, 130, 2, 2, 64}, {});
   ASSERT_EQ(emul_cuda::dkdv_head_splits(c.s.B, c.s.T, c.s.H, c.s.KV), 1);
   check(Impl::kFlash, "flash d64 mha", c);
 }
@@ -135,7 +95,7 @@ TEST(EmulAttention, FlashHeadDim64OneHeadPerKvHead) {
 // Enough kv-head blocks (128 rows x 2 kv heads) that the dK/dV pass takes two parts of each
 // group of four query heads: each block loops over two heads, restaging Q and dy per head.
 TEST(EmulAttention, FlashDkdvBlocksLoopingOverHeads) {
-  const Case c = make_case({128, 16, 8, 2, 64}, {5});
+  const Case c = make_attn_case({128, 16, 8, 2, 64}, {5});
   ASSERT_EQ(emul_cuda::dkdv_head_splits(c.s.B, c.s.T, c.s.H, c.s.KV), 2);
   check(Impl::kFlash, "flash d64 two heads per dk/dv block", c);
 }
@@ -143,14 +103,14 @@ TEST(EmulAttention, FlashDkdvBlocksLoopingOverHeads) {
 // The attention geometry of Qwen2.5-0.5B (14 query heads over 2 kv heads, head_dim 64) and
 // Qwen2.5-1.5B (12 over 2, head_dim 128), over two and a half tiles with documents.
 TEST(EmulAttention, FlashQwenGeometries) {
-  check(Impl::kFlash, "flash qwen2.5-0.5b heads", make_case({1, 150, 14, 2, 64}, {50, 100}));
-  check(Impl::kFlash, "flash qwen2.5-1.5b heads", make_case({1, 130, 12, 2, 128}, {3, 64}));
+  check(Impl::kFlash, "flash qwen2.5-0.5b heads", make_attn_case({1, 150, 14, 2, 64}, {50, 100}));
+  check(Impl::kFlash, "flash qwen2.5-1.5b heads", make_attn_case({1, 130, 12, 2, 128}, {3, 64}));
 }
 
 // The fp32 kernels for head sizes the flash kernels do not take.
 TEST(EmulAttention, ReferenceOtherHeadDims) {
-  check(Impl::kReference, "reference d16 gqa", make_case({2, 40, 4, 2, 16}, {9, 20}));
-  check(Impl::kReference, "reference d80", make_case({1, 33, 2, 1, 80}, {}));
+  check(Impl::kReference, "reference d16 gqa", make_attn_case({2, 40, 4, 2, 16}, {9, 20}));
+  check(Impl::kReference, "reference d80", make_attn_case({1, 33, 2, 1, 80}, {}));
 }
 
 // New tokens over a KV cache (the reference forward at an offset).
