@@ -26,17 +26,10 @@ namespace kiln::cuda {
 namespace {
 
 using kiln::testing::random_vec;
-using Case = kiln::testing::AttnCase;
-using Tensors = kiln::testing::AttnOutputs;
-using kiln::testing::make_attn_case;
-
-struct Inputs : kiln::testing::AttnInputs {
-  explicit Inputs(const AttnShape& s) : AttnInputs(s, random_vec) {}
-};
-
-Tensors run_cpu(const Case& c, const Inputs& in) {
-  return kiln::testing::attention_on(CpuBackend(), c, in);
-}
+using testing::AttnCase;
+using testing::AttnInputs;
+using testing::AttnOutputs;
+using testing::make_attn_case;
 
 // Empty when a GPU is visible, else why not.
 std::string no_gpu_reason() {
@@ -87,7 +80,7 @@ enum class Impl { kReference, kFlash };
 
 // Forward, then backward from the GPU's own y and lse; `backwards` runs of backward (the last
 // one's gradients returned, every run's compared bit for bit with the first).
-Tensors run_gpu(Impl impl, const Case& c, const Inputs& in, int backwards = 1) {
+AttnOutputs run_gpu(Impl impl, const AttnCase& c, const AttnInputs& in, int backwards = 1) {
   const AttnShape& s = c.s;
   DeviceArray<float> q(in.q), k(in.k), v(in.v), dy(in.dy);
   DeviceArray<float> y(in.q.size()), lse(static_cast<size_t>(s.B) * s.H * s.T);
@@ -100,7 +93,7 @@ Tensors run_gpu(Impl impl, const Case& c, const Inputs& in, int backwards = 1) {
   } else {
     reference_attention_forward(y.get(), lse.get(), q.get(), k.get(), v.get(), dsp, s, nullptr);
   }
-  Tensors first;
+  AttnOutputs first;
   for (int r = 0; r < backwards; ++r) {
     KILN_CUDA_CHECK(cudaMemset(dq.get(), 0xff, in.q.size() * sizeof(float)));  // NaN: unwritten
     KILN_CUDA_CHECK(cudaMemset(dk.get(), 0xff, in.k.size() * sizeof(float)));
@@ -108,7 +101,7 @@ Tensors run_gpu(Impl impl, const Case& c, const Inputs& in, int backwards = 1) {
     const auto f = impl == Impl::kFlash ? flash_attention_backward : reference_attention_backward;
     f(dq.get(), dk.get(), dv.get(), dy.get(), q.get(), k.get(), v.get(), y.get(), lse.get(), dsp, s,
       scratch.get(), nullptr);
-    Tensors t{y.host(), lse.host(), dq.host(), dk.host(), dv.host()};
+    AttnOutputs t{y.host(), lse.host(), dq.host(), dk.host(), dv.host()};
     if (r == 0) {
       first = std::move(t);
       continue;
@@ -154,7 +147,8 @@ constexpr Tolerance kFp32{5e-5, 2e-4};
 // bf16 operands (8 significant bits) in every product, fp32 accumulation and softmax.
 constexpr Tolerance kBf16{2e-2, 6e-2};
 
-void expect_close(const Tensors& got, const Tensors& want, Tolerance tol, const char* what) {
+void expect_close(const AttnOutputs& got, const AttnOutputs& want, Tolerance tol,
+                  const char* what) {
   const std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>>
       fields[] = {{"y", {&got.y, &want.y}},
                   {"lse", {&got.lse, &want.lse}},
@@ -167,15 +161,16 @@ void expect_close(const Tensors& got, const Tensors& want, Tolerance tol, const 
   }
 }
 
-void check_reference(const Case& c) {
-  const Inputs in(c.s);
-  expect_close(run_gpu(Impl::kReference, c, in, 2), run_cpu(c, in), kFp32, "reference");
+void check_reference(const AttnCase& c) {
+  const AttnInputs in(c.s, random_vec);
+  expect_close(run_gpu(Impl::kReference, c, in, 2), testing::attention_on(CpuBackend(), c, in),
+               kFp32, "reference");
 }
 
-void check_flash(const Case& c) {
+void check_flash(const AttnCase& c) {
   ASSERT_TRUE(flash_attention_supports(c.s));
-  const Inputs in(c.s);
-  const Tensors cpu = run_cpu(c, in);
+  const AttnInputs in(c.s, random_vec);
+  const AttnOutputs cpu = testing::attention_on(CpuBackend(), c, in);
   expect_close(run_gpu(Impl::kFlash, c, in, 2), cpu, kBf16, "flash");
   expect_close(run_gpu(Impl::kReference, c, in), cpu, kFp32, "reference");
 }
@@ -263,10 +258,10 @@ TEST(CudaAttention, FlashGroupedQueryHeads) {
 // several heads, whole groups per block written straight into dk, dv.
 TEST(CudaAttention, FlashKvGroupSplits) {
   REQUIRE_GPU();
-  const Case two_parts = make_attn_case({8, 1024, 12, 2, 128}, {300, 700});
+  const AttnCase two_parts = make_attn_case({8, 1024, 12, 2, 128}, {300, 700});
   ASSERT_EQ(dkdv_head_splits(8, 1024, 12, 2), 2);
   check_flash(two_parts);
-  const Case whole = make_attn_case({16, 1024, 4, 2, 64}, {64, 500});
+  const AttnCase whole = make_attn_case({16, 1024, 4, 2, 64}, {64, 500});
   ASSERT_EQ(dkdv_head_splits(16, 1024, 4, 2), 1);
   check_flash(whole);
 }
@@ -299,7 +294,7 @@ TEST(CudaAttention, FlashQwen15bGeometry) {
 TEST(CudaAttention, ArbitraryDocStarts) {
   REQUIRE_GPU();
   for (int D : {64, 128}) {
-    Case c = make_attn_case({2, 150, 4, 2, D});
+    AttnCase c = make_attn_case({2, 150, 4, 2, D});
     c.doc_start.resize(2 * 150);
     for (int t = 0; t < 2 * 150; ++t) c.doc_start[t] = (t % 150) * (t % 7) / 7;
     check_flash(c);

@@ -20,22 +20,15 @@ namespace {
 
 const Backend& cpu() { return parity::reference(); }
 
-using Case = kiln::testing::AttnCase;
-using Outputs = kiln::testing::AttnOutputs;
-using kiln::testing::make_attn_case;
-
-struct Inputs : kiln::testing::AttnInputs {
-  explicit Inputs(const AttnShape& s) : AttnInputs(s, random_values) {}
-};
-
-Outputs run_cpu(const Case& c, const Inputs& in) {
-  return kiln::testing::attention_on(cpu(), c, in);
-}
+using testing::AttnCase;
+using testing::AttnInputs;
+using testing::AttnOutputs;
+using testing::make_attn_case;
 
 enum class Impl { kReference, kFlash };
 
 // Forward, then backward from the kernels' own y and lse (as CudaBackend runs them).
-Outputs run_emulated(Impl impl, const Case& c, const Inputs& in) {
+AttnOutputs run_emulated(Impl impl, const AttnCase& c, const AttnInputs& in) {
   const AttnShape& s = c.s;
   DeviceArray<float> q(in.q, "q"), k(in.k, "k"), v(in.v, "v"), dy(in.dy, "dy");
   DeviceArray<float> y(in.q.size(), "y"), lse(size_t{1} * s.B * s.H * s.T, "lse");
@@ -59,10 +52,10 @@ Outputs run_emulated(Impl impl, const Case& c, const Inputs& in) {
   return {y.host(), lse.host(), dq.host(), dk.host(), dv.host()};
 }
 
-void check(Impl impl, const std::string& name, const Case& c) {
-  const Inputs in(c.s);
-  const Outputs want = run_cpu(c, in);
-  const Outputs got = run_emulated(impl, c, in);
+void check(Impl impl, const std::string& name, const AttnCase& c) {
+  const AttnInputs in(c.s, random_values);
+  const AttnOutputs want = testing::attention_on(cpu(), c, in);
+  const AttnOutputs got = run_emulated(impl, c, in);
   expect_no_fault();
   const double tol = impl == Impl::kFlash ? kProductBf16 : kProductFp32;
   expect_close(name + " y", got.y, want.y, tol);
@@ -75,7 +68,7 @@ void check(Impl impl, const std::string& name, const Case& c) {
 // Grouped-query heads (2 per kv head: dK/dV in two parts, summed), documents across the 64-row
 // tiles, 100 rows (a partial second tile).
 TEST(EmulAttention, FlashHeadDim64GroupedQueries) {
-  const Case c = make_attn_case({2, 100, 4, 2, 64}, {37, 70});
+  const AttnCase c = make_attn_case({2, 100, 4, 2, 64}, {37, 70});
   ASSERT_GT(emul_cuda::dkdv_head_splits(c.s.B, c.s.T, c.s.H, c.s.KV), 1);
   check(Impl::kFlash, "flash d64 gqa", c);
 }
@@ -87,7 +80,7 @@ TEST(EmulAttention, FlashHeadDim128GroupedQueries) {
 
 // One query head per kv head (dK/dV written directly), no documents, 130 rows (three tiles).
 TEST(EmulAttention, FlashHeadDim64OneHeadPerKvHead) {
-  const Case c = make_attn_case({1, 130, 2, 2, 64}, {});
+  const AttnCase c = make_attn_case({1, 130, 2, 2, 64}, {});
   ASSERT_EQ(emul_cuda::dkdv_head_splits(c.s.B, c.s.T, c.s.H, c.s.KV), 1);
   check(Impl::kFlash, "flash d64 mha", c);
 }
@@ -95,7 +88,7 @@ TEST(EmulAttention, FlashHeadDim64OneHeadPerKvHead) {
 // Enough kv-head blocks (128 rows x 2 kv heads) that the dK/dV pass takes two parts of each
 // group of four query heads: each block loops over two heads, restaging Q and dy per head.
 TEST(EmulAttention, FlashDkdvBlocksLoopingOverHeads) {
-  const Case c = make_attn_case({128, 16, 8, 2, 64}, {5});
+  const AttnCase c = make_attn_case({128, 16, 8, 2, 64}, {5});
   ASSERT_EQ(emul_cuda::dkdv_head_splits(c.s.B, c.s.T, c.s.H, c.s.KV), 2);
   check(Impl::kFlash, "flash d64 two heads per dk/dv block", c);
 }
