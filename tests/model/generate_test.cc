@@ -59,17 +59,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionDecode,
                                            AttnCase{6, 3, 150, 10}, AttnCase{2, 1, 200, 199},
                                            AttnCase{8, 2, 130, 0}));
 
+// testing::small_config at generation's sizes: a wider model and vocabulary, longer positions.
 ModelConfig small_config(bool tied) {
-  ModelConfig c;
+  ModelConfig c = testing::small_config(tied);
   c.hidden_size = 32;
   c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
   c.vocab_size = 97;
   c.max_position_embeddings = 512;
-  c.rope_theta = 10000.0;
-  c.tie_word_embeddings = tied;
   return c;
 }
 
