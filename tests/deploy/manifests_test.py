@@ -111,9 +111,10 @@ def load(files, values, label):
 
 
 def recipe_keys():
-    """kiln's list of valid recipe keys, from the recipe parser's source."""
+    """kiln's list of valid recipe keys, from the recipe parser's source (its kKeySpecs table:
+    one {"section.key", defines_run} line per key)."""
     text = RECIPE_CC.read_text()
-    return set(re.findall(r'^\s*"([a-z_]+\.[a-z_]+)",\s*$', text, re.M))
+    return set(re.findall(r'^\s*\{"([a-z_]+\.[a-z_]+)", (?:true|false)\},\s*$', text, re.M))
 
 
 def by_kind(docs, kind):
