@@ -42,6 +42,8 @@ constexpr size_t kLayer = 16 + (16 * 16 + 16) + 2 * (8 * 16 + 8) + 16 * 16 + 16 
 constexpr size_t kHeadTied = 16;
 
 size_t pad(size_t n, size_t S) { return (n + S - 1) / S * S; }
+// The embedding (23 rows of 16) is padded to whole rows per rank: ceil(23 / S) rows each.
+size_t pad_embed(size_t S) { return (23 + S - 1) / S * 16 * S; }
 
 TEST(MemoryPlan, ArithmeticOfATinyConfig) {
   const ModelConfig c = plan_config();
@@ -53,7 +55,7 @@ TEST(MemoryPlan, ArithmeticOfATinyConfig) {
   s.seq_len = 8;
   s.baseline = 1000;
   const MemoryPlan p = plan_memory(c, s);
-  const size_t E = pad(kEmbed, 2), Ly = pad(kLayer, 2), H = pad(kHeadTied, 2);
+  const size_t E = pad_embed(2), Ly = pad(kLayer, 2), H = pad(kHeadTied, 2);
   EXPECT_EQ(p.params, 4 * (E + 4 * Ly + H) / 2);
   EXPECT_EQ(p.grads, p.params);
   EXPECT_EQ(p.optimizer, 2 * p.params);  // m and v of rank 0's (unpadded) part
@@ -81,7 +83,7 @@ TEST(MemoryPlan, ArithmeticOfATinyConfig) {
   EXPECT_EQ(p.activations, p.activations_full);
   s.world_size = s.shard_size = 4;
   EXPECT_EQ(plan_memory(c, s).params,
-            4 * (pad(kEmbed, 4) + 4 * pad(kLayer, 4) + pad(kHeadTied, 4)) / 4);
+            4 * (pad_embed(4) + 4 * pad(kLayer, 4) + pad(kHeadTied, 4)) / 4);
 
   // One process: no gathering in fp32, the whole model's state, no pool at all.
   MemorySettings one;
@@ -94,7 +96,7 @@ TEST(MemoryPlan, ArithmeticOfATinyConfig) {
   s.strategy = ShardStrategy::kShardGradOp;
   s.bf16 = false;
   EXPECT_EQ(plan_memory(c, s).gathered,
-            4 * (pad(kEmbed, 4) + 4 * pad(kLayer, 4) + pad(kHeadTied, 4)));
+            4 * (pad_embed(4) + 4 * pad(kLayer, 4) + pad(kHeadTied, 4)));
 }
 
 // LoRA: the base's shards in the compute dtype (bf16: 2 bytes), gradients and AdamW state for the
@@ -113,7 +115,7 @@ TEST(MemoryPlan, LoraKeepsTheFrozenBaseInItsDtypeWithoutGradientsOrState) {
   s.bf16 = true;
   s.lora = lora;
   const MemoryPlan p = plan_memory(c, s);
-  const size_t E = pad(kEmbed, 2), Ly = pad(kLayer, 2), H = pad(kHeadTied, 2);
+  const size_t E = pad_embed(2), Ly = pad(kLayer, 2), H = pad(kHeadTied, 2);
   const size_t Ad = pad(A, 2);
   EXPECT_EQ(p.params, 2 * (E + 4 * Ly + H) / 2 + 4 * 4 * Ad / 2);
   EXPECT_EQ(p.grads, 4 * 4 * Ad / 2);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiln/base/error.h"
+#include "kiln/fsdp/shard_geometry.h"
 
 namespace kiln {
 
@@ -27,8 +28,9 @@ Fsdp::Fsdp(const ParamLayout& layout, const Backend& backend, ShardStrategy stra
   for (int u = 0; u < layout.num_units(); ++u) {
     Unit& x = units_[u];
     x.numel = layout.units()[u].numel;
-    x.padded = (x.numel + S - 1) / S * S;
-    x.shard_size = x.padded / S;
+    const ShardGeometry g = shard_geometry(layout.units()[u], S);
+    x.padded = g.padded;
+    x.shard_size = g.shard_size;
     x.frozen = !layout.units()[u].trainable;
     x.store = x.frozen ? gather_dtype_ : DType::F32;
     x.shard = DeviceBuffer<float>(be_, storage_floats(x.shard_size, x.store));

@@ -9,8 +9,11 @@
 //   hybrid_shard   full_shard inside a node (shard group), gradients then all-reduced across
 //                  nodes (replica group)
 //
-// Geometry: a unit of n floats is padded to P = ceil(n / S) * S; rank r of the shard group owns
-// [r * P / S, (r + 1) * P / S) of the padded unit (the optimizer sees the part below n).
+// Geometry (shard_geometry.h, the one place that decides it): a unit of n floats is padded to
+// S shards of shard_size and rank r of the shard group owns [r * shard_size, (r + 1) *
+// shard_size) of the padded unit (the optimizer and checkpoints see the part below n). A (V, C)
+// table (the embedding, an untied head: ParamUnit::row_width) is cut between rows, shard_size =
+// ceil(V / S) * C, so every rank holds whole rows; any other unit has shard_size = ceil(n / S).
 //
 // Overlap: acquire(u) orders the compute stream after u's all-gather and immediately issues the
 // next unit's (the order is learnt from the first micro-batch, so every rank prefetches
@@ -54,14 +57,12 @@
 namespace kiln {
 
 // Fsdp::head_cross_entropy's split vocabulary: the rows of logits it computes at once for
-// `rows` rows over a shard of `shard_size` elements of a table with rows of C, and the floats of
-// its per-chunk scratch.
+// `rows` rows over a shard of `shard_size` elements (whole rows) of a table with rows of C.
 size_t vocab_head_logit_rows(size_t rows, size_t shard_size, size_t C);
-// Whether it splits the vocabulary: a (table_numel / C, C) table sharded `shard_size` elements
-// per rank over `group` ranks under `strategy`, with `tokens` per rank.
-bool splits_vocabulary(ShardStrategy strategy, size_t group, size_t shard_size, size_t table_numel,
-                       size_t tokens, size_t C);
-size_t vocab_head_scratch_floats(size_t chunk_rows, size_t group_size);
+// Whether it splits the vocabulary: a (table_numel / C, C) table sharded over `group` ranks
+// under `strategy`, with `tokens` per rank.
+bool splits_vocabulary(ShardStrategy strategy, size_t group, size_t table_numel, size_t tokens,
+                       size_t C);
 // Whether Fsdp::embed_rows (or, with `backward`, embed_rows_backward) goes by rows: a table of
 // table_numel / C rows, `group` ranks in FSDP's shard communicator, `tokens` per rank;
 // `reduced`: the unit's grad_done already issued its reduction in this micro-step.
@@ -83,7 +84,7 @@ class Fsdp final : public UnitAccess {
   float* grad(int unit) override;
   void grad_done(int unit) override;
   // When the group's tokens are fewer than the table's rows (S * N < V): every rank looks up
-  // all ranks' tokens in its own shard (zeros where another rank holds the element) and a
+  // all ranks' tokens in its own rows of the table (zeros for a row another rank holds) and a
   // reduce-scatter of those (S * N, C) rows sums each rank's rows, instead of gathering the
   // whole (V, C) table. Otherwise the table is acquired as usual.
   void embed_rows(int unit, const int32_t* ids, int N, int C, float* out) override;
@@ -92,14 +93,13 @@ class Fsdp final : public UnitAccess {
   // what the unit's earlier grad_done reduced. Otherwise (and for hybrid_shard, whose other
   // nodes' rows these would miss) a whole-unit gradient is made and reduced as usual.
   void embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N, int C) override;
-  // Under full_shard and shard_grad_op, when the group's tokens are fewer than the table's rows
-  // and every shard holds at least a row: the vocabulary is split along the shards (Megatron's
-  // vocabulary-parallel head). Every rank's rows of x and targets are gathered, each rank
-  // computes the logits of its own part of the table for all of them, the ranks combine each
-  // row's max and sum of exponentials (two small all-reduces per chunk of rows), and each adds
-  // its part's gradient straight into its gradient shard; a reduce-scatter of the (S * N, C)
+  // Under full_shard and shard_grad_op, when the group's tokens are fewer than the table's rows:
+  // the vocabulary is split along the shards (Megatron's vocabulary-parallel head). Every
+  // rank's rows of x and targets are gathered, each rank computes the logits of its own rows of
+  // the table (its shard is whole rows: shard_geometry.h) for all of them, the ranks combine
+  // each row's max and sum of exponentials (two small all-reduces per chunk of rows), and each
+  // adds its rows' gradient straight into its gradient shard; a reduce-scatter of the (S * N, C)
   // input gradients gives each rank dx. Neither the table nor its whole gradient is ever held.
-  // Rows cut by a shard boundary are completed by a third small all-reduce (fsdp_vocab_head.cc).
   // Otherwise the table is acquired and its gradient reduced as usual.
   void head_cross_entropy(int unit, double* loss_sum, float* dx, const float* x,
                           const int32_t* targets, int N, int targeted, int C, int V,

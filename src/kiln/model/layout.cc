@@ -33,6 +33,7 @@ ParamLayout::ParamLayout(const ModelConfig& c, const std::optional<LoraConfig>& 
   const int64_t Q = c.q_dim(), KV = c.kv_dim();
   ParamUnit embed{"embed", {}, 0};
   embed.add("model.embed_tokens.weight", {V, C}, true);
+  embed.row_width = static_cast<size_t>(C);
   units_.push_back(std::move(embed));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     ParamUnit u{fmt::format("layers.{}", i), {}, 0};
@@ -67,6 +68,7 @@ ParamLayout::ParamLayout(const ModelConfig& c, const std::optional<LoraConfig>& 
   if (!c.tie_word_embeddings) {
     ParamUnit lm_head{"lm_head", {}, 0};
     lm_head.add("lm_head.weight", {V, C}, true);
+    lm_head.row_width = static_cast<size_t>(C);
     lm_head_ = static_cast<int>(units_.size());
     units_.push_back(std::move(lm_head));
   }

@@ -24,6 +24,9 @@ struct ParamUnit {
   // Whether the unit trains (has a gradient and optimizer state); a LoRA run's base is frozen:
   // the model only acquires and releases it.
   bool trainable = true;
+  // A (V, C) table (the embedding, an untied LM head): C, the floats of a row, and FSDP shards
+  // it by whole rows (fsdp/shard_geometry.h); 0 for every other unit.
+  size_t row_width = 0;
   const ParamEntry& entry(const std::string& hf_name) const;
   // Appends a tensor after the unit's last; returns its offset (floats).
   size_t add(std::string hf_name, std::vector<int64_t> shape, bool decay);
