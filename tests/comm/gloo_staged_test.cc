@@ -60,6 +60,7 @@ TEST(GlooStaged, AllReduceSumMeanMax) {
   constexpr size_t n = 1001;
   run_ranks(3, [&](Communicator& c, const Backend& be, int rank) {
     EXPECT_NE(c.transport().find(" staged"), std::string::npos) << c.transport();
+    EXPECT_TRUE(c.transport_info().staged);
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax}) {
       DevFloats x(be, n);
       x.fill(rank);

@@ -12,6 +12,7 @@
 #include "common/rank_threads.h"
 #include "kiln/base/error.h"
 #include "kiln/comm/gloo_communicator.h"
+#include "kiln/comm/transport.h"
 
 namespace kiln {
 namespace {
@@ -287,6 +288,15 @@ TEST_P(Gloo, SubGroups) {
     const char* transports[] = {"gloo-tcp lo 127.0.0.1", "gloo-tcp lo 127.0.0.1 shm",
                                 "gloo-tcp+auth lo 127.0.0.1"};
     EXPECT_EQ(c.transport(), transports[static_cast<int>(GetParam())]);
+    // What the group reports, field by field: a requirement reads these, not the text.
+    const TransportInfo t = c.transport_info();
+    EXPECT_EQ(t.library, CommLibrary::kGloo);
+    EXPECT_EQ(t.shm_lane, GetParam() == Path::kShm);
+    EXPECT_EQ(t.authenticated, GetParam() == Path::kAuth);
+    EXPECT_FALSE(t.staged);
+    EXPECT_TRUE(transport_satisfies(t, TransportKind::kGlooTcp));
+    EXPECT_TRUE(transport_satisfies(t, TransportKind::kLoopback));
+    EXPECT_FALSE(transport_satisfies(t, TransportKind::kSocket));
     // Hybrid sharding: intra-node {0,1},{2,3}, inter-node {0,2},{1,3}.
     const int node = rank / 2, local = rank % 2;
     auto intra = c.split(node == 0 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, "intra");

@@ -66,73 +66,76 @@ VM-16-64-ubuntu:28471:28471 [0] NCCL INFO Using network Socket
 )";
 
 TEST(NcclTransport, SocketNet) {
-  const NcclTransport t = parse_nccl_transport(kSocketLog);
+  const TransportInfo t = parse_nccl_transport(kSocketLog);
+  EXPECT_EQ(t.library, CommLibrary::kNccl);
   EXPECT_EQ(t.net, "socket");
   EXPECT_EQ(t.iface, "enp10s0");
   EXPECT_EQ(t.address, "10.10.7.107");
   EXPECT_EQ(t.plugin, "");
   EXPECT_EQ(t.intra, std::vector<std::string>{"p2p"});
-  EXPECT_EQ(nccl_transport_string(t), "nccl socket enp10s0 10.10.7.107 p2p");
+  EXPECT_EQ(transport_text(t), "nccl socket enp10s0 10.10.7.107 p2p");
 }
 
 TEST(NcclTransport, EfaThroughAwsOfiNccl) {
-  const NcclTransport t = parse_nccl_transport(kEfaLog);
+  const TransportInfo t = parse_nccl_transport(kEfaLog);
   EXPECT_EQ(t.net, "efa");
   EXPECT_EQ(t.plugin, "aws-ofi-nccl");
   EXPECT_EQ(t.iface, "");
-  EXPECT_EQ(nccl_transport_string(t), "nccl efa (aws-ofi-nccl) p2p");
+  EXPECT_EQ(transport_text(t), "nccl efa (aws-ofi-nccl) p2p");
 }
 
 TEST(NcclTransport, EfaWhicheverLineComesFirst) {
   // Older aws-ofi-nccl names the net "AWS Libfabric"; the provider line may follow it.
-  const NcclTransport t = parse_nccl_transport(
+  const TransportInfo t = parse_nccl_transport(
       "h:1:2 [0] NCCL INFO Using network AWS Libfabric\n"
       "h:1:2 [0] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)\n");
-  EXPECT_EQ(nccl_transport_string(t), "nccl efa (aws-ofi-nccl)");
+  EXPECT_EQ(transport_text(t), "nccl efa (aws-ofi-nccl)");
   // aws-ofi-nccl builds that print no NIC count, and a provider followed by more words.
-  EXPECT_EQ(nccl_transport_string(
+  EXPECT_EQ(transport_text(
                 parse_nccl_transport("h:1:2 [0] NCCL INFO NET/OFI Selected Provider is efa\r\n")),
             "nccl efa (aws-ofi-nccl)");
-  EXPECT_EQ(nccl_transport_string(parse_nccl_transport(
+  EXPECT_EQ(transport_text(parse_nccl_transport(
                 "h:1:2 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct\n")),
             "nccl efa (aws-ofi-nccl)");
   // Libfabric without the provider line: the plugin is known, the fabric is not.
-  EXPECT_EQ(nccl_transport_string(parse_nccl_transport("NCCL INFO Using network Libfabric\n")),
+  EXPECT_EQ(transport_text(parse_nccl_transport("NCCL INFO Using network Libfabric\n")),
             "nccl libfabric (aws-ofi-nccl)");
 }
 
 TEST(NcclTransport, InfiniBand) {
-  const NcclTransport t = parse_nccl_transport(kIbLog);
-  EXPECT_EQ(nccl_transport_string(t), "nccl ib mlx5_0 p2p shm");
+  const TransportInfo t = parse_nccl_transport(kIbLog);
+  EXPECT_EQ(transport_text(t), "nccl ib mlx5_0 p2p shm");
+  EXPECT_FALSE(t.shm_lane);  // NCCL's shm path is an intra-node path, not Gloo's lane
+  EXPECT_EQ(t.intra, (std::vector<std::string>{"p2p", "shm"}));
 }
 
 TEST(NcclTransport, IbFailedThenSockets) {
-  EXPECT_EQ(nccl_transport_string(parse_nccl_transport(kIbFallbackLog)),
-            "nccl socket eth0 172.17.16.64");
+  EXPECT_EQ(transport_text(parse_nccl_transport(kIbFallbackLog)), "nccl socket eth0 172.17.16.64");
 }
 
 TEST(NcclTransport, NothingSaid) {
-  EXPECT_EQ(nccl_transport_string(parse_nccl_transport("")), "nccl ?");
-  EXPECT_EQ(nccl_transport_string(parse_nccl_transport("NCCL INFO cudaDriverVersion 12040\n")),
-            "nccl ?");
+  EXPECT_EQ(parse_nccl_transport("").library, CommLibrary::kNccl);
+  EXPECT_EQ(transport_text(parse_nccl_transport("")), "nccl ?");
+  EXPECT_EQ(transport_text(parse_nccl_transport("NCCL INFO cudaDriverVersion 12040\n")), "nccl ?");
 }
 
 TEST(NcclTransport, RequireTransportReadsIt) {
-  const std::string efa = nccl_transport_string(parse_nccl_transport(kEfaLog));
-  const std::string sock = nccl_transport_string(parse_nccl_transport(kSocketLog));
-  const std::string lo = nccl_transport_string(parse_nccl_transport(kLoopbackLog));
-  const std::string ib = nccl_transport_string(parse_nccl_transport(kIbLog));
+  const TransportInfo efa = parse_nccl_transport(kEfaLog);
+  const TransportInfo sock = parse_nccl_transport(kSocketLog);
+  const TransportInfo lo = parse_nccl_transport(kLoopbackLog);
+  const TransportInfo ib = parse_nccl_transport(kIbLog);
   EXPECT_TRUE(transport_satisfies(efa, "efa"));
   EXPECT_FALSE(transport_satisfies(efa, "socket"));
   EXPECT_FALSE(transport_satisfies(efa, "gloo-tcp"));
   EXPECT_TRUE(transport_satisfies(sock, "socket"));
   EXPECT_FALSE(transport_satisfies(sock, "efa"));
   EXPECT_FALSE(transport_satisfies(sock, "loopback"));
+  EXPECT_FALSE(transport_satisfies(sock, "gloo-tcp"));
   EXPECT_TRUE(transport_satisfies(lo, "loopback"));
   EXPECT_FALSE(transport_satisfies(lo, "socket"));
   EXPECT_FALSE(transport_satisfies(ib, "efa"));
   EXPECT_FALSE(transport_satisfies(ib, "socket"));
-  EXPECT_FALSE(transport_satisfies("nccl ?", "efa"));
+  EXPECT_FALSE(transport_satisfies(parse_nccl_transport(""), "efa"));
 }
 
 }  // namespace

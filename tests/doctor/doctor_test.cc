@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "kiln/base/error.h"
+#include "kiln/comm/transport.h"
 #if KILN_HAVE_CUDA
 #include "kiln/kernels/cuda/cuda_devices.h"
 #endif
@@ -50,7 +51,10 @@ class Machine {
     p.blas_core = [this] { return blas; };
     p.gloo = [this](const std::string&) { return gloo; };
     gloo.ran = gloo.ok = true;
-    gloo.transport = "gloo-tcp lo 127.0.0.1";
+    gloo.transport = TransportInfo{.library = CommLibrary::kGloo,
+                                   .net = std::string(kNetSocket),
+                                   .iface = "lo",
+                                   .address = "127.0.0.1"};
   }
   ~Machine() { fs::remove_all(root_); }
 
@@ -484,6 +488,14 @@ TEST(Doctor, Requirements) {
   // Only loopback: no socket transport to other hosts.
   m.ifaces = {{"lo", "127.0.0.1", true, true}};
   EXPECT_FALSE(require(m.report(), "transport=socket").met);
+  // A probe over a NIC (KILN_SOCKET_IFNAME set): authenticated Gloo over TCP, not loopback.
+  m.gloo.transport->iface = "eth0";
+  m.gloo.transport->address = "10.0.0.2";
+  m.gloo.transport->authenticated = true;
+  EXPECT_TRUE(require(m.report(), "transport=gloo-tcp").met);
+  const Requirement lo = require(m.report(), "transport=loopback");
+  EXPECT_FALSE(lo.met);
+  EXPECT_EQ(lo.reason, "gloo-tcp+auth eth0 10.0.0.2");
   // Gloo that could not form a group.
   m.gloo.ok = false;
   m.gloo.error = "boom";
@@ -525,13 +537,20 @@ TEST(Doctor, JsonIsOneParsableObject) {
   EXPECT_EQ(j.at("env").at("FI_PROVIDER"), "efa");
   EXPECT_EQ(j.at("requirements").at(0).at("met"), false);
   EXPECT_EQ(j.at("checks").size(), r.checks.size());
+  EXPECT_EQ(j.at("gloo").at("transport"), "gloo-tcp lo 127.0.0.1");
+  EXPECT_EQ(j.at("gloo").at("transport_info").at("iface"), "lo");
+  EXPECT_EQ(j.at("gloo").at("transport_info").at("library"), "gloo");
 }
 
 // The real thing: two threads form a Gloo group over loopback and all-reduce.
 TEST(Doctor, RealGlooProbe) {
   const GlooProbe g = probe_gloo_loopback("", 1 << 20);
   ASSERT_TRUE(g.ok) << g.error;
-  EXPECT_TRUE(g.transport.starts_with("gloo-tcp lo 127.")) << g.transport;
+  ASSERT_TRUE(g.transport.has_value());
+  EXPECT_TRUE(transport_text(*g.transport).starts_with("gloo-tcp lo 127."))
+      << transport_text(*g.transport);
+  EXPECT_TRUE(transport_satisfies(*g.transport, TransportKind::kLoopback));
+  EXPECT_FALSE(g.transport->shm_lane);  // the probe measures TCP
   EXPECT_GT(g.busbw_gbps, 0);
   const GlooProbe bad = probe_gloo_loopback("nosuchif0", 1024);
   EXPECT_FALSE(bad.ok);

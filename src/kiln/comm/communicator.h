@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/comm/transport_info.h"
 #include "kiln/kernels/device/stream.h"
 #include "kiln/tensor/dtype.h"
 
@@ -49,8 +50,11 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  // Transport actually in use, recorded in run metadata ("local", "gloo-tcp eth0 10.0.0.2", ...).
-  virtual std::string transport() const = 0;
+  // The transport actually in use, as this group knows it (transport_info.h): what
+  // dist.require_transport checks and run metadata records.
+  virtual TransportInfo transport_info() const = 0;
+  // Its one text ("local", "gloo-tcp eth0 10.0.0.2", ...), for logs and run_meta.json.
+  std::string transport() const { return transport_text(transport_info()); }
 
   // data (n) reduced in place over the group.
   virtual std::unique_ptr<Work> all_reduce_async(void* data, size_t n, DType t, ReduceOp op,

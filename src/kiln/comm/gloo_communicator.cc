@@ -239,9 +239,16 @@ class GlooCommunicator final : public Communicator {
 
   int rank() const override { return g_.rank; }
   int world_size() const override { return g_.size; }
-  std::string transport() const override {
-    return fmt::format("gloo-tcp{} {} {}{}{}", g_.authenticated ? "+auth" : "", g_.iface,
-                       g_.address, lane_ ? " shm" : "", g_.staging != nullptr ? " staged" : "");
+  TransportInfo transport_info() const override {
+    TransportInfo t;
+    t.library = CommLibrary::kGloo;
+    t.net = kNetSocket;
+    t.iface = g_.iface;
+    t.address = g_.address;
+    t.authenticated = g_.authenticated;
+    t.shm_lane = lane_ != nullptr;
+    t.staged = g_.staging != nullptr;
+    return t;
   }
 
   std::unique_ptr<Work> all_reduce_async(void* data, size_t n, DType t, ReduceOp op,

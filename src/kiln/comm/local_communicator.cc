@@ -22,7 +22,7 @@ class LocalCommunicator final : public Communicator {
  public:
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
-  std::string transport() const override { return "local"; }
+  TransportInfo transport_info() const override { return {.library = CommLibrary::kLocal}; }
   std::unique_ptr<Work> all_reduce_async(void*, size_t, DType, ReduceOp, Stream*) override {
     return std::make_unique<DoneWork>();
   }

@@ -83,10 +83,11 @@ std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
   return fmt::format("{}{}{}", ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
 }
 
-// NCCL_DEBUG unset: NCCL's INFO log of INIT and NET goes to a file, for transport(). NCCL reads
-// these once, at its first call in the process, so this runs before ncclGetUniqueId. Returns the
-// file to read ("" : the log goes elsewhere): ours, or one NCCL_DEBUG_FILE already names without
-// NCCL's %h/%p patterns (the user's, or ours from an earlier group of this process).
+// NCCL_DEBUG unset: NCCL's INFO log of INIT and NET goes to a file, for transport_info(). NCCL
+// reads these once, at its first call in the process, so this runs before ncclGetUniqueId.
+// Returns the file to read ("" : the log goes elsewhere): ours, or one NCCL_DEBUG_FILE already
+// names without NCCL's %h/%p patterns (the user's, or ours from an earlier group of this
+// process).
 std::string route_nccl_log(const NcclOptions& o, int rank) {
   if (std::getenv("NCCL_DEBUG") != nullptr) {
     const char* f = std::getenv("NCCL_DEBUG_FILE");
@@ -104,12 +105,15 @@ std::string route_nccl_log(const NcclOptions& o, int rank) {
   return file;
 }
 
-std::string transport_from_log(const std::string& file) {
-  if (file.empty()) return "nccl ? (NCCL_DEBUG set without NCCL_DEBUG_FILE: its log is not read)";
+TransportInfo transport_from_log(const std::string& file) {
+  if (file.empty()) {
+    return {.library = CommLibrary::kNccl,
+            .note = "NCCL_DEBUG set without NCCL_DEBUG_FILE: its log is not read"};
+  }
   std::ifstream in(file);
   std::stringstream text;
   text << in.rdbuf();
-  return nccl_transport_string(parse_nccl_transport(text.str()));
+  return parse_nccl_transport(text.str());
 }
 
 // What the communicator and its Works share: the communicator's health.
@@ -208,7 +212,7 @@ struct GroupSpec {
   std::vector<int> world_ranks;
   milliseconds timeout{300000};
   std::shared_ptr<HangWatchdog> watchdog;
-  std::string transport;
+  TransportInfo transport;
 };
 
 // Host buffers of an op with `after` null, and where they sit in the device copy.
@@ -245,7 +249,7 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return g_.rank; }
   int world_size() const override { return g_.size; }
-  std::string transport() const override { return g_.transport; }
+  TransportInfo transport_info() const override { return g_.transport; }
 
   std::unique_ptr<Work> all_reduce_async(void* data, size_t n, DType t, ReduceOp op,
                                          Stream* after) override {
@@ -579,7 +583,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Store> stor
   finish_init(comm, r, "init", group_store, g.name, rank, world_size, g.timeout);
   g.transport = transport_from_log(log_file);
   KILN_LOG_DEBUG("nccl group {} rank {}/{}: {} (NCCL's log: {})", g.name, rank, world_size,
-                 g.transport, log_file.empty() ? "not kiln's" : log_file);
+                 transport_text(g.transport), log_file.empty() ? "not kiln's" : log_file);
   return std::make_unique<NcclCommunicator>(std::move(g), comm);
 }
 

@@ -21,7 +21,7 @@
 // op, and the trainer's per-step host all-reduce is one.
 //
 // Transport: unless the user set NCCL_DEBUG, NCCL's INFO log (subsystems INIT,NET) goes to a
-// per-rank file that transport() is parsed from (nccl_transport.h): "nccl efa (aws-ofi-nccl)",
+// per-rank file that transport_info() is read from (nccl_transport.h): "nccl efa (aws-ofi-nccl)",
 // "nccl socket eth0 10.0.0.2 p2p", ...
 #pragma once
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <sstream>
 
 namespace kiln {
 
@@ -50,16 +49,16 @@ Device first_device(std::string_view list) {
 // What the lines said so far; the socket and IB nets both report devices before NCCL says
 // which net it chose.
 struct ParseState {
-  NcclTransport t;
+  TransportInfo t{.library = CommLibrary::kNccl};
   Device socket, ib;
 };
 
-void add_intra(NcclTransport& t, const std::string& path) {
+void add_intra(TransportInfo& t, const std::string& path) {
   if (std::find(t.intra.begin(), t.intra.end(), path) == t.intra.end()) t.intra.push_back(path);
 }
 
 void read_line(std::string_view msg, ParseState& st) {
-  NcclTransport& t = st.t;
+  TransportInfo& t = st.t;
   constexpr std::string_view kNetChosen = "Using network ";
   constexpr std::string_view kOfiProvider = "NET/OFI Selected Provider is ";
   constexpr std::string_view kSocket = "NET/Socket : Using ";
@@ -67,12 +66,12 @@ void read_line(std::string_view msg, ParseState& st) {
   constexpr std::string_view kPlugin = "NET/Plugin: Loaded net plugin ";
   if (msg.starts_with(kNetChosen)) {
     const std::string net = lower(trim(msg.substr(kNetChosen.size())));
-    if (net == "socket" || net == "ib") {
+    if (net == kNetSocket || net == "ib") {
       t.net = net;
       t.plugin.clear();
     } else if (net.find("libfabric") != std::string::npos) {
       t.plugin = "aws-ofi-nccl";
-      if (t.net.empty() || t.net == "socket" || t.net == "ib") t.net = "libfabric";
+      if (t.net.empty() || t.net == kNetSocket || t.net == "ib") t.net = "libfabric";
     } else {
       t.plugin = net;
       t.net = net;
@@ -100,7 +99,7 @@ void read_line(std::string_view msg, ParseState& st) {
 
 }  // namespace
 
-NcclTransport parse_nccl_transport(std::string_view log) {
+TransportInfo parse_nccl_transport(std::string_view log) {
   ParseState st;
   std::string_view rest = log;
   while (!rest.empty()) {
@@ -109,24 +108,14 @@ NcclTransport parse_nccl_transport(std::string_view log) {
     if (eol == std::string_view::npos) break;
     rest.remove_prefix(eol + 1);
   }
-  NcclTransport t = std::move(st.t);
-  if (t.net == "socket") {
+  TransportInfo t = std::move(st.t);
+  if (t.net == kNetSocket) {
     t.iface = st.socket.name;
     t.address = st.socket.address;
   } else if (t.net == "ib") {
     t.iface = st.ib.name;  // the HCA; its port is no address
   }
   return t;
-}
-
-std::string nccl_transport_string(const NcclTransport& t) {
-  std::ostringstream out;
-  out << "nccl " << (t.net.empty() ? "?" : t.net);
-  if (!t.iface.empty()) out << " " << t.iface;
-  if (!t.address.empty()) out << " " << t.address;
-  if (!t.plugin.empty()) out << " (" << t.plugin << ")";
-  for (const auto& p : t.intra) out << " " << p;
-  return out.str();
 }
 
 }  // namespace kiln

@@ -13,25 +13,18 @@
 //   Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM              (intra-node: P2P/..., SHM/..., NVLS)
 #pragma once
 
-#include <string>
 #include <string_view>
-#include <vector>
+
+#include "kiln/comm/transport_info.h"
 
 namespace kiln {
 
-struct NcclTransport {
-  std::string net;      // "efa", "socket", "ib", another plugin's name lower-cased, "" : unknown
-  std::string plugin;   // "aws-ofi-nccl", another plugin's name, "" : NCCL's internal nets
-  std::string iface;    // the socket net's first interface ("eth0"), or IB's first HCA
-  std::string address;  // the socket net's address on it ("10.0.0.2"), "" when not reported
-  std::vector<std::string> intra;  // intra-node paths seen, first-seen order: "p2p", "shm", "nvls"
-};
-
-NcclTransport parse_nccl_transport(std::string_view log);
-
-// Communicator::transport() of an NCCL group: "nccl efa (aws-ofi-nccl)", "nccl socket eth0
-// 10.0.0.2", "nccl ib mlx5_0", with " p2p"/" shm"/" nvls" appended for the intra-node paths seen;
-// "nccl ?" when the log said nothing about the network.
-std::string nccl_transport_string(const NcclTransport& t);
+// An NCCL group's transport (library nccl): its net ("efa", "socket", "ib", "libfabric",
+// another plugin's name lower-cased; "" when the log said nothing about it), the plugin
+// ("aws-ofi-nccl", another plugin's name; "" : NCCL's internal nets), the socket net's first
+// interface and address or IB's first HCA, and the intra-node paths seen ("p2p", "shm",
+// "nvls"). transport_text() of it: "nccl efa (aws-ofi-nccl)", "nccl socket eth0 10.0.0.2",
+// "nccl ib mlx5_0", with " p2p"/" shm"/" nvls" after; "nccl ?" when the net is not known.
+TransportInfo parse_nccl_transport(std::string_view log);
 
 }  // namespace kiln

@@ -20,7 +20,9 @@ class NullCommunicator final : public Communicator {
   }
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
-  std::string transport() const override { return "none (memory plan)"; }
+  TransportInfo transport_info() const override {
+    return {.library = CommLibrary::kNone, .note = "memory plan"};
+  }
 
   std::unique_ptr<Work> all_reduce_async(void*, size_t, DType, ReduceOp, Stream*) override {
     return done();

@@ -17,6 +17,7 @@
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/comm/net_iface.h"
+#include "kiln/comm/transport_info.h"
 #include "kiln/kernels/device/gpu_inventory.h"
 
 namespace kiln {
@@ -37,10 +38,10 @@ struct FsSpace {
 // formation work, over which transport, and how fast is one all-reduce.
 struct GlooProbe {
   bool ran = false, ok = false;
-  std::string transport;  // Communicator::transport() of rank 0
-  std::string error;      // when !ok
-  uint64_t bytes = 0;     // all-reduce size
-  double seconds = 0;     // median time of one all-reduce
+  std::optional<TransportInfo> transport;  // rank 0's, once its group formed (set when ok)
+  std::string error;                       // when !ok
+  uint64_t bytes = 0;                      // all-reduce size
+  double seconds = 0;                      // median time of one all-reduce
   double busbw_gbps = 0;  // nccl-tests' bus bandwidth: bytes / seconds * 2(n-1)/n, n = 2
 };
 

@@ -14,6 +14,12 @@ namespace kiln {
 
 namespace {
 
+// The transport of a Gloo probe that formed its group (ok: probe_gloo_loopback sets both).
+const TransportInfo& probed_transport(const GlooProbe& g) {
+  KILN_CHECK(g.ok && g.transport.has_value(), "a Gloo probe that formed its group has a transport");
+  return *g.transport;
+}
+
 // NCCL places its intra-node buffers in /dev/shm; Docker's default is 64 MiB, which fails with
 // "Bus error" or "unhandled system error" once several GPUs share a node. 1 GiB is ample.
 constexpr uint64_t kMinShmBytes = uint64_t{1} << 30;
@@ -381,7 +387,8 @@ class Judge {
     } else {
       add("gloo", Level::kOk,
           fmt::format("2-rank group over {}: all_reduce {} in {:.1f} ms, busbw {:.2f} GB/s",
-                      g.transport, size_text(g.bytes), g.seconds * 1e3, g.busbw_gbps));
+                      transport_text(probed_transport(g)), size_text(g.bytes), g.seconds * 1e3,
+                      g.busbw_gbps));
     }
   }
 };
@@ -402,8 +409,8 @@ Requirement check_one(const DoctorReport& r, const std::string& text) {
            allowed_names(kTransportKindNames));
     }
     if (value == "gloo-tcp" || value == "loopback") {
-      q.met = r.gloo.ok && transport_satisfies(r.gloo.transport, value);
-      q.reason = r.gloo.ok ? r.gloo.transport
+      q.met = r.gloo.ok && transport_satisfies(probed_transport(r.gloo), value);
+      q.reason = r.gloo.ok ? transport_text(probed_transport(r.gloo))
                            : (r.gloo.ran ? "Gloo group formation failed: " + r.gloo.error
                                          : "Gloo group formation was not checked");
     } else if (value == "socket") {

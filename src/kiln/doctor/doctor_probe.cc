@@ -345,7 +345,7 @@ GlooProbe probe_gloo_loopback(const std::string& ifname, uint64_t bytes, int ite
     o.pair_token = token;
     o.authenticate = token.empty() ? PairAuth::kOff : PairAuth::kOn;
     auto comm = make_gloo_communicator(store, rank, kWorld, o);
-    if (rank == 0) out.transport = comm->transport();
+    if (rank == 0) out.transport = comm->transport_info();
     // Small integers: the sum is exact, so the check compares with ==.
     std::vector<float> x(n);
     for (int it = 0; it <= iters; ++it) {
@@ -377,7 +377,7 @@ GlooProbe probe_gloo_loopback(const std::string& ifname, uint64_t bytes, int ite
       out.error = fmt::format("rank {}: {}", r, errors[r]);
   }
   if (out.error.empty() && wrong > 0) out.error = fmt::format("{} wrong sums of {}", wrong, n);
-  out.ok = out.error.empty();
+  out.ok = out.error.empty() && out.transport.has_value();
   if (out.ok && !times.empty()) {
     std::sort(times.begin(), times.end());
     out.seconds = times[times.size() / 2];

@@ -15,9 +15,15 @@ namespace kiln {
 
 namespace {
 
-// Transport strings travel as fixed slots of 16-bit elements through all_gather, which only
-// copies them ("gloo-tcp eth0 10.0.0.2" is far shorter than a slot).
-constexpr size_t kSlotBytes = 256;
+// Each rank's TransportInfo travels as its JSON text in a slot of 16-bit elements through
+// all_gather, which only copies them; the slot is as long as the longest rank's text.
+std::string slot_text(const char* slot, size_t bytes) { return {slot, strnlen(slot, bytes)}; }
+
+std::vector<std::string> texts(const std::vector<TransportInfo>& infos) {
+  std::vector<std::string> out;
+  for (const auto& t : infos) out.push_back(transport_text(t));
+  return out;
+}
 
 std::string utc_now() {
   const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -36,22 +42,27 @@ std::string host_name() {
 
 }  // namespace
 
-std::vector<std::string> gather_transports(Communicator& comm) {
+std::vector<TransportInfo> gather_transports(Communicator& comm) {
   const int n = comm.world_size();
-  std::vector<uint16_t> mine(kSlotBytes / 2, 0), all(n * kSlotBytes / 2, 0);
-  const std::string t = comm.transport().substr(0, kSlotBytes - 1);
-  std::memcpy(mine.data(), t.data(), t.size());
-  comm.all_gather_async(all.data(), mine.data(), mine.size(), DType::BF16, nullptr)->wait_host();
-  std::vector<std::string> out;
+  const std::string mine = transport_info_json(comm.transport_info()).dump();
+  double longest = static_cast<double>(mine.size());
+  comm.all_reduce(&longest, size_t{1}, ReduceOp::kMax);
+  const size_t slot = (static_cast<size_t>(longest) + 2) / 2 * 2;  // a NUL after the longest
+  std::vector<uint16_t> in(slot / 2, 0), all(n * slot / 2, 0);
+  std::memcpy(in.data(), mine.data(), mine.size());
+  comm.all_gather_async(all.data(), in.data(), in.size(), DType::BF16, nullptr)->wait_host();
+  std::vector<TransportInfo> out;
   for (int r = 0; r < n; ++r) {
-    const char* p = reinterpret_cast<const char*>(all.data()) + r * kSlotBytes;
-    out.emplace_back(p, strnlen(p, kSlotBytes));
+    const std::string text = slot_text(reinterpret_cast<const char*>(all.data()) + r * slot, slot);
+    const std::string what = fmt::format("rank {}'s transport", r);
+    out.push_back(transport_info_from_json(parse_json(text, what), what));
   }
   return out;
 }
 
 Json run_meta_json(const Recipe& r, const WorkerIdentity& id, const std::string& strategy,
-                   const std::vector<std::string>& transports, const std::string& started_at) {
+                   const std::vector<TransportInfo>& infos, const std::string& started_at) {
+  const std::vector<std::string> transports = texts(infos);
   return {
       {"kiln_version", KILN_VERSION},
       {"started_at", started_at},
@@ -72,7 +83,8 @@ Json run_meta_json(const Recipe& r, const WorkerIdentity& id, const std::string&
 }
 
 void record_run_start(const Recipe& r, WorkerContext& ctx, const std::string& strategy) {
-  const std::vector<std::string> transports = gather_transports(ctx.comm());
+  const std::vector<TransportInfo> infos = gather_transports(ctx.comm());
+  const std::vector<std::string> transports = texts(infos);
   // Distinct transports for the log: one line however many ranks.
   std::string distinct;
   for (size_t i = 0; i < transports.size(); ++i) {
@@ -88,7 +100,7 @@ void record_run_start(const Recipe& r, WorkerContext& ctx, const std::string& st
     const fs::path dir = r.output.dir;
     fs::create_directories(dir);
     write_file_atomic(dir / "run_meta.json",
-                      run_meta_json(r, id, strategy, transports, utc_now()).dump(2) + "\n");
+                      run_meta_json(r, id, strategy, infos, utc_now()).dump(2) + "\n");
   }
   if (!r.dist.require_transport) return;
   const TransportKind kind = *r.dist.require_transport;
@@ -96,7 +108,7 @@ void record_run_start(const Recipe& r, WorkerContext& ctx, const std::string& st
   // run_meta.json is on disk before any rank fails, so what was in use is on record.
   ctx.comm().barrier();
   for (size_t i = 0; i < transports.size(); ++i) {
-    if (!transport_satisfies(transports[i], kind)) {
+    if (!transport_satisfies(infos[i], kind)) {
       fail("dist.require_transport={} but rank {} uses {}{}", want, i, transports[i],
            kind == TransportKind::kEfa
                ? " (kiln doctor --require transport=efa says what is missing)"

@@ -13,8 +13,8 @@
 
 namespace kiln {
 
-// Every rank's Communicator::transport(), in rank order, on every rank. Collective.
-std::vector<std::string> gather_transports(Communicator& comm);
+// Every rank's Communicator::transport_info(), in rank order, on every rank. Collective.
+std::vector<TransportInfo> gather_transports(Communicator& comm);
 
 // Collective: every rank calls it once, after the group is formed. Gathers the transports; rank
 // 0 logs them and writes run_meta.json atomically (kiln version, world size, strategy,
@@ -25,6 +25,6 @@ void record_run_start(const Recipe& recipe, WorkerContext& ctx, const std::strin
 
 // The run_meta.json object (exposed for tests).
 Json run_meta_json(const Recipe& recipe, const WorkerIdentity& id, const std::string& strategy,
-                   const std::vector<std::string>& transports, const std::string& started_at);
+                   const std::vector<TransportInfo>& transports, const std::string& started_at);
 
 }  // namespace kiln

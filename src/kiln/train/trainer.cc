@@ -17,7 +17,6 @@
 #include "kiln/base/log.h"
 #include "kiln/base/process_memory.h"
 #include "kiln/comm/communicator.h"
-#include "kiln/comm/transport.h"
 #include "kiln/data/sampler.h"
 #include "kiln/data/token_dataset.h"
 #include "kiln/fsdp/fsdp.h"
@@ -578,7 +577,7 @@ MemoryPlan Trainer::plan_memory_use() const {
   const bool on_cpu = backend_->device() == Device::kCpu;
   MemorySettings s = memory_settings(r_, id_.world_size, id_.local_world_size, on_cpu);
   // The group itself says whether it got the shared memory lane.
-  s.shm_lane = s.gloo && transport_has_shm_lane(world_.transport());
+  s.shm_lane = s.gloo && world_.transport_info().shm_lane;
   s.writes_final = lead_;
   s.baseline = start_rss_;
   return plan_memory(config_, s);
