@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/rank_threads.h"
+#include "kiln/base/json.h"
 #include "kiln/comm/gloo_communicator.h"
 #include "kiln/comm/store.h"
 
@@ -83,7 +84,12 @@ TEST(RunMeta, GatherTransportsCarriesEveryRanksWholeTransport) {
   });
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_EQ(seen[r].size(), size_t{kWorld}) << "rank " << r;
-    for (int q = 0; q < kWorld; ++q) EXPECT_EQ(seen[r][q], made_up(q)) << r << " sees " << q;
+    for (int q = 0; q < kWorld; ++q) {
+      EXPECT_TRUE(seen[r][q] == made_up(q))
+          << "rank " << r << " sees rank " << q << "'s transport as "
+          << transport_info_json(seen[r][q]).dump() << ", not "
+          << transport_info_json(made_up(q)).dump();
+    }
   }
 }
 
