@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "common/grad_check.h"
 #include "kiln/base/ignore_index.h"
@@ -56,15 +57,18 @@ inline ModelConfig small_family_config(ModelFamily family, bool tied = true, int
   return c;
 }
 
-// Matrices and biases N(0, scale^2), norm weights 1 + N(0, 0.1^2); one seed per tensor.
+// Matrices and biases N(0, scale^2), norm weights 1 + N(0, 0.1^2); one seed per tensor. Through
+// load_unit, so a unit stored in bf16 (a frozen one under a bf16 backend) gets them rounded.
 inline void randomize(ParamStore& store, const ParamLayout& layout, uint32_t seed,
                       float scale = 0.3f) {
   for (int u = 0; u < layout.num_units(); ++u) {
+    std::vector<float> unit(layout.units()[u].numel);
     for (const auto& e : layout.units()[u].entries) {
       const bool norm = e.name.find("norm") != std::string::npos;
       auto v = random_vec(e.numel, seed++, norm ? 0.1f : scale, norm ? 1.0f : 0.0f);
-      std::copy(v.begin(), v.end(), store.params(u).data() + e.offset);
+      std::copy(v.begin(), v.end(), unit.begin() + static_cast<long>(e.offset));
     }
+    store.load_unit(u, unit.data());
   }
 }
 

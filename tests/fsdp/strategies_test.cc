@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -194,6 +195,58 @@ TEST(FsdpStrategies, LoraAdaptersMatchOneRank) {
       expect_matches_one_rank(ShardStrategy::kHybridShard, 4, 2, 1, tied, lora, *be, tol);
     }
   }
+}
+
+// load_shard of a frozen unit stored in bf16, in pieces at odd offsets (as the trainer loads in
+// 16 MiB pieces): the shard holds exactly the whole unit rounded to bf16 (what ParamStore keeps),
+// on each of 2 ranks, and the model computes from it what it computes over ParamStore.
+TEST(FsdpStrategies, FrozenBf16ShardsLoadInPiecesAsTheWholeUnitRounded) {
+  const Backend& be = testing::cpu_bf16();
+  if (be.activation_dtype() != DType::BF16) {
+    GTEST_SKIP() << "no native bf16 products on this CPU: nothing is stored in bf16";
+  }
+  LoraConfig lora;
+  lora.rank = 2;
+  lora.alpha = 4;
+  lora.targets = resolve_lora_targets({"all-linear"}, "test");
+  const ModelConfig c = testing::small_config(false);
+  const ParamLayout layout(c, lora);
+  ParamStore init(layout, testing::cpu_fp32(), false), whole(layout, be, false);
+  testing::randomize(init, layout, 7);
+  testing::randomize(whole, layout, 7);
+  const Batch batch = rows(0, 2, static_cast<int>(c.vocab_size));
+  Decoder one(c, be, lora);
+  const double want = one.forward(batch, whole);
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<double> losses(2);
+  testing::run_rank_threads(2, [&](int r) {
+    Groups g = make_groups(store, r, 2, 0);
+    Decoder model(c, be, lora);
+    Fsdp fsdp(model.layout(), be, ShardStrategy::kNoShard, *g.shard, nullptr);
+    const auto ranges = fsdp.shard_ranges();
+    for (int u = 0; u < fsdp.num_units(); ++u) {
+      fsdp.zero_shard(u);
+      const float* src = init.params(u).data() + ranges[u].begin;
+      const size_t n = ranges[u].size(), cut1 = n / 3, cut2 = n / 3 + n / 5 + 1;
+      fsdp.load_shard(u, 0, src, cut1);
+      fsdp.load_shard(u, cut1, src + cut1, cut2 - cut1);
+      fsdp.load_shard(u, cut2, src + cut2, n - cut2);
+    }
+    for (int u = 0; u < fsdp.num_units(); ++u) {
+      if (fsdp.trainable(u)) continue;
+      // no_shard hands a frozen shard in the gather dtype out as it is: the stored bf16 values.
+      const ConstDevPtr got = fsdp.acquire(u);
+      const ConstDevPtr ref = whole.acquire(u);
+      EXPECT_EQ(got.dtype, DType::BF16);
+      EXPECT_EQ(std::memcmp(got.data, ref.data, layout.units()[u].numel * 2), 0) << "unit " << u;
+      whole.release(u);
+      fsdp.release(u);
+    }
+    fsdp.finish_forward();
+    losses[r] = model.forward(batch, fsdp);
+  });
+  EXPECT_EQ(losses[0], want);
+  EXPECT_EQ(losses[1], want);
 }
 
 }  // namespace

@@ -147,6 +147,30 @@ TEST(CheckpointLora, AdapterOnlyCheckpointsResumeExactlyAndReshard) {
   if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
 
+// LoRA dropout across a crash: its masks are a function of the run's seed, the step, the
+// micro-step and the rank (lora_micro_batch_seed), never of how many steps this process ran, so a
+// run that dies at step 16 and resumes from step 10 or 15 draws every mask the uninterrupted run
+// drew: the losses and the final adapters are the same, bit for bit. With gradient accumulation
+// (two micro-steps per step, each its own masks); and dropout really acts (a run without it
+// differs from step 2 on: fresh adapters have B = 0).
+TEST(CheckpointLora, DropoutResumesExactlyWithAccumulation) {
+  const fs::path d = make_run("lora_dropout", std::string(kLora) + "  dropout: 0.1\n");
+  const std::string args = "train " + (d / "recipe.yaml").string() +
+                           " train.grad_accum_steps=2 train.micro_batch_size=2";
+  const std::string env = "OMP_NUM_THREADS=1";
+  auto full = run_kiln(args + " output.dir=" + (d / "full").string(), env);
+  ASSERT_EQ(full.code, 0) << full.out;
+  expect_crash_and_resume_match(d, args, env);
+  EXPECT_EQ(max_weight_diff(adapter_file(d / "full"), adapter_file(d / "cut")), 0.0);
+  auto plain = run_kiln(args + " lora.dropout=0 output.dir=" + (d / "plain").string(), env);
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  const auto with = run_losses(d / "full"), without = run_losses(d / "plain");
+  ASSERT_EQ(without.size(), with.size());
+  // Step 1's adapters have B = 0, so dropout cannot show before step 2.
+  EXPECT_NE(with[1], without[1]) << "lora.dropout 0.1 should change step 2's loss";
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
+}
+
 // final/ is a PEFT adapter directory; `kiln export --checkpoint RUN --merge` folds it into the
 // base, and the merged model evaluates as base + adapter does; without --merge the export is the
 // adapter again; model.adapter continues training from final/.

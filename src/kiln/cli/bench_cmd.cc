@@ -100,21 +100,20 @@ std::optional<LoraConfig> bench_lora(int rank) {
   return l;
 }
 
-// Analytic memory of one training step in bytes: parameters, gradients and AdamW's two moments
-// (16 bytes per parameter) plus what Decoder holds (see decoder.cc plan_buffers()): the residual
-// stream at every layer boundary, each layer's saved activations (one layer's when recomputing),
-// the backward scratch, and the fused cross-entropy's logits chunk. `act_bytes`: bytes per element
-// of the activations that only feed products (xn1, xn2, h: 2 when stored in bf16). With LoRA the
-// base has only its fp32 parameters (4 bytes), the adapters all 16, and Decoder also holds each
-// layer's u's (one layer's when recomputing) and the adapters' scratch (plan_lora_buffers()).
+// Memory of one training step in bytes: `state`, what the parameters, gradients and optimizer
+// state hold (read from the row's ParamStore and Optimizer, so a LoRA run's frozen base counts in
+// the dtype ParamStore stores it in: stored_dtype, bf16 under --dtype bf16; the adapters 16 bytes
+// per parameter, as full fine-tuning), plus the analytic size of what Decoder holds (see
+// decoder.cc plan_buffers()): the residual stream at every layer boundary, each layer's saved
+// activations (one layer's when recomputing), the backward scratch, and the fused
+// cross-entropy's logits chunk. `act_bytes`: bytes per element of the activations that only feed
+// products (xn1, xn2, h: 2 when stored in bf16). With LoRA Decoder also holds each layer's u's
+// (one layer's when recomputing) and the adapters' scratch (plan_lora_buffers()).
 double estimate_bytes(const ModelConfig& c, int B, int T, bool recompute, double act_bytes,
-                      const std::optional<LoraConfig>& lora) {
+                      const std::optional<LoraConfig>& lora, double state) {
   const double N = static_cast<double>(B) * T, C = c.hidden_size, I = c.intermediate_size;
   const double Q = c.q_dim(), KV = c.kv_dim(), H = c.num_attention_heads, V = c.vocab_size;
   const double L = c.num_hidden_layers;
-  const double P = static_cast<double>(parameter_count(c));
-  const double P_lora = lora ? static_cast<double>(lora_parameter_count(c, *lora)) : 0;
-  const double state = lora ? 4.0 * P + 16.0 * P_lora : 16.0 * P;
   // per layer, in floats: q, k, v, y, xmid, gate, up, rstd1/2, lse; then xn1, xn2, h
   // (with q/k norms also q_pre, k_pre and their rstd)
   const double qk = c.qk_norm ? N * (Q + KV + H + c.num_key_value_heads) : 0;
@@ -186,6 +185,10 @@ void run_row(const BenchOpts& o) {
   std::vector<ShardRange> shards;
   for (const auto& u : model.layout().units()) shards.push_back({0, u.numel});
   Optimizer opt(OptimizerSettings{}, model.layout(), shards, *be);
+  double state = static_cast<double>(store.param_bytes() + store.grad_bytes());
+  for (int u = 0; u < store.num_units(); ++u) {
+    state += static_cast<double>(opt.m(u).bytes() + opt.v(u).bytes());
+  }
   Batch b;
   fill_batch(b, c, o.batch, o.seq);
   const float scale = 1.0f / static_cast<float>(b.num_targets());
@@ -257,7 +260,7 @@ void run_row(const BenchOpts& o) {
       preset.c_str(), params.c_str(), o.batch, o.seq, o.dtype.c_str(), recompute ? "on" : "off",
       med, tokens / med, gflops, peak > 0 ? 100.0 * gflops / peak : 0.0, hwm_mib,
       estimate_bytes(c, o.batch, o.seq, recompute,
-                     static_cast<double>(dtype_size(be->activation_dtype())), lora) /
+                     static_cast<double>(dtype_size(be->activation_dtype())), lora, state) /
           1048576.0,
       base_kib / 1024.0, others, be->memory_stats().peak / 1048576.0,
       phase_columns(phases).c_str());

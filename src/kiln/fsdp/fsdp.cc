@@ -32,7 +32,7 @@ Fsdp::Fsdp(const ParamLayout& layout, const Backend& backend, ShardStrategy stra
     x.padded = g.padded;
     x.shard_size = g.shard_size;
     x.frozen = !layout.units()[u].trainable;
-    x.store = x.frozen ? gather_dtype_ : DType::F32;
+    x.store = stored_dtype(layout.units()[u], gather_dtype_);
     x.shard = DeviceBuffer<float>(be_, storage_floats(x.shard_size, x.store));
     if (!x.frozen) x.shard_grad = DeviceBuffer<float>(be_, x.shard_size);
   }
@@ -151,6 +151,7 @@ ConstDevPtr Fsdp::acquire(int unit) {
     order_pos_ = it == order_.end() ? order_.size() : static_cast<size_t>(it - order_.begin());
   }
   if (order_known_ && order_pos_ < order_.size()) ++order_pos_;
+  if (load_copy_.staging_bytes() > 0) load_copy_.release();  // loading is over
   ++x.in_use;
   if (!gathers(x)) return {x.shard.data(), x.store};
   start_gather(unit);
@@ -391,14 +392,10 @@ void Fsdp::load_shard(int unit, size_t offset, const float* src, size_t n) {
   KILN_CHECK(offset <= x.shard_size && n <= x.shard_size - offset,
              "unit {}: load of [{}, {}) outside the shard's {}", unit, offset, offset + n,
              x.shard_size);
-  if (x.store == DType::F32) {
-    be_.copy_to_device(x.shard.data() + offset, src, n * sizeof(float));
-  } else {  // rounded on the device into the frozen shard's dtype
-    DeviceBuffer<float> wide(be_, n);
-    be_.copy_to_device(wide.data(), src, n * sizeof(float));
-    be_.cast_to_bf16(reinterpret_cast<char*>(x.shard.data()) + offset * dtype_size(x.store),
-                     wide.data(), n);
-  }
+  // A frozen shard in bf16 is rounded on the device through load_copy_'s one staging buffer,
+  // reused by every piece of every unit (dropped by the first acquire).
+  load_copy_.to_device(reinterpret_cast<char*>(x.shard.data()) + offset * dtype_size(x.store),
+                       x.store, src, n);
   be_.synchronize();  // `src` is the caller's again
 }
 

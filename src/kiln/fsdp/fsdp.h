@@ -50,6 +50,7 @@
 #include "kiln/comm/communicator.h"
 #include "kiln/fsdp/pool_books.h"
 #include "kiln/fsdp/shard_strategy.h"
+#include "kiln/kernels/device/cast_copy.h"
 #include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/unit_access.h"
@@ -139,7 +140,8 @@ class Fsdp final : public UnitAccess {
 
   // Sets elements [offset, offset + n) of this rank's shard of `unit` (offsets within the shard,
   // i.e. from shard_ranges()[unit].begin) from host memory (fp32; a frozen unit's shard keeps
-  // them rounded to its dtype); returns once `src` may be reused.
+  // them rounded to its dtype, on the device through one staging buffer of at most 16 MiB that
+  // every call reuses and the first acquire() frees); returns once `src` may be reused.
   // Loading a unit is one zero_shard() then its parts: no rank ever holds more than its own.
   void load_shard(int unit, size_t offset, const float* src, size_t n);
   void zero_shard(int unit) { units_[unit].shard.zero(); }
@@ -234,6 +236,7 @@ class Fsdp final : public UnitAccess {
   size_t order_pos_ = 0;
   std::deque<Pending> pending_;
   size_t gathered_ = 0, peak_gathered_ = 0;
+  CastCopy load_copy_{be_};  // load_shard's staging (bf16 frozen shards), until the first acquire
 };
 
 }  // namespace kiln

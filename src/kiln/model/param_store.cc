@@ -1,4 +1,5 @@
 #include "kiln/base/error.h"
+#include "kiln/kernels/device/cast_copy.h"
 #include "kiln/model/unit_access.h"
 
 namespace kiln {
@@ -6,17 +7,18 @@ namespace kiln {
 ParamStore::ParamStore(const ParamLayout& layout, const Backend& backend, bool with_grads)
     : layout_(layout), be_(backend), dtype_(backend.activation_dtype()), pool_(backend) {
   for (const auto& u : layout.units()) {
-    params_.emplace_back(be_, u.numel);
+    stored_.push_back(stored_dtype(u, dtype_));
+    params_.emplace_back(be_, storage_floats(u.numel, stored_.back()));
     grads_.emplace_back(be_, with_grads && u.trainable ? u.numel : 0);  // none when frozen
   }
   copies_.resize(params_.size());
 }
 
 ConstDevPtr ParamStore::acquire(int unit) {
-  if (dtype_ == DType::F32) return params_[unit].data();
+  if (!copies(unit)) return {params_[unit].data(), stored_[unit]};
   Bf16Copy& c = copies_[unit];
   if (c.in_use++ == 0) {
-    const size_t n = params_[unit].size();
+    const size_t n = layout_.units()[unit].numel;
     c.data = pool_.take(storage_floats(n, DType::BF16));
     be_.cast_to_bf16(c.data.data(), params_[unit].data(), n);
   }
@@ -24,6 +26,11 @@ ConstDevPtr ParamStore::acquire(int unit) {
 }
 
 void ParamStore::embed_rows(int unit, const int32_t* ids, int N, int C, float* out) {
+  if (stored_[unit] != DType::F32) {  // a frozen table in bf16: read whole, as FSDP does
+    be_.embedding_forward(out, ids, acquire(unit), N, C);
+    release(unit);
+    return;
+  }
   const DeviceBuffer<float>& t = params_[unit];
   be_.embedding_forward_part(out, ids, t.data(), 0, t.size(), N, C, dtype_ == DType::BF16);
 }
@@ -37,20 +44,47 @@ void ParamStore::head_cross_entropy(int unit, double* loss_sum, float* dx, const
 }
 
 void ParamStore::release(int unit) {
-  if (dtype_ == DType::F32) return;
+  if (!copies(unit)) return;
   Bf16Copy& c = copies_[unit];
   KILN_CHECK(c.in_use > 0, "release of unit {} that was not acquired", unit);
   if (--c.in_use == 0) pool_.give(std::move(c.data));
 }
 
+DeviceBuffer<float>& ParamStore::params(int unit) {
+  KILN_CHECK(stored_[unit] == DType::F32, "params() of unit {} ({}), stored in {}: use load_unit",
+             unit, layout_.units()[unit].name, dtype_name(stored_[unit]));
+  return params_[unit];
+}
+
+const DeviceBuffer<float>& ParamStore::params(int unit) const {
+  KILN_CHECK(stored_[unit] == DType::F32, "params() of unit {} ({}), stored in {}: use read_unit",
+             unit, layout_.units()[unit].name, dtype_name(stored_[unit]));
+  return params_[unit];
+}
+
+// A local CastCopy: a bf16 unit's staging lives for this call only (freed after the wait).
 void ParamStore::load_unit(int unit, const float* host) {
-  be_.copy_to_device(params_[unit].data(), host, params_[unit].bytes());
+  CastCopy copy(be_);
+  copy.to_device(params_[unit].data(), stored_[unit], host, layout_.units()[unit].numel);
   be_.synchronize();
 }
 
 void ParamStore::read_unit(int unit, float* host) const {
-  be_.copy_to_host(host, params_[unit].data(), params_[unit].bytes());
+  CastCopy copy(be_);
+  copy.to_host(host, params_[unit].data(), stored_[unit], layout_.units()[unit].numel);
   be_.synchronize();
+}
+
+size_t ParamStore::param_bytes() const {
+  size_t n = 0;
+  for (const auto& p : params_) n += p.bytes();
+  return n;
+}
+
+size_t ParamStore::grad_bytes() const {
+  size_t n = 0;
+  for (const auto& g : grads_) n += g.bytes();
+  return n;
 }
 
 void ParamStore::zero_grads() {
@@ -60,7 +94,7 @@ void ParamStore::zero_grads() {
 float* ParamStore::tensor(const std::string& hf_name) {
   auto [u, e] = layout_.find(hf_name);
   if (u < 0) fail("no parameter named {}", hf_name);
-  return params_[u].data() + layout_.units()[u].entries[e].offset;
+  return params(u).data() + layout_.units()[u].entries[e].offset;
 }
 
 }  // namespace kiln

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/tensor/dtype.h"
+
 namespace kiln {
 
 struct ParamEntry {
@@ -31,6 +33,14 @@ struct ParamUnit {
   // Appends a tensor after the unit's last; returns its offset (floats).
   size_t add(std::string hf_name, std::vector<int64_t> shape, bool decay);
 };
+
+// The dtype a unit's parameters are kept in, given `read`, the dtype the model reads them in (the
+// backend's activation_dtype()): a trainable unit keeps fp32 master weights; a frozen one never
+// changes, so it is kept as the model reads it (bf16 under bf16 products: half the bytes, handed
+// out with no copy). ParamStore and Fsdp both store by it (what they hold is read from them).
+inline DType stored_dtype(const ParamUnit& u, DType read) {
+  return u.trainable ? DType::F32 : read;
+}
 
 // The part of a unit one rank owns under sharding, in floats: [begin, end).
 struct ShardRange {

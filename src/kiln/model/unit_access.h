@@ -44,9 +44,11 @@ class UnitAccess {
 };
 
 // Every unit's parameters and gradients held whole in this process (world size 1), in device
-// memory of `backend`; a frozen unit has no gradient buffer (grads(u) is empty). Parameters are
-// fp32; when the backend's activation_dtype() is BF16, acquire() hands out a bf16 copy made then
-// (as FSDP gathers in bf16), freed by the last release.
+// memory of `backend`; a frozen unit has no gradient buffer (grads(u) is empty). Each unit is
+// stored in stored_dtype() (param_unit.h): a trainable unit in fp32 (when the backend's
+// activation_dtype() is BF16, acquire() hands out a bf16 copy made then, as FSDP gathers in bf16,
+// freed by the last release); a frozen unit in the activation dtype, handed out as it is (no copy
+// and half the memory under bf16). load_unit and read_unit speak fp32 whatever the storage.
 class ParamStore final : public UnitAccess {
  public:
   ParamStore(const ParamLayout& layout, const Backend& backend, bool with_grads = true);
@@ -64,18 +66,25 @@ class ParamStore final : public UnitAccess {
                           float scale) override;
 
   int num_units() const { return static_cast<int>(params_.size()); }
-  // Device buffers. On the CPU backend they are host memory, which tests read and write
-  // directly; everything else goes through load_unit / read_unit.
-  DeviceBuffer<float>& params(int unit) { return params_[unit]; }
-  const DeviceBuffer<float>& params(int unit) const { return params_[unit]; }
+  // The dtype unit `unit` is stored in (stored_dtype of the layout's unit).
+  DType stored(int unit) const { return stored_[unit]; }
+  // Device buffers of a unit stored in fp32 (a KILN_CHECK refuses one stored in bf16: its
+  // values go through load_unit / read_unit). On the CPU backend they are host memory, which
+  // tests read and write directly; everything else goes through load_unit / read_unit.
+  DeviceBuffer<float>& params(int unit);
+  const DeviceBuffer<float>& params(int unit) const;
   DeviceBuffer<float>& grads(int unit) { return grads_[unit]; }
   void zero_grads();
-  // Pointer to a named tensor's parameters (device memory).
+  // Pointer to a named tensor's parameters (device memory) in a unit stored in fp32.
   float* tensor(const std::string& hf_name);
-  // Copies a whole unit from host memory (numel floats); returns once `host` may be reused.
+  // Copies a whole unit from host memory (numel floats; rounded to bf16 for a unit stored so);
+  // returns once `host` may be reused.
   void load_unit(int unit, const float* host);
   // Copies a whole unit's parameters to host memory (numel floats), waiting for the device.
   void read_unit(int unit, float* host) const;
+  // Bytes of device memory the parameters (each unit in its stored dtype) and the gradients hold.
+  size_t param_bytes() const;
+  size_t grad_bytes() const;
 
  private:
   // A unit's bf16 copy while it is acquired.
@@ -83,11 +92,15 @@ class ParamStore final : public UnitAccess {
     DeviceBuffer<float> data;  // numel bf16 values in (numel + 1) / 2 floats' storage
     int in_use = 0;
   };
+  // Whether acquire() hands out a copy of the unit (stored in fp32, read in bf16).
+  bool copies(int unit) const { return stored_[unit] != dtype_; }
 
   const ParamLayout& layout_;
   const Backend& be_;
   DType dtype_;  // of what acquire() hands out
   DevicePool pool_;
+  std::vector<DType> stored_;
+  // numel values of stored_[u] in storage_floats(numel, stored_[u]) floats
   std::vector<DeviceBuffer<float>> params_;
   std::vector<DeviceBuffer<float>> grads_;
   std::vector<Bf16Copy> copies_;
