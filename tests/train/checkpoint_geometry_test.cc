@@ -49,60 +49,63 @@ const char* const kKinds[] = {"params", "m", "v"};
 
 fs::path fixture_dir() { return fs::path(KILN_SOURCE_DIR) / "tests/fixtures/ckpt_elementwise_v4"; }
 
-// Every rank of `world` loads `dir` into its own shards and checks each element of its ranges.
-void load_and_check(const fs::path& dir, int world) {
-  const ModelConfig c = fixture_config();
-  const ParamLayout layout(c);
+// Runs body(rank, layout, communicator, fsdp, optimizer) on every rank of `world` (threads): a
+// full_shard Fsdp and an Optimizer over the fixture's layout.
+template <typename Body>
+void on_ranks(int world, Body body) {
+  const ParamLayout layout(fixture_config());
   const Backend& be = testing::cpu_fp32();
   auto store = std::make_shared<MemoryStore>();
   testing::run_rank_threads(world, [&](int r) {
     auto comm = make_gloo_communicator(store, r, world, GlooOptions{});
     Fsdp fsdp(layout, be, ShardStrategy::kFullShard, *comm, nullptr);
     Optimizer opt(OptimizerSettings{}, layout, fsdp.shard_ranges(), be);
-    const CheckpointState st = load_checkpoint(dir, layout, fsdp, opt, *comm);
-    EXPECT_EQ(st.step, 7);
-    EXPECT_EQ(opt.step_count(), 7);
-    const auto ranges = fsdp.shard_ranges();
-    for (int u = 0; u < layout.num_units(); ++u) {
-      const float* got[] = {fsdp.shard_params(u), opt.m(u).data(), opt.v(u).data()};
-      size_t wrong = 0;
-      for (int k = 0; k < 3; ++k) {
-        for (size_t i = ranges[u].begin; i < ranges[u].end; ++i) {
-          wrong += got[k][i - ranges[u].begin] != fixture_value(u, i, k);
-        }
-      }
-      EXPECT_EQ(wrong, 0u) << "rank " << r << " of " << world << ", unit " << u;
-    }
+    body(r, layout, *comm, fsdp, opt);
   });
+}
+
+// Every rank of `world` loads `dir` into its own shards and checks each element of its ranges.
+void load_and_check(const fs::path& dir, int world) {
+  on_ranks(world,
+           [&](int r, const ParamLayout& layout, Communicator& comm, Fsdp& fsdp, Optimizer& opt) {
+             const CheckpointState st = load_checkpoint(dir, layout, fsdp, opt, comm);
+             EXPECT_EQ(st.step, 7);
+             EXPECT_EQ(opt.step_count(), 7);
+             const auto ranges = fsdp.shard_ranges();
+             for (int u = 0; u < layout.num_units(); ++u) {
+               const float* got[] = {fsdp.shard_params(u), opt.m(u).data(), opt.v(u).data()};
+               size_t wrong = 0;
+               for (int k = 0; k < 3; ++k) {
+                 for (size_t i = ranges[u].begin; i < ranges[u].end; ++i) {
+                   wrong += got[k][i - ranges[u].begin] != fixture_value(u, i, k);
+                 }
+               }
+               EXPECT_EQ(wrong, 0u) << "rank " << r << " of " << world << ", unit " << u;
+             }
+           });
 }
 
 // Writes the values of fixture_value() as a checkpoint of step 7 over `world` ranks.
 void write_checkpoint(const fs::path& root, int world) {
-  const ModelConfig c = fixture_config();
-  const ParamLayout layout(c);
-  const Backend& be = testing::cpu_fp32();
-  auto store = std::make_shared<MemoryStore>();
-  testing::run_rank_threads(world, [&](int r) {
-    auto comm = make_gloo_communicator(store, r, world, GlooOptions{});
-    Fsdp fsdp(layout, be, ShardStrategy::kFullShard, *comm, nullptr);
-    const auto ranges = fsdp.shard_ranges();
-    Optimizer opt(OptimizerSettings{}, layout, ranges, be);
-    opt.set_step_count(7);
-    for (int u = 0; u < layout.num_units(); ++u) {
-      float* dst[] = {fsdp.shard_params(u), opt.m(u).data(), opt.v(u).data()};
-      for (int k = 0; k < 3; ++k) {
-        for (size_t i = ranges[u].begin; i < ranges[u].end; ++i) {
-          dst[k][i - ranges[u].begin] = fixture_value(u, i, k);
-        }
-      }
-    }
-    CheckpointState st;
-    st.step = 7;
-    st.strategy = "full_shard";
-    st.recipe_yaml = "# checkpoint_geometry_test\n";
-    st.model_config = Json::object();
-    save_checkpoint(root, st, layout, fsdp, opt, *comm, true);
-  });
+  on_ranks(world,
+           [&](int, const ParamLayout& layout, Communicator& comm, Fsdp& fsdp, Optimizer& opt) {
+             const auto ranges = fsdp.shard_ranges();
+             opt.set_step_count(7);
+             for (int u = 0; u < layout.num_units(); ++u) {
+               float* dst[] = {fsdp.shard_params(u), opt.m(u).data(), opt.v(u).data()};
+               for (int k = 0; k < 3; ++k) {
+                 for (size_t i = ranges[u].begin; i < ranges[u].end; ++i) {
+                   dst[k][i - ranges[u].begin] = fixture_value(u, i, k);
+                 }
+               }
+             }
+             CheckpointState st;
+             st.step = 7;
+             st.strategy = "full_shard";
+             st.recipe_yaml = "# checkpoint_geometry_test\n";
+             st.model_config = Json::object();
+             save_checkpoint(root, st, layout, fsdp, opt, comm, true);
+           });
 }
 
 // The shard files cut rows (the fixture is what the old geometry wrote), and every element of
