@@ -12,23 +12,23 @@
 namespace kiln {
 namespace {
 
-TransportInfo gloo(const std::string& iface, const std::string& address) {
+TransportInfo info(CommLibrary library, const std::string& net, const std::string& iface,
+                   const std::string& address) {
   TransportInfo t;
-  t.library = CommLibrary::kGloo;
-  t.net = kNetSocket;
+  t.library = library;
+  t.net = net;
   t.iface = iface;
   t.address = address;
   return t;
 }
 
+TransportInfo gloo(const std::string& iface, const std::string& address) {
+  return info(CommLibrary::kGloo, kNetSocket, iface, address);
+}
+
 TransportInfo nccl(const std::string& net, const std::string& iface = "",
                    const std::string& address = "") {
-  TransportInfo t;
-  t.library = CommLibrary::kNccl;
-  t.net = net;
-  t.iface = iface;
-  t.address = address;
-  return t;
+  return info(CommLibrary::kNccl, net, iface, address);
 }
 
 TransportInfo with(TransportInfo t, void (*edit)(TransportInfo&)) {
