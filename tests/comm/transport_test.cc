@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <string_view>
+
 #include "common/error_of.h"
 #include "kiln/base/error.h"
 #include "kiln/base/json.h"
@@ -12,11 +15,11 @@
 namespace kiln {
 namespace {
 
-TransportInfo info(CommLibrary library, const std::string& net, const std::string& iface,
+TransportInfo info(CommLibrary library, std::string_view net, const std::string& iface,
                    const std::string& address) {
   TransportInfo t;
   t.library = library;
-  t.net = net;
+  t.net = std::string(net);
   t.iface = iface;
   t.address = address;
   return t;
