@@ -1,5 +1,5 @@
-// Fsdp's split-vocabulary LM head (Fsdp::head_cross_entropy, fsdp_vocab_head.cc) against one
-// process holding the whole model: ranks as threads, each with its own row of tokens, train one
+// Fsdp's split-vocabulary LM head (model/vocab_parallel_loss.cc over Fsdp::acquire_head) against
+// one process holding the whole model: ranks as threads, each with its own row of tokens, train one
 // micro-batch through Fsdp; their loss sums and gradient shards must be the single process's
 // over the concatenated rows, for a tied head (the embedding) and an untied one (the lm_head
 // unit). The vocabulary (301 rows of 16) does not divide by the ranks; the shards hold whole

@@ -306,7 +306,8 @@ TEST_P(BackendParity, CrossEntropyAllIgnored) {
 }
 
 // The split-vocabulary passes (ce_part_max, ce_part_sumexp, ce_part_grad) over two blocks of
-// logits with a leading dimension wider than either, as Fsdp::head_cross_entropy calls them.
+// logits with a leading dimension wider than either, as the vocabulary-parallel loss
+// (model/vocab_parallel_loss.cc) calls them.
 void split_vocabulary_loss(const Backend& b, float* logits, double* loss, float* row_max,
                            float* sums, const int32_t* targets, int n, int V, int split,
                            int loss_begin, int loss_end, float scale) {

@@ -57,11 +57,8 @@
 
 namespace kiln {
 
-// Fsdp::head_cross_entropy's split vocabulary: the rows of logits it computes at once for
-// `rows` rows over a shard of `shard_size` elements (whole rows) of a table with rows of C.
-size_t vocab_head_logit_rows(size_t rows, size_t shard_size, size_t C);
-// Whether it splits the vocabulary: a (table_numel / C, C) table sharded over `group` ranks
-// under `strategy`, with `tokens` per rank.
+// Whether acquire_head splits the vocabulary: a (table_numel / C, C) table sharded over `group`
+// ranks under `strategy`, with `tokens` per rank.
 bool splits_vocabulary(ShardStrategy strategy, size_t group, size_t table_numel, size_t tokens,
                        size_t C);
 // Whether Fsdp::embed_rows (or, with `backward`, embed_rows_backward) goes by rows: a table of
@@ -94,17 +91,16 @@ class Fsdp final : public UnitAccess {
   // what the unit's earlier grad_done reduced. Otherwise (and for hybrid_shard, whose other
   // nodes' rows these would miss) a whole-unit gradient is made and reduced as usual.
   void embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N, int C) override;
-  // Under full_shard and shard_grad_op, when the group's tokens are fewer than the table's rows:
-  // the vocabulary is split along the shards (Megatron's vocabulary-parallel head). Every
-  // rank's rows of x and targets are gathered, each rank computes the logits of its own rows of
-  // the table (its shard is whole rows: shard_geometry.h) for all of them, the ranks combine
-  // each row's max and sum of exponentials (two small all-reduces per chunk of rows), and each
-  // adds its rows' gradient straight into its gradient shard; a reduce-scatter of the (S * N, C)
-  // input gradients gives each rank dx. Neither the table nor its whole gradient is ever held.
-  // Otherwise the table is acquired and its gradient reduced as usual.
-  void head_cross_entropy(int unit, double* loss_sum, float* dx, const float* x,
-                          const int32_t* targets, int N, int targeted, int C, int V,
-                          float scale) override;
+  // Under full_shard and shard_grad_op, when the group's tokens are fewer than the table's rows
+  // (splits_vocabulary): the vocabulary is split along the shards for the model's loss
+  // (model/vocab_parallel_loss.h, Megatron's vocabulary-parallel head). The head is this rank's
+  // shard (whole rows, shard_geometry.h; a bf16 copy from the pool under bf16), its gradient
+  // rows are the gradient shard, the group is the shard communicator, and the pool lends the
+  // loss's buffers (counted as communication buffers); neither the table nor its whole gradient
+  // is ever held, and release_head has nothing to reduce. Otherwise the table is acquired and
+  // its gradient reduced as usual (release_head: release and grad_done).
+  HeadTable acquire_head(int unit, int N) override;
+  void release_head(int unit) override;
 
   // Gradient accumulation: with sync off (micro-steps before the last), strategies that can
   // keep whole-unit gradients (no_shard, shard_grad_op) skip communication and accumulate
@@ -195,11 +191,8 @@ class Fsdp final : public UnitAccess {
   // Whether a lookup of N tokens per rank in `unit` goes by rows (embed_rows) rather than by
   // gathering the table; `backward`: for embed_rows_backward.
   bool rows_path(const Unit& x, int N, int C, bool backward) const;
-  // Whether head_cross_entropy of N tokens per rank splits the vocabulary (see there).
+  // Whether acquire_head of N tokens per rank splits the vocabulary (see there).
   bool vocab_path(const Unit& x, int N, int C) const;
-  // head_cross_entropy's split vocabulary.
-  void vocab_head(Unit& x, double* loss_sum, float* dx, const float* xin, const int32_t* targets,
-                  int N, int C, int V, float scale);
   // all (S * N) = every rank's ids (N), in rank order, in a pooled buffer.
   DeviceBuffer<float> gather_ids(const int32_t* ids, int N);
   void start_gather(int unit);
@@ -236,7 +229,26 @@ class Fsdp final : public UnitAccess {
   size_t order_pos_ = 0;
   std::deque<Pending> pending_;
   size_t gathered_ = 0, peak_gathered_ = 0;
-  CastCopy load_copy_{be_};  // load_shard's staging (bf16 frozen shards), until the first acquire
+  CastCopy load_copy_{be_};
+  // The head in use (acquire_head to release_head).
+  struct HeadUse {
+    int unit = -1;
+    bool split = false;
+    DeviceBuffer<float> rows16;  // the split head's bf16 rows, from the pool
+  };
+  HeadUse head_;
+  // Lends the split loss the pool's buffers, as communication buffers.
+  class HeadScratch final : public ScratchLender {
+   public:
+    explicit HeadScratch(Fsdp& f) : f_(f) {}
+    DeviceBuffer<float> take(size_t n) override { return f_.take(n); }
+    void give(DeviceBuffer<float> b) override { f_.give(std::move(b)); }
+
+   private:
+    Fsdp& f_;
+  };
+  HeadScratch head_scratch_{
+      *this};  // load_shard's staging (bf16 frozen shards), until the first acquire
 };
 
 }  // namespace kiln

@@ -226,7 +226,7 @@ class Backend {
                              const int32_t* targets, int N, int targeted, int C, int V,
                              float scale) const = 0;
 
-  // The cross-entropy of a vocabulary split across ranks (FSDP's Fsdp::head_cross_entropy),
+  // The cross-entropy of a vocabulary split across ranks (model/vocab_parallel_loss.h),
   // in three passes over blocks of logits: logits (n, m), rows ld floats apart, whose column j
   // is vocabulary id v0 + j. Between the passes the caller combines the ranks' partial results
   // (a max, then a sum). Rows whose target is kIgnoreIndex take part in the statistics but get

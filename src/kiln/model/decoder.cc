@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kiln/base/error.h"
+#include "kiln/model/vocab_parallel_loss.h"
 
 namespace kiln {
 
@@ -331,11 +332,13 @@ void Decoder::head_backward(const Batch& batch, UnitAccess& params, float scale,
     be_.cross_entropy(loss_sum, dxf_, nullptr, xf_, wh, targets_, N, targeted(batch), C, V, scale);
     params.release(layout_.lm_head_unit());
   } else {
-    // The LM head's gradient (a tied head's part of the table's) is complete when it returns:
-    // FSDP reduces it while the layers' backward runs, or splits the vocabulary among the
+    // The LM head's gradient (a tied head's part of the table's) is complete at release_head:
+    // FSDP reduces it while the layers' backward runs, or has split the vocabulary among the
     // ranks; a tied table's lookup rows follow through embed_rows_backward.
-    params.head_cross_entropy(layout_.lm_head_unit(), loss_sum, dxf_, xf_, targets_, N,
-                              targeted(batch), C, V, scale);
+    const int lm = layout_.lm_head_unit();
+    const HeadTable table = params.acquire_head(lm, N);
+    head_loss(be_, table, loss_sum, dxf_, xf_, targets_, N, targeted(batch), C, V, scale);
+    params.release_head(lm);
   }
   be_.rmsnorm_backward(dres_, norm_dw, dxf_, x, norm_w, rstdf_, N, C, false);
   params.release(hu);

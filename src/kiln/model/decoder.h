@@ -9,9 +9,9 @@
 //           x += y Wo^T; xn2 = rmsnorm(x); h = silu(xn2 Wg^T) * (xn2 Wu^T) (N, I); x += h Wd^T
 //   head:   xf = rmsnorm(x); loss = CE(xf W_head^T, targets), never holding the (N, V) logits:
 //           forward() calls the backend's fused cross_entropy (chunked); forward_backward()
-//           calls UnitAccess::head_cross_entropy, which is that same op for ParamStore, and for
-//           Fsdp unless it splits the vocabulary, when each rank computes the logits of its own
-//           rows of the head (vocabulary-parallel, fsdp/fsdp_vocab_head.cc)
+//           calls head_loss (vocab_parallel_loss.h) on UnitAccess::acquire_head's table: that
+//           same op for ParamStore, and for Fsdp unless it splits the vocabulary, when each rank
+//           computes the logits of its own rows of the head (vocabulary-parallel)
 // With LoRA (a LoraConfig), each targeted product also adds its adapters' s B A dropout(x)
 // (lora_ops.h; dropout in forward_backward only, seeded by set_dropout_seed), and the base is
 // frozen: the backward computes every input gradient but no gradient of a base

@@ -2,7 +2,7 @@
 // layout. Units, in order: "embed" (model.embed_tokens.weight, also the LM head when tied), one
 // per decoder layer "layers.{i}", "head" (model.norm.weight) and, untied, "lm_head"
 // (lm_head.weight): the (V, C) table the LM head reads is always a unit of its own, which FSDP
-// can split along the vocabulary (Fsdp::head_cross_entropy); the embedding and an untied lm_head
+// can split along the vocabulary (vocab_parallel_loss.h); the embedding and an untied lm_head
 // carry their row width (ParamUnit::row_width), so FSDP shards them by whole rows. With LoRA (a
 // LoraConfig), one adapter unit per layer follows, "layers.{i}.lora" (lora_layout.h), and the
 // base's units are frozen: not trainable, so they take no gradient and no optimizer state.

@@ -35,12 +35,16 @@ void ParamStore::embed_rows(int unit, const int32_t* ids, int N, int C, float* o
   be_.embedding_forward_part(out, ids, t.data(), 0, t.size(), N, C, dtype_ == DType::BF16);
 }
 
-void ParamStore::head_cross_entropy(int unit, double* loss_sum, float* dx, const float* x,
-                                    const int32_t* targets, int N, int targeted, int C, int V,
-                                    float scale) {
-  const ConstDevPtr w = acquire(unit);
-  be_.cross_entropy(loss_sum, dx, grads_[unit].data(), x, w, targets, N, targeted, C, V, scale);
-  release(unit);
+HeadTable ParamStore::acquire_head(int unit, int) {
+  const ParamUnit& u = layout_.units()[unit];
+  KILN_CHECK(u.row_width > 0 && grads_[unit].size() > 0,
+             "acquire_head: unit {} ({}) is not a trainable table", unit, u.name);
+  const int V = static_cast<int>(u.numel / u.row_width);
+  HeadTable t;
+  t.rows = acquire(unit);
+  t.grad = grads_[unit].data();
+  t.b = t.span = V;
+  return t;
 }
 
 void ParamStore::release(int unit) {

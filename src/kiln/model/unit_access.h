@@ -5,7 +5,7 @@
 // gathers shards in acquire, frees them in release and reduce-scatters in grad_done. A frozen
 // unit (not ParamUnit::trainable: a LoRA run's base) is only acquired and released: the model
 // never asks for its gradient, calls grad_done on it, or calls embed_rows_backward or
-// head_cross_entropy (it computes the head's dx with Backend::cross_entropy and no dw).
+// acquire_head (it computes the head's dx with Backend::cross_entropy and no dw).
 #pragma once
 
 #include <vector>
@@ -14,6 +14,31 @@
 #include "kiln/model/layout.h"
 
 namespace kiln {
+
+class Communicator;
+
+// Device buffers lent for the length of one call (from FSDP's pool, where the memory plan counts
+// them as communication buffers); every take is given back before the call returns.
+class ScratchLender {
+ public:
+  virtual ~ScratchLender() = default;
+  virtual DeviceBuffer<float> take(size_t n) = 0;  // n floats
+  virtual void give(DeviceBuffer<float> b) = 0;
+};
+
+// A trainable (V, C) table unit read as the LM head (acquire_head), for the loss
+// (model/vocab_parallel_loss.h). With no group, the whole table: rows [0, V) and their
+// gradient. With a group, this rank's whole rows [a, b) of a table split along the vocabulary
+// over the group's ranks (every rank's part holds `span` rows or fewer, the last ranks' fewer
+// or none), and `scratch` lends the loss's working buffers.
+struct HeadTable {
+  ConstDevPtr rows{static_cast<const float*>(nullptr)};  // (b - a, C), activation_dtype()
+  float* grad = nullptr;                                 // (b - a, C) fp32, accumulated with +=
+  int a = 0, b = 0;                                      // this rank's rows of the table
+  int span = 0;                      // rows of the largest rank's part (b - a with no group)
+  Communicator* group = nullptr;     // the ranks holding the other rows; nullptr: whole table
+  ScratchLender* scratch = nullptr;  // set with a group
+};
 
 // Pointers are device memory of the model's backend, valid in stream order until release.
 class UnitAccess {
@@ -34,13 +59,13 @@ class UnitAccess {
   // grad_done for that part already. With sharded parameters a collective, as embed_rows.
   virtual void embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N,
                                    int C) = 0;
-  // The LM head and its loss for a training micro-batch over `unit`, a (V, C) table (a tied
-  // head's embedding): Backend::cross_entropy with dx, its dw into the unit's gradient. It
-  // stands for acquire, cross_entropy into grad(unit), release and grad_done(unit). With
-  // sharded parameters a collective: every rank of the group calls it with the same N.
-  virtual void head_cross_entropy(int unit, double* loss_sum, float* dx, const float* x,
-                                  const int32_t* targets, int N, int targeted, int C, int V,
-                                  float scale) = 0;
+  // `unit`, a trainable (V, C) table (a tied head's embedding), as the LM head of a training
+  // micro-batch of N tokens on this rank: the whole table, or (FSDP, when it splits the
+  // vocabulary) this rank's rows and the group. release_head stands for release and
+  // grad_done(unit): the head's gradient is complete. With sharded parameters both are
+  // collective (every rank of the group calls them with the same N), as is the split loss.
+  virtual HeadTable acquire_head(int unit, int N) = 0;
+  virtual void release_head(int unit) = 0;
 };
 
 // Every unit's parameters and gradients held whole in this process (world size 1), in device
@@ -61,9 +86,8 @@ class ParamStore final : public UnitAccess {
   void embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N, int C) override {
     be_.embedding_backward(grads_[unit].data(), dout, ids, N, C);
   }
-  void head_cross_entropy(int unit, double* loss_sum, float* dx, const float* x,
-                          const int32_t* targets, int N, int targeted, int C, int V,
-                          float scale) override;
+  HeadTable acquire_head(int unit, int N) override;
+  void release_head(int unit) override { release(unit); }
 
   int num_units() const { return static_cast<int>(params_.size()); }
   // The dtype unit `unit` is stored in (stored_dtype of the layout's unit).

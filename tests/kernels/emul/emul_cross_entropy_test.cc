@@ -175,7 +175,8 @@ TEST(EmulCrossEntropy, LossOnlyRows) {
 
 // A vocabulary of 1000 in blocks [0, 300), [300, 700), [700, 1000) of logits rows 1003 floats
 // apart; targets on every block edge and ignored rows. The three passes in the order
-// Fsdp::head_cross_entropy runs them, the loss over rows [3, 17).
+// the vocabulary-parallel loss (model/vocab_parallel_loss.cc) runs them, the loss over rows [3,
+// 17).
 TEST(EmulCrossEntropy, SplitVocabularyPasses) {
   constexpr int n = 20, V = 1000, ld = 1003;
   const int edges[] = {0, 300, 700, V};
