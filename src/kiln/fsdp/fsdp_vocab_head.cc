@@ -31,14 +31,12 @@ HeadTable Fsdp::acquire_head(int unit, int N) {
   const int V = static_cast<int>(x.numel / C);
   head_.unit = unit;
   head_.split = vocab_path(x, N, static_cast<int>(C));
-  HeadTable t;
   if (!head_.split) {
-    t.rows = acquire(unit);
-    t.grad = grad(unit);
-    t.b = t.span = V;
-    return t;
+    const ConstDevPtr rows = acquire(unit);  // before grad(unit), which may take a pool buffer
+    return whole_head_table(rows, grad(unit), V);
   }
   const size_t per = x.shard_size / C;
+  HeadTable t;
   const size_t a = std::min(static_cast<size_t>(V), static_cast<size_t>(shard_.rank()) * per);
   t.a = static_cast<int>(a);
   t.b = static_cast<int>(std::min(static_cast<size_t>(V), a + per));

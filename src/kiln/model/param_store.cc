@@ -40,11 +40,7 @@ HeadTable ParamStore::acquire_head(int unit, int) {
   KILN_CHECK(u.row_width > 0 && grads_[unit].size() > 0,
              "acquire_head: unit {} ({}) is not a trainable table", unit, u.name);
   const int V = static_cast<int>(u.numel / u.row_width);
-  HeadTable t;
-  t.rows = acquire(unit);
-  t.grad = grads_[unit].data();
-  t.b = t.span = V;
-  return t;
+  return whole_head_table(acquire(unit), grads_[unit].data(), V);
 }
 
 void ParamStore::release(int unit) {

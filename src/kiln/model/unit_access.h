@@ -40,6 +40,16 @@ struct HeadTable {
   ScratchLender* scratch = nullptr;  // set with a group
 };
 
+// The whole table of V rows, `rows` and its gradient `grad`, with no group: what a ParamStore,
+// or an Fsdp that does not split the vocabulary, hands out.
+inline HeadTable whole_head_table(ConstDevPtr rows, float* grad, int V) {
+  HeadTable t;
+  t.rows = rows;
+  t.grad = grad;
+  t.b = t.span = V;
+  return t;
+}
+
 // Pointers are device memory of the model's backend, valid in stream order until release.
 class UnitAccess {
  public:
