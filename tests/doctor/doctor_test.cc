@@ -438,6 +438,14 @@ TEST(Doctor, RealCudaBackendProbe) {
 #endif
 }
 
+TEST(Doctor, NotesKilnsCpuCap) {
+  Machine m("cap");
+  EXPECT_TRUE(lines(m.report(), Level::kNote, "cpu").empty());
+  m.p.env = {{"KILN_CPU_ISA", "avx2"}};
+  EXPECT_HAS(joined(lines(m.report(), Level::kNote, "cpu")),
+             "KILN_CPU_ISA=avx2: kiln uses no CPU feature above avx2");
+}
+
 TEST(Doctor, GenericBlasCore) {
   Machine m("blas");
   m.blas = "Prescott";

@@ -88,6 +88,12 @@ class Judge {
         have.empty() ? "no AVX2" : fmt::format("{}", fmt::join(have, " ")));
     add("cpu", c.avx2 ? Level::kOk : Level::kWarn,
         c.avx2 ? text : text + " (kernels and BLAS run several times slower without AVX2)");
+    if (const std::string cap = env("KILN_CPU_ISA"); !cap.empty() && cap != "native") {
+      add("cpu", Level::kNote,
+          fmt::format("KILN_CPU_ISA={}: kiln uses no CPU feature above {} (bf16 products fall "
+                      "back to fp32 below avx512_bf16)",
+                      cap, cap));
+    }
     if (c.blas_core.empty()) return;
     if (!generic_blas_core(c.blas_core)) {
       add("blas", Level::kOk, fmt::format("OpenBLAS core {}", c.blas_core));

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "kiln/kernels/device/cpu_features.h"
 #include "kiln/kernels/device/host_cpu.h"
 
 namespace kiln {
@@ -31,17 +32,16 @@ std::string blas_core_name() {
 std::string blas_coretype_override() {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return "";
   const std::string core = blas_core_name();
-  // Only a generic fallback is overridden; a core OpenBLAS recognised is kept.
-  if (core != "Prescott" && core != "Core2" && core != "Nehalem" && core != "Sandybridge") {
-    return "";
-  }
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
-    return "SkylakeX";
-  }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
-  return "";
+  const CpuFeatures& f = cpu_features();
+  // A generic fallback is overridden, and an AVX-512 core under a cap below AVX-512; any other
+  // core OpenBLAS recognised is kept.
+  const bool generic =
+      core == "Prescott" || core == "Core2" || core == "Nehalem" || core == "Sandybridge";
+  const bool avx512_core = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
+  if (!generic && !(avx512_core && !f.avx512())) return "";
+  if (f.avx512()) return "SkylakeX";
+  if (f.avx2()) return "Haswell";
+  return avx512_core ? "Sandybridge" : "";
 }
 
 std::string blas_info() {

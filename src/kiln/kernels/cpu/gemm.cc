@@ -23,6 +23,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/kernels/cpu/scratch_sizes.h"
+#include "kiln/kernels/device/cpu_features.h"
 #include "kiln/kernels/device/host_cpu.h"
 
 namespace kiln {
@@ -31,7 +32,25 @@ namespace {
 
 using dnnl::memory;
 
+// oneDNN's ISA held to kiln's (cpu_features: KILN_CPU_ISA), before oneDNN first reads its own.
+// Its own cap, ONEDNN_MAX_CPU_ISA, still applies when it is lower.
+void cap_onednn_isa() {
+  static const bool done = [] {
+    const CpuFeatures& f = cpu_features();
+    if (!f.capped()) return true;
+    const dnnl_cpu_isa_t cap = f.avx512_bf16() ? dnnl_cpu_isa_avx512_core_bf16
+                               : f.avx512()    ? dnnl_cpu_isa_avx512_core
+                               : f.avx2()      ? dnnl_cpu_isa_avx2
+                                               : dnnl_cpu_isa_sse41;
+    const char* own = std::getenv("ONEDNN_MAX_CPU_ISA");
+    if (own == nullptr || *own == '\0') dnnl_set_max_cpu_isa(cap);
+    return true;
+  }();
+  (void)done;
+}
+
 dnnl::engine& cpu_engine() {
+  cap_onednn_isa();
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
 }
@@ -69,24 +88,29 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
 // below what the CPU has, and then its bf16 matmul would run on an emulated slow path. ISAs are
 // bit masks, each containing the ones below it.
 bool onednn_allows_avx512_bf16() {
+  cap_onednn_isa();
   const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
   const auto need = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
   return (isa & need) == need;
 }
 
-// Whether bf16 GEMMs run natively: the CPU has AVX512_BF16 and oneDNN may use it. Otherwise the
+// Whether bf16 GEMMs run natively: kiln may use AVX512_BF16 (cpu_features) and oneDNN may too.
+// Otherwise the
 // bf16 backend's matrix products run in fp32 (more accurate, never an emulated slow path), its
 // activations stay fp32 (cpu_memory.cc), and a warning says so once.
 bool bf16_native_impl() {
   static const bool native = [] {
-    const bool cpu = cpu_has_avx512_bf16();
+    const CpuFeatures& f = cpu_features();
+    const bool cpu = f.avx512_bf16();
     const bool has = cpu && onednn_allows_avx512_bf16();
     if (!has) {
       KILN_LOG_WARN("bf16: {}; matrix products run in fp32 instead",
                     cpu ? fmt::format("oneDNN's ISA is capped at {} (ONEDNN_MAX_CPU_ISA), below "
                                       "AVX512_BF16",
                                       isa_name(dnnl_get_effective_cpu_isa()))
-                        : std::string("this CPU lacks AVX512_BF16"));
+                    : f.capped() ? fmt::format("KILN_CPU_ISA={} caps this CPU below AVX512_BF16",
+                                               cpu_isa_name(f.isa))
+                                 : std::string("this CPU lacks AVX512_BF16"));
     }
     return has;
   }();
@@ -238,7 +262,7 @@ void to_bf16_portable(uint16_t* dst, const float* src, size_t n) {
 }
 
 void to_bf16_serial(uint16_t* dst, const float* src, size_t n) {
-  static const bool avx = cpu_has_avx512_bf16();
+  static const bool avx = cpu_features().avx512_bf16();
   if (avx) {
     to_bf16_avx512(dst, src, n);
   } else {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "kiln/kernels/device/cpu_features.h"
 #include "kiln/kernels/device/host_cpu.h"
 
 namespace kiln {
@@ -96,19 +97,13 @@ double all_threads(Loop loop, double seconds) {
 
 }  // namespace
 
-bool cpu_has_avx512_bf16() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl");
-}
-
 double measure_fp32_peak_gflops(double seconds) {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) {
+  const CpuFeatures& f = cpu_features();
+  if (f.avx512()) {
     all_threads(fma_loop_avx512, 0.05);  // wake the cores (frequency ramp) before measuring
     return all_threads(fma_loop_avx512, seconds);
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+  if (f.avx2()) {
     all_threads(fma_loop_avx2, 0.05);
     return all_threads(fma_loop_avx2, seconds);
   }
@@ -116,7 +111,7 @@ double measure_fp32_peak_gflops(double seconds) {
 }
 
 double measure_bf16_peak_gflops(double seconds) {
-  if (!cpu_has_avx512_bf16()) return 0.0;
+  if (!cpu_features().avx512_bf16()) return 0.0;
   all_threads(dpbf16_loop, 0.05);
   return all_threads(dpbf16_loop, seconds);
 }

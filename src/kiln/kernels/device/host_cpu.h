@@ -23,7 +23,9 @@ int worker_threads(int requested, int local_workers);
 std::string blas_core_name();
 
 // The OPENBLAS_CORETYPE to run with, or "" when OpenBLAS's own choice is fine (or the user set
-// OPENBLAS_CORETYPE). Chosen from the CPU's features, never beyond what the CPU supports.
+// OPENBLAS_CORETYPE): a generic fallback is replaced by the kernels of kiln's ISA, and an AVX-512
+// core by Haswell's when KILN_CPU_ISA caps kiln below AVX-512 (cpu_features.h). Never beyond what
+// the CPU supports.
 std::string blas_coretype_override();
 
 // One line for logs: library, core and thread count.
@@ -33,10 +35,7 @@ std::string blas_info();
 // FMA), GFLOP/s counting a multiply-add as 2. Runs for about `seconds`.
 double measure_fp32_peak_gflops(double seconds = 0.25);
 // bf16 dot-product throughput (vdpbf16ps: 32 bf16 multiply-adds into fp32 per instruction) of all
-// threads, GFLOP/s; 0 when the CPU has no AVX512_BF16.
+// threads, GFLOP/s; 0 without AVX512_BF16 (cpu_features.h: the CPU's, capped by KILN_CPU_ISA).
 double measure_bf16_peak_gflops(double seconds = 0.25);
-// Whether the CPU has AVX512_BF16 (vcvtne2ps2bf16, vdpbf16ps) with the AVX-512 subsets (BW, VL)
-// that kiln's bf16 conversions use; the bf16 GEMMs and the bf16 peak loop both ask this.
-bool cpu_has_avx512_bf16();
 
 }  // namespace kiln
