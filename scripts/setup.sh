@@ -16,6 +16,7 @@ PACKAGES=(
   libpcre2-dev                # tokenizer: the pre-tokenizer's split regex
   libutf8proc-dev             # tokenizer: NFC normalisation
   libxxhash-dev               # XXH3-64 checksums of checkpoint files
+  libcurl4-openssl-dev        # kiln download: HTTP(S) to the Hugging Face hub (src/kiln/hub/)
   libprotobuf-dev protobuf-compiler  # TensorBoard event files (Event/Summary messages)
   libgtest-dev libgmock-dev   # tests
   libbenchmark-dev            # micro-benchmarks
@@ -40,3 +41,11 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 echo "setup: all packages present"
+
+# @huggingface/hub for tests/hub's check that the hub's own client reads kiln's cache as complete
+# (tools/hub_cache_check; the test skips without it). npm's registry only; best effort.
+hub_check="$(dirname "$0")/../tools/hub_cache_check"
+if command -v npm >/dev/null && [[ ! -d "$hub_check/node_modules/@huggingface/hub" ]]; then
+  (cd "$hub_check" && npm ci --no-audit --no-fund --silent) \
+    || echo "setup: npm ci in tools/hub_cache_check failed; tests/hub's JavaScript check will skip" >&2
+fi

@@ -24,5 +24,6 @@ Command add_generate(CLI::App& app);
 Command add_tokenize(CLI::App& app);
 Command add_detokenize(CLI::App& app);
 Command add_prepare_data(CLI::App& app);
+Command add_download(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
       kiln::cli::add_bench(app),    kiln::cli::add_doctor(app),
       kiln::cli::add_tokenize(app), kiln::cli::add_detokenize(app),
       kiln::cli::add_generate(app), kiln::cli::add_prepare_data(app),
-      kiln::cli::add_plan(app),
+      kiln::cli::add_plan(app),     kiln::cli::add_download(app),
   };
   try {
     app.parse(argc, argv);
