@@ -19,9 +19,11 @@
 #include "common/temp_dir.h"
 #include "common/tiny_run.h"
 #include "hub/fake_hub.h"
+#include "hub/scoped_env.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/hub/hub_cache.h"
+#include "kiln/hub/model_location.h"
 
 namespace kiln {
 namespace {
@@ -214,6 +216,29 @@ TEST(HubDownload, BadInputIsOneLineEach) {
   fs::remove(fs::canonical(r.snapshot / "config.json"));
   testing::expect_one_line_error(kiln_with("HF_HUB_OFFLINE=1", "download kiln-test/tiny", d),
                                  "kiln-test/tiny: config.json in the cache is a dangling link");
+}
+
+// A model named by id and missing from the cache: one line saying the rule, unless downloading
+// on first use is allowed (a recipe's model.download: true), then fetched by the same code.
+TEST(HubDownload, FirstUseDownloadsOnlyWhenAllowed) {
+  TempDir d("hub");
+  const fs::path model = make_model(d);
+  FakeHub hub(model, d.path(), kRepo);
+  testing::ScopedEnv env;
+  env.set("HF_HUB_CACHE", (d / "cache").string());
+  env.set("HF_ENDPOINT", hub.endpoint());
+  env.set("HF_HOME", (d / "hf_home").string());
+  for (const char* v : {"HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}) env.unset(v);
+  const std::string err = testing::error_of([] { locate_model(kRepo, {"model.path", "", false}); });
+  EXPECT_NE(err.find("model.path: 'kiln-test/tiny' is neither a local directory nor in the "
+                     "Hugging Face cache"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(count_requests(hub, "/"), 0u);  // nothing asked of the hub
+  const ModelLocation at = locate_model(kRepo, {"model.path", "", true});
+  EXPECT_EQ(at.repo_id, kRepo);
+  expect_snapshot_of(model, at.dir);
+  EXPECT_EQ(locate_model(kRepo, {"model.path", "", false}).dir, at.dir);  // now from the cache
 }
 
 // The hub's own client reads the cache kiln wrote as complete: @huggingface/hub's scanCacheDir,

@@ -13,6 +13,7 @@
 
 #include "common/error_of.h"
 #include "common/temp_dir.h"
+#include "hub/scoped_env.h"
 #include "kiln/base/file.h"
 #include "kiln/hub/hub_cache.h"
 #include "kiln/hub/hub_download.h"
@@ -28,35 +29,6 @@ using testing::error_of;
 using testing::TempDir;
 
 const std::string kCommit = "0123456789abcdef0123456789abcdef01234567";
-
-// Sets variables for one test and restores them after.
-class Env {
- public:
-  void set(const char* name, const std::string& value) {
-    save(name);
-    ::setenv(name, value.c_str(), 1);
-  }
-  void unset(const char* name) {
-    save(name);
-    ::unsetenv(name);
-  }
-  ~Env() {
-    for (const auto& [name, old] : saved_) {
-      if (old) {
-        ::setenv(name.c_str(), old->c_str(), 1);
-      } else {
-        ::unsetenv(name.c_str());
-      }
-    }
-  }
-
- private:
-  void save(const char* name) {
-    const char* v = std::getenv(name);
-    saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
-  }
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
 
 // A cache entry as huggingface_hub writes it: refs/<rev>, a blob, a snapshot linking to it.
 fs::path fake_cached_repo(const fs::path& cache, const std::string& id, const std::string& rev) {
@@ -91,7 +63,7 @@ TEST(RepoRef, ParsesIdsAndRevisions) {
 }
 
 TEST(HubSettings, ReadTheEnvironmentAsHuggingfaceHubDoes) {
-  Env env;
+  testing::ScopedEnv env;
   for (const char* v :
        {"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HF_ENDPOINT",
         "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE"}) {
@@ -140,7 +112,7 @@ TEST(HubDownloadSelection, DefaultsSkipWhatKilnNeverReads) {
 }
 
 TEST(ModelLocation, LocalPathWinsThenTheCacheThenOneLine) {
-  Env env;
+  testing::ScopedEnv env;
   TempDir d("hubloc");
   env.set("HF_HUB_CACHE", (d / "cache").string());
   env.unset("HF_HUB_OFFLINE");
@@ -168,7 +140,7 @@ TEST(ModelLocation, LocalPathWinsThenTheCacheThenOneLine) {
 }
 
 TEST(ModelLocation, DanglingLinkIsNamed) {
-  Env env;
+  testing::ScopedEnv env;
   TempDir d("hubloc");
   env.set("HF_HUB_CACHE", (d / "cache").string());
   fake_cached_repo(d / "cache", "org/model", "main");

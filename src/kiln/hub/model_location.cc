@@ -36,7 +36,7 @@ ModelLocation locate_model(const std::string& spec, const LocateOptions& opt) {
       opt.what, spec, hub.cache_dir.string(), repo_folder_name(ref->id), ref->revision,
       hub.offline ? "; HF_HUB_OFFLINE is set"
                   : "; run `kiln download " + ref->text() +
-                        "` or allow it here with model.download: true (--download)");
+                        "` first (a recipe's model.download: true fetches it on first use)");
 }
 
 }  // namespace kiln

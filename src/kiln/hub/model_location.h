@@ -4,8 +4,8 @@
 // The rule: a local path that exists wins; else "ORG/NAME" (or "ORG/NAME@REV", or the revision
 // given beside it) is looked up in the Hugging Face cache (hub_settings.h: HF_HUB_CACHE, else
 // HF_HOME/hub, else ~/.cache/huggingface/hub), refs/<REV> -> snapshots/<COMMIT>/, read as it is;
-// else, when downloading is allowed (model.download: true, --download; off by default so a typo
-// never starts a multi-GB download), fetched there first; else an error saying all of this.
+// else, when downloading is allowed (a recipe's model.download: true; off by default so a
+// typo never starts a multi-GB download), fetched there first; else an error saying all of this.
 #pragma once
 
 #include <filesystem>
