@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <set>
 
 #include "common/error_of.h"
@@ -347,6 +348,47 @@ TEST(Recipe, UnknownKeys) {
   EXPECT_EQ(msg.find("did you mean"), std::string::npos) << msg;
 }
 
+// Other tools' names (PEFT, torchtune, axolotl, the Hugging Face Trainer) are answered with
+// kiln's key, in a section, at the top level (axolotl's flat files) and on the command line; a
+// typo in a key's last component finds the key whatever the section.
+TEST(Recipe, ForeignKeyNamesSayKilnsKey) {
+  EXPECT_EQ(error_of(std::string(kMinimal) + "lora:\n  r: 8\n"),
+            "recipe.yaml:8: unknown key 'lora.r' (PEFT's name; kiln's is 'lora.rank')");
+  EXPECT_HAS(error_of(std::string(kMinimal) + "lora:\n  lora_alpha: 16\n"),
+             "unknown key 'lora.lora_alpha' (PEFT's, torchtune's and axolotl's name; kiln's is "
+             "'lora.alpha')");
+  EXPECT_HAS(error_of(std::string(kMinimal) + "lora:\n  target_modules: [q_proj]\n"),
+             "(PEFT's name; kiln's is 'lora.targets')");
+  EXPECT_HAS(error_of(std::string(kMinimal) + "lora:\n  lora_dropout: 0.1\n"),
+             "kiln's is 'lora.dropout'");
+  EXPECT_HAS(error_of(kMinimal, {"train.gradient_accumulation_steps=4"}),
+             "override 'train.gradient_accumulation_steps=4': unknown key "
+             "'train.gradient_accumulation_steps' (the Hugging Face Trainer's, torchtune's and "
+             "axolotl's name; kiln's is 'train.grad_accum_steps')");
+  EXPECT_HAS(error_of(kMinimal, {"train.batch_size=4"}),
+             "(torchtune's name; kiln's is 'train.micro_batch_size', rows per rank)");
+  EXPECT_HAS(error_of(kMinimal, {"data.sequence_len=512"}),
+             "(axolotl's name; kiln's is 'data.seq_len')");
+  EXPECT_HAS(error_of(kMinimal, {"data.sample_packing=true"}),
+             "(axolotl's name; kiln's is 'data.pack')");
+  EXPECT_HAS(error_of(kMinimal, {"optimizer.learning_rate=1e-4"}), "kiln's is 'optimizer.lr'");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "warmup_ratio: 0.1\n"),
+            "recipe.yaml:7: unknown key 'warmup_ratio' (the Hugging Face Trainer's and axolotl's "
+            "name; kiln's is 'schedule.warmup_steps', a number of steps, not a fraction)");
+  EXPECT_HAS(error_of(std::string(kMinimal) + "lora_r: 8\n"),
+             "unknown key 'lora_r' (axolotl's name; kiln's is 'lora.rank')");
+  // A typo in the last component, under another section.
+  EXPECT_HAS(error_of(kMinimal, {"train.warmup_step=5"}),
+             "unknown key 'train.warmup_step' (did you mean 'schedule.warmup_steps'?)");
+  // Every foreign name points at a key kiln has, and is not one of kiln's own last components.
+  for (const ForeignKey& f : foreign_recipe_keys()) {
+    EXPECT_NE(std::find(recipe_keys().begin(), recipe_keys().end(), f.kiln_key),
+              recipe_keys().end())
+        << f.name;
+    for (const std::string& k : recipe_keys()) EXPECT_NE(k.substr(k.rfind('.') + 1), f.name) << k;
+  }
+}
+
 TEST(Recipe, DuplicateKeys) {
   std::string msg = error_of(std::string(kMinimal) + "train:\n  seed: 1\n  seed: 2\n");
   EXPECT_HAS(msg, "recipe.yaml:9: duplicate key 'train.seed' (also at recipe.yaml:8)");
@@ -487,6 +529,9 @@ TEST(Recipe, MalformedYaml) {
 TEST(Recipe, Documentation) {
   std::string doc = read_file(fs::path(KILN_SOURCE_DIR) / "docs/recipe.md");
   for (const std::string& key : recipe_keys()) EXPECT_HAS(doc, "| `" + key + "` |");
+  for (const ForeignKey& f : foreign_recipe_keys()) {
+    EXPECT_HAS(doc, "| `" + std::string(f.name) + "` | → `" + f.kiln_key + "` |");
+  }
   size_t begin = doc.find("```yaml\n", doc.find("\n## Example"));
   ASSERT_NE(begin, std::string::npos);
   begin += 8;

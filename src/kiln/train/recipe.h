@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -228,6 +229,17 @@ std::string recipe_to_yaml(const Recipe& recipe);
 const std::vector<std::string>& recipe_keys();
 // The keys that define a run (run_identity.h), in the same order: marked in the one key table.
 const std::vector<std::string>& run_identity_keys();
+
+// A key another fine-tuning tool spells otherwise, matched by its last component ("lora.r",
+// "r" and axolotl's top-level "lora_r" alike): an unknown key that is one of these is answered
+// with kiln's key, `recipe.yaml:3: unknown key 'lora.r' (PEFT's name; kiln's is 'lora.rank')`.
+struct ForeignKey {
+  const char* name;      // "r"
+  const char* whose;     // "PEFT's"
+  const char* kiln_key;  // "lora.rank": a key of recipe_keys()
+  const char* note;      // "" or what differs beyond the name
+};
+std::span<const ForeignKey> foreign_recipe_keys();
 
 // How relative paths resolve, in words for errors that name a resolved path: "a relative path
 // in a recipe file is relative to the file's folder, one on the command line to the working
