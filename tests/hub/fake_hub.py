@@ -234,23 +234,25 @@ def make_handler(repo: Repo, opts, state):
                 data = bytearray(data)
                 data[len(data) // 2] ^= 0xFF
                 data = bytes(data)
-            start = 0
-            rng = self.headers.get("Range")
-            if rng and rng.startswith("bytes=") and rng.endswith("-"):
-                start = int(rng[len("bytes="):-1])
-                if start >= len(data):
+            start, end = 0, len(data) - 1
+            rng = self.headers.get("Range")  # "bytes=N-" (a resume) or "bytes=A-B" (a probe)
+            if rng and rng.startswith("bytes="):
+                first, _, last = rng[len("bytes="):].partition("-")
+                start = int(first)
+                end = min(int(last), len(data) - 1) if last else len(data) - 1
+                if start >= len(data) or end < start:
                     return self.refuse(416, "RangeNotSatisfiable", "range not satisfiable")
-            self.send_response(206 if start else 200)
+            self.send_response(206 if rng else 200)
             for k, v in headers.items():
                 self.send_header(k, v)
             self.send_header("Accept-Ranges", "bytes")
-            self.send_header("Content-Length", str(len(data) - start))
-            if start:
-                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            self.send_header("Content-Length", str(end + 1 - start))
+            if rng:
+                self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
             self.end_headers()
             if self.command == "HEAD":
                 return
-            body = data[start:]
+            body = data[start:end + 1]
             cut_file, _, cut_at = (opts.cut or "::").partition(":")
             with state["lock"]:
                 cut = cut_file == file and not state.get("cut_done") and int(cut_at) < len(body)

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/error_of.h"
 #include "common/kiln_split.h"
@@ -241,10 +242,22 @@ TEST(HubDownload, FirstUseDownloadsOnlyWhenAllowed) {
   EXPECT_EQ(locate_model(kRepo, {"model.path", "", false}).dir, at.dir);  // now from the cache
 }
 
-// The hub's own client reads the cache kiln wrote as complete: @huggingface/hub's scanCacheDir,
-// run when node and tools/hub_cache_check's node_modules are there (scripts/setup.sh installs
-// them with npm).
-TEST(HubDownload, HubJavaScriptClientReadsTheCacheAsComplete) {
+// Every entry under a cache (.locks aside) with its link target: "path -> target" or "path".
+std::vector<std::string> cache_tree(const fs::path& cache) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(cache)) {
+    const std::string rel = fs::relative(e.path(), cache).string();
+    if (rel.rfind(".locks", 0) == 0) continue;
+    out.push_back(e.is_symlink() ? rel + " -> " + fs::read_symlink(e.path()).string() : rel);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The hub's own client reads the cache kiln wrote as complete (@huggingface/hub's scanCacheDir),
+// and its own snapshotDownload from the fake hub writes the same layout; run when node and
+// tools/hub_cache_check's node_modules are there (scripts/setup.sh installs them with npm).
+TEST(HubDownload, HubJavaScriptClientReadsTheCacheAndWritesTheSameLayout) {
   const fs::path tool = fs::path(KILN_SOURCE_DIR) / "tools/hub_cache_check";
   if (testing::run_shell("command -v node >/dev/null").code != 0 ||
       !fs::exists(tool / "node_modules/@huggingface/hub")) {
@@ -272,6 +285,14 @@ TEST(HubDownload, HubJavaScriptClientReadsTheCacheAsComplete) {
   EXPECT_EQ(refs, (std::set<std::string>{"main", "v1.0"})) << scan.out;
   EXPECT_EQ(rev["files"]["model.safetensors"], fs::file_size(model / "model.safetensors"));
   EXPECT_EQ(rev["files"]["config.json"], fs::file_size(model / "config.json"));
+  // The same client's own download from the fake hub writes the very layout kiln wrote: the same
+  // blob names, links and refs (which also holds the fake hub to the hub's answers).
+  const CmdResult js =
+      testing::run_shell("node " + (tool / "download.mjs").string() + " " +
+                         (d / "js_cache").string() + " " + hub.endpoint() + " " + kRepo + " 2>&1");
+  ASSERT_EQ(js.code, 0) << js.out;
+  fs::remove(d / "cache/models--kiln-test--tiny/refs/v1.0");
+  EXPECT_EQ(cache_tree(d / "js_cache"), cache_tree(d / "cache"));
 }
 
 }  // namespace
