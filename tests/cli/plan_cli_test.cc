@@ -8,7 +8,9 @@
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
 #include "kiln/model/config.h"
+#include "kiln/model/lora_config.h"
 #include "kiln/train/memory_plan.h"
+#include "kiln/train/recipe.h"
 
 namespace kiln {
 namespace {
@@ -86,6 +88,22 @@ TEST(PlanCli, ReadsAModelDirectoryAndSaysWhatFits) {
   EXPECT_TRUE(plan_json(recipe.string() + " --memory-per-device 64GiB").at("fits").get<bool>());
 }
 
+// A LoRA run's few trainable parameters are counted in a unit that shows them ("15.4K train"),
+// not rounded to "0.0M".
+TEST(PlanCli, SmallTrainableCountsShow) {
+  const fs::path dir = temp_dir();
+  const fs::path recipe = write_recipe(dir, "tiny");
+  const auto r = run_kiln("plan " + recipe.string() + " lora.rank=2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Recipe rec = load_recipe(recipe, {"lora.rank=2"}, RecipeUse::kPlan);
+  const int64_t n = lora_parameter_count(preset_config("tiny"), *rec.lora);
+  ASSERT_TRUE(n >= 1000 && n < 1000000) << n;
+  EXPECT_NE(r.out.find(fmt::format(": {:.1f}K train", static_cast<double>(n) / 1e3)),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("0.0M"), std::string::npos) << r.out;
+}
+
 // A plan for GPUs names the CUDA context and, between ranks, NCCL's buffers, each with its
 // source, per device; a CPU plan has neither.
 TEST(PlanCli, GpuPlanNamesTheCudaContextAndNcclBuffers) {
@@ -129,6 +147,18 @@ TEST(PlanCli, BadInputNamesTheField) {
     EXPECT_NE(r.out.find(field), std::string::npos) << args << ": " << r.out;
     EXPECT_NE(r.out.find("error"), std::string::npos) << r.out;
   }
+}
+
+// A budget past 64 bits is refused in one line naming the flag, before any plan is printed (it
+// used to wrap around).
+TEST(PlanCli, AHugeBudgetIsRefused) {
+  const fs::path dir = temp_dir();
+  const std::string recipe = write_recipe(dir, "tiny").string();
+  const auto r = run_kiln("plan " + recipe + " --memory-per-device 99999999999999999999GiB");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.out,
+            "kiln: error: --memory-per-device: '99999999999999999999GiB' is more than a 64-bit "
+            "byte count holds (at most 16 EiB)\n");
 }
 
 }  // namespace

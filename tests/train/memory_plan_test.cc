@@ -454,5 +454,22 @@ TEST(MemoryPlan, SizesParseAndBadOnesNameTheField) {
   }
 }
 
+// A size past 2^64 bytes is refused in one line naming the flag, not wrapped around to a small
+// budget.
+TEST(MemoryPlan, SizesPastSixtyFourBitsAreRefused) {
+  EXPECT_EQ(parse_memory_size("16777215TiB", "x"), size_t{16777215} << 40);
+  for (const char* huge : {"99999999999999999999GiB", "16777216TiB", "18446744073709551616"}) {
+    try {
+      const size_t got = parse_memory_size(huge, "--memory-per-device");
+      ADD_FAILURE() << "accepted " << huge << " as " << got;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                fmt::format("--memory-per-device: '{}' is more than a 64-bit byte count holds (at "
+                            "most 16 EiB)",
+                            huge));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -310,7 +310,12 @@ size_t parse_memory_size(const std::string& text, const std::string& what) {
     fail("{}: '{}' is not a memory size (a positive number with B, KB, MB, GB, KiB, MiB, GiB, ...)",
          what, text);
   }
-  return static_cast<size_t>(v * it->second);
+  // 2^64 bytes and more would wrap around in the conversion (16 EiB: no machine has it).
+  const double bytes = v * it->second;
+  if (bytes >= 18446744073709551616.0) {
+    fail("{}: '{}' is more than a 64-bit byte count holds (at most 16 EiB)", what, text);
+  }
+  return static_cast<size_t>(bytes);
 }
 
 }  // namespace kiln
