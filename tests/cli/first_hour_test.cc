@@ -212,22 +212,27 @@ TEST_F(FirstHour, EvalInfersTheFormat) {
 }
 
 // Item 6: a changed step budget on resume is said at start, with both values; and the memory line
-// says over or under in words.
+// says in words which of the prediction and the measured peak is larger (issue 34: "27.5% over"
+// read as if the run was over its prediction). The end line says which steps this invocation
+// trained (issue 34: a resume to step 5 from 3 said "trained 5 steps").
 TEST_F(FirstHour, ResumeWithAnotherStepBudgetSaysSoAndMemoryInWords) {
   ASSERT_EQ(kiln("init --config tiny --out init").code, 0);
   const std::string recipe = tokens_recipe("budget", path("init"), 3);
   CmdResult r = kiln("train " + recipe + " schedule.name=cosine");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(std::regex_search(
-      r.out, std::regex(R"(predicted \d+ MiB \((\d+\.\d% (over|under)|matches)\))")))
+      r.out, std::regex(R"(predicted \d+ MiB \((the prediction was \d+\.\d% (above|below) the )"
+                        R"(measured peak|the prediction matches the measured peak)\))")))
       << r.out;
   EXPECT_FALSE(std::regex_search(r.out, std::regex(R"(predicted \d+ MiB \([+-])"))) << r.out;
+  EXPECT_HAS(r.out, "trained 3 steps: loss ");
   r = kiln("train " + recipe + " schedule.name=cosine train.resume=auto train.max_steps=5");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_HAS(r.out,
              "with another step budget: train.max_steps was 3, is 5; the run now ends at "
              "step 5 and the cosine schedule decays to it");
   EXPECT_HAS(r.out, "step 5/5");
+  EXPECT_HAS(r.out, "trained steps 4-5 (2 this run): loss ");
 }
 
 // Item 6: a JSON syntax error names its line and column in the file, a trailing comma included

@@ -1,8 +1,11 @@
 // kiln train RECIPE.yaml [key=value ...] [--nnodes ... --node-rank ... --master-addr/--port ...]
 // Single process, N local workers (dist.nproc_per_node=N), kiln as the agent on every node, or
 // ranks of an external launcher: launch() decides (src/kiln/launch/launch.h).
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "kiln/base/stop_request.h"
 #include "kiln/cli/commands.h"
@@ -12,6 +15,18 @@
 #include "kiln/train/trainer.h"
 
 namespace kiln::cli {
+
+namespace {
+
+// "trained 60 steps", or after a resume from step 29 "trained steps 30-60 (31 this run)": what
+// this invocation trained, beside where the run now is.
+std::string trained_steps(const TrainResult& res) {
+  if (res.start_step == 0) return fmt::format("trained {} steps", res.steps);
+  return fmt::format("trained steps {}-{} ({} this run)", res.start_step + 1, res.steps,
+                     res.steps - res.start_step);
+}
+
+}  // namespace
 
 Command add_train(CLI::App& app) {
   struct Opts {
@@ -84,9 +99,9 @@ Command add_train(CLI::App& app) {
                 return 0;
               }
               if (lead) {
-                std::fprintf(stderr, "trained %lld steps: loss %.4f -> %.4f; model in %s\n",
-                             static_cast<long long>(res.steps), res.first_loss, res.last_loss,
-                             res.model_dir.c_str());
+                const std::string trained = trained_steps(res);
+                std::fprintf(stderr, "%s: loss %.4f -> %.4f; model in %s\n", trained.c_str(),
+                             res.first_loss, res.last_loss, res.model_dir.c_str());
               }
               return 0;
             });

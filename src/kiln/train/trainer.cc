@@ -50,13 +50,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// "12.3% over" or "4.0% under": how far a prediction is from the measurement, in words (a
-// signed percentage reads either way).
+// "the prediction was 12.3% above the measured peak" (or "below", or "the prediction matches
+// the measured peak"): which of the two is larger, in words, so the figure cannot be read as
+// the run going over its plan.
 std::string prediction_error(double predicted, double measured) {
   if (measured <= 0) return "nothing measured";
   const double pct = 100.0 * (predicted - measured) / measured;
-  if (std::fabs(pct) < 0.05) return "matches";
-  return fmt::format("{:.1f}% {}", std::fabs(pct), pct > 0 ? "over" : "under");
+  if (std::fabs(pct) < 0.05) return "the prediction matches the measured peak";
+  return fmt::format("the prediction was {:.1f}% {} the measured peak", std::fabs(pct),
+                     pct > 0 ? "above" : "below");
 }
 
 std::string format_duration(double s) {
@@ -653,6 +655,7 @@ void Trainer::finish_finished_run(TrainResult& result) {
 
 TrainResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
   TrainResult result;
+  result.start_step = start_step_;
   t_start_ = Clock::now();
   if (!resumed_from_.empty() && start_step_ >= max_steps_) {
     finish_finished_run(result);

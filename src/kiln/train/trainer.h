@@ -24,6 +24,9 @@ struct StepMetrics {
 
 struct TrainResult {
   int64_t steps = 0;
+  // The step this invocation started after: 0 for a fresh start, the checkpoint's step on a
+  // resume (steps start_step + 1 .. steps were trained here).
+  int64_t start_step = 0;
   double first_loss = 0, last_loss = 0;
   fs::path model_dir;  // the saved final model (HF layout)
   // Stopped on request (WorkerContext::stop_requested on any rank, seen by every rank in a step's
