@@ -42,6 +42,21 @@ TEST(RunDir, AFreshRunIntoACheckpointedDirectoryIsRefused) {
             (std::vector<std::string>{"step-00000001", "step-00000002"}));
 }
 
+// Issue 34: the refusal came from every worker after the group formed, printed once per rank.
+// The launcher says it before any worker starts, once.
+TEST(RunDir, ACheckpointedDirectoryIsRefusedBeforeAnyWorkerStarts) {
+  const fs::path d = testing::setup_tiny_run("kiln_run_dir", "early", {64, 1, 2, 30});
+  auto r = run_kiln(train(d, "checkpoint.every_steps=1"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run_kiln("train " + (d / "recipe.yaml").string() + " dist.nproc_per_node=2");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.out, "kiln: error: output.dir " + (d / "run").string() +
+                       " already holds checkpoints (newest: " +
+                       (d / "run/checkpoints/step-00000001").string() +
+                       "): train.resume=auto continues that run, output.overwrite=true deletes "
+                       "them and starts over, or choose another output.dir\n");
+}
+
 TEST(RunDir, OverwriteDeletesTheOldCheckpointsAndStartsOver) {
   const fs::path d = testing::setup_tiny_run("kiln_run_dir", "overwrite", {64, 2, 2, 30});
   auto r = run_kiln(train(d, "checkpoint.every_steps=1"));

@@ -68,6 +68,13 @@ void check_adapter(const Recipe& r, const ModelConfig& config) {
 
 }  // namespace
 
+std::string output_dir_in_use(const Recipe& r, const fs::path& newest) {
+  return fmt::format(
+      "output.dir {} already holds checkpoints (newest: {}): train.resume=auto continues that "
+      "run, output.overwrite=true deletes them and starts over, or choose another output.dir",
+      r.output.dir, newest.string());
+}
+
 std::optional<std::string> overwrite_deletes_input(const Recipe& r) {
   const fs::path run = r.output.dir;
   const std::vector<fs::path> deleted = {run / "checkpoints", run / "final"};
@@ -156,9 +163,11 @@ void preflight_checks(const Recipe& r) {
       fail("train.resume: {} is not a checkpoint (no manifest.json)", ckpt.string());
     }
   }
-  if (r.train.resume == "none" && r.output.overwrite &&
-      latest_checkpoint(fs::path(r.output.dir) / "checkpoints")) {
-    if (const auto clash = overwrite_deletes_input(r)) fail("{}", *clash);
+  if (r.train.resume == "none") {
+    if (const auto latest = latest_checkpoint(fs::path(r.output.dir) / "checkpoints")) {
+      if (!r.output.overwrite) fail("{}", output_dir_in_use(r, latest->dir));
+      if (const auto clash = overwrite_deletes_input(r)) fail("{}", *clash);
+    }
   }
 }
 

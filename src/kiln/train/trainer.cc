@@ -384,12 +384,7 @@ void Trainer::claim_run_dir() {
   }
   world_.barrier();
   const auto latest = r_.train.resume == "none" ? latest_checkpoint(ckpt_root) : std::nullopt;
-  if (latest && !r_.output.overwrite) {
-    fail(
-        "output.dir {} already holds checkpoints (newest: {}): train.resume=auto continues that "
-        "run, output.overwrite=true deletes them and starts over, or choose another output.dir",
-        run_dir_.string(), latest->dir.string());
-  }
+  if (latest && !r_.output.overwrite) fail("{}", output_dir_in_use(r_, latest->dir));
   if (latest) {
     if (const auto clash = overwrite_deletes_input(r_)) fail("{}", *clash);
   }
