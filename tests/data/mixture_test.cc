@@ -89,6 +89,29 @@ TEST(Mixture, EvalSplitHoldsOutASeededShareOfEachFile) {
   EXPECT_EQ(ids(*Mixture({{&a, 1.0}, {&b, 2.0}}, 0.1, 11).held_out()), out);
 }
 
+// Issue 34: a file listed twice held out different examples per listing, so each listing trained
+// on what the other held out. The draw follows the examples' content: both listings hold out the
+// same examples, and no example trained on has the tokens of one held out, duplicates in another
+// file included.
+TEST(Mixture, EvalSplitNeverTrainsOnWhatItHoldsOut) {
+  const TokenDataset a = numbered(0, 200, "a.jsonl"), b = numbered(150, 100, "b.jsonl");
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    const Mixture twice({{&a, 1.0}, {&a, 1.0}}, 0.1, seed);
+    const std::vector<int> out = ids(*twice.held_out());
+    ASSERT_EQ(out.size(), 40u);  // 20 from each listing: the same 20
+    const std::set<int> distinct(out.begin(), out.end());
+    EXPECT_EQ(distinct.size(), 20u);
+    const std::map<int, int> train = counts(twice.train());
+    for (int id : out) EXPECT_EQ(train.count(id), 0u) << id << " seed " << seed;
+    EXPECT_EQ(train.size() + distinct.size(), 200u);
+    // a and b share examples 150..199: one held out from either is trained on by neither.
+    const Mixture shared({{&a, 1.0}, {&b, 2.0}}, 0.1, seed);
+    const std::vector<int> held = ids(*shared.held_out());
+    const std::map<int, int> trained = counts(shared.train());
+    for (int id : held) EXPECT_EQ(trained.count(id), 0u) << id << " seed " << seed;
+  }
+}
+
 TEST(Mixture, WeightsOrSplitsThatLeaveNothingAreErrors) {
   const TokenDataset a = numbered(0, 10, "a.jsonl"), one = numbered(0, 1, "one.jsonl");
   try {

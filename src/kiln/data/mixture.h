@@ -2,17 +2,21 @@
 // data"): each file's examples weighted, less an optional seeded held-out fraction that becomes
 // the evaluation set.
 //
-//   part k, n_k examples:  held out  h_k = round(eval_fraction * n_k) of them, drawn from the seed
-//                          kept      m_k = n_k - h_k, in file order
+//   part k, n_k examples:  held out  h_k = round(eval_fraction * n_k) of them: those with the
+//                                    smallest hash of their input tokens under the seed; then
+//                                    every example of any part whose tokens equal a held-out one
+//                          kept      m_k = the rest, in file order
 //                          weighted  c_k = round(weight_k * m_k) per epoch: floor(c_k / m_k)
 //                                    copies of every kept example, then c_k mod m_k of them drawn
 //                                    from the seed (no repeats), in file order
 //   train()    = weighted part 0 + weighted part 1 + ...   (the samplers shuffle it per epoch)
 //   held_out() = held-out part 0 + held-out part 1 + ...   (file order)
 //
-// Every choice depends only on (seed, part index, n_k, weight_k, eval_fraction), never on the
-// rank or the run's history, so every rank and every resumed run sees the same sets and the
-// samplers' state (sampler.h) resumes exactly.
+// The held-out draw follows the examples' content, never a file's place in data.train: a file
+// listed twice holds out the same examples both times, and no example trained on has the tokens
+// of one held out. Every choice depends only on (seed, the examples, part index, weight_k,
+// eval_fraction), never on the rank or the run's history, so every rank and every resumed run
+// sees the same sets and the samplers' state (sampler.h) resumes exactly.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +62,9 @@ class Mixture {
   const ExampleSource* held_out() const { return held_out_.get(); }
 
  private:
+  const ExampleSource* weighted(const ExampleSource& src, const std::vector<size_t>& kept,
+                                double weight, uint64_t seed, size_t part);
+
   std::vector<std::unique_ptr<IndexedSource>> views_;  // what train_ and held_out_ read
   std::unique_ptr<ConcatSource> train_, held_out_;
 };
