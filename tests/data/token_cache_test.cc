@@ -140,6 +140,45 @@ TEST(TokenCache, ChangingTheDataFileRebuilds) {
   EXPECT_TRUE(load_dataset(o, test::kVocab).from_cache_hit());
 }
 
+// Issue 34: a data file edited in place with its size and modification time kept (rsync -t, cp -p
+// of another version) was trained from its stale cache. The key holds the file's content.
+TEST(TokenCache, AnEditKeepingSizeAndTimeRebuilds) {
+  TempDir dir("same_stat");
+  const fs::path path = dir / "train.jsonl";
+  write_chat(path, 10);
+  DataOptions o = chat_options(dir);
+  const TokenizedDataset first = load_dataset(o, test::kVocab);
+  ASSERT_TRUE(load_dataset(o, test::kVocab).from_cache_hit());
+
+  const auto edit_keeping_stat = [&](size_t at, char c) {
+    const auto when = fs::last_write_time(path);
+    std::string bytes = read_file(path);
+    ASSERT_LT(at, bytes.size());
+    ASSERT_NE(bytes[at], c);
+    bytes[at] = c;
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    fs::last_write_time(path, when);
+  };
+  const std::string text = read_file(path);
+  edit_keeping_stat(text.find("What is 3"), 'T');  // "That is 3 + 4?"
+  const TokenizedDataset second = load_dataset(o, test::kVocab);
+  EXPECT_FALSE(second.from_cache_hit());
+  EXPECT_NE(second.cache_path(), first.cache_path());
+  EXPECT_FALSE(std::equal(first.input_ids().begin(), first.input_ids().end(),
+                          second.input_ids().begin(), second.input_ids().end()));
+
+  // Past 64 MiB the key hashes the first and last MiB and blocks between: an edit in either
+  // end changes it.
+  std::string big(size_t{70} << 20, ' ');
+  write_file_atomic(path, big);
+  const uint64_t key = data_cache_key(o);
+  edit_keeping_stat(100, 'x');
+  const uint64_t head = data_cache_key(o);
+  EXPECT_NE(head, key);
+  edit_keeping_stat(big.size() - 100, 'x');
+  EXPECT_NE(data_cache_key(o), head);
+}
+
 void corrupt(const fs::path& path, const std::function<void(std::string&)>& edit) {
   std::string bytes = read_file(path);
   edit(bytes);

@@ -180,6 +180,29 @@ const ChatTemplate* data_chat_template(const DataOptions& o) {
   return &t;
 }
 
+namespace {
+
+// The data file's content, as far as it is cheap to read on every load: XXH3-64 of the whole
+// file up to kWholeFileBytes, else of its first and last MiB and 64 blocks of 64 KiB spread
+// evenly between them. A file edited in place with its size and mtime restored (rsync -t, a
+// checkout, cp -p of another version) then still gets another cache.
+uint64_t content_digest(const fs::path& path) {
+  constexpr size_t kWholeFileBytes = size_t{64} << 20, kEdge = size_t{1} << 20,
+                   kBlock = size_t{64} << 10, kBlocks = 64;
+  const MappedFile file(path);
+  const uint8_t* p = file.data();
+  const size_t n = file.size();
+  if (n <= kWholeFileBytes) return xxh3_64({reinterpret_cast<const char*>(p), n});
+  Xxh3Stream h;
+  h.update(p, kEdge);
+  const size_t span = n - 2 * kEdge - kBlock;  // the blocks start in [kEdge, n - kEdge - kBlock]
+  for (size_t b = 0; b < kBlocks; ++b) h.update(p + kEdge + span / (kBlocks - 1) * b, kBlock);
+  h.update(p + n - kEdge, kEdge);
+  return h.digest().xxh3;
+}
+
+}  // namespace
+
 uint64_t data_cache_key(const DataOptions& o) {
   const fs::path data = fs::absolute(o.path).lexically_normal();
   struct stat st {};
@@ -191,12 +214,13 @@ uint64_t data_cache_key(const DataOptions& o) {
   const std::string thinking = o.enable_thinking ? (*o.enable_thinking ? "on" : "off") : "default";
   const std::string desc =
       fmt::format(
-          "kiln data cache v{}\ndata={}\nsize={}\nmtime={}.{:09}\ntokenizer={:016x}\nformat={}\n"
-          "seq_len={}\noverlong={}\ntrain_on_prompt={}\nskip_bad_lines={}\n",
+          "kiln data cache v{}\ndata={}\nsize={}\nmtime={}.{:09}\ncontent={:016x}\n"
+          "tokenizer={:016x}\nformat={}\nseq_len={}\noverlong={}\ntrain_on_prompt={}\n"
+          "skip_bad_lines={}\n",
           kTokenCacheVersion, data.string(), static_cast<int64_t>(st.st_size),
           static_cast<int64_t>(st.st_mtim.tv_sec), static_cast<int64_t>(st.st_mtim.tv_nsec),
-          hash_bytes(tok.data(), tok.size()), data_format_name(o.format), o.seq_len,
-          name_of(kOverlongNames, o.overlong), o.train_on_prompt, o.skip_bad_lines) +
+          content_digest(data), hash_bytes(tok.data(), tok.size()), data_format_name(o.format),
+          o.seq_len, name_of(kOverlongNames, o.overlong), o.train_on_prompt, o.skip_bad_lines) +
       (chat ? fmt::format("template={}\nenable_thinking={}\n", chat->name(), thinking) : "");
   return hash_bytes(desc.data(), desc.size());
 }

@@ -122,8 +122,9 @@ TokenizedDataset load_dataset(const DataOptions& options, int64_t vocab_size);
 const ChatTemplate* data_chat_template(const DataOptions& options);
 
 // The cache file load_dataset uses for `options` (a text format): its name holds a hash of the
-// data file's path, size and modification time, the tokenizer.json's content, the format, the
-// chat template and enable_thinking (chat formats), seq_len, overlong, train_on_prompt,
+// data file's path, size, modification time and content (XXH3-64 of the whole file up to 64 MiB,
+// else of its first and last MiB and 64 blocks between), the tokenizer.json's content, the format,
+// the chat template and enable_thinking (chat formats), seq_len, overlong, train_on_prompt,
 // skip_bad_lines and the cache format version.
 fs::path data_cache_path(const DataOptions& options);
 // That hash.
