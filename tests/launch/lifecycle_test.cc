@@ -198,6 +198,29 @@ TEST(Lifecycle, SigtermDuringTheFinalEvaluationOfACompletedRunExitsZero) {
   fs::remove_all(d);
 }
 
+// Issue 34: SIGTERM, then a worker's own error (here its stop checkpoint cannot be written:
+// output.dir/checkpoints is a file) ended with 143 and a last line blaming the grace period. The
+// worker's error is the group's failure: exit 1, the last line naming the rank and its error.
+TEST(Lifecycle, AWorkersErrorDuringAStopIsTheFailureNotTheGracePeriod) {
+  const fs::path d = testing::setup_tiny_run("kiln_lifecycle", "stoperr", {.max_steps = 1000});
+  fs::create_directories(d / "run");
+  write_file_atomic(d / "run/checkpoints", "a file where the checkpoints would go\n");
+  const auto t0 = Clock::now();
+  auto r = run_kiln("train " + (d / "recipe.yaml").string(), "KILN_FAULT=0:2:term");
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_HAS(r.out, "injecting 'term' at step 2");
+  EXPECT_EQ(r.code, 1) << r.out;
+  std::string out = r.out;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  const std::string last = out.substr(out.rfind('\n') + 1);
+  EXPECT_TRUE(last.starts_with("kiln: error: worker group failed: rank ")) << r.out;
+  EXPECT_HAS(last, "failed with exit code 1: ");
+  EXPECT_HAS(last, "checkpoints");
+  EXPECT_EQ(last.find("sigterm_grace_s"), std::string::npos) << r.out;
+  EXPECT_LT(took, 20.0) << "waited for the grace period (25 s) instead of failing";
+  fs::remove_all(d);
+}
+
 // The agent a private network's supervisor watches stops (SIGSTOP; a cgroup freezer does the
 // same): its workers lose the store and exit, and the supervisor, hearing no heartbeat for the
 // watchdog's 5 s, kills it and fails in one line naming it, instead of waiting forever.

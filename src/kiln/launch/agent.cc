@@ -330,7 +330,12 @@ AttemptRecord run_group(const AgentSpec& s, int port, int attempt, Store& ctl, S
         stopped += stop ? 1 : 0;
         succeeded += ok ? 1 : 0;
         const int score = failure_score(ctl, attempt, w.rank, status);
-        if (!ok && !stop && !tearing_down && score > culprit_score) {
+        // While the workers stop on request, one that exits with an error of its own (a stop
+        // checkpoint it could not write) is the group's failure, not the grace period's; a
+        // worker the teardown signalled is not.
+        const bool own_error = !tearing_down || (rec.signal != 0 && s.graceful_stop &&
+                                                 !rec.failed && WIFEXITED(status));
+        if (!ok && !stop && own_error && score > culprit_score) {
           culprit = &w;
           culprit_score = score;
         }
