@@ -76,7 +76,9 @@ TEST_F(FirstHour, InitWithATokenizerTrainsAndChats) {
   EXPECT_EQ(config.at("eos_token_id"), 151645);  // <|im_end|>: a chat turn ends there
   EXPECT_EQ(read_file(dir_ / "init/tokenizer.json"), read_file(kQwen));  // byte for byte
   EXPECT_TRUE(read_json_file(dir_ / "init/tokenizer_config.json").contains("chat_template"));
-  EXPECT_EQ(read_json_file(dir_ / "init/generation_config.json").at("eos_token_id"), 151645);
+  // Qwen2.5-Instruct's generation eos list: a turn's end, then the end of text.
+  EXPECT_EQ(read_json_file(dir_ / "init/generation_config.json").at("eos_token_id"),
+            Json({151645, 151643}));
 
   write_file_atomic(dir_ / "chat.yaml", fmt::format(R"(model: {{path: init}}
 data: {{train: {}, format: chat, seq_len: 96, pack: true}}

@@ -2,6 +2,7 @@
 // Qwen3 tokenizer's: greedy output equals the library's greedy decoding, runs are reproducible
 // (greedy, and sampling for a given seed), the prompt can come from stdin, chat and interactive
 // modes run, and bad input fails with one line.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -280,6 +281,27 @@ TEST_F(GenerateCli, Llama3TemplateAndBeginOfText) {
   EXPECT_EQ(std::count(chat_prompt.begin(), chat_prompt.end(), 128000), 1);
   expect_reply(kiln(base + "--chat --template llama3 --prompt hello"), llama, tok, chat_prompt,
                {"<|end_of_text|>", "<|eot_id|>", "<|eom_id|>"});
+  // --date-string: the date of the system block ("Today Date: ..."; default the template's), seen
+  // in the prompt's length (the debug log's "prompt N tokens"): this model's reply is the same.
+  const std::string date = "Thursday, 1 January 2031";
+  const std::vector<int32_t> dated =
+      encode_chat(tok, chat_template(ChatTemplateId::kLlama3), {{"user", "hello"}}, {},
+                  {.add_generation_prompt = true, .date_string = date}, false);
+  ASSERT_NE(dated.size(), chat_prompt.size());
+  const std::string dated_args =
+      "--chat --template llama3 --date-string '" + date + "' --prompt hello";
+  expect_reply(kiln(base + dated_args), llama, tok, dated,
+               {"<|end_of_text|>", "<|eot_id|>", "<|eom_id|>"});
+  for (const auto& [args, want] :
+       {std::pair{dated_args, dated.size()},
+        std::pair{std::string("--chat --template llama3 --prompt hello"), chat_prompt.size()}}) {
+    const testing::CmdResult r = testing::run_kiln(base + args, "KILN_LOG_LEVEL=debug");
+    EXPECT_NE(r.out.find(fmt::format("prompt {} tokens", want)), std::string::npos) << r.out;
+  }
+  expect_one_line_error(kiln(base + "--prompt hello --date-string x"),
+                        "--date-string needs --chat");
+  expect_one_line_error(kiln(base + "--chat --template qwen3 --prompt hello --date-string x"),
+                        "--date-string: the qwen3 chat template shows no date");
   // The template known by content from the model's own tokenizer_config.json.
   write_file_atomic(
       fs::path(llama) / "tokenizer_config.json",

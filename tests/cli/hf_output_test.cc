@@ -1,8 +1,9 @@
 // A fine-tune's model directories are complete Hugging Face directories: final/, every
 // checkpoint and `kiln export` hold the base's config.json (only torch_dtype changed), the
-// weights, tokenizer.json, tokenizer_config.json (the base's chat template byte for byte, or
-// kiln's Qwen2.5 template), generation_config.json and the base's other tokenizer files; they
-// load back into kiln with the same eval loss and serve as a base for another run.
+// weights, tokenizer.json, tokenizer_config.json (the base's chat template byte for byte, or the
+// one the run rendered with when data.template names another, or kiln's Qwen2.5 template when
+// the base has none), generation_config.json and the base's other tokenizer files; they load back
+// into kiln with the same eval loss and serve as a base for another run.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -63,7 +64,7 @@ class HfOutput : public ::testing::Test {
     const fs::path r = p(run + ".yaml");
     write_file_atomic(r,
                       // The base's template is its own (not one kiln knows): data.template says
-                      // which renders it, and the model directories keep the base's.
+                      // which renders the data, and the model directories carry that one.
                       fmt::format("model:\n  path: {}\ndata:\n  train: {}\n  format: chat\n"
                                   "  template: qwen2.5\n"
                                   "  seq_len: 96\n  eval: {}\noptimizer:\n  lr: 1.0e-2\n"
@@ -87,7 +88,8 @@ class HfOutput : public ::testing::Test {
 
 // What a transformers or vLLM user needs, with the base's values: every file of the base
 // (other than weights) is there byte for byte, except config.json, which equals the base's in
-// every field (and order) but torch_dtype.
+// every field (and order) but torch_dtype, and tokenizer_config.json, whose chat template is the
+// published text of the run's data.template (qwen2.5) in place of the base's.
 void expect_servable(const fs::path& dir, const fs::path& base, const std::string& torch_dtype) {
   SCOPED_TRACE(dir.string());
   OJson want = OJson::parse(read_file(base / "config.json"));
@@ -95,11 +97,14 @@ void expect_servable(const fs::path& dir, const fs::path& base, const std::strin
   const OJson got = OJson::parse(read_file(dir / "config.json"));
   EXPECT_EQ(got, want);
   EXPECT_EQ(got.dump(), want.dump());  // ordered: the same keys in the same order
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
-                        "vocab.json", "merges.txt"}) {
+  for (const char* f : {"tokenizer.json", "generation_config.json", "vocab.json", "merges.txt"}) {
     ASSERT_TRUE(fs::exists(dir / f)) << f;
     EXPECT_EQ(read_file(dir / f), read_file(base / f)) << f;
   }
+  OJson tc = OJson::parse(read_file(base / "tokenizer_config.json"));
+  tc["chat_template"] =
+      read_file(fs::path(KILN_SOURCE_DIR) / "assets/chat_templates/qwen2.5.jinja");
+  EXPECT_EQ(OJson::parse(read_file(dir / "tokenizer_config.json")).dump(), tc.dump());
   // A model directory's weights; a checkpoint's shards are behind its manifest.
   EXPECT_TRUE(fs::exists(dir / "model.safetensors") || fs::exists(dir / "manifest.json"));
 }
@@ -108,6 +113,24 @@ TEST_F(HfOutput, FinalCheckpointsAndExportsKeepTheBaseFiles) {
   const fs::path base = make_full_base();
   CmdResult r = kiln("train " + write_recipe(base, "run").string());
   ASSERT_EQ(r.code, 0) << r.out;
+  // The base's template is one kiln does not know: a warning that data.template renders the data
+  // instead, and a line that the run's directories carry it.
+  const std::string own = (base / "tokenizer_config.json").string();
+  const std::string warning = own +
+                              ": the model's own chat template is not one kiln knows; "
+                              "data.template renders the data with qwen2.5";
+  EXPECT_NE(r.out.find(warning), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("final/: chat template qwen2.5 (data.template) replaces the base's "
+                       "template at " +
+                       own),
+            std::string::npos)
+      << r.out;
+  // The same warning when the data's tokens come from the cache.
+  r = kiln("train " + p("run.yaml").string() + " output.dir=" + p("again").string() +
+           " train.max_steps=1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("data cache hit"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(warning), std::string::npos) << r.out;
   expect_servable(p("run/final"), base, "float32");
   expect_servable(p("run/checkpoints/step-00000002"), base, "float32");
   // kiln export of a checkpoint, of a run directory (its final/) in bf16, and of a model dir.
@@ -133,6 +156,7 @@ TEST_F(HfOutput, FinalCheckpointsAndExportsKeepTheBaseFiles) {
   // final/ is itself a base: a second run from it keeps the same files.
   r = kiln("train " + write_recipe(p("run/final"), "run2").string() + " train.max_steps=1");
   ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("replaces the base's"), std::string::npos) << r.out;  // its own now
   expect_servable(p("run2/final"), base, "float32");
 }
 

@@ -76,7 +76,7 @@ TEST_F(TokenizeCli, JsonlCorpusMatchesReference) {
           << "line " << i + 1;
     }
   }
-  // Plain JSON strings work too; blank lines are skipped.
+  // Plain JSON strings work too; blank lines are skipped (Qwen's post-processor adds nothing).
   const CmdResult r =
       kiln("tokenize --jsonl " + qwen3_, "\"hello\"\n\n  \n{\"text\": \"hello\"}\n");
   EXPECT_EQ(r.out, "[14990]\n[14990]\n");
@@ -141,6 +141,29 @@ TEST_F(TokenizeCli, AddSpecialTokens) {
             "[128000,260,264]\n");
   EXPECT_EQ(kiln("tokenize --jsonl --add-special-tokens " + llama, "\"hello\"\n\" wow\"\n").out,
             "[128000,260]\n[128000,272]\n");
+}
+
+// A {"text": ...} record of --jsonl is encoded as training and HF's tokenizer(text) encode it:
+// the post-processor's tokens (Llama 3's <|begin_of_text|> first; none for Qwen), a plain string
+// as the text alone.
+TEST_F(TokenizeCli, JsonlTextRecordsGetThePostProcessorsTokens) {
+  const std::string llama = "--tokenizer " + test::kTinyLlama3Json.string();
+  const std::vector<std::string> texts = {"hello world", " wow <|eot_id|>"};
+  for (const auto& [args, tok] :
+       {std::pair{llama, &test::tiny_llama3()}, std::pair{qwen3_, &test::qwen3()}}) {
+    std::string input, want;
+    for (const std::string& t : texts) {
+      input += Json{{"text", t}}.dump() + "\n";
+      want += ids_line(tok->encode_with_special_tokens(t)) + "\n";
+    }
+    const CmdResult r = kiln("tokenize --jsonl " + args, input);
+    ASSERT_EQ(r.code, 0) << args;
+    EXPECT_EQ(r.out, want) << args;
+    EXPECT_EQ(kiln("tokenize --jsonl " + args, "\"hello world\"\n").out,
+              ids_line(tok->encode("hello world")) + "\n");
+  }
+  EXPECT_EQ(kiln("tokenize --jsonl " + llama, "{\"text\": \"hello world\"}\n").out,
+            "[128000,260,264]\n");
 }
 
 // Every case of the published templates' renderings (tests/fixtures/data, tools/

@@ -5,13 +5,17 @@
 
 namespace kiln::cli {
 
+CLI::Option* add_template_option(CLI::App* sub, std::string& chat_template,
+                                 const std::string& help) {
+  return sub->add_option("--template", chat_template, help + ": " + chat_template_choices())
+      ->check(CLI::IsMember(chat_template_names()));
+}
+
 void add_chat_template_options(CLI::App* sub, std::string& chat_template,
                                std::string& enable_thinking, const std::string& scope,
                                const std::string& template_default) {
-  sub->add_option("--template", chat_template,
-                  scope + "the chat template, " + chat_template_choices() +
-                      " (default: " + template_default + ")")
-      ->check(CLI::IsMember(chat_template_names()));
+  add_template_option(sub, chat_template,
+                      scope + "the chat template (default: " + template_default + ")");
   sub->add_option("--enable-thinking", enable_thinking,
                   scope + "Qwen3's thinking switch, true or false (default: the template's)")
       ->check(CLI::IsMember({"true", "false"}));

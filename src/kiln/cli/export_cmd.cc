@@ -4,8 +4,10 @@
 // the HF model M (model/adapted_model.h), written back as a PEFT adapter directory (in --dtype,
 // with M's tokenizer files and chat template), or with --merge as a complete HF model with
 // W + s B A folded into every target (model/lora_export.h, which a LoRA run's checkpoints use too).
+// --template NAME sets the directory's chat template (tokenizer_config.json's chat_template).
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
+#include "kiln/cli/chat_options.h"
 #include "kiln/cli/commands.h"
 #include "kiln/model/adapted_model.h"
 #include "kiln/model/hf_checkpoint.h"
@@ -50,9 +52,24 @@ uint64_t parse_size(const std::string& s) {
 }
 
 struct ExportOpts {
-  std::string checkpoint, model, adapter, out, dtype = "f32", max_shard = "5GB";
+  std::string checkpoint, model, adapter, out, dtype = "f32", max_shard = "5GB", chat_template;
   bool merge = false;
 };
+
+// The non-weight files of the directory `from`, with --template's chat template when given.
+HfModelFiles export_files(const ExportOpts& o, const fs::path& from) {
+  HfModelFiles files = HfModelFiles::read(from, {}, o.chat_template);
+  if (o.chat_template.empty()) return files;
+  if (!files.has_tokenizer()) {
+    fail("--template: {} has no tokenizer.json, so the export has no chat template to set",
+         from.string());
+  }
+  if (!files.replaced_chat_template().empty()) {
+    KILN_LOG_INFO("{}: chat template {} (--template) replaces the base's {}", o.out,
+                  o.chat_template, files.replaced_chat_template());
+  }
+  return files;
+}
 
 // --out names neither input (an export never overwrites what it reads).
 void check_out_differs(const fs::path& out, const fs::path& in, const char* what) {
@@ -68,7 +85,7 @@ void export_model(const ExportOpts& o, DType dtype, uint64_t max_shard) {
   // Everything is read and checked (config, adapter names and shapes, the base's tensors when
   // they are read) before the first file is written.
   const AdaptedModel m = read_adapted_model(model, o.adapter);
-  const HfModelFiles files = HfModelFiles::read(model);  // config, tokenizer, generation
+  const HfModelFiles files = export_files(o, model);  // config, tokenizer, generation
   const ParamLayout base(m.config);
   const ParamLayout layout(m.config, m.lora());
   if (m.adapter && !o.merge) {  // the adapter alone: the base's weights are not read
@@ -147,7 +164,7 @@ fs::path export_checkpoint(const ExportOpts& o, DType dtype, uint64_t max_shard)
   }
   const ParamLayout layout(c, lora);
   // Streamed unit by unit: memory is bounded by one unit, never the whole model.
-  const HfModelFiles files = HfModelFiles::read(src);  // config, tokenizer, generation
+  const HfModelFiles files = export_files(o, src);  // config, tokenizer, generation
   if (lora) {
     export_lora_checkpoint(o, src, run->model.path, c, layout, files, dtype, max_shard);
   } else if (sharded) {
@@ -187,6 +204,9 @@ Command add_export(CLI::App& app) {
                 "--checkpoint into its base: a complete HF model directory");
   sub->add_option("--out", o->out, "Output directory")->required();
   sub->add_option("--dtype", o->dtype, "f32 or bf16 (or f16)")->capture_default_str();
+  add_template_option(sub, o->chat_template,
+                      "The chat template the directory carries (tokenizer_config.json's "
+                      "chat_template), in place of the checkpoint's or --model's own");
   sub->add_option("--max-shard-size", o->max_shard,
                   "Shard a model's weights above this size (not an adapter's)")
       ->capture_default_str();

@@ -37,7 +37,8 @@ namespace kiln::cli {
 namespace {
 
 struct GenerateOpts {
-  std::string model, adapter, tokenizer, prompt, system, tools_file, chat_template, enable_thinking;
+  std::string model, adapter, tokenizer, prompt, system, tools_file, chat_template, enable_thinking,
+      date_string;
   bool chat = false, interactive = false, has_prompt = false;
   int max_new_tokens = 256;
   double temperature = 0.7, top_p = 0.8;  // Qwen2.5-Instruct's generation_config
@@ -173,9 +174,12 @@ int run_generate(const GenerateOpts& o) {
   const AdaptedModel model = read_adapted_model(dir, o.adapter);
   const Tokenizer tok = load_tokenizer(o);
   const ChatTemplate* tmpl = generate_template(o);
-  ChatOptions options{.add_generation_prompt = true};
+  ChatOptions options{.add_generation_prompt = true, .date_string = o.date_string};
   if (!o.enable_thinking.empty()) options.enable_thinking = o.enable_thinking == "true";
   if (tmpl) check_enable_thinking(*tmpl, options.enable_thinking, "--enable-thinking");
+  if (!o.date_string.empty() && tmpl->default_date().empty()) {
+    fail("--date-string: the {} chat template shows no date", tmpl->name());
+  }
   const ParamLayout layout(model.config, model.lora());
   const std::unique_ptr<Backend> backend = make_backend(DeviceRequest::kAuto, ComputeDType::kFp32);
   ParamStore params(layout, *backend, /*with_grads=*/false);
@@ -249,6 +253,11 @@ Command add_generate(CLI::App& app) {
                   "chat template renders them");
   add_chat_template_options(sub, o->chat_template, o->enable_thinking,
                             "With --chat: ", "the model's own, when kiln knows it");
+  sub->add_option(
+      "--date-string", o->date_string,
+      "With --chat: the date of Llama 3's system block, \"Today Date: S\" (default: the "
+      "template's, " +
+          std::string(chat_template(ChatTemplateId::kLlama3).default_date()) + ")");
   sub->add_option("--max-new-tokens", o->max_new_tokens, "Stop after this many new tokens")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
@@ -264,6 +273,7 @@ Command add_generate(CLI::App& app) {
             if (!o->system.empty() && !o->chat) fail("--system needs --chat");
             if (!o->tools_file.empty() && !o->chat) fail("--tools needs --chat");
             if (!o->enable_thinking.empty() && !o->chat) fail("--enable-thinking needs --chat");
+            if (!o->date_string.empty() && !o->chat) fail("--date-string needs --chat");
             o->has_prompt = prompt->count() > 0;
             return run_generate(*o);
           }};

@@ -1,11 +1,13 @@
 // kiln init: a randomly initialised checkpoint of any family (a preset or a config.json) in Hugging
-// Face layout; with --tokenizer, sized for that tokenizer and carrying its files
+// Face layout; with --tokenizer, sized for that tokenizer and carrying its files, its family's
+// chat template (or the tokenizer's own, or --template's) and special tokens
 // (model/tokenizer_fit.h), so it trains and chats with it as it is.
 #include <optional>
 
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 #include "kiln/base/log.h"
+#include "kiln/cli/chat_options.h"
 #include "kiln/cli/commands.h"
 #include "kiln/kernels/device/backend.h"
 #include "kiln/model/hf_checkpoint.h"
@@ -18,26 +20,32 @@ namespace kiln::cli {
 
 namespace {
 
-// config.json (the tokenizer's special ids), then the tokenizer files beside it (tokenizer.json
-// byte for byte, tokenizer_config.json with a chat template, generation_config.json), then the
-// weights last, so a directory whose weights are complete has everything else.
-void save_with_tokenizer(const fs::path& out, const ModelConfig& c, const ParamLayout& layout,
-                         const ParamStore& store, DType dtype, const Tokenizer& tok,
-                         const fs::path& tok_json) {
+// config.json (the special ids) and generation_config.json, then the tokenizer files beside them
+// (tokenizer.json byte for byte, tokenizer_config.json with the chat template), then the weights
+// last, so a directory whose weights are complete has everything else. `chat_template`:
+// --template, or "". Returns the template's name, or "the tokenizer's own".
+std::string save_with_tokenizer(const fs::path& out, const ModelConfig& c,
+                                const ParamLayout& layout, const ParamStore& store, DType dtype,
+                                const Tokenizer& tok, const fs::path& tok_json,
+                                const std::string& chat_template) {
+  const FittedTemplate tmpl = fitted_chat_template(c.family, tok_json, chat_template);
   Json config = config_to_json(c, torch_dtype_name(dtype));
-  set_special_token_ids(config, tok, tok_json);
+  const Json generation = fit_special_tokens(config, tok, tok_json, tmpl.tokens);
   fs::create_directories(out);
   write_file_atomic(out / "config.json", config.dump(2) + "\n");
-  HfModelFiles::read(out, tok_json).write(out, torch_dtype_name(dtype));
+  // HfModelFiles copies these two from `out`, the base it reads.
+  write_file_atomic(out / "generation_config.json", generation.dump(2) + "\n");
+  HfModelFiles::read(out, tok_json, tmpl.setting).write(out, torch_dtype_name(dtype));
   save_hf_weights_streaming(
       out, layout, [&](int u, float* dst) { store.read_unit(u, dst); }, dtype);
+  return tmpl.setting.empty() ? "the tokenizer's own" : tmpl.setting;
 }
 
 }  // namespace
 
 Command add_init(CLI::App& app) {
   struct Opts {
-    std::string config, out, dtype = "f32", tokenizer;
+    std::string config, out, dtype = "f32", tokenizer, chat_template;
     uint64_t seed = 0;
     float std = 0.02f;
   };
@@ -54,13 +62,20 @@ Command add_init(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--tokenizer", o->tokenizer,
                   "A tokenizer.json (or a directory with one): vocab_size becomes its vocabulary "
-                  "rounded up to a multiple of 128, bos/eos ids its special tokens, and its files "
-                  "(tokenizer_config.json with the chat template) are copied into --out");
+                  "rounded up to a multiple of 128, its files are copied into --out with the "
+                  "chat template of the model's family (unless the tokenizer has its own), and "
+                  "bos/eos ids and generation_config.json are that template's models'");
+  add_template_option(sub, o->chat_template,
+                      "With --tokenizer: the chat template --out carries, whatever the tokenizer's "
+                      "or the family's");
   return {sub, [o] {
             const auto dtype = dtype_from_cli(o->dtype);
             if (!dtype) fail("--dtype: unknown dtype '{}' (f32, bf16, f16)", o->dtype);
             ModelConfig c =
                 is_preset(o->config) ? preset_config(o->config) : read_config(fs::path(o->config));
+            if (!o->chat_template.empty() && o->tokenizer.empty()) {
+              fail("--template needs --tokenizer (without one --out has no chat template)");
+            }
             std::optional<Tokenizer> tok;
             fs::path tok_json;
             if (!o->tokenizer.empty()) {
@@ -74,9 +89,11 @@ Command add_init(CLI::App& app) {
             ParamStore store(layout, *be, /*with_grads=*/false);
             init_params(store, layout, o->seed, o->std);
             if (tok) {
-              save_with_tokenizer(o->out, c, layout, store, *dtype, *tok, tok_json);
-              KILN_LOG_INFO("wrote {} ({:.1f}M parameters, seed {}; vocab_size {} for {})", o->out,
-                            parameter_count(c) / 1e6, o->seed, c.vocab_size, tok_json.string());
+              const std::string chat = save_with_tokenizer(o->out, c, layout, store, *dtype, *tok,
+                                                           tok_json, o->chat_template);
+              KILN_LOG_INFO(
+                  "wrote {} ({:.1f}M parameters, seed {}; vocab_size {} for {}; chat template {})",
+                  o->out, parameter_count(c) / 1e6, o->seed, c.vocab_size, tok_json.string(), chat);
             } else {
               save_hf_checkpoint(o->out, c, layout, store, *dtype);
               KILN_LOG_INFO("wrote {} ({:.1f}M parameters, seed {})", o->out,

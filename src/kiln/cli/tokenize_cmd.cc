@@ -71,11 +71,19 @@ void in_context(const std::string& where, std::string& out, F&& f) {
   }
 }
 
-std::string text_of(const Json& j) {
-  if (j.is_string()) return j.get<std::string>();
+// A --jsonl line's text, and whether it is a record of the text data format ({"text": ...}),
+// which gets the post-processor's tokens as training and Hugging Face's tokenizer(text) give
+// them (Llama 3's <|begin_of_text|>; none for Qwen).
+struct JsonlText {
+  std::string text;
+  bool record = false;
+};
+
+JsonlText text_of(const Json& j) {
+  if (j.is_string()) return {j.get<std::string>(), false};
   if (j.is_object()) {
     const auto it = j.find("text");
-    if (it != j.end() && it->is_string()) return it->get<std::string>();
+    if (it != j.end() && it->is_string()) return {it->get<std::string>(), true};
   }
   fail("expected a JSON string or an object with a \"text\" string");
 }
@@ -128,7 +136,9 @@ Command add_tokenize(CLI::App& app) {
   auto* jsonl = sub->add_flag(
       "--jsonl", o->jsonl,
       "Each stdin line is a JSON string or {\"text\": ...}; one array per line (blank lines are "
-      "skipped). Without it, all of stdin is one text");
+      "skipped). A {\"text\": ...} record is encoded as training and Hugging Face's "
+      "tokenizer(text) encode it, with the post-processor's tokens (Llama 3's "
+      "<|begin_of_text|>); a string as the text alone. Without it, all of stdin is one text");
   auto* chat =
       sub->add_flag("--chat", o->chat,
                     "Each stdin line is {\"messages\": [{\"role\", \"content\", \"tool_calls\", "
@@ -141,7 +151,8 @@ Command add_tokenize(CLI::App& app) {
       "the chat template in the tokenizer_config.json beside --tokenizer, when kiln knows it");
   sub->add_flag("--add-special-tokens", o->add_special_tokens,
                 "Add the tokenizer's post-processor tokens as Hugging Face's tokenizer(text) does "
-                "(Llama 3's <|begin_of_text|>; none for Qwen)")
+                "(Llama 3's <|begin_of_text|>; none for Qwen); a {\"text\": ...} line of --jsonl "
+                "always has them")
       ->excludes(chat);
   auto* no_special = sub->add_flag(
       "--no-special", o->no_special,
@@ -221,7 +232,9 @@ Command add_tokenize(CLI::App& app) {
               const std::string where = fmt::format("stdin:{}", number);
               in_context(where, out, [&] {
                 if (o->jsonl) {
-                  write_ids(out, encode(text_of(parse_json(line, where))));
+                  const JsonlText t = text_of(parse_json(line, where));
+                  write_ids(out, t.record ? tok.encode_with_special_tokens(t.text, parse_special)
+                                          : encode(t.text));
                   return;
                 }
                 // Ordered: tools and tool-call arguments render with their keys as given.

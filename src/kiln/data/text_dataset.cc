@@ -33,17 +33,16 @@ struct LineResult {
 };
 
 // Which template renders the data; a warning when the setting overrides a template of the
-// model's own (models written from the run keep that one).
+// model's own, known to kiln or not (a run's model directories then carry the setting's:
+// HfModelFiles). Logged whether the data is read or its cache is hit.
 void log_chat_template(const DataOptions& o, const ChatTemplate& chat, const std::string& name) {
   KILN_LOG_INFO("data {}: chat template {}", name, chat.name());
   if (o.chat_template.empty()) return;
   const ModelChatTemplate own = model_chat_template(tokenizer_json_path(o.tokenizer));
   if (own.where.empty() || own.known == chat.id()) return;
-  KILN_LOG_WARN(
-      "{}: the model's own chat template is {}; {} renders the data with {}, and "
-      "the model directories this run writes keep the model's own",
-      own.where, own.known ? chat_template(*own.known).name() : "not one kiln knows",
-      o.template_key, chat.name());
+  KILN_LOG_WARN("{}: the model's own chat template is {}; {} renders the data with {}", own.where,
+                own.known ? chat_template(*own.known).name() : "not one kiln knows", o.template_key,
+                chat.name());
 }
 
 void log_stats(const TokenizedDataset& d, int seq_len, const char* how, double seconds) {
@@ -262,6 +261,8 @@ TokenizedDataset load_dataset(const DataOptions& o, int64_t vocab_size) {
            d.stats().max_id, tokenizer_json_path(o.tokenizer).string(), vocab_size);
     }
   };
+  const ChatTemplate* chat = data_chat_template(o);
+  if (chat && o.verbose) log_chat_template(o, *chat, name);
   fs::path cache;
   uint64_t key = 0;
   if (o.use_cache) {
@@ -284,8 +285,6 @@ TokenizedDataset load_dataset(const DataOptions& o, int64_t vocab_size) {
 
   const Tokenizer tokenizer = Tokenizer::load(o.tokenizer);
   const MappedFile file(o.path);
-  const ChatTemplate* chat = data_chat_template(o);
-  if (chat && o.verbose) log_chat_template(o, *chat, name);
   const LineEncoder encoder(o.format, &tokenizer, vocab_size, o.train_on_prompt, chat,
                             {.enable_thinking = o.enable_thinking});
   TokenizedDataset d =

@@ -8,7 +8,9 @@
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/model/hf_checkpoint.h"
+#include "kiln/model/tokenizer_fit.h"
 #include "kiln/text/chat_template.h"
+#include "kiln/text/chat_template_choice.h"
 
 namespace kiln {
 
@@ -76,17 +78,19 @@ OJson derived_tokenizer_config(const nlohmann::json& tok, const OJson& config,
           {"special", t.value("special", true)}};
     }
   }
-  auto present = [&](const char* s) -> OJson {
-    return token_id(tok, s) ? OJson(s) : OJson(nullptr);
+  auto present = [&](std::string_view s) -> OJson {
+    return token_id(tok, std::string(s)) ? OJson(s) : OJson(nullptr);
   };
-  OJson eos = nullptr;  // the first of the template's end tokens the tokenizer has
+  // The template's models' eos, else the first of its end tokens the tokenizer has.
+  const ChatModelTokens& tokens = chat_model_tokens(chat.id());
+  OJson eos = present(tokens.eos);
   for (const std::string_view t : chat.stop_tokens()) {
-    if (eos.is_null()) eos = present(std::string(t).c_str());
+    if (eos.is_null()) eos = present(t);
   }
   const int64_t max_length = config.value("max_position_embeddings", int64_t{32768});
   if (chat.id() == ChatTemplateId::kLlama3) {
     return {{"added_tokens_decoder", decoder},
-            {"bos_token", present("<|begin_of_text|>")},
+            {"bos_token", present(tokens.bos)},
             {"chat_template", std::string(chat.jinja())},
             {"clean_up_tokenization_spaces", true},
             {"eos_token", eos},
@@ -102,7 +106,7 @@ OJson derived_tokenizer_config(const nlohmann::json& tok, const OJson& config,
           {"eos_token", eos},
           {"errors", "replace"},
           {"model_max_length", max_length},
-          {"pad_token", present("<|endoftext|>")},
+          {"pad_token", present(tokens.pad)},
           {"split_special_tokens", false},
           {"tokenizer_class", "Qwen2Tokenizer"},
           {"unk_token", nullptr}};
@@ -123,6 +127,27 @@ std::pair<std::string, OJson> tokenizer_config(const fs::path& tok_dir,
   if (has_chat_template(tok_dir, &cfg)) return {std::move(text), cfg};  // byte for byte
   cfg["chat_template"] = std::string(chat.jinja());
   return {json_text(cfg), cfg};
+}
+
+// Makes `chat` the chat template of the tokenizer files `files` (name -> bytes) read from
+// `tok_dir`, when the base's own is another: tokenizer_config.json's chat_template becomes its
+// published text, and a chat_template.jinja or .json (which transformers reads first) is left
+// out. Returns what it replaced: the base's template's name, "template at PATH" when kiln does not
+// know it, or "" when nothing was replaced.
+std::string replace_chat_template(std::vector<std::pair<std::string, std::string>>& files,
+                                  const fs::path& tok_dir, const ChatTemplate& chat) {
+  const ModelChatTemplate own = model_chat_template(tok_dir);
+  if (own.where.empty() || own.known == chat.id()) return {};
+  std::erase_if(files, [](const auto& f) {
+    return f.first == "chat_template.jinja" || f.first == "chat_template.json";
+  });
+  for (auto& [name, bytes] : files) {
+    if (name != "tokenizer_config.json") continue;
+    OJson cfg = parse_json_file<OJson>(tok_dir / name, bytes);
+    cfg["chat_template"] = std::string(chat.jinja());
+    bytes = json_text(cfg);
+  }
+  return own.known ? std::string(chat_template(*own.known).name()) : "template at " + own.where;
 }
 
 // config.json's eos_token_id: an int, a list of ints or absent.
@@ -190,8 +215,9 @@ HfModelFiles HfModelFiles::read(const fs::path& base, const fs::path& tokenizer_
   const ChatTemplate* chat = chat_template_setting.empty()
                                  ? &chat_template(ChatTemplateId::kQwen25)
                                  : chat_template_named(chat_template_setting);
-  if (!chat)
-    fail("data.template is '{}', expected qwen2.5, qwen3 or llama3", chat_template_setting);
+  if (!chat) {
+    fail("chat template '{}': expected {}", chat_template_setting, chat_template_choices());
+  }
   HfModelFiles f;
   const fs::path cfg_path = base / "config.json";
   if (!fs::exists(cfg_path)) fail("{}: no such file", cfg_path.string());
@@ -218,6 +244,9 @@ HfModelFiles HfModelFiles::read(const fs::path& base, const fs::path& tokenizer_
   f.files_.emplace_back("tokenizer_config.json", std::move(cfg_text));
   for (const std::string& name : hf_extra_tokenizer_files()) {
     if (fs::is_regular_file(tok_dir / name)) f.files_.emplace_back(name, read_file(tok_dir / name));
+  }
+  if (!chat_template_setting.empty()) {
+    f.replaced_template_ = replace_chat_template(f.files_, tok_dir, *chat);
   }
   f.generation_config_ = has_gen
                              ? read_file(gen_path)

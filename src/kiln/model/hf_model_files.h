@@ -22,9 +22,11 @@ namespace kiln {
 //                          set at write time;
 //   tokenizer.json         the tokenizer setting's (or the base's), byte for byte;
 //   tokenizer_config.json  the base's byte for byte when it has a chat template (in the file or
-//                          beside it as chat_template.jinja/.json); else the base's plus the
-//                          published text of the chat template the run chose (data.template,
-//                          qwen2.5 when empty); else one derived from tokenizer.json with it;
+//                          beside it as chat_template.jinja/.json) and no other is asked for;
+//                          else the base's plus the published text of the chat template asked
+//                          for (data.template, --template; qwen2.5 when empty), which replaces
+//                          the base's own (a chat_template.jinja/.json, which transformers reads
+//                          first, is then left out); else one derived from tokenizer.json with it;
 //   generation_config.json the base's byte for byte, else {bos_token_id, eos_token_id: [config's
 //                          eos ids, the tokenizer's eos]} (and pad_token_id when the tokenizer
 //                          has one);
@@ -34,10 +36,17 @@ class HfModelFiles {
  public:
   // Reads `base` (config.json required) and the tokenizer `tokenizer_setting` names
   // (tokenizer_json_path). tokenizer.json is parsed only to derive a missing
-  // tokenizer_config.json or generation_config.json. `chat_template` (data.template: "" for
-  // qwen2.5, or a template's name) is the template added when the base has none.
+  // tokenizer_config.json or generation_config.json. `chat_template` (data.template,
+  // --template: a template's name) is the directory's chat template, replacing the base's own
+  // when that is another; "" keeps the base's own, or adds qwen2.5 when it has none.
   static HfModelFiles read(const fs::path& base, const fs::path& tokenizer_setting = {},
                            const std::string& chat_template = {});
+
+  // The base's chat template that `chat_template` replaced: its name ("qwen2.5") or, when kiln
+  // does not know it, "template at PATH"; empty when nothing was replaced.
+  const std::string& replaced_chat_template() const { return replaced_template_; }
+  // Whether there is a tokenizer.json (and so a chat template) to write.
+  bool has_tokenizer() const { return missing_tokenizer_.empty(); }
 
   // The base's config.json with torch_dtype set ("float32", "bfloat16", "float16").
   nlohmann::ordered_json config_json(const std::string& torch_dtype) const;
@@ -52,6 +61,7 @@ class HfModelFiles {
   std::vector<std::pair<std::string, std::string>> files_;  // the tokenizer's: name -> bytes
   std::string generation_config_;                           // generation_config.json
   fs::path missing_tokenizer_;  // the tokenizer.json looked for, when there was none
+  std::string replaced_template_;
 };
 
 // Tokenizer files other than tokenizer.json and tokenizer_config.json that are copied as they

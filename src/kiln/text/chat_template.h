@@ -81,6 +81,9 @@ class ChatTemplate {
   virtual std::vector<std::string_view> stop_tokens() const = 0;
   // Whether it has a thinking mode that ChatOptions::enable_thinking switches (Qwen3).
   virtual bool has_thinking() const { return false; }
+  // The date its system block shows when ChatOptions::date_string is empty (Llama 3's "Today
+  // Date: 26 Jul 2024"); empty for a template without a date.
+  virtual std::string_view default_date() const { return {}; }
   // The published Jinja text written into an exported model whose base has no chat template.
   virtual std::string_view jinja() const = 0;
 };

@@ -55,6 +55,7 @@ class Llama3Chat final : public ChatTemplate {
   std::vector<std::string_view> stop_tokens() const override {
     return {kEot, "<|eom_id|>", "<|end_of_text|>"};
   }
+  std::string_view default_date() const override { return kDefaultDate; }
 
   std::vector<ChatPiece> pieces(const std::vector<ChatMessage>& messages,
                                 const std::vector<OrderedJson>& tools,

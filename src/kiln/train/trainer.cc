@@ -237,6 +237,10 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
   if (lead_) {
     fs::create_directories(run_dir_);
     write_file_atomic(run_dir_ / "recipe.yaml", recipe_yaml_);
+    if (const std::string& base = model_files_->replaced_chat_template(); !base.empty()) {
+      KILN_LOG_INFO("final/: chat template {} (data.template) replaces the base's {}",
+                    r_.data.chat_template, base);
+    }
   }
   // Transports into run_meta.json and the log; a dist.require_transport mismatch stops here.
   record_run_start(r_, ctx_, name_of(kShardStrategyNames, shape_.strategy));
