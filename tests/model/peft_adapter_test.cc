@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -278,6 +279,72 @@ TEST_F(PeftDir, RefusesWhatIsNotPlainLora) {
   // Unset spellings of the same fields are accepted.
   EXPECT_NO_THROW(read_peft_adapter_config(fixture_with("modules_to_save", "[]")));
   EXPECT_NO_THROW(read_peft_adapter_config(fixture_with("use_dora", "false")));
+}
+
+// The allow-list: a field kiln does not implement is refused unless it holds its default, whether
+// kiln knows it (alora_invocation_tokens once slipped through, was trained and re-saved as plain
+// LoRA) or not; metadata and unset fields are accepted.
+TEST_F(PeftDir, RefusesEveryFieldKilnDoesNotImplement) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"alora_invocation_tokens", "[128000, 882]"},
+      {"use_qalora", "true"},
+      {"loftq_config", R"({"loftq_bits": 4})"},
+      {"arrow_config", R"({"top_k": 3})"},
+      {"some_future_field", "3"},
+      {"init_lora_weights", R"("pissa")"},
+      {"init_lora_weights", R"("olora")"},
+  };
+  for (const auto& [key, value] : cases) {
+    SCOPED_TRACE(key + " = " + value);
+    const std::string msg = error_of([&] { read_peft_adapter_config(fixture_with(key, value)); });
+    EXPECT_HAS(msg, "edited/adapter_config.json: " + key + " is " + Json::parse(value).dump());
+  }
+  EXPECT_HAS(error_of([&] { read_peft_adapter_config(fixture_with("some_future_field", "3")); }),
+             "a field kiln does not implement");
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{{"alora_invocation_tokens", "null"},
+                                                        {"some_future_field", "false"},
+                                                        {"peft_version", R"("0.17.1")"},
+                                                        {"qalora_group_size", "16"},
+                                                        {"init_lora_weights", R"("gaussian")"},
+                                                        {"init_lora_weights", "false"},
+                                                        {"task_type", R"("SEQ_CLS")"}}) {
+    SCOPED_TRACE(key + " = " + value);
+    EXPECT_NO_THROW(read_peft_adapter_config(fixture_with(key, value)));
+  }
+}
+
+// kiln_base.json: the base's fingerprint written beside the adapter and read back; none without
+// it (a PEFT-written adapter); a malformed one is an error naming the file.
+TEST_F(PeftDir, RecordsTheFingerprintOfItsBase) {
+  EXPECT_FALSE(read_peft_adapter_config(kFixture).base_fingerprint.has_value());
+  const PeftAdapter a = read_peft_adapter(kFixture, model_);
+  const FileDigest base{123456, 0x0123456789abcdefull};
+  write_peft_adapter(dir_ / "out", a.config.lora, "b", a.tensors, DType::F32, files(), base);
+  const PeftAdapterConfig back = read_peft_adapter_config(dir_ / "out");
+  ASSERT_TRUE(back.base_fingerprint.has_value());
+  EXPECT_EQ(*back.base_fingerprint, base);
+  EXPECT_TRUE(read_peft_adapter(dir_ / "out", model_).tensors == a.tensors);
+  write_file_atomic(dir_ / "out" / kKilnBaseFile, R"({"base_fingerprint": {"bytes": 3}})");
+  EXPECT_HAS(error_of([&] { read_peft_adapter_config(dir_ / "out"); }),
+             "out/kiln_base.json: expected {\"base_fingerprint\"");
+}
+
+// A non-finite value is never written as an adapter: one line naming the tensor, nothing written.
+TEST_F(PeftDir, NonFiniteAdaptersAreRefused) {
+  PeftAdapter a = read_peft_adapter(kFixture, model_);
+  a.tensors.at(1, LoraTarget::kV).b[5] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_HAS(error_of([&] {
+               write_peft_adapter(dir_ / "out", a.config.lora, "", a.tensors, DType::F32, files());
+             }),
+             "tensor base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight holds nan at "
+             "element 5");
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+  a.tensors.at(1, LoraTarget::kV).b[5] = 0;
+  a.tensors.at(0, LoraTarget::kQ).a[0] = -std::numeric_limits<float>::infinity();
+  EXPECT_HAS(error_of([&] { check_lora_finite(a.tensors, 0, "x"); }),
+             "x: tensor base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight holds -inf "
+             "at element 0");
 }
 
 TEST_F(PeftDir, RecipeMustAgreeWithTheAdapter) {

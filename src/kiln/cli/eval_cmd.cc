@@ -1,8 +1,9 @@
 // kiln eval --model DIR [--adapter A] --data FILE [--format F --tokenizer T] [--json]: mean
 // next-token loss over a dataset in any data format (loss where training would take it; the format
-// inferred from the first record when not given). DIR is a Hugging Face model directory or a
-// sharded checkpoint (<run>/checkpoints/step-N, read unit by unit); A a PEFT adapter directory
-// applied to it (model/adapted_model.h).
+// inferred from the first record when not given). DIR is a Hugging Face model directory, a run
+// directory or a sharded checkpoint (<run>/checkpoints/step-N, read unit by unit; a LoRA run's:
+// its recipe's base with its adapters); A a PEFT adapter directory or a LoRA run or checkpoint
+// applied to it (train/checkpoint_model.h).
 #include <cstdio>
 #include <optional>
 
@@ -15,27 +16,28 @@
 #include "kiln/kernels/device/backend.h"
 #include "kiln/model/adapted_model.h"
 #include "kiln/model/decoder.h"
-#include "kiln/model/hf_checkpoint.h"
 #include "kiln/text/chat_template.h"
-#include "kiln/train/checkpoint.h"
+#include "kiln/train/checkpoint_model.h"
 
 namespace kiln::cli {
 
 Command add_eval(CLI::App& app) {
   struct Opts {
     std::string model, adapter, data, format, tokenizer, chat_template, enable_thinking;
-    bool json = false;
+    bool json = false, allow_other_base = false;
     int seq_len = 2048;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("eval", "Mean next-token loss of a model over a dataset");
   sub->add_option("--model", o->model,
-                  "Model directory (HF layout) or sharded checkpoint directory (holding "
-                  "manifest.json)")
+                  "Model directory (HF layout), run directory or sharded checkpoint directory "
+                  "(holding manifest.json; a LoRA run's: its base with its adapters)")
       ->required();
   sub->add_option("--adapter", o->adapter,
-                  "A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) "
-                  "applied to --model");
+                  "A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors), "
+                  "or a LoRA run or checkpoint, applied to --model");
+  sub->add_flag("--allow-other-base", o->allow_other_base,
+                "Apply adapters to a base other than the one they were trained on");
   sub->add_option("--data", o->data, "JSONL file in --format")->required();
   sub->add_option("--format", o->format,
                   "Data format: " + data_format_choices() +
@@ -54,23 +56,16 @@ Command add_eval(CLI::App& app) {
             if (!o->format.empty() && !(format = parse_data_format(o->format))) {
               fail("--format: unknown data format '{}' ({})", o->format, data_format_choices());
             }
-            const fs::path dir = o->model;
-            const AdaptedModel m = read_adapted_model(dir, o->adapter);
+            const ModelSource src = open_model_source(o->model, o->adapter);
+            check_source_base(src, o->allow_other_base);
+            const fs::path& dir = src.dir;
+            const AdaptedModel& m = src.model;
             const ModelConfig& c = m.config;
             const std::unique_ptr<Backend> be =
                 make_backend(DeviceRequest::kAuto, ComputeDType::kFp32);
             Decoder model(c, *be, m.inference_lora());
             ParamStore store(model.layout(), *be, /*with_grads=*/false);
-            if (fs::exists(dir / "manifest.json")) {
-              const ParamLayout base(c);  // a full fine-tuning checkpoint: the base's units
-              const CheckpointUnitReader reader(dir, base);
-              load_units(model.layout(),
-                         adapted_unit_reader(m, model.layout(),
-                                             [&](int u, float* out) { reader.read_unit(u, out); }),
-                         store);
-            } else {
-              load_adapted_model(dir, m, model.layout(), store);
-            }
+            load_model_source(src, model.layout(), store);
             DataOptions d;
             d.path = o->data;
             d.format = format ? *format : infer_file_format(o->data, "--format");

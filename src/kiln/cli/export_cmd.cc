@@ -4,6 +4,9 @@
 // the HF model M (model/adapted_model.h), written back as a PEFT adapter directory (in --dtype,
 // with M's tokenizer files and chat template), or with --merge as a complete HF model with
 // W + s B A folded into every target (model/lora_export.h, which a LoRA run's checkpoints use too).
+// A run's checkpoints and --adapter's LoRA runs come through train/checkpoint_model.h, as eval and
+// generate read them; --merge onto a base other than the adapters' own is refused unless
+// --allow-other-base.
 // --template NAME sets the directory's chat template (tokenizer_config.json's chat_template).
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
@@ -14,8 +17,7 @@
 #include "kiln/model/hf_model_files.h"
 #include "kiln/model/lora_export.h"
 #include "kiln/train/checkpoint.h"
-#include "kiln/train/run_identity.h"
-#include "kiln/train/trainer.h"
+#include "kiln/train/checkpoint_model.h"
 
 namespace kiln::cli {
 
@@ -53,7 +55,7 @@ uint64_t parse_size(const std::string& s) {
 
 struct ExportOpts {
   std::string checkpoint, model, adapter, out, dtype = "f32", max_shard = "5GB", chat_template;
-  bool merge = false;
+  bool merge = false, allow_other_base = false;
 };
 
 // The non-weight files of the directory `from`, with --template's chat template when given.
@@ -77,97 +79,69 @@ void check_out_differs(const fs::path& out, const fs::path& in, const char* what
     fail("--out must differ from the {} directory", what);
 }
 
-// --model M [--adapter A [--merge]]: the HF model M, with the adapter A applied.
-void export_model(const ExportOpts& o, DType dtype, uint64_t max_shard) {
-  const fs::path model = o.model;
-  check_out_differs(o.out, model, "--model");
-  if (!o.adapter.empty()) check_out_differs(o.out, o.adapter, "--adapter");
-  // Everything is read and checked (config, adapter names and shapes, the base's tensors when
-  // they are read) before the first file is written.
-  const AdaptedModel m = read_adapted_model(model, o.adapter);
-  const HfModelFiles files = export_files(o, model);  // config, tokenizer, generation
-  const ParamLayout base(m.config);
+// The adapters of `src` written out: as a PEFT adapter directory (the base's weights are not
+// read), or with --merge folded into its base, whose every tensor is checked against the config.
+void export_adapters(const ExportOpts& o, const ModelSource& src, const HfModelFiles& files,
+                     DType dtype, uint64_t max_shard) {
+  const AdaptedModel& m = src.model;
   const ParamLayout layout(m.config, m.lora());
-  if (m.adapter && !o.merge) {  // the adapter alone: the base's weights are not read
-    const std::string base_name = m.adapter->config.base_model_name_or_path.empty()
-                                      ? o.model
-                                      : m.adapter->config.base_model_name_or_path;
+  if (!o.merge) {
+    const std::string& named = m.adapter->config.base_model_name_or_path;
     export_lora_adapter(
         o.out, m.config, layout,
         adapted_unit_reader(m, layout,
                             [](int u, float*) { KILN_CHECK(false, "base unit {} read", u); }),
-        base_name, files, dtype);
+        named.empty() ? src.base.string() : named, files, dtype,
+        m.adapter->config.base_fingerprint);
     return;
   }
-  const HfWeightsReader reader(model, base);
-  const UnitReader read_base = [&](int u, float* out) { reader.read_unit(u, out); };
-  if (m.adapter) {
-    export_lora_merged(o.out, m.config, layout, adapted_unit_reader(m, layout, read_base), files,
-                       dtype, max_shard);
-  } else {
-    save_hf_model_dir(o.out, files, base, read_base, dtype, max_shard);
-  }
+  check_source_base(src, o.allow_other_base);
+  const ParamLayout base(m.config);
+  const HfWeightsReader reader(src.base, base);
+  export_lora_merged(
+      o.out, m.config, layout,
+      adapted_unit_reader(m, layout, [&](int u, float* out) { reader.read_unit(u, out); }), files,
+      dtype, max_shard);
 }
 
-// A LoRA run's checkpoint (adapters only): its adapters as a PEFT directory, or with --merge
-// folded into the base it trained on (`base_path`, its recipe's model.path, whose every tensor is
-// checked against the checkpoint's config.json).
-void export_lora_checkpoint(const ExportOpts& o, const fs::path& src, const std::string& base_path,
-                            const ModelConfig& c, const ParamLayout& layout,
-                            const HfModelFiles& files, DType dtype, uint64_t max_shard) {
-  const CheckpointUnitReader adapters(src, layout);
-  if (!o.merge) {
-    export_lora_adapter(
-        o.out, c, layout, [&](int u, float* out) { adapters.read_unit(u, out); }, base_path, files,
-        dtype);
-    return;
-  }
-  const ParamLayout base(c);  // the reader checks every tensor's shape against it
-  const HfWeightsReader base_reader(base_path, base);
-  export_lora_merged(
-      o.out, c, layout,
-      [&](int u, float* out) {
-        if (u < base.num_units()) {
-          base_reader.read_unit(u, out);
-        } else {
-          adapters.read_unit(u, out);
-        }
-      },
-      files, dtype, max_shard);
+// --model M [--adapter A [--merge]]: the HF model M, with the adapter A applied.
+void export_model(const ExportOpts& o, DType dtype, uint64_t max_shard) {
+  check_out_differs(o.out, o.model, "--model");
+  if (!o.adapter.empty()) check_out_differs(o.out, o.adapter, "--adapter");
+  // Everything is read and checked (config, adapter names and shapes, the base's tensors when
+  // they are read) before the first file is written.
+  const ModelSource src = open_model_source(o.model, o.adapter);
+  const HfModelFiles files = export_files(o, src.dir);  // config, tokenizer, generation
+  if (src.model.adapter) return export_adapters(o, src, files, dtype, max_shard);
+  const ParamLayout base(src.model.config);
+  const HfWeightsReader reader(src.base, base);
+  save_hf_model_dir(
+      o.out, files, base, [&](int u, float* out) { reader.read_unit(u, out); }, dtype, max_shard);
 }
 
 // --checkpoint CKPT: a run directory, a sharded checkpoint or a HF model directory. Returns the
 // directory it read (a run's final/ or newest checkpoint; a LoRA run's final/ is an adapter
-// directory, so its newest checkpoint).
+// directory, so its newest checkpoint). A LoRA run's: its adapters, or merged into its base.
 fs::path export_checkpoint(const ExportOpts& o, DType dtype, uint64_t max_shard) {
-  fs::path src = o.checkpoint;
-  // A run directory: its final model, else its newest checkpoint.
-  if (!fs::exists(src / "config.json")) {
-    if (fs::exists(final_model_dir(src) / "config.json")) {
-      src = final_model_dir(src);
-    } else if (auto latest = latest_checkpoint(src / "checkpoints")) {
-      src = latest->dir;
-    }
-  }
+  const fs::path src = resolve_run_path(o.checkpoint);
   if (!fs::exists(src)) fail("{}: no such checkpoint", o.checkpoint);
   if (!fs::exists(src / "config.json")) {
     fail("{}: not a model, checkpoint or run directory (no config.json)", o.checkpoint);
   }
   check_out_differs(o.out, src, "checkpoint");
-  const ModelConfig c = read_config(src / "config.json");
-  const bool sharded = fs::exists(src / "manifest.json");  // a sharded kiln checkpoint
-  // The recipe it was written with, read once: a LoRA run's settings and base.
-  const std::optional<Recipe> run = sharded ? std::optional(checkpoint_recipe(src)) : std::nullopt;
-  const std::optional<LoraConfig> lora = run ? run->lora : std::nullopt;
-  if (o.merge && !lora) {
+  if (std::optional<LoraCheckpoint> lora = read_lora_checkpoint(src)) {
+    const ModelSource s{lora->dir, lora->base, std::move(lora->model), lora->dir.string()};
+    export_adapters(o, s, export_files(o, src), dtype, max_shard);
+    return src;
+  }
+  if (o.merge) {
     fail("--merge: {} is not a LoRA run's checkpoint (nothing to fold in)", src.string());
   }
-  const ParamLayout layout(c, lora);
+  const ModelConfig c = read_config(src / "config.json");
+  const ParamLayout layout(c);
   // Streamed unit by unit: memory is bounded by one unit, never the whole model.
   const HfModelFiles files = export_files(o, src);  // config, tokenizer, generation
-  if (lora) {
-    export_lora_checkpoint(o, src, run->model.path, c, layout, files, dtype, max_shard);
-  } else if (sharded) {
+  if (fs::exists(src / "manifest.json")) {          // a sharded kiln checkpoint
     CheckpointUnitReader reader(src, layout);
     save_hf_model_dir(
         o.out, files, layout, [&](int u, float* out) { reader.read_unit(u, out); }, dtype,
@@ -196,12 +170,15 @@ Command add_export(CLI::App& app) {
                                 "of --checkpoint)")
                     ->excludes(checkpoint);
   sub->add_option("--adapter", o->adapter,
-                  "A PEFT LoRA adapter directory for --model: written back as a PEFT adapter "
-                  "directory with --model's tokenizer files, or merged with --merge")
+                  "A PEFT LoRA adapter directory (or a LoRA run or checkpoint) for --model: "
+                  "written back as a PEFT adapter directory with --model's tokenizer files, or "
+                  "merged with --merge")
       ->needs(model);
   sub->add_flag("--merge", o->merge,
                 "Fold the adapter into --model's weights (W + s B A), or a LoRA run's "
                 "--checkpoint into its base: a complete HF model directory");
+  sub->add_flag("--allow-other-base", o->allow_other_base,
+                "With --merge: fold adapters into a base other than the one they were trained on");
   sub->add_option("--out", o->out, "Output directory")->required();
   sub->add_option("--dtype", o->dtype, "f32 or bf16 (or f16)")->capture_default_str();
   add_template_option(sub, o->chat_template,

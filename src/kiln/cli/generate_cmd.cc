@@ -6,7 +6,9 @@
 // first), a chat one with the template (text/chat_template_choice.h), which renders its own.
 // It ends with the reason on stderr ("stop: end token <|im_end|> after 12 new tokens",
 // "stop: length (--max-new-tokens 32) after 32 new tokens"). --adapter applies a PEFT adapter
-// directory to the model (model/adapted_model.h): decoding runs base + adapters, unmerged.
+// directory, or a LoRA run's checkpoint, to the model; --model may be a run or checkpoint too, a
+// LoRA run's bringing its base and adapters (train/checkpoint_model.h): decoding runs base +
+// adapters, unmerged.
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +34,7 @@
 #include "kiln/text/chat_template_choice.h"
 #include "kiln/text/token_stream.h"
 #include "kiln/text/tokenizer.h"
+#include "kiln/train/checkpoint_model.h"
 
 namespace kiln::cli {
 namespace {
@@ -39,7 +42,7 @@ namespace {
 struct GenerateOpts {
   std::string model, adapter, tokenizer, prompt, system, tools_file, chat_template, enable_thinking,
       date_string;
-  bool chat = false, interactive = false, has_prompt = false;
+  bool chat = false, interactive = false, has_prompt = false, allow_other_base = false;
   int max_new_tokens = 256;
   double temperature = 0.7, top_p = 0.8;  // Qwen2.5-Instruct's generation_config
   uint64_t seed = 0;
@@ -169,9 +172,12 @@ std::vector<int32_t> stop_ids(const Tokenizer& tok, const ChatTemplate* tmpl) {
   return ids;
 }
 
-int run_generate(const GenerateOpts& o) {
-  const fs::path dir = o.model;
-  const AdaptedModel model = read_adapted_model(dir, o.adapter);
+int run_generate(const GenerateOpts& opts) {
+  const ModelSource src = open_model_source(opts.model, opts.adapter);
+  check_source_base(src, opts.allow_other_base);
+  GenerateOpts o = opts;
+  o.model = src.dir.string();  // a run or checkpoint: the tokenizer and template it holds
+  const AdaptedModel& model = src.model;
   const Tokenizer tok = load_tokenizer(o);
   const ChatTemplate* tmpl = generate_template(o);
   ChatOptions options{.add_generation_prompt = true, .date_string = o.date_string};
@@ -183,7 +189,7 @@ int run_generate(const GenerateOpts& o) {
   const ParamLayout layout(model.config, model.lora());
   const std::unique_ptr<Backend> backend = make_backend(DeviceRequest::kAuto, ComputeDType::kFp32);
   ParamStore params(layout, *backend, /*with_grads=*/false);
-  load_adapted_model(dir, model, layout, params);
+  load_model_source(src, layout, params);
   Session session(o, tok, model, params, *backend, stop_ids(tok, tmpl));
 
   std::vector<ChatMessage> history;
@@ -231,11 +237,15 @@ Command add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOpts>();
   CLI::App* sub = app.add_subcommand(
       "generate", "Generate text from a model, streamed as it is produced (KV-cached decoding)");
-  sub->add_option("--model", o->model, "Model directory (HF layout: config.json, safetensors)")
+  sub->add_option("--model", o->model,
+                  "Model directory (HF layout: config.json, safetensors), run directory or "
+                  "checkpoint (a LoRA run's: its base with its adapters)")
       ->required();
   sub->add_option("--adapter", o->adapter,
-                  "A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) "
-                  "applied to --model");
+                  "A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors), "
+                  "or a LoRA run or checkpoint, applied to --model");
+  sub->add_flag("--allow-other-base", o->allow_other_base,
+                "Apply adapters to a base other than the one they were trained on");
   sub->add_option("--tokenizer", o->tokenizer,
                   "A tokenizer.json, or a directory with one (default: MODEL/tokenizer.json)");
   sub->add_flag("--chat", o->chat,

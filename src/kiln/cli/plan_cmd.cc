@@ -195,6 +195,7 @@ int run_plan(const PlanOpts& o) {
       o.device.empty() ? r.train.device : parse_named(kDeviceRequestNames, o.device, "--device");
   const bool on_cpu = device != DeviceRequest::kCuda;
   const ModelConfig c = plan_config(r);
+  if (r.lora) r.lora->check_rank_fits(c, "lora.rank");  // as training checks it
   const int world = r.dist.nproc_per_node * o.nnodes;
   const size_t budget = !o.memory.empty() ? parse_memory_size(o.memory, "--memory-per-device")
                         : on_cpu

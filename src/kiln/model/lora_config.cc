@@ -56,6 +56,23 @@ void LoraConfig::validate(const std::string& what) const {
          allowed_names(kLoraTargetNames));
 }
 
+void LoraConfig::check_rank_fits(const ModelConfig& model, const std::string& key) const {
+  if (targets.empty()) return;
+  const auto fits = [&](LoraTarget t) {
+    const LoraShape s = lora_shape(model, t);
+    return std::min(s.in, s.out);
+  };
+  const LoraTarget smallest =
+      *std::min_element(targets.begin(), targets.end(),
+                        [&](LoraTarget a, LoraTarget b) { return fits(a) < fits(b); });
+  if (rank <= fits(smallest)) return;
+  const LoraShape s = lora_shape(model, smallest);
+  fail(
+      "{}: {} is more than {} (target {} is {} x {}, so s B A has at most that rank): lower it to "
+      "at most min(in, out) of the smallest target",
+      key, rank, fits(smallest), name_of(kLoraTargetNames, smallest), s.out, s.in);
+}
+
 std::vector<LoraTarget> resolve_lora_targets(const std::vector<std::string>& names,
                                              const std::string& what) {
   std::vector<bool> chosen(kNumLoraTargets, false);

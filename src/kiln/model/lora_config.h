@@ -59,6 +59,10 @@ struct LoraConfig {
   // Checks rank > 0, alpha > 0, 0 <= dropout < 1 and at least one target; errors name `what`
   // (the file and section) and the key.
   void validate(const std::string& what) const;
+  // The rank fits `model`: at most min(in, out) of the smallest target, where s B A reaches full
+  // rank (a larger one adds parameters, memory and no capacity; 1e9 would only fail allocating).
+  // Otherwise an error naming `key` (the recipe's lora.rank), the bound and that target's shape.
+  void check_rank_fits(const ModelConfig& model, const std::string& key) const;
 };
 
 // The targets named by `names` (module names, or the single name "all-linear"), distinct and in

@@ -29,6 +29,10 @@ size_t base_offset(const LayerOffsets& o, LoraTarget t) {
 }
 }  // namespace
 
+size_t lora_target_offset(const ParamLayout& layout, LoraTarget t) {
+  return base_offset(layout.layer_offsets(), t);
+}
+
 void merge_lora(const Backend& be, const ParamLayout& layout, float* layer_params,
                 const float* adapter_params) {
   const LoraOffsets& lo = layout.lora_offsets();

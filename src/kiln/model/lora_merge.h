@@ -14,4 +14,7 @@ namespace kiln {
 void merge_lora(const Backend& be, const ParamLayout& layout, float* layer_params,
                 const float* adapter_params);
 
+// Where target t's base weight W_t (out, in) lies in a layer's base unit (an offset in floats).
+size_t lora_target_offset(const ParamLayout& layout, LoraTarget t);
+
 }  // namespace kiln

@@ -11,12 +11,12 @@ namespace kiln {
 void save_model_output(const fs::path& out, const ModelConfig& config, const HfModelFiles& files,
                        const ParamLayout& layout,
                        const std::function<void(int unit, float* out)>& read_unit, DType dtype,
-                       const std::string& base_name) {
+                       const std::string& base_name, const std::optional<FileDigest>& base) {
   if (!layout.has_lora()) {
     save_hf_model_dir(out, files, layout, read_unit, dtype);
     return;
   }
-  export_lora_adapter(out, config, layout, read_unit, base_name, files, dtype);
+  export_lora_adapter(out, config, layout, read_unit, base_name, files, dtype, base);
 }
 
 bool has_model_output(const fs::path& dir, const ParamLayout& layout) {

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 
+#include "kiln/base/checksum.h"
 #include "kiln/base/file.h"
 #include "kiln/model/config.h"
 #include "kiln/model/hf_model_files.h"
@@ -17,11 +19,13 @@
 namespace kiln {
 
 // read_unit(u, out) fills unit u (its numel floats, host memory); for a LoRA layout only the
-// adapter units are read. base_name: the adapter's base_model_name_or_path.
+// adapter units are read. base_name: the adapter's base_model_name_or_path; base: its
+// fingerprint (base_fingerprint.h), recorded beside the adapter.
 void save_model_output(const fs::path& out, const ModelConfig& config, const HfModelFiles& files,
                        const ParamLayout& layout,
                        const std::function<void(int unit, float* out)>& read_unit, DType dtype,
-                       const std::string& base_name);
+                       const std::string& base_name,
+                       const std::optional<FileDigest>& base = std::nullopt);
 
 // Whether `dir` holds the weights of such an output (written last: the rest is there too).
 bool has_model_output(const fs::path& dir, const ParamLayout& layout);

@@ -19,25 +19,66 @@ namespace {
 
 constexpr std::string_view kNamePrefix = "base_model.model.model.layers.";
 
-// Fields of PEFT's LoraConfig that change the adapters' shapes or math: an adapter that sets any
-// of them (not null, false or empty) is not one kiln trains, so it is refused rather than read
-// wrongly. What each one does, for the error.
-struct RefusedField {
+// Every field of PEFT's LoraConfig kiln knows, with what it does with it. kRead: kiln reads it
+// (read_peft_adapter_config); kMetadata: it changes neither the adapters' shapes nor their math,
+// so any value is accepted; kDefaultOnly: kiln does not implement it, so only its default (unset:
+// null, false, "", {} or []) is accepted. A field not listed is refused unless unset: a field kiln
+// does not know may change what the adapter computes (alora_invocation_tokens did), and reading
+// such an adapter as plain LoRA would be wrong in silence.
+enum class FieldUse { kRead, kMetadata, kDefaultOnly };
+struct KnownField {
   const char* field;
-  const char* what;
+  FieldUse use;
+  const char* what;  // for kDefaultOnly: what a set value does, for the error
 };
-constexpr RefusedField kRefusedFields[] = {
-    {"layers_to_transform", "adapts only some layers"},
-    {"rank_pattern", "gives some modules another rank than r"},
-    {"alpha_pattern", "gives some modules another alpha than lora_alpha"},
-    {"use_dora", "makes it DoRA (a learned magnitude per column), not LoRA"},
-    {"modules_to_save", "trains whole modules of the base beside the adapters"},
-    {"layer_replication", "replicates layers of the base"},
-    {"lora_bias", "gives lora_B a bias"},
-    {"exclude_modules", "leaves out some of the modules target_modules names"},
-    {"trainable_token_indices", "trains rows of the embedding"},
-    {"target_parameters", "adapts parameters rather than modules"},
+constexpr KnownField kKnownFields[] = {
+    {"peft_type", FieldUse::kRead, ""},
+    {"r", FieldUse::kRead, ""},
+    {"lora_alpha", FieldUse::kRead, ""},
+    {"lora_dropout", FieldUse::kRead, ""},
+    {"target_modules", FieldUse::kRead, ""},
+    {"use_rslora", FieldUse::kRead, ""},
+    {"bias", FieldUse::kRead, ""},               // "none" only: check_fields
+    {"fan_in_fan_out", FieldUse::kRead, ""},     // false only: check_fields
+    {"init_lora_weights", FieldUse::kRead, ""},  // plain initialisations only: check_fields
+    {"base_model_name_or_path", FieldUse::kRead, ""},
+    {"task_type", FieldUse::kMetadata, ""},
+    {"inference_mode", FieldUse::kMetadata, ""},
+    {"revision", FieldUse::kMetadata, ""},
+    {"auto_mapping", FieldUse::kMetadata, ""},
+    {"peft_version", FieldUse::kMetadata, ""},
+    {"megatron_core", FieldUse::kMetadata, ""},      // used only with megatron_config
+    {"layers_pattern", FieldUse::kMetadata, ""},     // used only with layers_to_transform
+    {"qalora_group_size", FieldUse::kMetadata, ""},  // used only with use_qalora
+    {"eva_config", FieldUse::kMetadata, ""},         // used only by init_lora_weights "eva"
+    {"corda_config", FieldUse::kMetadata, ""},       // used only by init_lora_weights "corda"
+    {"layers_to_transform", FieldUse::kDefaultOnly, "adapts only some layers"},
+    {"rank_pattern", FieldUse::kDefaultOnly, "gives some modules another rank than r"},
+    {"alpha_pattern", FieldUse::kDefaultOnly, "gives some modules another alpha than lora_alpha"},
+    {"use_dora", FieldUse::kDefaultOnly,
+     "makes it DoRA (a learned magnitude per column), not LoRA"},
+    {"modules_to_save", FieldUse::kDefaultOnly,
+     "trains whole modules of the base beside the adapters"},
+    {"layer_replication", FieldUse::kDefaultOnly, "replicates layers of the base"},
+    {"lora_bias", FieldUse::kDefaultOnly, "gives lora_B a bias"},
+    {"exclude_modules", FieldUse::kDefaultOnly,
+     "leaves out some of the modules target_modules names"},
+    {"trainable_token_indices", FieldUse::kDefaultOnly, "trains rows of the embedding"},
+    {"target_parameters", FieldUse::kDefaultOnly, "adapts parameters rather than modules"},
+    {"loftq_config", FieldUse::kDefaultOnly,
+     "quantises the base (LoftQ), which the adapters then correct"},
+    {"megatron_config", FieldUse::kDefaultOnly, "adapts Megatron's parallel layers"},
+    {"use_qalora", FieldUse::kDefaultOnly, "pools the adapters' inputs (QA-LoRA)"},
+    {"alora_invocation_tokens", FieldUse::kDefaultOnly,
+     "makes it an activated LoRA, applied only after its invocation tokens"},
+    {"arrow_config", FieldUse::kDefaultOnly, "routes between several adapters (Arrow)"},
+    {"ensure_weight_tying", FieldUse::kDefaultOnly, "ties adapted embedding and LM head modules"},
 };
+
+// init_lora_weights values that start the adapters on an unchanged base. The others (PiSSA,
+// OLoRA, LoftQ, CorDA) subtract the initial adapters from the base weights, so their adapters
+// apply only to that changed base.
+constexpr const char* kPlainInits[] = {"gaussian", "eva"};
 
 bool unset(const Json& v) {
   if (v.is_null()) return true;
@@ -99,12 +140,38 @@ std::vector<LoraTarget> read_targets(const Json& j, const std::string& what) {
   return resolve_lora_targets(names, key);
 }
 
-void check_refused_fields(const Json& j, const std::string& what) {
-  for (const RefusedField& r : kRefusedFields) {
-    const Json* v = field(j, r.field);
-    if (v && !unset(*v))
-      fail("{}: {} is {}: it {}; kiln reads plain LoRA adapters only", what, r.field, v->dump(),
-           r.what);
+const KnownField* known_field(const std::string& name) {
+  for (const KnownField& k : kKnownFields)
+    if (name == k.field) return &k;
+  return nullptr;
+}
+
+void check_init(const Json& j, const std::string& what) {
+  const Json* init = field(j, "init_lora_weights");
+  if (!init || init->is_boolean() || init->is_null()) return;
+  if (init->is_string()) {
+    for (const char* ok : kPlainInits)
+      if (*init == ok) return;
+  }
+  fail(
+      "{}: init_lora_weights is {}: such adapters were subtracted from the base at their start, "
+      "so they apply only to that changed base; kiln reads adapters of an unchanged base (PEFT "
+      "converts them with path_initial_model_for_weight_conversion)",
+      what, init->dump());
+}
+
+// Every field is one kiln reads, metadata, or a feature kiln does not implement left at its
+// default (kKnownFields); anything else is refused naming the field.
+void check_fields(const Json& j, const std::string& what) {
+  for (const auto& [name, v] : j.items()) {
+    const KnownField* k = known_field(name);
+    if (k && k->use != FieldUse::kDefaultOnly) continue;
+    if (unset(v)) continue;
+    if (k)
+      fail("{}: {} is {}: it {}; kiln reads plain LoRA adapters only", what, name, v.dump(),
+           k->what);
+    fail("{}: {} is {}: a field kiln does not implement; kiln reads plain LoRA adapters only", what,
+         name, v.dump());
   }
   const Json* bias = field(j, "bias");
   if (bias && *bias != "none")
@@ -114,6 +181,7 @@ void check_refused_fields(const Json& j, const std::string& what) {
         "{}: fan_in_fan_out is true (Conv1D-style weights, GPT-2's); kiln's models have "
         "Linear layers",
         what);
+  check_init(j, what);
 }
 
 struct ParsedName {
@@ -212,7 +280,45 @@ std::vector<TensorToWrite> tensors_to_write(const LoraTensors& tensors, const st
   return out;
 }
 
+// kKilnBaseFile's fingerprint, or nullopt without the file.
+std::optional<FileDigest> read_kiln_base(const fs::path& dir) {
+  const fs::path path = dir / kKilnBaseFile;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  const Json j = read_json_file(path);
+  const Json* fp = j.is_object() ? field(j, "base_fingerprint") : nullptr;
+  const Json* bytes = fp && fp->is_object() ? field(*fp, "bytes") : nullptr;
+  const Json* hex = fp && fp->is_object() ? field(*fp, "xxh3") : nullptr;
+  const auto h = hex && hex->is_string() ? parse_xxh3_hex(hex->get<std::string>()) : std::nullopt;
+  if (!bytes || !bytes->is_number_unsigned() || !h)
+    fail("{}: expected {{\"base_fingerprint\": {{\"bytes\": N, \"xxh3\": 16 hex digits}}}}",
+         path.string());
+  return FileDigest{bytes->get<uint64_t>(), *h};
+}
+
+std::string kiln_base_json(const FileDigest& base) {
+  Json j = Json::object();
+  j["base_fingerprint"] = {{"bytes", base.bytes}, {"xxh3", xxh3_hex(base.xxh3)}};
+  j["note"] =
+      "written by kiln: the fingerprint of the base model these adapters were trained on; kiln "
+      "refuses to apply them to another base";
+  return j.dump(2);
+}
+
 }  // namespace
+
+void check_lora_finite(const LoraTensors& tensors, int64_t layer, const std::string& what) {
+  for (LoraTarget t : tensors.targets()) {
+    for (LoraFactor f : {LoraFactor::kA, LoraFactor::kB}) {
+      const LoraFactors& x = tensors.at(layer, t);
+      const std::vector<float>& v = f == LoraFactor::kA ? x.a : x.b;
+      const auto bad = std::find_if(v.begin(), v.end(), [](float e) { return !std::isfinite(e); });
+      if (bad != v.end())
+        fail("{}: tensor {} holds {} at element {}: the adapter is not finite", what,
+             peft_tensor_name(layer, t, f), *bad, bad - v.begin());
+    }
+  }
+}
 
 PeftAdapterConfig read_peft_adapter_config(const fs::path& dir) {
   std::error_code ec;
@@ -227,7 +333,7 @@ PeftAdapterConfig read_peft_adapter_config(const fs::path& dir) {
   const Json* type = field(j, "peft_type");
   if (!type) fail("{}: no peft_type (not a PEFT adapter config)", what);
   if (*type != "LORA") fail("{}: peft_type is {}; kiln reads LORA adapters", what, type->dump());
-  check_refused_fields(j, what);
+  check_fields(j, what);
   PeftAdapterConfig c;
   c.lora.rank = read_rank(j, what);
   c.lora.alpha = read_number(
@@ -241,6 +347,7 @@ PeftAdapterConfig read_peft_adapter_config(const fs::path& dir) {
       fail("{}: base_model_name_or_path must be a string, got {}", what, base->dump());
     c.base_model_name_or_path = base->get<std::string>();
   }
+  c.base_fingerprint = read_kiln_base(dir);
   return c;
 }
 
@@ -361,7 +468,8 @@ std::string peft_adapter_config_json(const LoraConfig& lora, const std::string& 
 }
 
 void write_peft_adapter(const fs::path& out, const LoraConfig& lora, const std::string& base_name,
-                        const LoraTensors& tensors, DType dtype, const HfModelFiles& files) {
+                        const LoraTensors& tensors, DType dtype, const HfModelFiles& files,
+                        const std::optional<FileDigest>& base) {
   const std::string what = out.string();
   lora.validate(what);
   if (tensors.rank() != lora.rank || tensors.targets() != lora.targets)
@@ -371,10 +479,12 @@ void write_peft_adapter(const fs::path& out, const LoraConfig& lora, const std::
         what, tensors.rank(), fmt::join(lora_target_names(tensors.targets()), ", "), lora.rank,
         fmt::join(lora_target_names(lora.targets), ", "));
   const std::vector<TensorToWrite> list = tensors_to_write(tensors, what);
+  for (int64_t l = 0; l < tensors.num_layers(); ++l) check_lora_finite(tensors, l, what);
   const std::string config = peft_adapter_config_json(lora, base_name);
   write_dir_atomic(out, [&](const fs::path& tmp) {
     files.write_tokenizer(tmp);
     write_safetensors(tmp / kPeftWeightsFile, list, dtype, {{"format", "pt"}});
+    if (base) write_file_atomic(tmp / kKilnBaseFile, kiln_base_json(*base));
     write_file_atomic(tmp / kPeftConfigFile, config);
   });
 }

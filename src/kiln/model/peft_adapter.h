@@ -11,10 +11,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kiln/base/checksum.h"
 #include "kiln/base/file.h"
 #include "kiln/model/config.h"
 #include "kiln/model/lora_config.h"
@@ -26,19 +28,26 @@ class HfModelFiles;
 
 inline constexpr const char* kPeftConfigFile = "adapter_config.json";
 inline constexpr const char* kPeftWeightsFile = "adapter_model.safetensors";
+// kiln's own file beside them: {"base_fingerprint": {"bytes": N, "xxh3": "16 hex digits"}}, the
+// fingerprint of the base the adapters were trained on (base_fingerprint.h). PEFT ignores it.
+inline constexpr const char* kKilnBaseFile = "kiln_base.json";
 
 struct PeftAdapterConfig {
   LoraConfig lora;                      // r, lora_alpha, lora_dropout, target_modules, use_rslora
   std::string base_model_name_or_path;  // "" when null or absent
+  // kKilnBaseFile's fingerprint of the base they were trained on; nullopt without that file (an
+  // adapter PEFT wrote, or kiln before it recorded one).
+  std::optional<FileDigest> base_fingerprint;
 };
 
-// Reads `dir`/adapter_config.json. Accepts what kiln's LoRA is: peft_type LORA, bias none,
-// fan_in_fan_out false, target_modules a list of module names kiln knows (or "all-linear"); PEFT's
-// defaults for absent keys (r 8, lora_alpha 8, lora_dropout 0, use_rslora false). Refuses, naming
-// the file and field: a regular expression for target_modules, and every feature that changes
-// the adapters' shapes or math (layers_to_transform, rank_pattern, alpha_pattern, use_dora,
-// modules_to_save, ...). A directory without adapter_config.json: "DIR: not a PEFT adapter
-// directory (no adapter_config.json)".
+// Reads `dir`/adapter_config.json (and kKilnBaseFile when there). Accepts what kiln's LoRA is:
+// peft_type LORA, bias none, fan_in_fan_out false, target_modules a list of module names kiln
+// knows (or "all-linear"), init_lora_weights a plain initialisation; PEFT's defaults for absent
+// keys (r 8, lora_alpha 8, lora_dropout 0, use_rslora false). Every field is on an allow-list
+// (peft_adapter.cc: the fields kiln reads, metadata, and features kiln does not implement, which
+// must keep their default); any other field set to a value is refused, naming the file and field,
+// as is a regular expression for target_modules. A directory without adapter_config.json: "DIR:
+// not a PEFT adapter directory (no adapter_config.json)".
 PeftAdapterConfig read_peft_adapter_config(const fs::path& dir);
 
 // The adapter agrees with the recipe's lora section on r, lora_alpha, target_modules and
@@ -93,10 +102,16 @@ PeftAdapter read_peft_adapter(const fs::path& dir, const ModelConfig& model);
 
 // Writes a PEFT adapter directory `out` as one (write_dir_atomic: a failure leaves nothing, or
 // the old directory, in its place): adapter_config.json (`lora`, base_model_name_or_path
-// `base_name`), adapter_model.safetensors in `dtype` (F32, BF16 or F16), and the tokenizer files
-// and chat template of `files`.
+// `base_name`), adapter_model.safetensors in `dtype` (F32, BF16 or F16), the tokenizer files
+// and chat template of `files`, and with `base` kKilnBaseFile. A non-finite value in the tensors
+// is an error naming the tensor.
 void write_peft_adapter(const fs::path& out, const LoraConfig& lora, const std::string& base_name,
-                        const LoraTensors& tensors, DType dtype, const HfModelFiles& files);
+                        const LoraTensors& tensors, DType dtype, const HfModelFiles& files,
+                        const std::optional<FileDigest>& base = std::nullopt);
+
+// The first non-finite value of `tensors`' layer `layer`: an error "<what>: tensor <PEFT name>
+// holds <value> at element <i>".
+void check_lora_finite(const LoraTensors& tensors, int64_t layer, const std::string& what);
 
 // adapter_config.json's contents for `lora` as PEFT's save_pretrained writes them (keys sorted,
 // indent 2, ASCII), what vLLM's PEFTHelper reads included.

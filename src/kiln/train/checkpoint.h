@@ -59,6 +59,9 @@ struct CheckpointState {
   int format_version = 0;                  // of a manifest read back
   int world_size = 0;                      // of a manifest read back
   std::vector<DataFileRecord> data_files;  // data.train in order (format 4)
+  // A LoRA run's base (model.path): its fingerprint (model/base_fingerprint.h), which resuming,
+  // evaluating and merging the adapters check; nullopt for a full run or an older checkpoint.
+  std::optional<FileDigest> base;
   std::string strategy;
   std::string recipe_yaml;
   Json metrics = Json::object();  // e.g. {"loss": ..., "eval_loss": ...}

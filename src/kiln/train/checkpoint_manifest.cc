@@ -57,8 +57,29 @@ void check_units_listed(const fs::path& dir, const Json& m) {
   for (const auto& u : units) get_count(dir, u, "numel");
 }
 
+// A LoRA run's checkpoint marks its base's units frozen; a full run's has none.
+bool has_frozen_units(const Json& units) {
+  return std::any_of(units.begin(), units.end(),
+                     [](const Json& u) { return u.value("frozen", false); });
+}
+
 void check_units_match(const fs::path& dir, const Json& m, const ParamLayout& layout) {
   const auto& units = m.at("units");
+  const std::string step = dir.filename().string();
+  if (has_frozen_units(units) && !layout.has_lora()) {
+    fail(
+        "{}/manifest.json: checkpoint {} is a LoRA run's (adapters on a frozen base); this run has "
+        "no lora section (add the checkpoint's, or export its adapters and use them as "
+        "model.adapter)",
+        dir.string(), step);
+  }
+  if (!has_frozen_units(units) && layout.has_lora()) {
+    fail(
+        "{}/manifest.json: checkpoint {} is a full fine-tuning run's (no adapters, no frozen "
+        "units); this run has a lora section (train from its exported model as model.path "
+        "instead)",
+        dir.string(), step);
+  }
   if (static_cast<int>(units.size()) != layout.num_units()) {
     fail("{}/manifest.json: checkpoint has {} units, this model {} (a different model?)",
          dir.string(), units.size(), layout.num_units());
@@ -140,6 +161,12 @@ void read_state(const fs::path& dir, ManifestRead& r) {
       r.state.data_files.push_back({name.get<std::string>(), {get_count(dir, e, "bytes"), *h}});
     }
   }
+  if (const auto b = m.find("base"); b != m.end()) {
+    const Json& hex = b->at("xxh3");
+    const auto h = hex.is_string() ? parse_xxh3_hex(hex.get<std::string>()) : std::nullopt;
+    if (!h) fail("{}/manifest.json: base: xxh3 is not 16 hex digits", dir.string());
+    r.state.base = FileDigest{get_count(dir, *b, "bytes"), *h};
+  }
   r.state.strategy = m.at("strategy").get<std::string>();
   r.state.recipe_yaml = m.at("recipe").get<std::string>();
   r.state.metrics = m.at("metrics");
@@ -160,18 +187,20 @@ Json manifest_json(const CheckpointState& st, const ParamLayout& layout, int wor
     data.push_back(
         {{"name", f.path}, {"bytes", f.digest.bytes}, {"xxh3", xxh3_hex(f.digest.xxh3)}});
   }
-  return {{"format_version", kCheckpointFormatVersion},
-          {"kiln_version", "0.1.0"},
-          {"step", st.step},
-          {"world_size", world_size},
-          {"strategy", st.strategy},
-          {"units", units},
-          {"sampler", {{"epoch", st.sampler.epoch}, {"position", st.sampler.position}}},
-          {"data", data},
-          {"optimizer_steps", optimizer_steps},
-          {"recipe", st.recipe_yaml},
-          {"recipe_hash", fmt::format("{:016x}", fnv1a(st.recipe_yaml))},
-          {"metrics", st.metrics}};
+  Json m = {{"format_version", kCheckpointFormatVersion},
+            {"kiln_version", "0.1.0"},
+            {"step", st.step},
+            {"world_size", world_size},
+            {"strategy", st.strategy},
+            {"units", units},
+            {"sampler", {{"epoch", st.sampler.epoch}, {"position", st.sampler.position}}},
+            {"data", data},
+            {"optimizer_steps", optimizer_steps},
+            {"recipe", st.recipe_yaml},
+            {"recipe_hash", fmt::format("{:016x}", fnv1a(st.recipe_yaml))},
+            {"metrics", st.metrics}};
+  if (st.base) m["base"] = {{"bytes", st.base->bytes}, {"xxh3", xxh3_hex(st.base->xxh3)}};
+  return m;
 }
 
 Json manifest_file_entry(const ManifestFile& f) {

@@ -7,7 +7,8 @@
 // Format 4: "sampler" is the group's position in the data order ({"epoch", "position"}, the same
 // for any world size), and "data" lists each data.train file with its length and XXH3-64
 // ({"name": its path, "bytes", "xxh3"}). Format 3 (read too) recorded rank 0's own index
-// ({"epoch", "index"}) and no data.
+// ({"epoch", "index"}) and no data. A LoRA run's manifest also holds "base": {"bytes", "xxh3"},
+// its base model's fingerprint (model/base_fingerprint.h); a checkpoint without it is not checked.
 // Since format 3: "files" (the rank shards) and "other_files" (config.json, tokenizer and
 // generation files) list {"name", "bytes", "xxh3"} per file: its length and the XXH3-64 of its
 // bytes as 16 hex digits, digested while writing. Every name is a plain file name inside the

@@ -109,7 +109,9 @@ ModelConfig read_model_config(const Recipe& r) {
   if (!fs::exists(model / "config.json", ec)) {
     fail("model.path: {} has no config.json (not a Hugging Face model directory)", model.string());
   }
-  return read_config(model / "config.json");
+  const ModelConfig config = read_config(model / "config.json");
+  if (r.lora) r.lora->check_rank_fits(config, "lora.rank");
+  return config;
 }
 
 void preflight_checks(const Recipe& r) {

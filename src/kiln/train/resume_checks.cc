@@ -2,6 +2,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
+#include "kiln/model/base_fingerprint.h"
 #include "kiln/train/checkpoint_manifest.h"
 #include "kiln/train/run_identity.h"
 
@@ -69,6 +70,17 @@ void check_data_unchanged(const fs::path& checkpoint, const CheckpointState& st,
     }
     if (verbose) KILN_LOG_WARN("train.resume: {}; continuing (data.allow_changed=true)", what);
   }
+}
+
+void check_base_unchanged(const fs::path& checkpoint, const CheckpointState& st, const Recipe& r,
+                          const std::optional<FileDigest>& now) {
+  if (!st.base || !now || *st.base == *now) return;
+  fail(
+      "train.resume: model.path {} is not the base checkpoint {}'s adapters were trained on (it "
+      "recorded {}; model.path has {}): restore that base, or start a new run from the adapters "
+      "(kiln export --checkpoint {} --out DIR, then model.adapter=DIR)",
+      r.model.path, checkpoint.string(), fingerprint_text(*st.base), fingerprint_text(*now),
+      checkpoint.string());
 }
 
 SamplerState resumed_data_position(const fs::path& checkpoint, const CheckpointState& st,

@@ -30,6 +30,12 @@ void note_step_budget(const fs::path& checkpoint, const Recipe& written_with, co
 void check_data_unchanged(const fs::path& checkpoint, const CheckpointState& st,
                           const Recipe& recipe, const std::vector<FileDigest>& now, bool verbose);
 
+// A LoRA run's adapters continue only on the base they were trained on: an error naming
+// model.path and both fingerprints when `now` (model.path's, base_fingerprint.h) differs from the
+// one the checkpoint recorded. A checkpoint without one (a full run's, or older) is not checked.
+void check_base_unchanged(const fs::path& checkpoint, const CheckpointState& st,
+                          const Recipe& recipe, const std::optional<FileDigest>& now);
+
 // Where the data order continues. Format 4 records the group's position, valid on any world
 // size; format 3 recorded rank 0's own count, which is that position only when every rank took
 // the same examples in the same pattern: unpacked (batches x B x W), or packed on one rank. A

@@ -23,6 +23,7 @@
 #include "kiln/kernels/device/backend.h"
 #include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/device/gpu_assignment.h"
+#include "kiln/model/base_fingerprint.h"
 #include "kiln/model/decoder.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/hf_model_files.h"
@@ -125,6 +126,8 @@ class Trainer {
   // The base's config, tokenizer and generation files, read once (rank 0 writes them beside every
   // checkpoint and into final/), so a base that moves mid-run does not fail later saves.
   const std::shared_ptr<const HfModelFiles> model_files_;
+  // A LoRA run's base (model.path) fingerprint: recorded in every checkpoint, checked on resume.
+  const std::optional<FileDigest> base_fingerprint_;
   const RunShape shape_;    // strategy, shard group size and reduce dtype (run_shape.h)
   const size_t start_rss_;  // before the backend, model and shards exist: the plan's baseline
   std::unique_ptr<Backend> backend_;
@@ -213,6 +216,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       model_files_(lead_ ? std::make_shared<const HfModelFiles>(HfModelFiles::read(
                                r.model.path, r.data.tokenizer, r.data.chat_template))
                          : nullptr),
+      base_fingerprint_(r.lora ? std::optional(base_fingerprint(r.model.path)) : std::nullopt),
       shape_(run_shape(r, id_.world_size, id_.local_world_size)),
       start_rss_(resident_bytes()),
       backend_(make_backend(r.train.device, r.train.dtype, id_.local_rank)),
@@ -365,6 +369,7 @@ void Trainer::resume() {
     std::vector<FileDigest> data_now;
     for (const TokenizedDataset& f : data_->files) data_now.push_back(f.stats().source);
     check_data_unchanged(from->dir, st, r_, data_now, lead_);
+    check_base_unchanged(from->dir, st, r_, base_fingerprint_);
     data_->sampler->restore(resumed_data_position(from->dir, st, written_with));
     start_step_ = st.step;
     resumed_from_ = from->dir;
@@ -413,6 +418,7 @@ CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
   if (eval_loss) st.metrics["eval_loss"] = *eval_loss;
   st.model_config = config_to_json(config_);
   st.hf_files = model_files_;
+  st.base = base_fingerprint_;
   for (size_t i = 0; i < data_->files.size(); ++i) {
     st.data_files.push_back({r_.data.train[i].path, data_->files[i].stats().source});
   }
@@ -632,7 +638,8 @@ void Trainer::save_output(const fs::path& ckpt) const {
   CheckpointUnitReader reader(ckpt, model_.layout());
   save_model_output(
       final_model_dir(run_dir_), config_, *model_files_, model_.layout(),
-      [&](int u, float* out) { reader.read_unit(u, out); }, r_.output.dtype, r_.model.path);
+      [&](int u, float* out) { reader.read_unit(u, out); }, r_.output.dtype, r_.model.path,
+      base_fingerprint_);
 }
 
 // A resumed run with no step left (its last checkpoint is at train.max_steps or beyond) trains
