@@ -3,6 +3,7 @@
 // one line naming the field.
 #include <gtest/gtest.h>
 
+#include "common/kiln_split.h"
 #include "common/run_kiln.h"
 #include "common/temp_dir.h"
 #include "kiln/base/file.h"
@@ -31,9 +32,12 @@ fs::path write_recipe(const fs::path& dir, const std::string& model) {
   return p;
 }
 
+// stdout alone is the JSON object: stderr may carry warnings (bf16 products falling back to fp32
+// on a CPU without AVX512_BF16, say).
 Json plan_json(const std::string& args) {
-  const auto r = run_kiln("plan " + args + " --json");
-  EXPECT_EQ(r.code, 0) << r.out;
+  const auto r = testing::run_kiln_split("plan " + args + " --json",
+                                         testing::fresh_dir("kiln_plan_cli_streams"));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
   return Json::parse(r.out);
 }
 

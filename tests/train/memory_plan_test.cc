@@ -44,6 +44,10 @@ constexpr size_t kHeadTied = 16;
 size_t pad(size_t n, size_t S) { return (n + S - 1) / S * S; }
 // The embedding (23 rows of 16) is padded to whole rows per rank: ceil(23 / S) rows each.
 size_t pad_embed(size_t S) { return (23 + S - 1) / S * 16 * S; }
+// Bytes per element of what a bf16 run gathers, and of a LoRA run's frozen base: 2 where the CPU
+// computes products in bf16, 4 where they fall back to fp32 (no AVX512_BF16, or KILN_CPU_ISA caps
+// it), which the plan must follow as the backend does.
+size_t bf16_storage_bytes() { return cpu_activation_dtype(true) == DType::BF16 ? 2 : 4; }
 
 TEST(MemoryPlan, ArithmeticOfATinyConfig) {
   const ModelConfig c = plan_config();
@@ -73,11 +77,12 @@ TEST(MemoryPlan, ArithmeticOfATinyConfig) {
   // Beside the parts: the batch's staging (4 x 16 ids) and the RoPE tables, no more.
   EXPECT_LT(p.other, size_t{4096});
 
-  // bf16 gathers half; recomputation keeps one layer; AdamW's state halves again at 4 ranks.
+  // bf16 gathers half (where the CPU has bf16 products); recomputation keeps one layer; AdamW's
+  // state halves again at 4 ranks.
   s.bf16 = true;
   s.recompute = true;
   const MemoryPlan b = plan_memory(c, s);
-  EXPECT_EQ(b.gathered, 2 * (E + 2 * Ly + H));
+  EXPECT_EQ(b.gathered, bf16_storage_bytes() * (E + 2 * Ly + H));
   EXPECT_LT(b.activations, p.activations);
   EXPECT_EQ(b.activations, b.activations_recompute);
   EXPECT_EQ(p.activations, p.activations_full);
@@ -99,8 +104,9 @@ TEST(MemoryPlan, ArithmeticOfATinyConfig) {
             4 * (pad_embed(4) + 4 * pad(kLayer, 4) + pad(kHeadTied, 4)));
 }
 
-// LoRA: the base's shards in the compute dtype (bf16: 2 bytes), gradients and AdamW state for the
-// adapters only; the final save holds the adapters, not a unit of the base.
+// LoRA: the base's shards in the compute dtype (bf16: 2 bytes where the CPU has bf16 products),
+// gradients and AdamW state for the adapters only; the final save holds the adapters, not a unit of
+// the base.
 TEST(MemoryPlan, LoraKeepsTheFrozenBaseInItsDtypeWithoutGradientsOrState) {
   const ModelConfig c = plan_config();
   LoraConfig lora;
@@ -117,7 +123,7 @@ TEST(MemoryPlan, LoraKeepsTheFrozenBaseInItsDtypeWithoutGradientsOrState) {
   const MemoryPlan p = plan_memory(c, s);
   const size_t E = pad_embed(2), Ly = pad(kLayer, 2), H = pad(kHeadTied, 2);
   const size_t Ad = pad(A, 2);
-  EXPECT_EQ(p.params, 2 * (E + 4 * Ly + H) / 2 + 4 * 4 * Ad / 2);
+  EXPECT_EQ(p.params, bf16_storage_bytes() * (E + 4 * Ly + H) / 2 + 4 * 4 * Ad / 2);
   EXPECT_EQ(p.grads, 4 * 4 * Ad / 2);
   EXPECT_EQ(p.optimizer, 2 * p.grads);
   EXPECT_EQ(p.final_save, 4 * (4 * A + A));  // every adapter as PEFT tensors, and one unit read
