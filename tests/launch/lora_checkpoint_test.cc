@@ -118,6 +118,9 @@ TEST(LoraCheckpoint, EvalAndGenerateTakeALoraRunsCheckpoints) {
   expect_error(run_kiln("eval --data " + kData + " --model " + step5.string() + " --adapter " +
                         (d / "a5").string()),
                {"brings its own adapters", base});
+  // final/ is adapters only: as --model, one line says what to do.
+  expect_error(run_kiln("eval --data " + kData + " --model " + (d / "run/final").string()),
+               {"is a PEFT adapter directory", "as --adapter"});
   if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
 

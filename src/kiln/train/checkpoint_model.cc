@@ -96,6 +96,12 @@ ModelSource open_model_source(const fs::path& model, const fs::path& adapter) {
     s.adapters = c->dir.string();
   } else {
     s.base = s.dir;
+    if (fs::exists(s.dir / kPeftConfigFile) && !fs::exists(s.dir / "config.json")) {
+      fail(
+          "--model: {} is a PEFT adapter directory (adapters, no base); give its base as --model "
+          "and it as --adapter",
+          s.dir.string());
+    }
     s.model.config = read_config(s.dir / "config.json");
     if (!adapter.empty()) {
       auto [a, what] = read_adapter(adapter, s.model.config);
