@@ -155,6 +155,15 @@ TEST(LoraCheckpoint, AdaptersAreTiedToTheirBase) {
   EXPECT_FALSE(fs::exists(d / "m2"));
   expect_error(run_kiln("eval --data " + kData + " --model " + step5.string()),
                {"another base", init});
+  // A new run continuing the adapters (model.adapter) on the changed base says so.
+  const CmdResult continued =
+      train(d, "model.adapter=" + (d / "a5").string() +
+                   " train.max_steps=1 output.dir=" + (d / "run2").string());
+  EXPECT_EQ(continued.code, 0) << continued.out;
+  EXPECT_NE(continued.out.find("model.adapter " + (d / "a5").string() +
+                               " was trained on another base than " + init),
+            std::string::npos)
+      << continued.out;
   // Anyway, when asked; and onto the base they were trained on, without asking.
   const CmdResult anyway = run_kiln("export --model " + init + " --adapter " + (d / "a5").string() +
                                     " --merge --allow-other-base --out " + (d / "m3").string());

@@ -6,6 +6,7 @@
 #include "kiln/base/file.h"
 #include "kiln/data/formats.h"
 #include "kiln/data/text_dataset.h"
+#include "kiln/model/base_fingerprint.h"
 #include "kiln/model/config.h"
 #include "kiln/model/peft_adapter.h"
 #include "kiln/text/tokenizer.h"
@@ -52,15 +53,20 @@ std::optional<std::pair<std::string, size_t>> first_record(const fs::path& p) {
 }
 
 // model.adapter: a PEFT adapter directory that agrees with the lora section and fits the base.
+// Adapters kiln recorded as trained on another base than model.path (kiln_base.json) may be
+// continued on it, a choice a user can mean (a newer fine-tune of the same base), so that is a
+// warning naming both, not an error.
 void check_adapter(const Recipe& r, const ModelConfig& config) {
   const fs::path dir = r.model.adapter;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     fail("model.adapter: {} is not a directory ({})", dir.string(), recipe_path_rule());
   try {
-    check_peft_adapter_matches(read_peft_adapter_config(dir), *r.lora,
-                               (dir / kPeftConfigFile).string());
+    const PeftAdapterConfig adapter = read_peft_adapter_config(dir);
+    check_peft_adapter_matches(adapter, *r.lora, (dir / kPeftConfigFile).string());
     read_peft_adapter(dir, config);  // every tensor named and shaped for this base
+    check_adapter_base(adapter.base_fingerprint, "model.adapter " + dir.string(), r.model.path,
+                       true, "training continues from them on model.path");
   } catch (const Error& e) {
     fail("model.adapter: {}", e.what());
   }
