@@ -443,7 +443,12 @@ TEST(Doctor, NotesKilnsCpuCap) {
   EXPECT_TRUE(lines(m.report(), Level::kNote, "cpu").empty());
   m.p.env = {{"KILN_CPU_ISA", "avx2"}};
   EXPECT_HAS(joined(lines(m.report(), Level::kNote, "cpu")),
-             "KILN_CPU_ISA=avx2: kiln uses no CPU feature above avx2");
+             "KILN_CPU_ISA=avx2: kiln uses no CPU feature above avx2 (this CPU: avx512");
+  // A cap at or above the CPU is no cap; a value kiln does not know fails, as every command does.
+  m.p.env = {{"KILN_CPU_ISA", "amx"}};
+  EXPECT_TRUE(lines(m.report(), Level::kNote, "cpu").empty());
+  m.p.env = {{"KILN_CPU_ISA", "AVX2"}};
+  EXPECT_HAS(joined(lines(m.report(), Level::kFail, "cpu")), "KILN_CPU_ISA='AVX2' is not");
 }
 
 TEST(Doctor, GenericBlasCore) {

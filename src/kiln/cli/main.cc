@@ -14,9 +14,15 @@
 int main(int argc, char** argv) {
   // Run with the BLAS kernels this CPU supports when OpenBLAS fell back to generic ones (see
   // host_cpu.h); the variable is only read when the library loads, hence the re-exec.
-  if (const std::string core = kiln::blas_coretype_override(); !core.empty()) {
-    ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-    ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the slow kernels
+  // It reads KILN_CPU_ISA, whose bad value is one error line like any other.
+  try {
+    if (const std::string core = kiln::blas_coretype_override(); !core.empty()) {
+      ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+      ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the slow kernels
+    }
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    return 1;
   }
   kiln::init_logging();
   KILN_LOG_DEBUG("{}", kiln::blas_info());

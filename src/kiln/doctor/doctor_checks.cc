@@ -9,6 +9,7 @@
 #include "kiln/comm/transport.h"
 #include "kiln/doctor/doctor.h"
 #include "kiln/doctor/doctor_facts.h"
+#include "kiln/kernels/device/cpu_features.h"
 
 namespace kiln {
 
@@ -88,12 +89,7 @@ class Judge {
         have.empty() ? "no AVX2" : fmt::format("{}", fmt::join(have, " ")));
     add("cpu", c.avx2 ? Level::kOk : Level::kWarn,
         c.avx2 ? text : text + " (kernels and BLAS run several times slower without AVX2)");
-    if (const std::string cap = env("KILN_CPU_ISA"); !cap.empty() && cap != "native") {
-      add("cpu", Level::kNote,
-          fmt::format("KILN_CPU_ISA={}: kiln uses no CPU feature above {} (bf16 products fall "
-                      "back to fp32 below avx512_bf16)",
-                      cap, cap));
-    }
+    cpu_cap();
     if (c.blas_core.empty()) return;
     if (!generic_blas_core(c.blas_core)) {
       add("blas", Level::kOk, fmt::format("OpenBLAS core {}", c.blas_core));
@@ -108,6 +104,28 @@ class Judge {
     } else {
       add("blas", Level::kNote,
           fmt::format("OpenBLAS core {} (this CPU offers nothing faster)", c.blas_core));
+    }
+  }
+
+  // KILN_CPU_ISA read as every kiln command reads it (cpu_features_for), against this CPU's level.
+  void cpu_cap() {
+    const auto& c = r_.cpu;
+    const CpuIsa level = c.amx           ? CpuIsa::kAmx
+                         : c.avx512_bf16 ? CpuIsa::kAvx512Bf16
+                         : c.avx512f     ? CpuIsa::kAvx512
+                         : c.avx2        ? CpuIsa::kAvx2
+                                         : CpuIsa::kBaseline;
+    const std::string cap = env("KILN_CPU_ISA");
+    try {
+      const CpuFeatures f = cpu_features_for(level, cap.c_str());
+      if (f.capped()) {
+        add("cpu", Level::kNote,
+            fmt::format("KILN_CPU_ISA={}: kiln uses no CPU feature above {} (this CPU: {}){}", cap,
+                        cpu_isa_name(f.isa), cpu_isa_name(f.cpu),
+                        f.avx512_bf16() ? "" : "; bf16 products run in fp32"));
+      }
+    } catch (const Error& e) {
+      add("cpu", Level::kFail, e.what());
     }
   }
 

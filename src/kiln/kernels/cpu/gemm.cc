@@ -33,17 +33,21 @@ namespace {
 using dnnl::memory;
 
 // oneDNN's ISA held to kiln's (cpu_features: KILN_CPU_ISA), before oneDNN first reads its own.
-// Its own cap, ONEDNN_MAX_CPU_ISA, still applies when it is lower.
+// A user's ONEDNN_MAX_CPU_ISA is oneDNN's own setting and left to it (the bf16 decision below
+// reads the ISA oneDNN then has).
 void cap_onednn_isa() {
   static const bool done = [] {
     const CpuFeatures& f = cpu_features();
-    if (!f.capped()) return true;
+    const char* own = std::getenv("ONEDNN_MAX_CPU_ISA");
+    if (!f.capped() || (own != nullptr && *own != '\0')) return true;
     const dnnl_cpu_isa_t cap = f.avx512_bf16() ? dnnl_cpu_isa_avx512_core_bf16
                                : f.avx512()    ? dnnl_cpu_isa_avx512_core
                                : f.avx2()      ? dnnl_cpu_isa_avx2
                                                : dnnl_cpu_isa_sse41;
-    const char* own = std::getenv("ONEDNN_MAX_CPU_ISA");
-    if (own == nullptr || *own == '\0') dnnl_set_max_cpu_isa(cap);
+    if (dnnl_set_max_cpu_isa(cap) != dnnl_success) {
+      KILN_LOG_WARN("oneDNN refused KILN_CPU_ISA's cap ({}); it keeps its own ISA",
+                    cpu_isa_name(f.isa));
+    }
     return true;
   }();
   (void)done;
@@ -390,6 +394,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* 
 size_t gemm_cached_primitives() { return thread_cache().entries.size(); }
 
 std::string gemm_info() {
+  cap_onednn_isa();
   const dnnl_version_t* v = dnnl_version();
   return fmt::format("fp32 GEMMs {}; oneDNN {}.{}.{} (OpenMP, {} threads), ISA {}, bf16 GEMMs {}",
                      fp32_openblas() ? "OpenBLAS" : "oneDNN", v->major, v->minor, v->patch,
