@@ -29,6 +29,13 @@ TEST(Config, RoundTripsThroughJson) {
   EXPECT_NEAR(parameter_count(preset_config("qwen2.5-1.5b")) / 1e9, 1.54, 0.01);
 }
 
+TEST(Config, ParameterCountTextShowsSmallCounts) {
+  EXPECT_EQ(parameter_count_text(1543714304), "1.54B");
+  EXPECT_EQ(parameter_count_text(494032768), "494.0M");
+  EXPECT_EQ(parameter_count_text(73728), "73.7K");  // a LoRA run's adapters, not "0.0M"
+  EXPECT_EQ(parameter_count_text(96), "96");
+}
+
 TEST(Config, RejectsOtherModels) {
   Json j = config_to_json(preset_config("tiny"));
   j["model_type"] = "gpt2";

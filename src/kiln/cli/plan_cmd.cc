@@ -46,16 +46,6 @@ size_t machine_memory_bytes() {
 
 double gib(size_t b) { return static_cast<double>(b) / 1073741824.0; }
 
-// A parameter count in three significant figures or so, whatever its size: a LoRA run's few
-// trainable ones read "73.7K", not "0.0M".
-std::string count_text(int64_t n) {
-  const auto x = static_cast<double>(n);
-  if (x >= 1e9) return fmt::format("{:.2f}B", x / 1e9);
-  if (x >= 1e6) return fmt::format("{:.1f}M", x / 1e6);
-  if (x >= 1e3) return fmt::format("{:.1f}K", x / 1e3);
-  return std::to_string(n);
-}
-
 // One alternative setting and its plan.
 struct Option {
   ShardStrategy strategy;
@@ -111,12 +101,13 @@ void print_text(const ModelConfig& c, const Recipe& r, const MemoryPlan& p, int 
   auto line = [](const char* what, size_t b) {
     std::printf("  %-26s %10.1f MiB\n", what, b / 1048576.0);
   };
-  const std::string lora =
-      r.lora ? fmt::format(" (frozen), LoRA rank {} on {} target(s): {} train", r.lora->rank,
-                           r.lora->targets.size(), count_text(lora_parameter_count(c, *r.lora)))
-             : "";
+  const std::string lora = r.lora
+                               ? fmt::format(" (frozen), LoRA rank {} on {} target(s): {} train",
+                                             r.lora->rank, r.lora->targets.size(),
+                                             parameter_count_text(lora_parameter_count(c, *r.lora)))
+                               : "";
   std::printf("kiln plan: %s parameters%s; %d rank(s), %s; micro-batch %d x %d tokens; %s; %s\n",
-              count_text(parameter_count(c)).c_str(), lora.c_str(), world,
+              parameter_count_text(parameter_count(c)).c_str(), lora.c_str(), world,
               world == 1 ? "one process" : name_of(kShardStrategyNames, r.dist.strategy),
               r.train.micro_batch_size, r.data.seq_len, name_of(kComputeDTypeNames, r.train.dtype),
               on_cpu ? "cpu (peak RSS)" : "cuda (device memory)");

@@ -83,6 +83,9 @@ bool is_preset(const std::string& name);
 
 // Parameter count (embeddings counted once when tied): the layout's (layout.h).
 int64_t parameter_count(const ModelConfig& c);
+// A parameter count in three significant figures or so, whatever its size ("1.54B", "494.0M",
+// "73.7K", "96"): a LoRA run's few trainable ones never read "0.0M".
+std::string parameter_count_text(int64_t n);
 // Training FLOPs for `tokens` tokens of sequence length T: 6 * matmul parameters * tokens plus
 // the attention score/value products (forward 2 * 2 * T/2 * q_dim per token per layer, x3). The
 // LM head counts `head_rows` rows when given (kiln computes it only for rows with a target),

@@ -317,18 +317,18 @@ void Trainer::log_model() const {
   const ParamLayout& layout = model_.layout();
   const std::string trains =
       layout.has_lora()
-          ? fmt::format(" (frozen), LoRA rank {} on {}: {:.2f}M parameters train{}",
-                        layout.lora().rank,
+          ? fmt::format(" (frozen), LoRA rank {} on {}: {} parameters train{}", layout.lora().rank,
                         fmt::join(lora_target_names(layout.lora().targets), ","),
-                        layout.trainable_numel() / 1e6,
+                        parameter_count_text(static_cast<int64_t>(layout.trainable_numel())),
                         r_.model.adapter.empty() ? "" : fmt::format(" from {}", r_.model.adapter))
           : "";
   KILN_LOG_INFO(
-      "model {}: {:.1f}M parameters{}, {} layers, hidden {}; {} worker(s), {} ({}); device {} "
+      "model {}: {} parameters{}, {} layers, hidden {}; {} worker(s), {} ({}); device {} "
       "(train.device {}{}), {}",
-      r_.model.path, parameter_count(config_) / 1e6, trains, config_.num_hidden_layers,
-      config_.hidden_size, id_.world_size, name_of(kShardStrategyNames, shape_.strategy),
-      world_.transport(), backend_->device() == Device::kCuda ? "cuda" : "cpu",
+      r_.model.path, parameter_count_text(parameter_count(config_)), trains,
+      config_.num_hidden_layers, config_.hidden_size, id_.world_size,
+      name_of(kShardStrategyNames, shape_.strategy), world_.transport(),
+      backend_->device() == Device::kCuda ? "cuda" : "cpu",
       name_of(kDeviceRequestNames, r_.train.device), why_cpu, backend_->name());
 }
 
