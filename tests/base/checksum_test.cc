@@ -44,6 +44,35 @@ TEST(Checksum, TheWritersDigestIsTheReaders) {
   EXPECT_THROW(digest_file(p), Error);
 }
 
+// The sampled fingerprint reads exactly its blocks: the first at the range's start, the last
+// ending at its end, evenly between; a range shorter than one block is read once, whole.
+TEST(Checksum, SampledRangeHashesItsBlocksAndNothingElse) {
+  const fs::path p = fs::temp_directory_path() / ("kiln_sampled_" + std::to_string(::getpid()));
+  std::string data(1000, 'a');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>('a' + i % 26);
+  write_file_atomic(p, data);
+  const auto sampled = [&](uint64_t begin, uint64_t end, int blocks, size_t block) {
+    Xxh3Stream h;
+    hash_sampled_range(h, p, begin, end, blocks, block);
+    return h.digest();
+  };
+  // Three blocks of 10 over [100, 900): at 100, 495 and 890.
+  const std::string expect = data.substr(100, 10) + data.substr(495, 10) + data.substr(890, 10);
+  EXPECT_EQ(sampled(100, 900, 3, 10), (FileDigest{30, xxh3_64(expect)}));
+  EXPECT_EQ(sampled(0, 1000, 2, 4096), (FileDigest{1000, xxh3_64(data)}));
+  EXPECT_EQ(sampled(5, 5, 2, 10).bytes, 0u);
+  // A byte between the blocks is not seen; one inside a block is.
+  data[300] = 'Z';
+  write_file_atomic(p, data);
+  EXPECT_EQ(sampled(100, 900, 3, 10).xxh3, xxh3_64(expect));
+  data[497] = 'Z';
+  write_file_atomic(p, data);
+  EXPECT_NE(sampled(100, 900, 3, 10).xxh3, xxh3_64(expect));
+  EXPECT_THROW(sampled(0, 2000, 2, 10), Error);  // past the end of the file
+  fs::remove(p);
+  EXPECT_THROW(sampled(0, 10, 2, 10), Error);
+}
+
 TEST(Checksum, HexRoundTripsAndRejectsAnythingElse) {
   EXPECT_EQ(xxh3_hex(0x00ab00000000cd01ull), "00ab00000000cd01");
   EXPECT_EQ(parse_xxh3_hex("00ab00000000cd01"), 0x00ab00000000cd01ull);

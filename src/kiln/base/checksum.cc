@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -55,6 +56,29 @@ FileDigest digest_file(const fs::path& path) {
   }
   ::close(fd);
   return h.digest();
+}
+
+void hash_sampled_range(Xxh3Stream& h, const fs::path& path, uint64_t begin, uint64_t end,
+                        int blocks, size_t block_bytes) {
+  KILN_CHECK(blocks >= 2 && begin <= end, "{}: blocks {} range [{}, {})", path.string(), blocks,
+             begin, end);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("{}: cannot open: {}", path.string(), std::strerror(errno));
+  const uint64_t n = end - begin;
+  const size_t block = static_cast<size_t>(std::min<uint64_t>(block_bytes, n));
+  const int count = n <= block_bytes ? 1 : blocks;
+  std::vector<char> buf(block);
+  for (int i = 0; i < count; ++i) {
+    const uint64_t at = count == 1 ? begin : begin + (n - block) * i / (count - 1);
+    const ssize_t got = ::pread(fd, buf.data(), block, static_cast<off_t>(at));
+    if (got != static_cast<ssize_t>(block)) {
+      const int err = got < 0 ? errno : EIO;
+      ::close(fd);
+      fail("{}: read of {} bytes at {} failed: {}", path.string(), block, at, std::strerror(err));
+    }
+    h.update(buf.data(), block);
+  }
+  ::close(fd);
 }
 
 std::string xxh3_hex(uint64_t h) { return fmt::format("{:016x}", h); }

@@ -50,6 +50,14 @@ uint64_t xxh3_64(std::string_view data);
 // cannot be opened or read.
 FileDigest digest_file(const fs::path& path);
 
+// A cheap fingerprint of a large file's bytes: feeds `h` with `blocks` (>= 2) blocks of
+// `block_bytes` spread evenly over [begin, end) of `path`, the first at `begin` and the last
+// ending at `end` (the whole range, once, when it is shorter than one block). A change outside
+// the blocks goes unseen: for noticing a file replaced or edited in place, not for integrity.
+// Throws kiln::Error naming the path when it cannot be read.
+void hash_sampled_range(Xxh3Stream& h, const fs::path& path, uint64_t begin, uint64_t end,
+                        int blocks, size_t block_bytes);
+
 // 16 lowercase hex digits, as manifests record a checksum; parse_xxh3_hex is its inverse
 // (nullopt unless exactly 16 hex digits).
 std::string xxh3_hex(uint64_t h);

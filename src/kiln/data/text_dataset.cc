@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 
+#include "kiln/base/checksum.h"
 #include "kiln/base/error.h"
 #include "kiln/base/ignore_index.h"
 #include "kiln/base/log.h"
@@ -186,17 +188,17 @@ namespace {
 // evenly between them. A file edited in place with its size and mtime restored (rsync -t, a
 // checkout, cp -p of another version) then still gets another cache.
 uint64_t content_digest(const fs::path& path) {
-  constexpr size_t kWholeFileBytes = size_t{64} << 20, kEdge = size_t{1} << 20,
-                   kBlock = size_t{64} << 10, kBlocks = 64;
-  const MappedFile file(path);
-  const uint8_t* p = file.data();
-  const size_t n = file.size();
-  if (n <= kWholeFileBytes) return xxh3_64({reinterpret_cast<const char*>(p), n});
+  constexpr uint64_t kWholeFileBytes = uint64_t{64} << 20, kEdge = uint64_t{1} << 20;
+  constexpr size_t kBlock = size_t{64} << 10;
+  constexpr int kBlocks = 64;
+  std::error_code ec;
+  const uint64_t n = fs::file_size(path, ec);
+  if (ec) fail("{}: cannot read: {}", path.string(), ec.message());
+  if (n <= kWholeFileBytes) return digest_file(path).xxh3;
   Xxh3Stream h;
-  h.update(p, kEdge);
-  const size_t span = n - 2 * kEdge - kBlock;  // the blocks start in [kEdge, n - kEdge - kBlock]
-  for (size_t b = 0; b < kBlocks; ++b) h.update(p + kEdge + span / (kBlocks - 1) * b, kBlock);
-  h.update(p + n - kEdge, kEdge);
+  hash_sampled_range(h, path, 0, kEdge, 2, kEdge);  // the first MiB, whole
+  hash_sampled_range(h, path, kEdge, n - kEdge, kBlocks, kBlock);
+  hash_sampled_range(h, path, n - kEdge, n, 2, kEdge);  // the last MiB, whole
   return h.digest().xxh3;
 }
 

@@ -64,11 +64,8 @@ uint64_t hash_weight_file(const fs::path& p, Xxh3Stream& h) {
   if (read_at(f, 0, 8, buf, p) == 8) std::memcpy(&header, buf.data(), 8);
   const uint64_t data_begin = std::min(size, 8 + std::min(header, size));
   h.update(buf.data(), read_at(f, 0, static_cast<size_t>(data_begin), buf, p));
-  const uint64_t data = size - data_begin;
-  for (int i = 0; i < kFingerprintBlocks && data > 0; ++i) {
-    const uint64_t room = data > kFingerprintBlockBytes ? data - kFingerprintBlockBytes : 0;
-    const uint64_t at = data_begin + room * static_cast<uint64_t>(i) / (kFingerprintBlocks - 1);
-    h.update(buf.data(), read_at(f, at, kFingerprintBlockBytes, buf, p));
+  if (size > data_begin) {
+    hash_sampled_range(h, p, data_begin, size, kFingerprintBlocks, kFingerprintBlockBytes);
   }
   return size;
 }
