@@ -75,6 +75,45 @@ TEST(Mixture, WeightTwoTakesEveryExampleTwice) {
   EXPECT_EQ(threes, 2);
 }
 
+// Weights that give no whole count: round(w * n) examples, floor(w) copies of each and the
+// rest drawn without repeats. 0.5 of 3 is 1.5, rounded to 2 (neither floor's 1 nor a half of
+// each); 0.4 of 3 is 1.2, rounded to 1 (not ceil's 2); 1.5 of 3 is 4.5: every example once and
+// 2 of them again.
+TEST(Mixture, FractionalWeightsRoundTheirCount) {
+  const TokenDataset a = numbered(0, 3, "a.jsonl");
+  struct Case {
+    double weight;
+    size_t count, least, most;  // examples, and copies of each example
+  };
+  for (const Case c : {Case{0.5, 2, 0, 1}, Case{0.4, 1, 0, 1}, Case{0.7, 2, 0, 1},
+                       Case{1.5, 5, 1, 2}, Case{2.34, 7, 2, 3}}) {
+    for (uint64_t seed : {1u, 2u, 3u}) {
+      SCOPED_TRACE("weight " + std::to_string(c.weight) + " seed " + std::to_string(seed));
+      const Mixture m({{&a, c.weight}}, 0.0, seed);
+      ASSERT_EQ(m.train().size(), c.count);
+      std::map<int, int> n = counts(m.train());
+      size_t more = 0;
+      for (int id = 0; id < 3; ++id) {
+        EXPECT_GE(static_cast<size_t>(n[id]), c.least) << id;
+        EXPECT_LE(static_cast<size_t>(n[id]), c.most) << id;
+        more += static_cast<size_t>(n[id]) > c.least ? 1 : 0;
+      }
+      EXPECT_EQ(more, c.count - 3 * c.least);  // the drawn rest: distinct examples
+      EXPECT_EQ(ids(Mixture({{&a, c.weight}}, 0.0, seed).train()), ids(m.train()));
+    }
+  }
+  // After a held-out example (a quarter of 4 is 1), 0.5 of the 3 kept is 2 of them.
+  const TokenDataset b = numbered(10, 4, "b.jsonl");
+  const Mixture held({{&b, 0.5}}, 0.25, 4);
+  EXPECT_EQ(held.held_out()->size(), 1u);
+  EXPECT_EQ(held.train().size(), 2u);
+  EXPECT_NE(held.train().what().find("weight 0.5: 2 of 3"), std::string::npos)
+      << held.train().what();
+  // 0.5 of 5 is 2.5: round half away from zero, 3.
+  const TokenDataset five = numbered(20, 5, "five.jsonl");
+  EXPECT_EQ(Mixture({{&five, 0.5}}, 0.0, 1).train().size(), 3u);
+}
+
 TEST(Mixture, EvalSplitHoldsOutASeededShareOfEachFile) {
   const TokenDataset a = numbered(0, 50, "a.jsonl"), b = numbered(100, 100, "b.jsonl");
   const Mixture m({{&a, 1.0}, {&b, 2.0}}, 0.1, 11);
