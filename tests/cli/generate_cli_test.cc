@@ -257,6 +257,25 @@ TEST_F(GenerateCli, Qwen3ThinkingOff) {
       "--enable-thinking: the qwen2.5 chat template has no thinking mode");
 }
 
+// A tokenizer with a gap in its ids (the Llama-3-style test tokenizer: 0..272, then 128000..):
+// sampling never picks an id it lacks, which would fail to decode mid-reply.
+TEST_F(GenerateCli, SamplingSkipsIdsTheTokenizerLacks) {
+  const fs::path tok_json =
+      fs::path(KILN_SOURCE_DIR) / "tests/fixtures/tokenizer/llama3_tiny_tokenizer.json";
+  const std::string llama = (dir_ / "gaps").string();
+  ASSERT_EQ(
+      kiln("init --config tiny-llama --seed 5 --tokenizer " + tok_json.string() + " --out " + llama)
+          .code,
+      0);
+  for (int seed : {1, 2, 3}) {
+    const CmdResult r = kiln("generate --model " + llama +
+                             " --prompt hello --temperature 1.5 --max-new-tokens 32 " + "--seed " +
+                             std::to_string(seed));
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.err.find("stop: "), std::string::npos) << r.err;
+  }
+}
+
 // A model with Llama 3's tokenizer layout (a tiny vocabulary): a chat renders with the llama3
 // template (one <|begin_of_text|>, its own) and stops at <|eot_id|>; a plain prompt begins with
 // the post-processor's <|begin_of_text|>, as Hugging Face's tokenizer(text) gives it.

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -67,7 +68,13 @@ class Session {
         // Ids the model has but the tokenizer lacks (Qwen pads its embedding to a multiple of
         // 128) cannot be decoded, so they are never sampled.
         sample_vocab_(static_cast<size_t>(std::min(model.config.vocab_size, tok.vocab_size()))),
-        stops_(std::move(stops)) {}
+        stops_(std::move(stops)) {
+    // Nor are ids in a gap of the tokenizer's own range (none in the published Qwen and Llama
+    // tokenizers; a tokenizer with added tokens far above its vocabulary has them).
+    for (size_t id = 0; id < sample_vocab_; ++id) {
+      if (!tok.token_str(static_cast<int32_t>(id))) gaps_.push_back(static_cast<int32_t>(id));
+    }
+  }
 
   // Runs `prompt`, then samples, writing text to stdout as it comes, and a newline at the end.
   // Returns the generated ids, without the stop token.
@@ -90,7 +97,7 @@ class Session {
     std::vector<int32_t> reply;
     std::string stop = fmt::format("length (--max-new-tokens {})", o_.max_new_tokens);
     while (static_cast<int>(reply.size()) < o_.max_new_tokens) {
-      const int32_t id = sampler_.sample(logits.first(sample_vocab_));
+      const int32_t id = sampler_.sample(decodable(logits.first(sample_vocab_)));
       if (std::find(stops_.begin(), stops_.end(), id) != stops_.end()) {
         stop = fmt::format("end token {}", tok_.token_str(id).value_or("?"));
         break;
@@ -120,7 +127,17 @@ class Session {
   const Tokenizer& tok_;
   Generator gen_;
   Sampler sampler_;
+  // `logits` with the gaps' logits at -inf (a copy, only when the tokenizer has gaps).
+  std::span<const float> decodable(std::span<const float> logits) {
+    if (gaps_.empty()) return logits;
+    masked_.assign(logits.begin(), logits.end());
+    for (int32_t id : gaps_) masked_[static_cast<size_t>(id)] = -INFINITY;
+    return masked_;
+  }
+
   size_t sample_vocab_;
+  std::vector<int32_t> gaps_;    // ids below sample_vocab_ the tokenizer has no token for
+  std::vector<float> masked_;    // (sample_vocab_) the logits with the gaps masked
   std::vector<int32_t> stops_;   // the ids generation ends at
   std::vector<int32_t> cached_;  // the ids in gen_'s cache
 };
