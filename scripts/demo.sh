@@ -31,3 +31,5 @@ $kiln generate --model runs/demo/chat/final --chat --prompt "What is the capital
 echo
 echo "demo done: runs/demo/train (token ids) and runs/demo/chat (chat), each with metrics.jsonl,"
 echo "checkpoints/ and final/ (Hugging Face layout); bf16 export in runs/demo/export-bf16"
+echo "next, a real model (the network to the Hugging Face hub; README, \"A real model\"):"
+echo "  $kiln download Qwen/Qwen3-0.6B && $kiln train examples/lora-qwen3-0.6b.yaml"

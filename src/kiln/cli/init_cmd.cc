@@ -9,6 +9,7 @@
 #include "kiln/base/log.h"
 #include "kiln/cli/chat_options.h"
 #include "kiln/cli/commands.h"
+#include "kiln/hub/model_location.h"
 #include "kiln/kernels/device/backend.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/hf_model_files.h"
@@ -79,7 +80,8 @@ Command add_init(CLI::App& app) {
             std::optional<Tokenizer> tok;
             fs::path tok_json;
             if (!o->tokenizer.empty()) {
-              tok_json = tokenizer_json_path({}, o->tokenizer);
+              tok_json = tokenizer_json_path(
+                  {}, locate_model(o->tokenizer, {"--tokenizer", "", false}).dir);
               tok = Tokenizer::load(tok_json);
               c.vocab_size = fitted_vocab_size(tok->vocab_size());
             }

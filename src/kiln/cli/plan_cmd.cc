@@ -30,6 +30,7 @@ struct PlanOpts {
 ModelConfig plan_config(const Recipe& r) {
   const fs::path dir(r.model.path);
   if (fs::exists(dir / "config.json")) return read_config(dir / "config.json");
+  if (!r.model.hub_note.empty()) fail("{}", r.model.hub_note);  // an ORG/NAME found nowhere
   if (!fs::exists(dir)) {
     for (const auto& name : preset_names()) {
       if (name == dir.filename().string()) return preset_config(name);

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "kiln/base/error.h"
+#include "kiln/hub/model_location.h"
 #include "kiln/model/base_fingerprint.h"
 #include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/lora_units.h"
@@ -73,7 +74,7 @@ std::optional<LoraCheckpoint> read_lora_checkpoint(const fs::path& path,
   c.model.config = config ? *config : read_config(dir / "config.json");
   PeftAdapter a;
   a.config.lora = *run.lora;
-  a.config.base_model_name_or_path = run.model.path;
+  a.config.base_model_name_or_path = run.model.base_name();
   a.tensors = read_checkpoint_adapters(dir, c.model.config, *run.lora);
   const ParamLayout layout(c.model.config, *run.lora);
   a.config.base_fingerprint = read_manifest(dir, layout).state.base;
@@ -81,7 +82,12 @@ std::optional<LoraCheckpoint> read_lora_checkpoint(const fs::path& path,
   return c;
 }
 
-ModelSource open_model_source(const fs::path& model, const fs::path& adapter) {
+ModelSource open_model_source(const fs::path& model_arg, const fs::path& adapter_arg) {
+  // --model and --adapter may be hub ids (hub/model_location.h): a local path wins.
+  const fs::path model = locate_model(model_arg.string(), {"--model", "", false}).dir;
+  const fs::path adapter = adapter_arg.empty()
+                               ? adapter_arg
+                               : locate_model(adapter_arg.string(), {"--adapter", "", false}).dir;
   ModelSource s;
   s.dir = resolve_run_path(model);
   if (std::optional<LoraCheckpoint> c = read_lora_checkpoint(s.dir)) {

@@ -59,8 +59,10 @@ std::optional<std::pair<std::string, size_t>> first_record(const fs::path& p) {
 void check_adapter(const Recipe& r, const ModelConfig& config) {
   const fs::path dir = r.model.adapter;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec))
+  if (!fs::is_directory(dir, ec)) {
+    if (!r.model.hub_note.empty()) fail("{}", r.model.hub_note);  // the hub id rule
     fail("model.adapter: {} is not a directory ({})", dir.string(), recipe_path_rule());
+  }
   try {
     const PeftAdapterConfig adapter = read_peft_adapter_config(dir);
     check_peft_adapter_matches(adapter, *r.lora, (dir / kPeftConfigFile).string());
@@ -110,6 +112,7 @@ ModelConfig read_model_config(const Recipe& r) {
   std::error_code ec;
   const fs::path model = r.model.path;
   if (!fs::is_directory(model, ec)) {
+    if (!r.model.hub_note.empty()) fail("{}", r.model.hub_note);  // the hub id rule
     fail("model.path: {} is not a directory ({})", model.string(), recipe_path_rule());
   }
   if (!fs::exists(model / "config.json", ec)) {

@@ -14,6 +14,7 @@
 #include "kiln/base/file.h"
 #include "kiln/base/named_values.h"
 #include "kiln/data/formats.h"
+#include "kiln/hub/model_location.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/utf8.h"
 
@@ -31,6 +32,8 @@ struct KeySpec {
 const KeySpec kKeySpecs[] = {
     {"model.path", true},
     {"model.adapter", true},
+    {"model.revision", true},
+    {"model.download", false},
     {"lora.rank", true},
     {"lora.alpha", true},
     {"lora.dropout", true},
@@ -587,8 +590,35 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
     if (!e || e->node.IsNull() || (e->node.IsScalar() && e->node.Scalar().empty())) return;
     out = path_of(*e, key);
   };
-  r.model.path = path_of(in.require("model.path"), "model.path");
-  optional_path("model.adapter", r.model.adapter);
+  // A local path wins; else a hub id from the Hugging Face cache (hub/model_location.h). Found
+  // nowhere (and not downloaded): the local path, and the rule kept for the preflight's error (a
+  // recipe is also read where its model need not exist: prepare-data, tests).
+  const auto model_dir = [&](const Entry& e, const std::string& key, const std::string& rev) {
+    ModelLocation at{path_of(e, key), "", ""};
+    if (!fs::exists(at.dir)) {
+      try {
+        ModelLocation hub = locate_model(Reader::text(e, key), {key, rev, r.model.download});
+        if (hub.from_hub()) at = std::move(hub);
+      } catch (const Error& err) {
+        if (r.model.download) throw;
+        r.model.hub_note = err.what();
+      }
+    }
+    return at;
+  };
+  if (const Entry* e = in.find("model.revision");
+      e && !e->node.IsNull() && !(e->node.IsScalar() && e->node.Scalar().empty())) {
+    r.model.revision = Reader::text(*e, "model.revision");
+  }
+  in.boolean("model.download", r.model.download);
+  const ModelLocation base = model_dir(in.require("model.path"), "model.path", r.model.revision);
+  r.model.path = base.dir.string();
+  r.model.hub_id = base.repo_id;
+  if (base.from_hub()) r.model.revision = base.dir.filename().string();  // the commit read
+  if (const Entry* e = in.find("model.adapter");
+      e && !e->node.IsNull() && !(e->node.IsScalar() && e->node.Scalar().empty())) {
+    r.model.adapter = model_dir(*e, "model.adapter", "").dir.string();
+  }
   r.lora = read_lora(in);
   if (!r.model.adapter.empty() && !r.lora) {
     Reader::bad(*in.find("model.adapter"), "model.adapter",
@@ -758,8 +788,10 @@ std::string recipe_to_yaml(const Recipe& r) {
   auto end = [&] { out << YAML::EndMap; };
 
   section("model");
-  out << YAML::Key << "path" << YAML::Value << YAML::DoubleQuoted << r.model.path;
+  out << YAML::Key << "path" << YAML::Value << YAML::DoubleQuoted << r.model.base_name();
   out << YAML::Key << "adapter" << YAML::Value << YAML::DoubleQuoted << r.model.adapter;
+  out << YAML::Key << "revision" << YAML::Value << YAML::DoubleQuoted << r.model.revision;
+  out << YAML::Key << "download" << YAML::Value << r.model.download;
   end();
   if (r.lora) {  // no section: full fine-tuning
     section("lora");

@@ -39,6 +39,17 @@ struct Recipe {
     // A PEFT adapter directory (model/peft_adapter.h) whose adapters training continues; "" = new
     // adapters. Needs a lora section that agrees with its adapter_config.json.
     std::string adapter;
+    // model.path or model.adapter may be a hub id ORG/NAME (hub/model_location.h, docs/hub.md): a
+    // local path wins, then the Hugging Face cache. revision: model.path's branch, tag or commit
+    // ("" = main); once resolved, the commit read. download: fetch a repository missing from the
+    // cache (off: a typo never starts a download). hub_id: "ORG/NAME" when path is its snapshot.
+    std::string revision;
+    bool download = false;
+    std::string hub_id;
+    // A hub id found neither locally nor in the cache: the one-line rule the preflight fails with.
+    std::string hub_note;
+    // adapter_config.json's base_model_name_or_path: the hub id (PEFT and vLLM find it), else path.
+    const std::string& base_name() const { return hub_id.empty() ? path : hub_id; }
     bool operator==(const Model&) const = default;
   };
   // One data.train entry: a path, or {path, format, weight} in the recipe.
