@@ -151,6 +151,30 @@ TEST(Habits, AReplacedDataFileIsRefusedOnResume) {
   if (!::testing::Test::HasFailure()) fs::remove_all(d);
 }
 
+// A checkpoint written under the older hold-out rule (per listing of a file: its manifest records
+// no holdout_rule) is refused on resume of a data.eval_split run, whose training set would differ;
+// data.allow_changed=true resumes regardless, with a warning.
+TEST(Habits, AnOlderHoldOutRuleIsRefusedOnResume) {
+  const fs::path d = testing::setup_tiny_run("kiln_habits", "holdout", {64, 2, 2, 30});
+  const std::string split = "data.eval_split=0.1 ";
+  auto r = run_kiln(train(d, split));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const fs::path manifest = ckpt(d, 2) / "manifest.json";
+  Json m = read_json_file(manifest);
+  ASSERT_EQ(m.at("holdout_rule"), 2);
+  m.erase("holdout_rule");
+  write_file_atomic(manifest, m.dump(1));
+  const std::string resume = split + "train.resume=auto train.max_steps=3";
+  r = run_kiln(train(d, resume));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_HAS(r.out, "kiln: error: train.resume: checkpoint " + ckpt(d, 2).string() +
+                        " held out data.eval_split's examples by rule 1");
+  r = run_kiln(train(d, resume + " data.allow_changed=true"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_HAS(r.out, "continuing (data.allow_changed=true)");
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
+}
+
 // 32 examples of distinct lengths (example i predicts i + 1 tokens), so each step's target count
 // says which examples it took.
 fs::path numbered_data(const fs::path& d) {

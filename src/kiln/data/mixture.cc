@@ -91,6 +91,7 @@ Mixture::Mixture(const std::vector<MixturePart>& parts, double eval_fraction, ui
     for (size_t i : out[k]) held_keys.insert(keys[k][i]);
   }
   std::vector<const ExampleSource*> train, held_out;
+  std::unordered_set<uint64_t> evaluated;  // the held-out set holds each content once
   for (size_t k = 0; k < parts.size(); ++k) {
     const ExampleSource& src = *parts[k].source;
     const size_t n = src.size();
@@ -103,6 +104,7 @@ Mixture::Mixture(const std::vector<MixturePart>& parts, double eval_fraction, ui
       for (size_t i : kept[k]) (held_keys.count(keys[k][i]) ? out[k] : still).push_back(i);
       std::sort(out[k].begin(), out[k].end());
       kept[k] = std::move(still);
+      std::erase_if(out[k], [&](size_t i) { return !evaluated.insert(keys[k][i]).second; });
     }
     if (kept[k].empty()) {
       fail("{}: holding out {} of its {} examples for evaluation leaves none to train on",

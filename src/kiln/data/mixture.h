@@ -10,7 +10,9 @@
 //                                    copies of every kept example, then c_k mod m_k of them drawn
 //                                    from the seed (no repeats), in file order
 //   train()    = weighted part 0 + weighted part 1 + ...   (the samplers shuffle it per epoch)
-//   held_out() = held-out part 0 + held-out part 1 + ...   (file order)
+//   held_out() = held-out part 0 + held-out part 1 + ...   (file order; an example whose tokens
+//                                                          an earlier part holds out is left out,
+//                                                          so each content is evaluated once)
 //
 // The held-out draw follows the examples' content, never a file's place in data.train: a file
 // listed twice holds out the same examples both times, and no example trained on has the tokens
@@ -28,6 +30,11 @@
 #include "kiln/data/example_source.h"
 
 namespace kiln {
+
+// The rule that chooses held-out examples, recorded in checkpoints: a resume under another rule
+// would train on another set. 1: per listing of a file (kiln before issue 34, no record);
+// 2: by content, as above.
+inline constexpr int kHoldOutRule = 2;
 
 // Chosen examples of another source, in the order given (indices may repeat). The base is
 // borrowed and must outlive it.

@@ -59,6 +59,8 @@ struct CheckpointState {
   int format_version = 0;                  // of a manifest read back
   int world_size = 0;                      // of a manifest read back
   std::vector<DataFileRecord> data_files;  // data.train in order (format 4)
+  // data/mixture.h's kHoldOutRule when written; 1 read from a manifest that records none.
+  int holdout_rule = 0;
   // A LoRA run's base (model.path): its fingerprint (model/base_fingerprint.h), which resuming,
   // evaluating and merging the adapters check; nullopt for a full run or an older checkpoint.
   std::optional<FileDigest> base;

@@ -161,6 +161,8 @@ void read_state(const fs::path& dir, ManifestRead& r) {
       r.state.data_files.push_back({name.get<std::string>(), {get_count(dir, e, "bytes"), *h}});
     }
   }
+  const auto rule = m.find("holdout_rule");
+  r.state.holdout_rule = rule == m.end() ? 1 : static_cast<int>(get_count(dir, m, "holdout_rule"));
   if (const auto b = m.find("base"); b != m.end()) {
     const Json& hex = b->at("xxh3");
     const auto h = hex.is_string() ? parse_xxh3_hex(hex.get<std::string>()) : std::nullopt;
@@ -195,6 +197,7 @@ Json manifest_json(const CheckpointState& st, const ParamLayout& layout, int wor
             {"units", units},
             {"sampler", {{"epoch", st.sampler.epoch}, {"position", st.sampler.position}}},
             {"data", data},
+            {"holdout_rule", st.holdout_rule},
             {"optimizer_steps", optimizer_steps},
             {"recipe", st.recipe_yaml},
             {"recipe_hash", fmt::format("{:016x}", fnv1a(st.recipe_yaml))},

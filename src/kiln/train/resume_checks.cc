@@ -2,6 +2,7 @@
 
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
+#include "kiln/data/mixture.h"
 #include "kiln/model/base_fingerprint.h"
 #include "kiln/train/checkpoint_manifest.h"
 #include "kiln/train/run_identity.h"
@@ -53,6 +54,18 @@ void check_data_unchanged(const fs::path& checkpoint, const CheckpointState& st,
                     checkpoint.string(), st.format_version);
     }
     return;
+  }
+  if (r.data.eval_split > 0 && st.holdout_rule != kHoldOutRule) {
+    const std::string what = fmt::format(
+        "checkpoint {} held out data.eval_split's examples by rule {} (per listing of a file, an "
+        "older kiln); this kiln holds them out by content (rule {}), so the examples it trains "
+        "on differ",
+        checkpoint.string(), st.holdout_rule, kHoldOutRule);
+    if (!r.data.allow_changed) {
+      fail("train.resume: {}: start a new run, or set data.allow_changed=true to resume regardless",
+           what);
+    }
+    if (verbose) KILN_LOG_WARN("train.resume: {}; continuing (data.allow_changed=true)", what);
   }
   for (size_t i = 0; i < st.data_files.size() && i < now.size() && i < r.data.train.size(); ++i) {
     const FileDigest& was = st.data_files[i].digest;

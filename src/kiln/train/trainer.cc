@@ -17,6 +17,7 @@
 #include "kiln/base/log.h"
 #include "kiln/base/process_memory.h"
 #include "kiln/comm/communicator.h"
+#include "kiln/data/mixture.h"
 #include "kiln/data/sampler.h"
 #include "kiln/data/token_dataset.h"
 #include "kiln/fsdp/fsdp.h"
@@ -419,6 +420,7 @@ CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
   st.model_config = config_to_json(config_);
   st.hf_files = model_files_;
   st.base = base_fingerprint_;
+  st.holdout_rule = kHoldOutRule;
   for (size_t i = 0; i < data_->files.size(); ++i) {
     st.data_files.push_back({r_.data.train[i].path, data_->files[i].stats().source});
   }
@@ -638,7 +640,7 @@ void Trainer::save_output(const fs::path& ckpt) const {
   CheckpointUnitReader reader(ckpt, model_.layout());
   save_model_output(
       final_model_dir(run_dir_), config_, *model_files_, model_.layout(),
-      [&](int u, float* out) { reader.read_unit(u, out); }, r_.output.dtype, r_.model.base_name(),
+      [&](int u, float* out) { reader.read_unit(u, out); }, r_.output.dtype, r_.model.path,
       base_fingerprint_);
 }
 
