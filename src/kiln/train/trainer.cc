@@ -640,7 +640,7 @@ void Trainer::save_output(const fs::path& ckpt) const {
   CheckpointUnitReader reader(ckpt, model_.layout());
   save_model_output(
       final_model_dir(run_dir_), config_, *model_files_, model_.layout(),
-      [&](int u, float* out) { reader.read_unit(u, out); }, r_.output.dtype, r_.model.path,
+      [&](int u, float* out) { reader.read_unit(u, out); }, r_.output.dtype, r_.model.base_name(),
       base_fingerprint_);
 }
 
