@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "kiln/base/atomic_dir.h"
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/model/hf_checkpoint.h"
@@ -279,8 +280,10 @@ void HfModelFiles::write_tokenizer(const fs::path& out) const {
 void save_hf_model_dir(const fs::path& out, const HfModelFiles& files, const ParamLayout& layout,
                        const std::function<void(int unit, float* out)>& read_unit, DType dtype,
                        uint64_t max_shard_bytes) {
-  files.write(out, torch_dtype_name(dtype));
-  save_hf_weights_streaming(out, layout, read_unit, dtype, max_shard_bytes);
+  write_dir_atomic(out, [&](const fs::path& tmp) {
+    files.write(tmp, torch_dtype_name(dtype));
+    save_hf_weights_streaming(tmp, layout, read_unit, dtype, max_shard_bytes);
+  });
 }
 
 }  // namespace kiln

@@ -74,9 +74,9 @@ fs::path tokenizer_json_path(const fs::path& model_dir, const fs::path& tokenize
 
 const char* torch_dtype_name(DType dtype);
 
-// A complete model directory: files.write (config.json with `dtype`), then the weights last
-// (read_unit(u, out) fills unit u when first needed), so a directory whose weights are complete
-// has everything else.
+// A complete model directory, written as one (base/atomic_dir.h: a reader, or a failure midway,
+// finds the old `out` or the whole new one, never a mix): files.write (config.json with
+// `dtype`), then the weights (read_unit(u, out) fills unit u when first needed).
 void save_hf_model_dir(const fs::path& out, const HfModelFiles& files, const ParamLayout& layout,
                        const std::function<void(int unit, float* out)>& read_unit, DType dtype,
                        uint64_t max_shard_bytes = 5'000'000'000);

@@ -69,26 +69,19 @@ void export_lora_merged(const fs::path& out, const ModelConfig& config, const Pa
   std::vector<float> adapter(layout.units()[layout.lora_unit(0)].numel);
   const int first_layer = base.layer_unit(0);
   const int layers = static_cast<int>(config.num_hidden_layers);
-  // A merged weight is known finite only once merged, after earlier files are written: a failure
-  // then removes the directory, unless it was there before (it is not kiln's to delete).
-  std::error_code ec;
-  const bool existed = fs::exists(out, ec);
-  try {
-    save_hf_model_dir(
-        out, files, base,
-        [&](int u, float* w) {
-          read_unit(u, w);
-          const int l = u - first_layer;
-          if (l < 0 || l >= layers) return;  // embedding, final norm, LM head: no adapters
-          read_unit(layout.lora_unit(l), adapter.data());
-          merge_lora(*cpu, layout, w, adapter.data());
-          check_merged_finite(config, layout, w, l);
-        },
-        dtype, max_shard_bytes);
-  } catch (...) {
-    if (!existed) fs::remove_all(out, ec);
-    throw;
-  }
+  // A merged weight is known finite only once merged, after earlier files are written; the
+  // directory is written as one (save_hf_model_dir), so a failure leaves `out` as it was.
+  save_hf_model_dir(
+      out, files, base,
+      [&](int u, float* w) {
+        read_unit(u, w);
+        const int l = u - first_layer;
+        if (l < 0 || l >= layers) return;  // embedding, final norm, LM head: no adapters
+        read_unit(layout.lora_unit(l), adapter.data());
+        merge_lora(*cpu, layout, w, adapter.data());
+        check_merged_finite(config, layout, w, l);
+      },
+      dtype, max_shard_bytes);
 }
 
 }  // namespace kiln
