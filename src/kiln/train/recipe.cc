@@ -595,7 +595,8 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& what, const
   // recipe is also read where its model need not exist: prepare-data, tests).
   const auto model_dir = [&](const Entry& e, const std::string& key, const std::string& rev) {
     ModelLocation at{path_of(e, key), "", ""};
-    if (!fs::exists(at.dir)) {
+    std::error_code ec;  // a path the filesystem refuses (too long, say) is simply not there
+    if (!fs::exists(at.dir, ec)) {
       try {
         ModelLocation hub = locate_model(Reader::text(e, key), {key, rev, r.model.download});
         if (hub.from_hub()) at = std::move(hub);

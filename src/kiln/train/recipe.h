@@ -47,10 +47,15 @@ struct Recipe {
     bool download = false;
     std::string hub_id;
     // A hub id found neither locally nor in the cache: the one-line rule the preflight fails with.
+    // A note of this reading, not part of the recipe: equality leaves it out (the written recipe,
+    // whose path is absolute, reads back without it).
     std::string hub_note;
     // adapter_config.json's base_model_name_or_path: the hub id (PEFT and vLLM find it), else path.
     const std::string& base_name() const { return hub_id.empty() ? path : hub_id; }
-    bool operator==(const Model&) const = default;
+    bool operator==(const Model& o) const {
+      return path == o.path && adapter == o.adapter && revision == o.revision &&
+             download == o.download && hub_id == o.hub_id;
+    }
   };
   // One data.train entry: a path, or {path, format, weight} in the recipe.
   struct TrainFile {
