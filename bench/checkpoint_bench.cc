@@ -30,8 +30,8 @@
 #include "kiln/fsdp/fsdp.h"
 #include "kiln/kernels/device/backend.h"
 #include "kiln/model/config.h"
-#include "kiln/model/hf_model_files.h"
 #include "kiln/model/layout.h"
+#include "kiln/model_files/hf_model_files.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/optimizer.h"
 

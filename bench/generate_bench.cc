@@ -25,6 +25,7 @@
 #include "kiln/model/config.h"
 #include "kiln/model/generate.h"
 #include "kiln/model/init.h"
+#include "kiln/model/layout.h"
 #include "kiln/model/sampling.h"
 
 using kiln::machine_busy_seconds;

@@ -16,8 +16,8 @@
 #include "kiln/base/file.h"
 #include "kiln/model/config.h"
 #include "kiln/model/generate.h"
-#include "kiln/model/hf_checkpoint.h"
 #include "kiln/model/sampling.h"
+#include "kiln/model_files/hf_checkpoint.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/tokenizer.h"
 

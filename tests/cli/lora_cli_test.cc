@@ -19,8 +19,8 @@
 #include "kiln/io/checkpoint_reader.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/model/config.h"
-#include "kiln/model/hf_model_files.h"
-#include "kiln/model/peft_adapter.h"
+#include "kiln/model_files/hf_model_files.h"
+#include "kiln/model_files/peft_adapter.h"
 #include "kiln/tensor/dtype.h"
 #include "kiln/text/tokenizer.h"
 

@@ -17,8 +17,8 @@
 #include "kiln/base/error.h"
 #include "kiln/model/decoder.h"
 #include "kiln/model/init.h"
-#include "kiln/model/lora_merge.h"
-#include "kiln/model/lora_units.h"
+#include "kiln/model_files/lora_merge.h"
+#include "kiln/model_files/lora_units.h"
 
 namespace kiln {
 namespace {

@@ -16,7 +16,7 @@
 #include "kiln/base/json.h"
 #include "kiln/io/checkpoint_reader.h"
 #include "kiln/model/decoder.h"
-#include "kiln/model/hf_checkpoint.h"
+#include "kiln/model_files/hf_checkpoint.h"
 
 namespace kiln {
 namespace {

@@ -14,8 +14,8 @@
 #include "kiln/data/sampler.h"
 #include "kiln/data/text_dataset.h"
 #include "kiln/kernels/device/backend.h"
-#include "kiln/model/adapted_model.h"
 #include "kiln/model/decoder.h"
+#include "kiln/model_files/adapted_model.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/train/checkpoint_model.h"
 

@@ -11,10 +11,11 @@
 #include "kiln/cli/commands.h"
 #include "kiln/hub/model_location.h"
 #include "kiln/kernels/device/backend.h"
-#include "kiln/model/hf_checkpoint.h"
-#include "kiln/model/hf_model_files.h"
 #include "kiln/model/init.h"
-#include "kiln/model/tokenizer_fit.h"
+#include "kiln/model/layout.h"
+#include "kiln/model_files/hf_checkpoint.h"
+#include "kiln/model_files/hf_model_files.h"
+#include "kiln/model_files/tokenizer_fit.h"
 #include "kiln/text/tokenizer.h"
 
 namespace kiln::cli {

@@ -10,6 +10,7 @@
 #include "kiln/cli/commands.h"
 #include "kiln/kernels/device/backend.h"
 #include "kiln/model/config.h"
+#include "kiln/model/layout.h"
 #include "kiln/train/memory_plan.h"
 
 namespace kiln::cli {

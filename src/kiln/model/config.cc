@@ -5,8 +5,6 @@
 #include <map>
 
 #include "kiln/base/error.h"
-#include "kiln/model/layout.h"
-#include "kiln/model/phase_costs.h"
 
 namespace kiln {
 
@@ -389,24 +387,12 @@ ModelConfig preset_config(const std::string& name) {
   return it->second;
 }
 
-int64_t parameter_count(const ModelConfig& c) {
-  return static_cast<int64_t>(ParamLayout(c).total_numel());
-}
-
 std::string parameter_count_text(int64_t n) {
   const auto x = static_cast<double>(n);
   if (x >= 1e9) return fmt::format("{:.2f}B", x / 1e9);
   if (x >= 1e6) return fmt::format("{:.1f}M", x / 1e6);
   if (x >= 1e3) return fmt::format("{:.1f}K", x / 1e3);
   return std::to_string(n);
-}
-
-double train_flops(const ModelConfig& c, int64_t tokens, int64_t T, int64_t head_rows,
-                   const LoraConfig* lora) {
-  const PhaseCosts p =
-      phase_costs(c, {.tokens = tokens, .seq = T, .head_rows = head_rows, .lora = lora});
-  const auto flops = [&p](Phase phase) { return p[static_cast<int>(phase)].flops; };
-  return flops(Phase::kGemm) + flops(Phase::kLmHead) + flops(Phase::kAttention);
 }
 
 }  // namespace kiln

@@ -12,8 +12,6 @@
 
 namespace kiln {
 
-struct LoraConfig;  // lora_config.h
-
 enum class ModelFamily { kQwen2, kQwen3, kLlama };
 
 // config.json's model_type ("qwen2", "qwen3", "llama") and architecture ("Qwen2ForCausalLM", ...).
@@ -81,18 +79,8 @@ ModelConfig preset_config(const std::string& name);
 std::vector<std::string> preset_names();
 bool is_preset(const std::string& name);
 
-// Parameter count (embeddings counted once when tied): the layout's (layout.h).
-int64_t parameter_count(const ModelConfig& c);
 // A parameter count in three significant figures or so, whatever its size ("1.54B", "494.0M",
 // "73.7K", "96"): a LoRA run's few trainable ones never read "0.0M".
 std::string parameter_count_text(int64_t n);
-// Training FLOPs for `tokens` tokens of sequence length T: 6 * matmul parameters * tokens plus
-// the attention score/value products (forward 2 * 2 * T/2 * q_dim per token per layer, x3). The
-// LM head counts `head_rows` rows when given (kiln computes it only for rows with a target),
-// else every token. With `lora` (adapters on a frozen base), 4 * base matmul parameters * tokens
-// (forward and input gradients, no weight gradients) + 6 * adapter parameters * tokens + the
-// same attention (phase_costs.h has the formula, one place for both).
-double train_flops(const ModelConfig& c, int64_t tokens, int64_t T, int64_t head_rows = -1,
-                   const LoraConfig* lora = nullptr);
 
 }  // namespace kiln

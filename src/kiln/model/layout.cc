@@ -110,4 +110,8 @@ std::pair<int, int> ParamLayout::find(const std::string& hf_name) const {
   return {-1, -1};
 }
 
+int64_t parameter_count(const ModelConfig& c) {
+  return static_cast<int64_t>(ParamLayout(c).total_numel());
+}
+
 }  // namespace kiln

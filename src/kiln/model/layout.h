@@ -66,4 +66,7 @@ class ParamLayout {
   int lora_first_ = 0;
 };
 
+// Parameter count (embeddings counted once when tied): the layout's total.
+int64_t parameter_count(const ModelConfig& c);
+
 }  // namespace kiln

@@ -1,5 +1,7 @@
 #include "kiln/model/phase_costs.h"
 
+#include "kiln/model/layout.h"
+
 namespace kiln {
 
 namespace {
@@ -103,6 +105,14 @@ PhaseCosts phase_costs(const ModelConfig& c, const StepShape& s) {
     other.bytes += L * N * (Q + KV) * (fwd_passes * 8 + 16);
   }
   return out;
+}
+
+double train_flops(const ModelConfig& c, int64_t tokens, int64_t T, int64_t head_rows,
+                   const LoraConfig* lora) {
+  const PhaseCosts p =
+      phase_costs(c, {.tokens = tokens, .seq = T, .head_rows = head_rows, .lora = lora});
+  const auto flops = [&p](Phase phase) { return p[static_cast<int>(phase)].flops; };
+  return flops(Phase::kGemm) + flops(Phase::kLmHead) + flops(Phase::kAttention);
 }
 
 }  // namespace kiln

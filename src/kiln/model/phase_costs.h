@@ -3,7 +3,7 @@
 // from device memory, estimated from the shapes (not counted), so that a measured phase time can
 // be set beside a roofline estimate, max(FLOPs / GEMM ceiling, bytes / copy bandwidth), and the
 // phase furthest from its limit stands out (`kiln bench train` prints these; the GPU check
-// compares). train_flops() (config.h) is the FLOPs of the products, the LM head and attention
+// compares). train_flops() (below) is the FLOPs of the products, the LM head and attention
 // without recomputation: MFU's numerator.
 //
 // With LoRA (StepShape::lora) the step is a frozen base's: every base product (the layers' and
@@ -41,5 +41,14 @@ struct StepShape {
 
 // One step of forward, backward and AdamW on one device (no sharding): estimates per phase.
 PhaseCosts phase_costs(const ModelConfig& c, const StepShape& s);
+
+// Training FLOPs for `tokens` tokens of sequence length T: 6 * matmul parameters * tokens plus
+// the attention score/value products (forward 2 * 2 * T/2 * q_dim per token per layer, x3). The
+// LM head counts `head_rows` rows when given (kiln computes it only for rows with a target),
+// else every token. With `lora` (adapters on a frozen base), 4 * base matmul parameters * tokens
+// (forward and input gradients, no weight gradients) + 6 * adapter parameters * tokens + the
+// same attention (phase_costs.h has the formula, one place for both).
+double train_flops(const ModelConfig& c, int64_t tokens, int64_t T, int64_t head_rows = -1,
+                   const LoraConfig* lora = nullptr);
 
 }  // namespace kiln

@@ -31,9 +31,9 @@
 #include "kiln/base/json.h"
 #include "kiln/comm/communicator.h"
 #include "kiln/data/sampler.h"
-#include "kiln/model/hf_model_files.h"
 #include "kiln/model/layout.h"
 #include "kiln/model/unit_access.h"
+#include "kiln/model_files/hf_model_files.h"
 #include "kiln/train/checkpoint_dir.h"
 
 namespace kiln {

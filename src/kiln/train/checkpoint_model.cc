@@ -4,9 +4,9 @@
 
 #include "kiln/base/error.h"
 #include "kiln/hub/model_location.h"
-#include "kiln/model/base_fingerprint.h"
-#include "kiln/model/hf_checkpoint.h"
-#include "kiln/model/lora_units.h"
+#include "kiln/model_files/base_fingerprint.h"
+#include "kiln/model_files/hf_checkpoint.h"
+#include "kiln/model_files/lora_units.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/checkpoint_dir.h"
 #include "kiln/train/checkpoint_manifest.h"

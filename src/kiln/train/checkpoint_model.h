@@ -10,9 +10,9 @@
 #include <string>
 
 #include "kiln/base/file.h"
-#include "kiln/model/adapted_model.h"
 #include "kiln/model/layout.h"
 #include "kiln/model/unit_access.h"
+#include "kiln/model_files/adapted_model.h"
 
 namespace kiln {
 

@@ -15,8 +15,8 @@
 #include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/device/host_cpu.h"
 #include "kiln/model/decoder.h"
-#include "kiln/model/hf_checkpoint.h"
-#include "kiln/model/model_output.h"
+#include "kiln/model_files/hf_checkpoint.h"
+#include "kiln/model_files/model_output.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/run_shape.h"
 

@@ -19,7 +19,7 @@
 #include "kiln/fsdp/shard_strategy.h"
 #include "kiln/kernels/device/backend.h"
 #include "kiln/model/lora_config.h"
-#include "kiln/model/output_dtype.h"
+#include "kiln/model_files/output_dtype.h"
 #include "kiln/tensor/dtype.h"
 #include "kiln/train/best_checkpoint.h"
 #include "kiln/train/optimizer_kind.h"

@@ -3,7 +3,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/data/mixture.h"
-#include "kiln/model/base_fingerprint.h"
+#include "kiln/model_files/base_fingerprint.h"
 #include "kiln/train/checkpoint_manifest.h"
 #include "kiln/train/run_identity.h"
 

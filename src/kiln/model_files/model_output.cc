@@ -1,10 +1,10 @@
-#include "kiln/model/model_output.h"
+#include "kiln/model_files/model_output.h"
 
 #include <vector>
 
-#include "kiln/model/hf_checkpoint.h"
-#include "kiln/model/lora_export.h"
-#include "kiln/model/peft_adapter.h"
+#include "kiln/model_files/hf_checkpoint.h"
+#include "kiln/model_files/lora_export.h"
+#include "kiln/model_files/peft_adapter.h"
 
 namespace kiln {
 

@@ -11,9 +11,9 @@
 #include "kiln/base/checksum.h"
 #include "kiln/base/file.h"
 #include "kiln/model/config.h"
-#include "kiln/model/hf_model_files.h"
 #include "kiln/model/layout.h"
-#include "kiln/model/output_dtype.h"
+#include "kiln/model_files/hf_model_files.h"
+#include "kiln/model_files/output_dtype.h"
 #include "kiln/tensor/dtype.h"
 
 namespace kiln {

@@ -1,10 +1,10 @@
-#include "kiln/model/adapted_model.h"
+#include "kiln/model_files/adapted_model.h"
 
 #include <vector>
 
 #include "kiln/base/error.h"
-#include "kiln/model/hf_checkpoint.h"
-#include "kiln/model/lora_units.h"
+#include "kiln/model_files/hf_checkpoint.h"
+#include "kiln/model_files/lora_units.h"
 
 namespace kiln {
 

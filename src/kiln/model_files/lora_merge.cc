@@ -1,4 +1,4 @@
-#include "kiln/model/lora_merge.h"
+#include "kiln/model_files/lora_merge.h"
 
 #include "kiln/base/error.h"
 #include "kiln/kernels/device/device_buffer.h"

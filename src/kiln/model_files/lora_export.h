@@ -20,10 +20,10 @@
 #include <string>
 
 #include "kiln/base/checksum.h"
-#include "kiln/model/adapted_model.h"
 #include "kiln/model/config.h"
-#include "kiln/model/hf_model_files.h"
 #include "kiln/model/layout.h"
+#include "kiln/model_files/adapted_model.h"
+#include "kiln/model_files/hf_model_files.h"
 #include "kiln/tensor/dtype.h"
 
 namespace kiln {

@@ -1,4 +1,4 @@
-#include "kiln/model/tokenizer_fit.h"
+#include "kiln/model_files/tokenizer_fit.h"
 
 #include <algorithm>
 #include <optional>

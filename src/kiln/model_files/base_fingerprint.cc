@@ -1,4 +1,4 @@
-#include "kiln/model/base_fingerprint.h"
+#include "kiln/model_files/base_fingerprint.h"
 
 #include <algorithm>
 #include <cstring>

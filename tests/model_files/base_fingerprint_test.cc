@@ -1,7 +1,7 @@
 // The base fingerprint: the same for a copy, different for other weights of the same shapes (any
 // sampled block, the header), the index's shards in name order; a directory without weights is
 // an error naming it; check_adapter_base refuses another base in one line naming both.
-#include "kiln/model/base_fingerprint.h"
+#include "kiln/model_files/base_fingerprint.h"
 
 #include <gtest/gtest.h>
 

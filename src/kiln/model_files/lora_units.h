@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "kiln/model/layout.h"
-#include "kiln/model/peft_adapter.h"
+#include "kiln/model_files/peft_adapter.h"
 
 namespace kiln {
 

@@ -1,7 +1,7 @@
 // PEFT adapter directories: kiln reads the fixture tools/make_peft_fixture.py writes from PEFT's
 // documented format, writes the same names, shapes, dtype and config keys, round-trips exactly,
 // and refuses bad adapters in one line naming the file, the field or tensor, writing nothing.
-#include "kiln/model/peft_adapter.h"
+#include "kiln/model_files/peft_adapter.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/json.h"
 #include "kiln/io/safetensors.h"
-#include "kiln/model/hf_model_files.h"
+#include "kiln/model_files/hf_model_files.h"
 #include "kiln/tensor/dtype.h"
 
 namespace kiln {

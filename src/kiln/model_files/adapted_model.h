@@ -10,8 +10,8 @@
 
 #include "kiln/model/config.h"
 #include "kiln/model/layout.h"
-#include "kiln/model/peft_adapter.h"
 #include "kiln/model/unit_access.h"
+#include "kiln/model_files/peft_adapter.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "kiln/model/hf_checkpoint.h"
+#include "kiln/model_files/hf_checkpoint.h"
 
 #include <algorithm>
 #include <set>

@@ -1,4 +1,4 @@
-#include "kiln/model/peft_adapter.h"
+#include "kiln/model_files/peft_adapter.h"
 
 #include <fmt/ranges.h>
 
@@ -11,7 +11,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/json.h"
 #include "kiln/io/safetensors.h"
-#include "kiln/model/hf_model_files.h"
+#include "kiln/model_files/hf_model_files.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "kiln/model/lora_export.h"
+#include "kiln/model_files/lora_export.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 
 #include "kiln/base/error.h"
 #include "kiln/kernels/device/backend.h"
-#include "kiln/model/lora_merge.h"
-#include "kiln/model/lora_units.h"
-#include "kiln/model/peft_adapter.h"
+#include "kiln/model_files/lora_merge.h"
+#include "kiln/model_files/lora_units.h"
+#include "kiln/model_files/peft_adapter.h"
 
 namespace kiln {
 

@@ -1,6 +1,6 @@
 // Reading a rank's part of an HF checkpoint: HfWeightsReader::read_range over any range of a
 // unit (crossing tensor boundaries, as shard ranges do) equals that slice of the whole unit.
-#include "kiln/model/hf_checkpoint.h"
+#include "kiln/model_files/hf_checkpoint.h"
 
 #include <gtest/gtest.h>
 

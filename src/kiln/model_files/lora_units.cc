@@ -1,4 +1,4 @@
-#include "kiln/model/lora_units.h"
+#include "kiln/model_files/lora_units.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "kiln/model/hf_model_files.h"
+#include "kiln/model_files/hf_model_files.h"
 
 #include <algorithm>
 #include <functional>
@@ -8,8 +8,8 @@
 #include "kiln/base/atomic_dir.h"
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
-#include "kiln/model/hf_checkpoint.h"
-#include "kiln/model/tokenizer_fit.h"
+#include "kiln/model_files/hf_checkpoint.h"
+#include "kiln/model_files/tokenizer_fit.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/chat_template_choice.h"
 

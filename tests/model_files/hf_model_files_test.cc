@@ -1,6 +1,6 @@
 // The chat template a model directory kiln writes carries: the base's own, byte for byte, or,
 // when the base has none, the published text of the template the run chose.
-#include "kiln/model/hf_model_files.h"
+#include "kiln/model_files/hf_model_files.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 #include "kiln/base/json.h"
-#include "kiln/model/tokenizer_fit.h"
+#include "kiln/model_files/tokenizer_fit.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/chat_template_choice.h"
 
