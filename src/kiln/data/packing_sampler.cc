@@ -1,7 +1,6 @@
 #include "kiln/data/packing_sampler.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include "kiln/base/error.h"
 
@@ -9,27 +8,8 @@ namespace kiln {
 
 PackingSampler::PackingSampler(const ExampleSource& dataset, int micro_batch_size, int seq_len,
                                bool shuffle, uint64_t seed, int rank, int world_size)
-    : dataset_(&dataset),
-      micro_batch_size_(micro_batch_size),
-      seq_len_(seq_len),
-      shuffle_(shuffle),
-      seed_(seed),
-      rank_(rank),
-      world_size_(world_size) {
-  KILN_CHECK(micro_batch_size > 0 && seq_len > 0, "B={} T={}", micro_batch_size, seq_len);
-  KILN_CHECK(world_size > 0 && rank >= 0 && rank < world_size, "rank {} of {}", rank, world_size);
+    : OrderedSampler(dataset, micro_batch_size, seq_len, shuffle, seed, rank, world_size) {
   if (dataset.size() == 0) fail("{}: no examples to pack", dataset.what());
-  build_order(0);
-}
-
-void PackingSampler::build_order(uint64_t epoch) {
-  epoch_order(order_, dataset_->size(), shuffle_, seed_, epoch);
-}
-
-void PackingSampler::restore(const SamplerState& state) {
-  check_sampler_state(state, dataset_->size(), dataset_->what());
-  if (state.epoch != state_.epoch) build_order(state.epoch);
-  state_ = state;
 }
 
 ExampleView PackingSampler::peek() {

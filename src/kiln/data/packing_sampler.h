@@ -27,32 +27,18 @@
 
 namespace kiln {
 
-class PackingSampler : public BatchSampler {
+class PackingSampler : public OrderedSampler {
  public:
   // `dataset` must outlive the sampler. Throws kiln::Error if it has no examples.
   PackingSampler(const ExampleSource& dataset, int micro_batch_size, int seq_len, bool shuffle,
                  uint64_t seed, int rank = 0, int world_size = 1);
 
   void next(Batch& out) override;
-  SamplerState state() const override { return state_; }
-  void restore(const SamplerState& state) override;
-  uint64_t epoch() const override { return state_.epoch; }
 
  private:
-  void build_order(uint64_t epoch);
   // The next example of the order (moving to the next epoch first when this one is used up),
   // without taking it.
   ExampleView peek();
-
-  const ExampleSource* dataset_;
-  int micro_batch_size_;
-  int seq_len_;
-  bool shuffle_;
-  uint64_t seed_;
-  int rank_;
-  int world_size_;
-  SamplerState state_;
-  std::vector<size_t> order_;  // (N) the current epoch's visiting order
 };
 
 // Writes `ex` (cut to `len` tokens) into row b of `out` at column `at`, as one packed document:

@@ -47,8 +47,8 @@ std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, uint64_t epoch) {
   return order;
 }
 
-Sampler::Sampler(const ExampleSource& dataset, int micro_batch_size, int seq_len, bool shuffle,
-                 uint64_t seed, int rank, int world_size)
+OrderedSampler::OrderedSampler(const ExampleSource& dataset, int micro_batch_size, int seq_len,
+                               bool shuffle, uint64_t seed, int rank, int world_size)
     : dataset_(&dataset),
       micro_batch_size_(micro_batch_size),
       seq_len_(seq_len),
@@ -58,42 +58,39 @@ Sampler::Sampler(const ExampleSource& dataset, int micro_batch_size, int seq_len
       world_size_(world_size) {
   KILN_CHECK(micro_batch_size > 0 && seq_len > 0, "B={} T={}", micro_batch_size, seq_len);
   KILN_CHECK(world_size > 0 && rank >= 0 && rank < world_size, "rank {} of {}", rank, world_size);
+  build_order(0);
+}
+
+void OrderedSampler::build_order(uint64_t epoch) {
+  const size_t n = dataset_->size();
+  if (shuffle_) {
+    order_ = epoch_permutation(n, seed_, epoch);
+  } else if (order_.size() != n) {
+    order_.resize(n);
+    std::iota(order_.begin(), order_.end(), size_t{0});
+  }
+}
+
+void OrderedSampler::restore(const SamplerState& state) {
+  if (state.position > dataset_->size()) {
+    fail(
+        "{}: the data position {} is past the {} examples of an epoch (did the data change since "
+        "the checkpoint?)",
+        dataset_->what(), state.position, dataset_->size());
+  }
+  if (state.epoch != state_.epoch) build_order(state.epoch);
+  state_ = state;
+}
+
+Sampler::Sampler(const ExampleSource& dataset, int micro_batch_size, int seq_len, bool shuffle,
+                 uint64_t seed, int rank, int world_size)
+    : OrderedSampler(dataset, micro_batch_size, seq_len, shuffle, seed, rank, world_size) {
   batches_per_epoch_ = static_cast<int64_t>(
       dataset.size() / (static_cast<size_t>(world_size) * static_cast<size_t>(micro_batch_size)));
   if (batches_per_epoch_ == 0) {
     fail("{}: {} examples are too few for micro_batch_size {} on each of {} ranks", dataset.what(),
          dataset.size(), micro_batch_size, world_size);
   }
-  build_order(0);
-}
-
-void epoch_order(std::vector<size_t>& order, size_t n, bool shuffle, uint64_t seed,
-                 uint64_t epoch) {
-  if (shuffle) {
-    order = epoch_permutation(n, seed, epoch);
-  } else if (order.size() != n) {
-    order.resize(n);
-    std::iota(order.begin(), order.end(), size_t{0});
-  }
-}
-
-void Sampler::build_order(uint64_t epoch) {
-  epoch_order(order_, dataset_->size(), shuffle_, seed_, epoch);
-}
-
-void check_sampler_state(const SamplerState& state, size_t n, const std::string& what) {
-  if (state.position > n) {
-    fail(
-        "{}: the data position {} is past the {} examples of an epoch (did the data change since "
-        "the checkpoint?)",
-        what, state.position, n);
-  }
-}
-
-void Sampler::restore(const SamplerState& state) {
-  check_sampler_state(state, dataset_->size(), dataset_->what());
-  if (state.epoch != state_.epoch) build_order(state.epoch);
-  state_ = state;
 }
 
 void fill_row(Batch& out, int b, ExampleView ex) {

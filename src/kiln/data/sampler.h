@@ -53,19 +53,41 @@ class BatchSampler {
 // (n, seed, epoch).
 std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, uint64_t epoch);
 
-// The visiting order of `epoch` into `order`: epoch_permutation when shuffling, else 0..n-1
-// (kept across epochs).
-void epoch_order(std::vector<size_t>& order, size_t n, bool shuffle, uint64_t seed, uint64_t epoch);
-
-// Throws kiln::Error naming `what` when `state` is past the end of an epoch of n examples.
-void check_sampler_state(const SamplerState& state, size_t n, const std::string& what);
-
 // Writes `ex` (truncated to out.T) into row b of a freshly resized batch: ids, positions from 0,
 // and the HF causal-LM shifted targets. Padding keeps its defaults (id 0, no target).
 void fill_row(Batch& out, int b, ExampleView ex);
 inline void fill_row(Batch& out, int b, const Example& ex) { fill_row(out, b, ex.view()); }
 
-class Sampler : public BatchSampler {
+// What both samplers share: the dataset they draw from, the micro-batch's shape, this rank's
+// place in the group, and the epoch's visiting order with the group's position in it.
+class OrderedSampler : public BatchSampler {
+ public:
+  SamplerState state() const override { return state_; }
+  // Throws kiln::Error naming the dataset when `state` is past the end of an epoch.
+  void restore(const SamplerState& state) override;
+  uint64_t epoch() const override { return state_.epoch; }
+
+ protected:
+  // `dataset` must outlive the sampler. KILN_CHECKs the shape and the rank; the order is epoch
+  // 0's.
+  OrderedSampler(const ExampleSource& dataset, int micro_batch_size, int seq_len, bool shuffle,
+                 uint64_t seed, int rank, int world_size);
+  // The visiting order of `epoch` into order_: epoch_permutation when shuffling, else 0..N-1
+  // (kept across epochs).
+  void build_order(uint64_t epoch);
+
+  const ExampleSource* dataset_;
+  int micro_batch_size_;
+  int seq_len_;
+  bool shuffle_;
+  uint64_t seed_;
+  int rank_;
+  int world_size_;
+  SamplerState state_;
+  std::vector<size_t> order_;  // (N) the current epoch's visiting order
+};
+
+class Sampler : public OrderedSampler {
  public:
   // `dataset` must outlive the sampler. Throws kiln::Error if the dataset has too few examples to
   // give each of the world_size ranks one batch of micro_batch_size.
@@ -80,26 +102,11 @@ class Sampler : public BatchSampler {
   //   doc_start    = 0 everywhere (one document per row)
   void next(Batch& out) override;
 
-  SamplerState state() const override { return state_; }
-  void restore(const SamplerState& state) override;
-
   // Full micro-batches of a fresh epoch on every rank.
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
-  uint64_t epoch() const override { return state_.epoch; }
 
  private:
-  void build_order(uint64_t epoch);
-
-  const ExampleSource* dataset_;
-  int micro_batch_size_;
-  int seq_len_;
-  bool shuffle_;
-  uint64_t seed_;
-  int rank_;
-  int world_size_;
   int64_t batches_per_epoch_;
-  SamplerState state_;
-  std::vector<size_t> order_;  // (N) the current epoch's visiting order
 };
 
 }  // namespace kiln
