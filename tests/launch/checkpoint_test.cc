@@ -314,6 +314,11 @@ TEST(Checkpoint, ExportStreamsFromShardsAndTornCheckpointsAreIgnored) {
                     " --out " + (d / "exported").string());
   ASSERT_EQ(e.code, 0) << e.out;
   EXPECT_EQ(max_weight_diff(d / "run/final", d / "exported"), 0.0);
+  // The same checkpoint named as a model (--model) reads the same shards.
+  auto m = run_kiln("export --model " + (d / "run/checkpoints/step-00000020").string() + " --out " +
+                    (d / "exported_model").string());
+  ASSERT_EQ(m.code, 0) << m.out;
+  EXPECT_EQ(max_weight_diff(d / "run/final", d / "exported_model"), 0.0);
   // A half-written checkpoint (no final name) is never resumed from.
   fs::create_directories(d / "run/checkpoints/step-00000030.tmp");
   write_file_atomic(d / "run/checkpoints/step-00000030.tmp/rank-00000-of-00002.safetensors", "x");

@@ -97,11 +97,9 @@ void export_adapters(const ExportOpts& o, const ModelSource& src, const HfModelF
   }
   check_source_base(src, o.allow_other_base);
   const ParamLayout base(m.config);
-  const HfWeightsReader reader(src.base, base);
-  export_lora_merged(
-      o.out, m.config, layout,
-      adapted_unit_reader(m, layout, [&](int u, float* out) { reader.read_unit(u, out); }), files,
-      dtype, max_shard);
+  export_lora_merged(o.out, m.config, layout,
+                     adapted_unit_reader(m, layout, weights_unit_reader(src.base, base)), files,
+                     dtype, max_shard);
 }
 
 // --model M [--adapter A [--merge]]: the HF model M, with the adapter A applied.
@@ -114,9 +112,7 @@ void export_model(const ExportOpts& o, DType dtype, uint64_t max_shard) {
   const HfModelFiles files = export_files(o, src.dir);  // config, tokenizer, generation
   if (src.model.adapter) return export_adapters(o, src, files, dtype, max_shard);
   const ParamLayout base(src.model.config);
-  const HfWeightsReader reader(src.base, base);
-  save_hf_model_dir(
-      o.out, files, base, [&](int u, float* out) { reader.read_unit(u, out); }, dtype, max_shard);
+  save_hf_model_dir(o.out, files, base, weights_unit_reader(src.base, base), dtype, max_shard);
 }
 
 // --checkpoint CKPT: a run directory, a sharded checkpoint or a HF model directory. Returns the
@@ -141,17 +137,7 @@ fs::path export_checkpoint(const ExportOpts& o, DType dtype, uint64_t max_shard)
   const ParamLayout layout(c);
   // Streamed unit by unit: memory is bounded by one unit, never the whole model.
   const HfModelFiles files = export_files(o, src);  // config, tokenizer, generation
-  if (fs::exists(src / "manifest.json")) {          // a sharded kiln checkpoint
-    CheckpointUnitReader reader(src, layout);
-    save_hf_model_dir(
-        o.out, files, layout, [&](int u, float* out) { reader.read_unit(u, out); }, dtype,
-        max_shard);
-  } else {
-    HfWeightsReader reader(src, layout);
-    save_hf_model_dir(
-        o.out, files, layout, [&](int u, float* out) { reader.read_unit(u, out); }, dtype,
-        max_shard);
-  }
+  save_hf_model_dir(o.out, files, layout, weights_unit_reader(src, layout), dtype, max_shard);
   return src;
 }
 }  // namespace

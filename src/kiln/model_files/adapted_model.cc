@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "kiln/base/error.h"
-#include "kiln/model_files/hf_checkpoint.h"
 #include "kiln/model_files/lora_units.h"
 
 namespace kiln {
@@ -45,15 +44,6 @@ void load_units(const ParamLayout& layout, const UnitReader& read_unit, ParamSto
     read_unit(u, host.data());
     store.load_unit(u, host.data());
   }
-}
-
-void load_adapted_model(const fs::path& model_dir, const AdaptedModel& m, const ParamLayout& layout,
-                        ParamStore& store) {
-  const ParamLayout base(m.config);  // the HF files hold the base's units only
-  const HfWeightsReader reader(model_dir, base);
-  load_units(layout,
-             adapted_unit_reader(m, layout, [&](int u, float* out) { reader.read_unit(u, out); }),
-             store);
 }
 
 }  // namespace kiln

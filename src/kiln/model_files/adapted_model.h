@@ -46,9 +46,4 @@ UnitReader adapted_unit_reader(const AdaptedModel& m, const ParamLayout& layout,
 // Every unit of `layout` into `store` (whose layout it is), one host unit at a time.
 void load_units(const ParamLayout& layout, const UnitReader& read_unit, ParamStore& store);
 
-// The base from the Hugging Face model directory `model_dir` (its weights checked against
-// ParamLayout(m.config) first, as load_hf_weights checks them) and m's adapter, into `store`.
-void load_adapted_model(const fs::path& model_dir, const AdaptedModel& m, const ParamLayout& layout,
-                        ParamStore& store);
-
 }  // namespace kiln

@@ -1,5 +1,6 @@
 #include "kiln/train/checkpoint_model.h"
 
+#include <memory>
 #include <vector>
 
 #include "kiln/base/error.h"
@@ -126,14 +127,19 @@ void check_source_base(const ModelSource& s, bool allow_other_base) {
                      kAllowFlag);
 }
 
+UnitReader weights_unit_reader(const fs::path& dir, const ParamLayout& layout) {
+  if (is_checkpoint(dir)) {  // a full fine-tuning checkpoint
+    auto reader = std::make_shared<const CheckpointUnitReader>(dir, layout);
+    return [reader](int u, float* out) { reader->read_unit(u, out); };
+  }
+  auto reader = std::make_shared<const HfWeightsReader>(dir, layout);
+  return [reader](int u, float* out) { reader->read_unit(u, out); };
+}
+
 void load_model_source(const ModelSource& s, const ParamLayout& layout, ParamStore& store) {
-  if (!is_checkpoint(s.base)) return load_adapted_model(s.base, s.model, layout, store);
-  const ParamLayout base(s.model.config);  // a full fine-tuning checkpoint: the base's units
-  const CheckpointUnitReader reader(s.base, base);
-  load_units(
-      layout,
-      adapted_unit_reader(s.model, layout, [&](int u, float* out) { reader.read_unit(u, out); }),
-      store);
+  const ParamLayout base(s.model.config);
+  load_units(layout, adapted_unit_reader(s.model, layout, weights_unit_reader(s.base, base)),
+             store);
 }
 
 }  // namespace kiln

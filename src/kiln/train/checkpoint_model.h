@@ -55,6 +55,11 @@ ModelSource open_model_source(const fs::path& model, const fs::path& adapter);
 // recorded fingerprint, or on a full run's checkpoint as the base.
 void check_source_base(const ModelSource& s, bool allow_other_base);
 
+// The units of `layout` (which must outlive the reader) from `dir`: a HF model directory's weight
+// files (checked against the layout first) or a full run's checkpoint's shards (verified first).
+// The one way every command reads a base's weights.
+UnitReader weights_unit_reader(const fs::path& dir, const ParamLayout& layout);
+
 // Every unit of ParamLayout(s.model.config, s.model.lora()) = `layout` into `store`.
 void load_model_source(const ModelSource& s, const ParamLayout& layout, ParamStore& store);
 
