@@ -3,22 +3,20 @@
 # CUDA toolkit, to prove such a build compiles and links. Where a toolkit is installed and this
 # runs as root, it is hidden for real: in a private mount namespace an empty tmpfs lies over every
 # /usr/local/cuda* directory and /dev/null over every nvcc on PATH, and KILN_CUDA stays AUTO, so
-# CMake's own detection must come out CPU-only. Elsewhere (no right to mount) KILN_CUDA=OFF. Reuses the objects of the demo's CUDA-less build;
-# afterwards build/'s cache is dropped so the next configure (scripts/test.sh) finds the toolkit
-# again. Usage: bash scripts/build_without_cuda.sh
+# CMake's own detection must come out CPU-only. Elsewhere (no right to mount) KILN_CUDA=OFF.
+# Reuses the objects of the demo's CUDA-less build; afterwards build/'s cache is dropped so the
+# next configure (scripts/test.sh) finds the toolkit again. Usage: bash scripts/build_without_cuda.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Configures with KILN_CUDA=$1 and builds everything; with AUTO, CMake must have found no toolkit.
+# scripts/build.sh with KILN_CUDA=$1 (every target); with AUTO, CMake must have found no toolkit.
 configure_and_build() {
   mkdir -p build
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "-DKILN_CUDA=$1" |
-    tee build/configure-without-cuda.log
-  if [[ $1 == AUTO ]] && ! grep -q "CPU-only build" build/configure-without-cuda.log; then
-    echo "build_without_cuda: CMake still found a CUDA toolkit" >&2
+  bash scripts/build.sh "-DKILN_CUDA=$1" | tee build/build-without-cuda.log
+  if [[ $1 == AUTO ]] && ! grep -q "CPU-only build" build/build-without-cuda.log; then
+    echo "build_without_cuda: CMake found a CUDA toolkit" >&2
     exit 1
   fi
-  cmake --build build -j "$(nproc)"
 }
 
 if [[ ${1:-} == --hidden-toolkit ]]; then  # inside the mount namespace
@@ -30,7 +28,6 @@ if [[ ${1:-} == --hidden-toolkit ]]; then  # inside the mount namespace
   exit 0
 fi
 
-bash scripts/setup.sh
 toolkit=false
 if compgen -G "/usr/local/cuda*" >/dev/null || type -p nvcc >/dev/null; then toolkit=true; fi
 if $toolkit && [[ $(id -u) -eq 0 ]] && unshare -m true 2>/dev/null; then
