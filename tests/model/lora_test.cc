@@ -17,6 +17,7 @@
 #include "kiln/base/error.h"
 #include "kiln/model/decoder.h"
 #include "kiln/model/init.h"
+#include "kiln/model/lora_ops.h"
 #include "kiln/model_files/lora_merge.h"
 #include "kiln/model_files/lora_units.h"
 
@@ -77,13 +78,14 @@ TEST(LoraLayout, UnitsNamesShapesAndOffsets) {
   EXPECT_EQ(u1.entry(names[7]).shape, (std::vector<int64_t>{16, 3}));  // B_down (C, r)
   EXPECT_EQ(u1.entry(names[6]).shape, (std::vector<int64_t>{3, 24}));  // A_down (r, I)
   const LoraOffsets& o = layout.lora_offsets();
-  const LoraGroup& qkv = o.group(LoraGroupId::kQkv);
+  const LoraGroup& qkv = o.group(ProjectionGroup::kQkv);
   EXPECT_EQ(qkv.a, u1.entry(names[0]).offset);
   EXPECT_EQ(qkv.b, u1.entry(names[2]).offset);
   EXPECT_EQ(qkv.out, 32 + 2 * 16);
   EXPECT_EQ(qkv.out_begin, (std::vector<int64_t>{0, 48}));  // q at 0, v after q and k
-  EXPECT_TRUE(o.group(LoraGroupId::kO).targets.empty());
-  EXPECT_EQ(o.group(LoraGroupId::kGateUp).out_begin, (std::vector<int64_t>{24}));  // up after gate
+  EXPECT_TRUE(o.group(ProjectionGroup::kO).targets.empty());
+  // up after gate
+  EXPECT_EQ(o.group(ProjectionGroup::kGateUp).out_begin, (std::vector<int64_t>{24}));
   size_t adapters = 0;
   for (int l = 0; l < c.num_hidden_layers; ++l)
     adapters += layout.units()[layout.lora_unit(l)].numel;
@@ -434,7 +436,7 @@ TEST(LoraDropout, SeededRepeatableRecomputedAndOffInEvaluation) {
   // Unset, the seed advances: the next call (after seed 8's) draws seed 8's successor's masks.
   const double next = model.forward_backward(batch, store, 0.1f, false);
   EXPECT_NE(next, other.loss);
-  EXPECT_EQ(dropout_run(model, store, batch, lora_next_dropout_seed(8), false).loss, next);
+  EXPECT_EQ(dropout_run(model, store, batch, next_dropout_seed(8), false).loss, next);
 }
 
 // The seeds: a micro-batch's differs with each of the run's seed, the step, the micro-step and

@@ -16,7 +16,9 @@ Decoder::Decoder(const ModelConfig& config, const Backend& backend,
       arena_(backend),
       act_dtype_(backend.activation_dtype()),
       loss_(backend, 1),
-      rope_(config_, backend) {
+      rope_(config_, backend),
+      products_(make_product_kind(config_, layout_, backend)),
+      units_(layout_, *products_, static_cast<int>(config_.num_hidden_layers)) {
   config_.validate("model config");
 }
 
@@ -94,50 +96,15 @@ void Decoder::plan_buffers(size_t N, bool recompute, bool training) {
   arena_.add(&dh_, g * N * I);
   arena_.add(&dk_pre_, (config_.qk_norm ? g : 0) * N * KV);  // d(k_pre); d(q_pre) reuses dy_
   arena_.add(&ids_, 4 * N);  // ids, targets, positions, doc_start: one upload
-  plan_lora_buffers(N, recompute, training);
+  products_->plan(arena_, N, /*per_layer=*/!recompute, training);
   arena_.allocate();
   for (LayerActs& a : layer_acts_) a.qkv = qkv_;
   if (recompute) std::fill(layer_acts_.begin() + 1, layer_acts_.end(), layer_acts_[0]);
-  if (recompute && !lora_u_.empty()) std::fill(lora_u_.begin() + 1, lora_u_.end(), lora_u_[0]);
   targets_ = ids_ + N;
   pos_ = ids_ + 2 * N;
   doc_ = ids_ + 3 * N;
   staging_ = PinnedBuffer<int32_t>(be_, 4 * N);
   staging_free_.reset();
-}
-
-void Decoder::plan_lora_buffers(size_t N, bool recompute, bool training) {
-  lora_u_.clear();
-  lora_scratch_ = {};
-  if (!layout_.has_lora()) return;
-  const LoraOffsets& o = layout_.lora_offsets();
-  const size_t L = config_.num_hidden_layers, M = o.max_out(), R = o.max_ranks();
-  lora_u_.assign(L, nullptr);
-  for (size_t l = 0; l < (recompute ? 1 : L); ++l) arena_.add(&lora_u_[l], N * o.total_ranks());
-  LoraScratch& sc = lora_scratch_;
-  const size_t g = training ? 1 : 0;
-  // Dropout (training only): a target's dropped input, its u or gradient columns, and delta
-  // wide enough for its masked input gradient.
-  const size_t d = training && lora_dropout() > 0 ? 1 : 0, I = o.max_in();
-  arena_.add(&sc.b_block, M * R, act_dtype_);  // the parameters come in activation_dtype()
-  arena_.add(&sc.delta, N * std::max(M, d * I));
-  arena_.add(&sc.db_block, g * M * R);
-  arena_.add(&sc.db, g * M * o.rank);
-  arena_.add(&sc.du, g * N * R);
-  arena_.add(&sc.dropped, d * N * I, act_dtype_);
-  arena_.add(&sc.part, d * N * o.rank);
-}
-
-float Decoder::lora_dropout() const {
-  return layout_.has_lora() ? static_cast<float>(layout_.lora().dropout) : 0.0f;
-}
-
-std::optional<LoraLayerPass> Decoder::acquire_lora(int l, UnitAccess& params, int N) const {
-  if (!layout_.has_lora()) return std::nullopt;
-  const LoraDropout dropout{training_ ? lora_dropout() : 0.0f, dropout_seed_, l};
-  return std::optional<LoraLayerPass>(
-      std::in_place, be_, layout_.lora_offsets(), static_cast<float>(layout_.lora().scale()),
-      params.acquire(layout_.lora_unit(l)), lora_u_[l], lora_scratch_, N, dropout);
 }
 
 void Decoder::upload(const Batch& batch) {
@@ -190,15 +157,19 @@ class TrainingAttention final : public LayerAttention {
 };
 }  // namespace
 
+const LayerProduct& Decoder::bind_product(int l, const LayerParams& p, int N) {
+  return products_->bind(l, p, {N, training_, dropout_seed_});
+}
+
 // x_out null: recomputation (the activations only).
 void Decoder::layer_forward(ConstDevPtr w, const float* x_in, float* x_out, const LayerActs& a,
-                            const Batch& batch, const LoraLayerPass* lora) {
+                            const Batch& batch, const LayerProduct& product) {
   const AttnShape s{batch.B, batch.T, static_cast<int>(config_.num_attention_heads),
                     static_cast<int>(config_.num_key_value_heads),
                     static_cast<int>(config_.head_dim())};
   const TrainingAttention attention(be_, doc_, s);
   decoder_layer_forward(be_, config_, layout_.layer_offsets(), w, x_in, x_out, a,
-                        {batch.B * batch.T, pos_, act_dtype_}, rope_, attention, lora);
+                        {batch.B * batch.T, pos_, act_dtype_}, rope_, attention, product);
 }
 
 // Qwen3's q/k norms, q = rmsnorm(q_pre) over (N*H, D) rows and k over (N*KVH, D), from d(q) in
@@ -217,10 +188,11 @@ std::pair<float*, float*> Decoder::qk_norm_backward(ConstDevPtr w, float* dw, co
   return {dy_, dk_pre_};
 }
 
-// On entry dres_ holds d(x_out); on exit d(x_in). With LoRA each group's adapters add their
-// share to the input gradient right after the base product's (which writes it).
+// On entry dres_ holds d(x_out); on exit d(x_in). The layer's steps in reverse; each projection
+// group's backward writes its input's gradient (and its parameters' gradients) through the
+// product; the norms' gradients go to dw.
 void Decoder::layer_backward(ConstDevPtr w, float* dw, const float* x_in, const LayerActs& a,
-                             const Batch& batch, const LoraLayerPass* lora, float* lora_dw) {
+                             const Batch& batch, const LayerProduct& product) {
   const LayerOffsets& o = layout_.layer_offsets();
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size),
@@ -231,32 +203,23 @@ void Decoder::layer_backward(ConstDevPtr w, float* dw, const float* x_in, const 
   const int Q = H * D, KV = KVH * D;
   float* dres = dres_;
   const ConstDevPtr xn1{a.xn1, act_dtype_}, xn2{a.xn2, act_dtype_}, h{a.h, act_dtype_};
-  auto adapters = [&](LoraGroupId g, ConstDevPtr x, const float* dout, float* dx) {
-    if (lora != nullptr) lora->backward(g, lora_dw, x, dout, dx);
-  };
 
-  // MLP: x_out = xmid + h Wd^T
-  be_.matmul_backward(dh_, layer_grad(dw, o.wd), nullptr, dres, h, w.at(o.wd), N, I, C, false);
-  adapters(LoraGroupId::kDown, h, dres, dh_);
+  // MLP: x_out = xmid + kDown(h); gate_up = kGateUp(xn2)
+  product.backward(ProjectionGroup::kDown, h, dres, dh_);  // dh (N, I)
   be_.swiglu_backward(dgate_up_, dh_, a.gate_up, N, I);
-  be_.matmul_backward(dxn_, layer_grad(dw, o.wg), nullptr, dgate_up_, xn2, w.at(o.wg), N, C, 2 * I,
-                      false);  // wg, wu adjacent: (2I, C)
-  adapters(LoraGroupId::kGateUp, xn2, dgate_up_, dxn_);
+  product.backward(ProjectionGroup::kGateUp, xn2, dgate_up_, dxn_);  // d(xn2) (N, C)
   be_.rmsnorm_backward(dres, layer_grad(dw, o.ln2), dxn_, a.xmid, w.at(o.ln2), a.rstd2, N, C, true);
-  // Attention: xmid = x_in + y Wo^T
-  be_.matmul_backward(dy_, layer_grad(dw, o.wo), nullptr, dres, a.y, w.at(o.wo), N, Q, C, false);
-  adapters(LoraGroupId::kO, a.y, dres, dy_);
+  // Attention: xmid = x_in + kO(y)
+  product.backward(ProjectionGroup::kO, a.y, dres, dy_);  // dy (N, Q)
   const AttnShape s{batch.B, batch.T, H, KVH, D};
   be_.attention_backward(dq_, dk_, dv_, dy_, a.q, a.k, a.v, a.y, a.lse, doc_, s);
   be_.rope_backward(dq_, pos_, rope_.cos(), rope_.sin(), N, H, D);
   be_.rope_backward(dk_, pos_, rope_.cos(), rope_.sin(), N, KVH, D);
   // d(q) (N, Q), d(k) (N, KV) before RoPE; with q/k norms, d(q_pre), d(k_pre)
   const auto [dq, dk] = config_.qk_norm ? qk_norm_backward(w, dw, a, N) : std::pair{dq_, dk_};
-  copy_qkv_columns(be_, a.qkv, dq, dk, dv_, N, Q, KV,
-                   /*to_qkv=*/true);  // a.qkv: d(qkv) (N, Q + 2 KV)
-  be_.matmul_backward(dxn_, layer_grad(dw, o.wq), layer_grad(dw, o.bq), a.qkv, xn1, w.at(o.wq), N,
-                      C, Q + 2 * KV, false);  // wq, wk, wv adjacent, and biases
-  adapters(LoraGroupId::kQkv, xn1, a.qkv, dxn_);
+  // a.qkv: d(qkv) (N, Q + 2 KV), assembled for the fused q/k/v product
+  copy_qkv_columns(be_, a.qkv, dq, dk, dv_, N, Q, KV, /*to_qkv=*/true);
+  product.backward(ProjectionGroup::kQkv, xn1, a.qkv, dxn_);  // d(xn1) (N, C)
   be_.rmsnorm_backward(dres, layer_grad(dw, o.ln1), dxn_, x_in, w.at(o.ln1), a.rstd1, N, C, true);
 }
 
@@ -276,12 +239,10 @@ void Decoder::forward_trunk(const Batch& batch, UnitAccess& params, bool trainin
     params.release(layout_.embed_unit());
   }
   for (int l = 0; l < L; ++l) {
-    const ConstDevPtr w = params.acquire(layout_.layer_unit(l));
-    const auto adapters = acquire_lora(l, params, N);
-    layer_forward(w, res_ + l * NC, res_ + (l + 1) * NC, layer_acts_[l], batch,
-                  adapters ? &*adapters : nullptr);
-    if (adapters) params.release(layout_.lora_unit(l));
-    params.release(layout_.layer_unit(l));
+    const LayerParams p = units_.acquire(l, params, /*grads=*/false);
+    layer_forward(p.w[0], res_ + l * NC, res_ + (l + 1) * NC, layer_acts_[l], batch,
+                  bind_product(l, p, N));
+    units_.release(l, params, /*grads=*/false);
   }
 }
 
@@ -319,14 +280,13 @@ void Decoder::head_backward(const Batch& batch, UnitAccess& params, float scale,
   const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
   const size_t NC = static_cast<size_t>(N) * C;
   const float* x = res_ + config_.num_hidden_layers * NC;
-  const bool frozen = layout_.has_lora();
   const int hu = layout_.head_unit();
   const ConstDevPtr hw = params.acquire(hu);
   // Asked for before the head's loss: FSDP's pool then holds this buffer beside the loss's.
-  float* norm_dw = frozen ? nullptr : params.grad(hu) + layout_.final_norm_offset();
+  float* norm_dw = trains(hu) ? params.grad(hu) + layout_.final_norm_offset() : nullptr;
   const ConstDevPtr norm_w = hw.at(layout_.final_norm_offset());
   be_.rmsnorm_forward(xf_, rstdf_, x, norm_w, N, C, static_cast<float>(config_.rms_norm_eps));
-  if (frozen) {
+  if (!trains(layout_.lm_head_unit())) {
     // The LM head's loss and dx only (no dw).
     const ConstDevPtr wh = params.acquire(layout_.lm_head_unit());
     be_.cross_entropy(loss_sum, dxf_, nullptr, xf_, wh, targets_, N, targeted(batch), C, V, scale);
@@ -342,7 +302,7 @@ void Decoder::head_backward(const Batch& batch, UnitAccess& params, float scale,
   }
   be_.rmsnorm_backward(dres_, norm_dw, dxf_, x, norm_w, rstdf_, N, C, false);
   params.release(hu);
-  if (!frozen) params.grad_done(hu);
+  if (trains(hu)) params.grad_done(hu);
 }
 
 void Decoder::forward_backward(const Batch& batch, UnitAccess& params, float scale, bool recompute,
@@ -353,25 +313,18 @@ void Decoder::forward_backward(const Batch& batch, UnitAccess& params, float sca
   const int C = static_cast<int>(config_.hidden_size);
   const int L = static_cast<int>(config_.num_hidden_layers);
   const size_t NC = static_cast<size_t>(N) * C;
-  const bool frozen = layout_.has_lora();
   head_backward(batch, params, scale, loss_sum);
   for (int l = L - 1; l >= 0; --l) {
-    const int u = layout_.layer_unit(l);
-    const ConstDevPtr w = params.acquire(u);
-    const auto adapters = acquire_lora(l, params, N);
-    const LoraLayerPass* lora = adapters ? &*adapters : nullptr;
-    if (recompute) layer_forward(w, res_ + l * NC, nullptr, layer_acts_[l], batch, lora);
-    layer_backward(w, frozen ? nullptr : params.grad(u), res_ + l * NC, layer_acts_[l], batch, lora,
-                   frozen ? params.grad(layout_.lora_unit(l)) : nullptr);
-    if (frozen) {
-      params.release(layout_.lora_unit(l));
-      params.grad_done(layout_.lora_unit(l));
-    }
-    params.release(u);
-    if (!frozen) params.grad_done(u);
+    const LayerParams p = units_.acquire(l, params, /*grads=*/true);  // p.w[0]: the layer's unit
+    const LayerProduct& product = bind_product(l, p, N);
+    if (recompute) layer_forward(p.w[0], res_ + l * NC, nullptr, layer_acts_[l], batch, product);
+    layer_backward(p.w[0], p.dw[0], res_ + l * NC, layer_acts_[l], batch, product);
+    units_.release(l, params, /*grads=*/true);
   }
-  if (!frozen) params.embed_rows_backward(layout_.embed_unit(), ids_, dres_, N, C);
-  dropout_seed_ = lora_next_dropout_seed(dropout_seed_);
+  if (trains(layout_.embed_unit())) {
+    params.embed_rows_backward(layout_.embed_unit(), ids_, dres_, N, C);
+  }
+  dropout_seed_ = next_dropout_seed(dropout_seed_);
 }
 
 }  // namespace kiln

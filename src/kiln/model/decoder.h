@@ -6,16 +6,18 @@
 //   embed:  ids (N) -> x (N, C)
 //   layer:  xn1 = rmsnorm(x); q,k,v = xn1 W^T (+ b); [q,k = per-head rmsnorm(q,k)];
 //           rope(q,k) (scaled frequencies: rope_table.h); y = attn(q,k,v) (N, Q);
-//           x += y Wo^T; xn2 = rmsnorm(x); h = silu(xn2 Wg^T) * (xn2 Wu^T) (N, I); x += h Wd^T
+//           x += y Wo^T; xn2 = rmsnorm(x); h = silu(xn2 Wg^T) * (xn2 Wu^T) (N, I); x += h Wd^T,
+//           each "x W^T" a projection group of the layout's product kind (product_kind.h: the
+//           plain product, or LoRA's s B A dropout(x) added to it, dropout only in
+//           forward_backward, seeded by set_dropout_seed)
 //   head:   xf = rmsnorm(x); loss = CE(xf W_head^T, targets), never holding the (N, V) logits:
 //           forward() calls the backend's fused cross_entropy (chunked); forward_backward()
 //           calls head_loss (vocab_parallel_loss.h) on UnitAccess::acquire_head's table: that
 //           same op for ParamStore, and for Fsdp unless it splits the vocabulary, when each rank
 //           computes the logits of its own rows of the head (vocabulary-parallel)
-// With LoRA (a LoraConfig), each targeted product also adds its adapters' s B A dropout(x)
-// (lora_ops.h; dropout in forward_backward only, seeded by set_dropout_seed), and the base is
-// frozen: the backward computes every input gradient but no gradient of a base
-// weight (no dW of a product, norm, embedding or head); only the adapter units get one.
+// Whether a unit gets a gradient is its own ParamUnit::trainable: the backward computes every
+// input gradient, and the gradient of a trainable unit's weights only (a LoRA layout's base is
+// frozen: no dW of a product, norm, embedding or head; only the adapter units get one).
 #pragma once
 
 #include <cstdint>
@@ -29,8 +31,9 @@
 #include "kiln/kernels/ops.h"
 #include "kiln/model/config.h"
 #include "kiln/model/decoder_layer.h"
+#include "kiln/model/layer_units.h"
 #include "kiln/model/layout.h"
-#include "kiln/model/lora_ops.h"
+#include "kiln/model/product_kind.h"
 #include "kiln/model/rope_table.h"
 #include "kiln/model/unit_access.h"
 
@@ -38,8 +41,8 @@ namespace kiln {
 
 class Decoder {
  public:
-  // lora: train adapters on a frozen base (lora_layout.h adds their units to layout()), with
-  // lora.dropout on their inputs in forward_backward (never in forward()).
+  // lora: adapter units in layout() (lora_layout.h), the base's frozen, and the LoRA product
+  // kind, with lora.dropout on the adapters' inputs in forward_backward (never in forward()).
   Decoder(const ModelConfig& config, const Backend& backend,
           const std::optional<LoraConfig>& lora = std::nullopt);
 
@@ -61,16 +64,13 @@ class Decoder {
   double forward_backward(const Batch& batch, UnitAccess& params, float scale, bool recompute);
   double forward(const Batch& batch, UnitAccess& params);
 
-  // The seed of the LoRA dropout masks of the next forward_backward (lora_ops.h; without LoRA
-  // dropout it changes nothing). Each forward_backward then advances it (a hash of it), so a
-  // caller that never sets it still draws fresh masks for every micro-batch (from 0 when the
-  // Decoder is made); the trainer sets it before each micro-batch to
+  // The seed of the products' dropout masks of the next forward_backward (LoRA's lora.dropout:
+  // lora_ops.h; a kind without dropout ignores it). Each forward_backward then advances it (a
+  // hash of it), so a caller that never sets it still draws fresh masks for every micro-batch
+  // (from 0 when the Decoder is made); the trainer sets it before each micro-batch to
   // lora_micro_batch_seed(train.seed, step, micro-step, rank), so that a step's masks repeat on
   // resume. A recomputed forward draws its call's masks again.
   void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
-
-  // Whether the base is frozen (LoRA): only the adapter units take gradients.
-  bool frozen_base() const { return layout_.has_lora(); }
 
   // Bytes of activation memory held for the last batch shape.
   size_t activation_bytes() const { return arena_.bytes(); }
@@ -87,20 +87,17 @@ class Decoder {
 
   void prepare(const Batch& batch, bool recompute, bool training);
   void plan_buffers(size_t N, bool recompute, bool training);
-  void plan_lora_buffers(size_t N, bool recompute, bool training);
   void upload(const Batch& batch);
   double read_loss();
+  // Layer l's product for this pass, on its units' parameters p (LayerUnits::acquire).
+  const LayerProduct& bind_product(int l, const LayerParams& p, int N);
+  // w, dw: the layer unit's parameters and gradient (null: frozen, or no backward).
   void layer_forward(ConstDevPtr w, const float* x_in, float* x_out, const LayerActs& a,
-                     const Batch& batch, const LoraLayerPass* lora);
-  // dw null: a frozen layer (input gradients only). lora, lora_dw: its adapters and their
-  // gradient, or null.
+                     const Batch& batch, const LayerProduct& product);
   void layer_backward(ConstDevPtr w, float* dw, const float* x_in, const LayerActs& a,
-                      const Batch& batch, const LoraLayerPass* lora, float* lora_dw);
-  // Layer l's adapters, their unit acquired (the caller releases it), or nothing without LoRA.
-  // Its dropout is lora.dropout while training, else none.
-  std::optional<LoraLayerPass> acquire_lora(int l, UnitAccess& params, int N) const;
-  float lora_dropout() const;  // lora.dropout, 0 without LoRA
-  // The final norm and the LM head's loss and dx; the head's and norm's gradients unless frozen.
+                      const Batch& batch, const LayerProduct& product);
+  bool trains(int unit) const { return layout_.units()[unit].trainable; }
+  // The final norm and the LM head's loss and dx; each one's gradient when its unit trains.
   void head_backward(const Batch& batch, UnitAccess& params, float scale, double* loss_sum);
   std::pair<float*, float*> qk_norm_backward(ConstDevPtr w, float* dw, const LayerActs& a, int N);
   // Embedding and every layer's forward: fills res_ (and the saved activations).
@@ -130,10 +127,9 @@ class Decoder {
   std::shared_ptr<Event> staging_free_;  // the last upload out of staging_ has run
   DeviceBuffer<double> loss_;            // the convenience forms' loss sum
   RopeTables rope_;
-  // LoRA: each layer's saved u's (lora_ops.h; all alias one when recomputing) and the scratch.
-  std::vector<float*> lora_u_;
-  LoraScratch lora_scratch_;
-  uint64_t dropout_seed_ = 0;  // set_dropout_seed; advanced by each forward_backward
+  std::unique_ptr<ProductKind> products_;  // the layout's kind; its buffers are in arena_
+  LayerUnits units_;                       // each layer's units, the product's after its own
+  uint64_t dropout_seed_ = 0;              // set_dropout_seed; advanced by each forward_backward
 };
 
 }  // namespace kiln

@@ -20,7 +20,7 @@ void copy_qkv_columns(const Backend& be, float* qkv, float* q, float* k, float* 
 void decoder_layer_forward(const Backend& be, const ModelConfig& c, const LayerOffsets& o,
                            ConstDevPtr w, const float* x_in, float* x_out, const DecoderActs& a,
                            const LayerGeometry& g, const RopeTables& rope,
-                           const LayerAttention& attention, const LayerAdapters* adapters) {
+                           const LayerAttention& attention, const LayerProduct& product) {
   const int N = g.n;
   const int C = static_cast<int>(c.hidden_size), I = static_cast<int>(c.intermediate_size);
   const int H = static_cast<int>(c.num_attention_heads);
@@ -30,9 +30,7 @@ void decoder_layer_forward(const Backend& be, const ModelConfig& c, const LayerO
   const DType t = g.act_dtype;
 
   be.rmsnorm_forward(DevPtr{a.xn1, t}, a.rstd1, x_in, w.at(o.ln1), N, C, eps);
-  be.matmul_forward(a.qkv, ConstDevPtr{a.xn1, t}, w.at(o.wq), layer_tensor(w, o.bq), N, C,
-                    Q + 2 * KV);
-  if (adapters != nullptr) adapters->apply(LoraGroupId::kQkv, ConstDevPtr{a.xn1, t}, a.qkv);
+  product.forward(ProjectionGroup::kQkv, ConstDevPtr{a.xn1, t}, a.qkv);  // (N, Q + 2 KV)
   if (c.qk_norm) {
     // q (n*H, D) = rmsnorm(q_pre) per head, one weight (D) for every head; k likewise.
     copy_qkv_columns(be, a.qkv, a.q_pre, a.k_pre, a.v, N, Q, KV, /*to_qkv=*/false);
@@ -44,19 +42,12 @@ void decoder_layer_forward(const Backend& be, const ModelConfig& c, const LayerO
   be.rope_forward(a.q, g.pos, rope.cos(), rope.sin(), N, H, D);
   be.rope_forward(a.k, g.pos, rope.cos(), rope.sin(), N, KVH, D);
   attention.attend(a);
-  be.matmul_forward(a.xmid, a.y, w.at(o.wo), nullptr, N, Q, C);
-  if (adapters != nullptr) adapters->apply(LoraGroupId::kO, a.y, a.xmid);
+  product.forward(ProjectionGroup::kO, a.y, a.xmid);  // (N, C)
   be.add_rmsnorm_forward(a.xmid, DevPtr{a.xn2, t}, a.rstd2, a.xmid, x_in, w.at(o.ln2), N, C, eps);
-  be.matmul_forward(a.gate_up, ConstDevPtr{a.xn2, t}, w.at(o.wg), nullptr, N, C, 2 * I);
-  if (adapters != nullptr) adapters->apply(LoraGroupId::kGateUp, ConstDevPtr{a.xn2, t}, a.gate_up);
+  product.forward(ProjectionGroup::kGateUp, ConstDevPtr{a.xn2, t}, a.gate_up);  // (N, 2I)
   be.swiglu_forward(DevPtr{a.h, t}, a.gate_up, N, I);
-  if (x_out != nullptr) {
-    be.matmul_forward(x_out, ConstDevPtr{a.h, t}, w.at(o.wd), nullptr, N, I, C);
-    if (adapters != nullptr) adapters->apply(LoraGroupId::kDown, ConstDevPtr{a.h, t}, x_out);
-    be.add(x_out, x_out, a.xmid, static_cast<size_t>(N) * C);
-  } else if (adapters != nullptr) {
-    adapters->apply(LoraGroupId::kDown, ConstDevPtr{a.h, t}, nullptr);
-  }
+  product.forward(ProjectionGroup::kDown, ConstDevPtr{a.h, t}, x_out);  // (N, C), or kept only
+  if (x_out != nullptr) be.add(x_out, x_out, a.xmid, static_cast<size_t>(N) * C);
 }
 
 }  // namespace kiln

@@ -1,22 +1,24 @@
 // One decoder layer's forward, the one used by training (Decoder) and decoding (Generator), for
 // every family (config.h). Over n tokens, x_in (n, C):
-//   xn1 = rmsnorm(x_in); qkv (n, Q + 2 KV) = xn1 [Wq; Wk; Wv]^T (+ [bq; bk; bv] with
-//   attention_bias), one product, split into q (n, Q), k, v (n, KV); with qk_norm (Qwen3) q and
-//   k come out of the split as q_pre, k_pre and each head is RMSNorm'd over head_dim by one
-//   shared weight, (n*H, D) and (n*KVH, D) rows; rope(q, k); y (n, Q) = attention
-//   xmid = x_in + y Wo^T (fused with xn2 = rmsnorm(xmid)); gate_up (n, 2I) = xn2 [Wg; Wu]^T, one
-//   product; h (n, I) = silu(gate) * up
-//   x_out = xmid + h Wd^T
+//   xn1 = rmsnorm(x_in); qkv (n, Q + 2 KV) = product kQkv of xn1 (plain: xn1 [Wq; Wk; Wv]^T
+//   (+ [bq; bk; bv] with attention_bias)), split into q (n, Q), k, v (n, KV); with qk_norm
+//   (Qwen3) q and k come out of the split as q_pre, k_pre and each head is RMSNorm'd over
+//   head_dim by one shared weight, (n*H, D) and (n*KVH, D) rows; rope(q, k); y (n, Q) = attention
+//   xmid = x_in + kO(y) (fused with xn2 = rmsnorm(xmid)); gate_up (n, 2I) = kGateUp(xn2);
+//   h (n, I) = silu(gate) * up
+//   x_out = xmid + kDown(h)
 // Attention is the caller's (LayerAttention): causal attention within documents when training,
 // attention over the KV cache when decoding, where k and v point straight into the cache rows.
-// x_out may alias x_in (decoding runs in place) or be null (recomputation needs no output).
-// With LoRA, `adapters` adds the adapters' share to each base product's output (lora_ops.h).
+// The projection groups are the caller's LayerProduct (layer_product.h: the plain product, LoRA
+// over it, ...), bound to this layer. x_out may alias x_in (decoding runs in place) or be null
+// (recomputation needs no output).
 #pragma once
 
 #include <cstdint>
 
 #include "kiln/kernels/ops.h"
 #include "kiln/model/config.h"
+#include "kiln/model/layer_product.h"
 #include "kiln/model/layout.h"
 #include "kiln/model/rope_table.h"
 
@@ -49,15 +51,6 @@ class LayerAttention {
   virtual void attend(const DecoderActs& a) const = 0;
 };
 
-// A layer's LoRA adapters: called right after the base product of each group (q/k/v, o,
-// gate/up, down) wrote y (n, out) from x (n, in); adds s B A x for the group's targets and keeps
-// what the backward needs. y null (down under recomputation): only what the backward needs.
-class LayerAdapters {
- public:
-  virtual ~LayerAdapters() = default;
-  virtual void apply(LoraGroupId group, ConstDevPtr x, float* y) const = 0;
-};
-
 struct LayerGeometry {
   int n;               // tokens
   const int32_t* pos;  // (n) positions, device memory
@@ -72,7 +65,6 @@ void copy_qkv_columns(const Backend& be, float* qkv, float* q, float* k, float* 
 void decoder_layer_forward(const Backend& be, const ModelConfig& c, const LayerOffsets& o,
                            ConstDevPtr w, const float* x_in, float* x_out, const DecoderActs& a,
                            const LayerGeometry& g, const RopeTables& rope,
-                           const LayerAttention& attention,
-                           const LayerAdapters* adapters = nullptr);
+                           const LayerAttention& attention, const LayerProduct& product);
 
 }  // namespace kiln

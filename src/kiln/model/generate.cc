@@ -6,7 +6,6 @@
 
 #include "kiln/base/error.h"
 #include "kiln/model/decoder_layer.h"
-#include "kiln/model/lora_ops.h"
 
 namespace kiln {
 
@@ -16,6 +15,8 @@ Generator::Generator(const ModelConfig& config, UnitAccess& params, const Backen
       layout_(config, lora),
       params_(params),
       be_(backend),
+      products_(make_product_kind(config_, layout_, backend)),
+      units_(layout_, *products_, static_cast<int>(config_.num_hidden_layers)),
       rope_(config_, backend),
       x_(backend, 0),
       xn_(backend, 0),
@@ -28,9 +29,7 @@ Generator::Generator(const ModelConfig& config, UnitAccess& params, const Backen
       h_(backend, 0),
       qk_pre_(backend, 0),
       rstd_qk_(backend, 0),
-      lora_u_(backend, 0),
-      lora_delta_(backend, 0),
-      lora_b_block_(backend, 0),
+      product_buffers_(backend),
       ids_pos_(backend, 2 * kChunk),
       ids_pos_host_(2 * kChunk),
       xf_(backend, config_.hidden_size),
@@ -129,13 +128,8 @@ void Generator::run_chunk(const int32_t* ids, int n) {
       rstd_qk_.resize(
           n * static_cast<size_t>(config_.num_attention_heads + config_.num_key_value_heads));
     }
-    if (layout_.has_lora()) {
-      const LoraOffsets& o = layout_.lora_offsets();
-      lora_u_.resize(n * static_cast<size_t>(o.total_ranks()));
-      lora_delta_.resize(n * static_cast<size_t>(o.max_out()));
-      // Parameters come in at most 4 bytes a value (fp32, or bf16 from a bf16 backend).
-      lora_b_block_.resize(static_cast<size_t>(o.max_out() * o.max_ranks()));
-    }
+    products_->plan(product_buffers_, n, /*per_layer=*/false, /*training=*/false);
+    product_buffers_.allocate();
   }
   // ids and positions (2, n) through the host copy: the previous chunk's upload has run (every
   // chunk's layers read them before the next chunk starts, and prefill ends with a synchronize).
@@ -148,9 +142,9 @@ void Generator::run_chunk(const int32_t* ids, int n) {
   be_.embedding_forward(x_.data(), ids_pos_.data(), we, n, static_cast<int>(C));
   params_.release(layout_.embed_unit());
   for (int l = 0; l < static_cast<int>(config_.num_hidden_layers); ++l) {
-    const ConstDevPtr w = params_.acquire(layout_.layer_unit(l));
-    layer(l, w, n);
-    params_.release(layout_.layer_unit(l));
+    const LayerParams p = units_.acquire(l, params_, /*grads=*/false);
+    layer(l, p.w[0], products_->bind(l, p, {n, /*training=*/false, 0}), n);
+    units_.release(l, params_, /*grads=*/false);
   }
   length_ += n;
 }
@@ -177,7 +171,7 @@ class CacheAttention final : public LayerAttention {
 }  // namespace
 
 // x_ (n, C) through layer l in place, by the training forward's decoder_layer_forward.
-void Generator::layer(int l, ConstDevPtr w, int n) {
+void Generator::layer(int l, ConstDevPtr w, const LayerProduct& product, int n) {
   const size_t KV = static_cast<size_t>(config_.kv_dim());
   DecoderActs a{};
   a.xn1 = a.xn2 = xn_.data();  // xn1 is done with once q, k and v are computed
@@ -199,20 +193,8 @@ void Generator::layer(int l, ConstDevPtr w, int n) {
   }
   const CacheAttention attention(be_, k_cache_[l].data(), v_cache_[l].data(), n, length_, config_);
   const LayerGeometry geometry{n, ids_pos_.data() + kChunk, DType::F32};
-  if (!layout_.has_lora()) {
-    decoder_layer_forward(be_, config_, layout_.layer_offsets(), w, x_.data(), x_.data(), a,
-                          geometry, rope_, attention);
-    return;
-  }
-  LoraScratch scratch;
-  scratch.b_block = lora_b_block_.data();
-  scratch.delta = lora_delta_.data();
-  const LoraLayerPass adapters(be_, layout_.lora_offsets(),
-                               static_cast<float>(layout_.lora().scale()),
-                               params_.acquire(layout_.lora_unit(l)), lora_u_.data(), scratch, n);
   decoder_layer_forward(be_, config_, layout_.layer_offsets(), w, x_.data(), x_.data(), a, geometry,
-                        rope_, attention, &adapters);
-  params_.release(layout_.lora_unit(l));
+                        rope_, attention, product);
 }
 
 }  // namespace kiln

@@ -10,9 +10,10 @@
 //   logits (V) = rmsnorm(x[n - 1]) W_head^T: the LM head for the last position only.
 // Each layer runs the training forward's decoder_layer_forward (model/decoder_layer.h) with
 // attention over the cache, so the logits equal those of a full forward over the whole sequence
-// to float rounding (tested). With a LoraConfig the layout has the adapter units (layout.h) and
-// each layer adds its adapters' s B A x to its base products (lora_ops.h), as the training
-// forward does; decoding is inference, so lora.dropout is not applied.
+// to float rounding (tested). Its projection groups are the layout's product kind, as in
+// training (product_kind.h): with a LoraConfig the layout has the adapter units (layout.h) and
+// each layer adds its adapters' s B A x to its base products (lora_ops.h); decoding is
+// inference, so lora.dropout is not applied.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +24,10 @@
 #include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/ops.h"
 #include "kiln/model/config.h"
+#include "kiln/model/layer_units.h"
 #include "kiln/model/layout.h"
 #include "kiln/model/lora_config.h"
+#include "kiln/model/product_kind.h"
 #include "kiln/model/rope_table.h"
 #include "kiln/model/unit_access.h"
 #include "kiln/tensor/buffer.h"
@@ -65,12 +68,15 @@ class Generator {
  private:
   void reserve(int tokens);                   // cache and RoPE tables for positions [0, tokens)
   void run_chunk(const int32_t* ids, int n);  // n tokens at positions [length_, length_ + n)
-  void layer(int l, ConstDevPtr w, int n);    // x_ (n, C) through layer l, in place
+  // x_ (n, C) through layer l, in place: w its unit's parameters, product its projections.
+  void layer(int l, ConstDevPtr w, const LayerProduct& product, int n);
 
   ModelConfig config_;
   ParamLayout layout_;
   UnitAccess& params_;
   const Backend& be_;
+  std::unique_ptr<ProductKind> products_;  // the layout's kind
+  LayerUnits units_;                       // each layer's units, the product's after its own
   int length_ = 0;
   int capacity_ = 0;  // cached positions the buffers hold
 
@@ -82,9 +88,8 @@ class Generator {
   DeviceBuffer<float> x_, xn_, rstd_, q_, y_, tmp_, qkv_, gate_up_, h_;
   // qk_norm only: q and k before their norms (n, Q + KV) and the norms' (n, H + KVH) reciprocals
   DeviceBuffer<float> qk_pre_, rstd_qk_;
-  // LoRA only (lora_ops.h's names; R = total_ranks(), M = max_out()): the adapters' u (n, R) and
-  // delta (n, M), and a group's block-diagonal B (M, max_ranks()) in the parameters' dtype.
-  DeviceBuffer<float> lora_u_, lora_delta_, lora_b_block_;
+  // The product kind's buffers for a chunk (ProductKind::plan, one shared by every layer).
+  DeviceArena product_buffers_;
   DeviceBuffer<int32_t> ids_pos_;  // (2, kChunk)
   std::vector<int32_t> ids_pos_host_;
   DeviceBuffer<float> xf_, rstd_last_, logits_;  // (C), (1), (V)

@@ -9,17 +9,17 @@ namespace kiln {
 namespace {
 
 struct GroupSpec {
-  LoraGroupId id;
+  ProjectionGroup id;
   std::vector<LoraTarget> members;  // the targets whose outputs the base product concatenates
 };
 
-const std::array<GroupSpec, kNumLoraGroups>& group_specs() {
+const std::array<GroupSpec, kNumProjectionGroups>& group_specs() {
   using T = LoraTarget;
-  static const std::array<GroupSpec, kNumLoraGroups> specs{{
-      {LoraGroupId::kQkv, {T::kQ, T::kK, T::kV}},
-      {LoraGroupId::kO, {T::kO}},
-      {LoraGroupId::kGateUp, {T::kGate, T::kUp}},
-      {LoraGroupId::kDown, {T::kDown}},
+  static const std::array<GroupSpec, kNumProjectionGroups> specs{{
+      {ProjectionGroup::kQkv, {T::kQ, T::kK, T::kV}},
+      {ProjectionGroup::kO, {T::kO}},
+      {ProjectionGroup::kGateUp, {T::kGate, T::kUp}},
+      {ProjectionGroup::kDown, {T::kDown}},
   }};
   return specs;
 }

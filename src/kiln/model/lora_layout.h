@@ -3,9 +3,9 @@
 // (base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight, ...lora_B.weight; A is
 // (r, in), B is (out, r)) and take weight decay, as PEFT's AdamW does by default.
 //
-// The targets fall into four groups, one per base product of the layer (decoder_layer.h): q/k/v
-// (input xn1, output the (n, Q + 2 KV) q/k/v product), o (input y, output (n, C)), gate/up (input
-// xn2, output the (n, 2I) gate/up product) and down (input h, output (n, C)). Within a unit the
+// The targets fall into the layer's four projection groups (layer_product.h): q/k/v (input xn1,
+// output the (n, Q + 2 KV) q/k/v product), o (input y, output (n, C)), gate/up (input xn2,
+// output the (n, 2I) gate/up product) and down (input h, output (n, C)). Within a unit the
 // groups follow in that order, and each group holds its chosen targets' A's adjacent, then their
 // B's adjacent: the A's of a group are one (n_g r, in) matrix, so a group's down-projection is
 // one product, as the base fuses q/k/v and gate/up.
@@ -17,13 +17,11 @@
 #include <vector>
 
 #include "kiln/model/config.h"
+#include "kiln/model/layer_product.h"
 #include "kiln/model/lora_config.h"
 #include "kiln/model/param_unit.h"
 
 namespace kiln {
-
-enum class LoraGroupId { kQkv, kO, kGateUp, kDown };
-inline constexpr int kNumLoraGroups = 4;
 
 // One group's chosen targets inside the layer's adapter unit (offsets in elements).
 struct LoraGroup {
@@ -41,8 +39,8 @@ struct LoraGroup {
 // The adapter unit's geometry, the same for every layer.
 struct LoraOffsets {
   int64_t rank = 0;
-  std::array<LoraGroup, kNumLoraGroups> groups;
-  const LoraGroup& group(LoraGroupId g) const { return groups[static_cast<int>(g)]; }
+  std::array<LoraGroup, kNumProjectionGroups> groups;  // in ProjectionGroup order
+  const LoraGroup& group(ProjectionGroup g) const { return groups[static_cast<int>(g)]; }
   // The widest group's A rows (n_g r) and output (its base product's), for scratch sizes.
   int64_t max_ranks() const;
   int64_t max_out() const;

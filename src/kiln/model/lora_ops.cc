@@ -9,8 +9,6 @@ uint64_t lora_dropout_seed(uint64_t micro_batch_seed, int64_t layer, LoraTarget 
   return dropout_stream_seed(micro_batch_seed, stream);
 }
 
-uint64_t lora_next_dropout_seed(uint64_t seed) { return dropout_stream_seed(seed, ~uint64_t{0}); }
-
 uint64_t lora_micro_batch_seed(uint64_t run_seed, int64_t step, int64_t micro_step, int64_t rank) {
   constexpr uint64_t kDomain = 0x6c6f72612d64726full;  // "lora-dro": not init's streams
   uint64_t s = dropout_stream_seed(run_seed ^ kDomain, static_cast<uint64_t>(step));
@@ -18,13 +16,13 @@ uint64_t lora_micro_batch_seed(uint64_t run_seed, int64_t step, int64_t micro_st
   return dropout_stream_seed(s, static_cast<uint64_t>(rank));
 }
 
-float* LoraLayerPass::u_of(LoraGroupId group) const {
+float* LoraProduct::u_of(ProjectionGroup group) const {
   int64_t before = 0;
   for (int i = 0; i < static_cast<int>(group); ++i) before += o_.groups[i].ranks() * o_.rank;
   return u_ + before * n_;
 }
 
-ConstDevPtr LoraLayerPass::b_block(const LoraGroup& g) const {
+ConstDevPtr LoraProduct::b_block(const LoraGroup& g) const {
   if (b_is_block(g)) return w_.at(g.b);
   const size_t e = dtype_size(w_.dtype), r = o_.rank, R = g.ranks() * r;
   char* dst = static_cast<char*>(sc_.b_block);
@@ -39,14 +37,14 @@ ConstDevPtr LoraLayerPass::b_block(const LoraGroup& g) const {
   return {sc_.b_block, w_.dtype};
 }
 
-ConstDevPtr LoraLayerPass::drop_input(const LoraGroup& g, int i, ConstDevPtr x) const {
+ConstDevPtr LoraProduct::drop_input(const LoraGroup& g, int i, ConstDevPtr x) const {
   const DevPtr xd{sc_.dropped, be_.activation_dtype()};
   const uint64_t seed = lora_dropout_seed(dropout_.seed, dropout_.layer, g.targets[i]);
   be_.dropout(xd, x, static_cast<size_t>(n_) * g.in, dropout_.p, seed, 0);
   return xd;
 }
 
-void LoraLayerPass::dropped_down_products(const LoraGroup& g, ConstDevPtr x, float* u) const {
+void LoraProduct::dropped_down_products(const LoraGroup& g, ConstDevPtr x, float* u) const {
   const int r = static_cast<int>(o_.rank), R = g.ranks() * r, in = static_cast<int>(g.in);
   const size_t f = sizeof(float);
   for (int i = 0; i < g.ranks(); ++i) {
@@ -57,7 +55,17 @@ void LoraLayerPass::dropped_down_products(const LoraGroup& g, ConstDevPtr x, flo
   }
 }
 
-void LoraLayerPass::apply(LoraGroupId group, ConstDevPtr x, float* y) const {
+void LoraProduct::forward(ProjectionGroup g, ConstDevPtr x, float* y) const {
+  base_->forward(g, x, y);
+  apply(g, x, y);
+}
+
+void LoraProduct::backward(ProjectionGroup g, ConstDevPtr x, const float* dy, float* dx) const {
+  base_->backward(g, x, dy, dx);
+  adapters_backward(g, x, dy, dx);
+}
+
+void LoraProduct::apply(ProjectionGroup group, ConstDevPtr x, float* y) const {
   const LoraGroup& g = o_.group(group);
   if (g.targets.empty()) return;
   const int R = static_cast<int>(g.ranks() * o_.rank), in = static_cast<int>(g.in);
@@ -74,8 +82,7 @@ void LoraLayerPass::apply(LoraGroupId group, ConstDevPtr x, float* y) const {
   be_.add(y, y, sc_.delta, static_cast<size_t>(n_) * out);
 }
 
-void LoraLayerPass::dropped_backward(const LoraGroup& g, float* dw, ConstDevPtr x,
-                                     float* dx) const {
+void LoraProduct::dropped_backward(const LoraGroup& g, ConstDevPtr x, float* dx) const {
   const int r = static_cast<int>(o_.rank), R = g.ranks() * r, in = static_cast<int>(g.in);
   const size_t f = sizeof(float), nin = static_cast<size_t>(n_) * in;
   for (int i = 0; i < g.ranks(); ++i) {
@@ -84,15 +91,15 @@ void LoraLayerPass::dropped_backward(const LoraGroup& g, float* dw, ConstDevPtr 
     if (g.ranks() > 1) be_.copy_2d(gi, r * f, sc_.du + i * r, R * f, r * f, n_);
     const uint64_t seed = lora_dropout_seed(dropout_.seed, dropout_.layer, g.targets[i]);
     // dA_i (r, in) += g_i^T x_i; delta (n, in) = g_i A_i, then through x_i's mask into dx
-    be_.matmul_backward(sc_.delta, dw + g.a + i * r * g.in, nullptr, gi, drop_input(g, i, x),
+    be_.matmul_backward(sc_.delta, dw_ + g.a + i * r * g.in, nullptr, gi, drop_input(g, i, x),
                         w_.at(g.a + i * r * g.in), n_, in, r, false);
     be_.dropout(sc_.delta, sc_.delta, nin, dropout_.p, seed, 0);
     be_.add(dx, dx, sc_.delta, nin);
   }
 }
 
-void LoraLayerPass::backward(LoraGroupId group, float* dw, ConstDevPtr x, const float* dout,
-                             float* dx) const {
+void LoraProduct::adapters_backward(ProjectionGroup group, ConstDevPtr x, const float* dout,
+                                    float* dx) const {
   const LoraGroup& g = o_.group(group);
   if (g.targets.empty()) return;
   const int r = static_cast<int>(o_.rank), R = g.ranks() * r, in = static_cast<int>(g.in);
@@ -101,7 +108,7 @@ void LoraLayerPass::backward(LoraGroupId group, float* dw, ConstDevPtr x, const 
   const size_t f = sizeof(float);
   // du (n, R) = dout Bd; d(Bd) (out, R) += dout^T u
   if (b_is_block(g)) {
-    be_.matmul_backward(sc_.du, dw + g.b, nullptr, dout, u, b_block(g), n_, R, out, false);
+    be_.matmul_backward(sc_.du, dw_ + g.b, nullptr, dout, u, b_block(g), n_, R, out, false);
   } else {
     be_.fill_zero(sc_.db_block, static_cast<size_t>(out) * R * f);
     be_.matmul_backward(sc_.du, sc_.db_block, nullptr, dout, u, b_block(g), n_, R, out, false);
@@ -111,14 +118,14 @@ void LoraLayerPass::backward(LoraGroupId group, float* dw, ConstDevPtr x, const 
                   g.out_size[i]);
       row += g.out_size[i];
     }
-    be_.add(dw + g.b, dw + g.b, sc_.db, static_cast<size_t>(row) * r);
+    be_.add(dw_ + g.b, dw_ + g.b, sc_.db, static_cast<size_t>(row) * r);
   }
   // g = s du; dA (R, in) += g^T x; dx (n, in) += g A
   be_.scale(sc_.du, scale_, static_cast<size_t>(n_) * R);
   if (dropout_.p > 0) {
-    dropped_backward(g, dw, x, dx);
+    dropped_backward(g, x, dx);
   } else {
-    be_.matmul_backward(dx, dw + g.a, nullptr, sc_.du, x, w_.at(g.a), n_, in, R, true);
+    be_.matmul_backward(dx, dw_ + g.a, nullptr, sc_.du, x, w_.at(g.a), n_, in, R, true);
   }
 }
 

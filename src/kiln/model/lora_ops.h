@@ -1,6 +1,7 @@
-// The adapters' products for one decoder layer, PEFT's math on the base's products (lora_layout.h
-// has the groups). For a group with input x (n, in), base output y (n, out) and chosen targets
-// t, each with A_t (r, in) and B_t (out_t, r) writing columns [out_begin_t, +out_t) of y:
+// The LoRA product (layer_product.h): a base product plus its adapters', PEFT's math on the
+// base's products (lora_layout.h has the groups; lora_kind.h binds it to a layer). For a group
+// with input x (n, in), base output y (n, out) and chosen targets t, each with A_t (r, in) and
+// B_t (out_t, r) writing columns [out_begin_t, +out_t) of y:
 //   forward:  u (n, R) = s * x [A_t; ...]^T (one product, R = targets * r), kept for backward;
 //             y += u Bd^T, where Bd (out, R) is the B's block-diagonal: B_t at rows
 //             [out_begin_t, +out_t), columns [i r, +r). The adapters' share of a fused base
@@ -20,7 +21,7 @@
 #pragma once
 
 #include "kiln/kernels/ops.h"
-#include "kiln/model/decoder_layer.h"
+#include "kiln/model/layer_product.h"
 #include "kiln/model/lora_layout.h"
 
 namespace kiln {
@@ -53,24 +54,38 @@ uint64_t lora_dropout_seed(uint64_t micro_batch_seed, int64_t layer, LoraTarget 
 // within it and the rank: what the trainer passes to Decoder::set_dropout_seed, so a step's
 // masks repeat on resume and differ between steps, micro-steps and ranks.
 uint64_t lora_micro_batch_seed(uint64_t run_seed, int64_t step, int64_t micro_step, int64_t rank);
-// The seed after `seed` when the caller sets none (Decoder::forward_backward advances by it): a
-// stream index no layer and target uses.
-uint64_t lora_next_dropout_seed(uint64_t seed);
 
-// One layer's adapters during one pass: its unit's parameters w (as acquired) and its saved u's,
-// (n, total_ranks()) floats, every group's (n, R_g) block in group order.
-class LoraLayerPass final : public LayerAdapters {
+// One layer's products during one pass: its base product's, each group's adapters added to them.
+// `base` may be any product (the plain one, a quantised base).
+class LoraProduct final : public LayerProduct {
  public:
-  LoraLayerPass(const Backend& be, const LoraOffsets& o, float scale, ConstDevPtr w, float* u,
-                const LoraScratch& sc, int n, LoraDropout dropout = {})
-      : be_(be), o_(o), scale_(scale), w_(w), u_(u), sc_(sc), n_(n), dropout_(dropout) {}
+  LoraProduct(const Backend& be, const LoraOffsets& o, float scale)
+      : be_(be), o_(o), scale_(scale) {}
+  // Binds a layer's pass: its base product, its adapter unit's parameters w (as acquired) and
+  // gradient dw (null without backward), and its saved u's, (n, total_ranks()) floats, every
+  // group's (n, R_g) block in group order.
+  void bind(const LayerProduct& base, ConstDevPtr w, float* dw, float* u, const LoraScratch& sc,
+            int n, LoraDropout dropout) {
+    base_ = &base;
+    w_ = w;
+    dw_ = dw;
+    u_ = u;
+    sc_ = sc;
+    n_ = n;
+    dropout_ = dropout;
+  }
 
-  void apply(LoraGroupId group, ConstDevPtr x, float* y) const override;
-  // dout (n, out): d(the group's base output). dw: the unit's gradient (+=); dx (n, in) +=.
-  void backward(LoraGroupId group, float* dw, ConstDevPtr x, const float* dout, float* dx) const;
+  // The base's y, then y += s B A dropout(x) for the group's targets, keeping u.
+  void forward(ProjectionGroup g, ConstDevPtr x, float* y) const override;
+  // The base's dx (written) and gradients, then the adapters' share of dx (+=) and their dA, dB.
+  void backward(ProjectionGroup g, ConstDevPtr x, const float* dy, float* dx) const override;
 
  private:
-  float* u_of(LoraGroupId group) const;
+  // The adapters' forward of group g: u kept; y += u Bd^T unless y is null.
+  void apply(ProjectionGroup g, ConstDevPtr x, float* y) const;
+  // Their backward: dout (n, out) d(the group's output); dw_ +=; dx (n, in) +=.
+  void adapters_backward(ProjectionGroup g, ConstDevPtr x, const float* dout, float* dx) const;
+  float* u_of(ProjectionGroup group) const;
   // Bd for `g`: the stacked B itself when one target fills the output, else built in b_block.
   ConstDevPtr b_block(const LoraGroup& g) const;
   bool b_is_block(const LoraGroup& g) const { return g.ranks() == 1 && g.out_size[0] == g.out; }
@@ -79,15 +94,17 @@ class LoraLayerPass final : public LayerAdapters {
   // u (n, R) = x_t A_t^T target by target (dropout), unscaled.
   void dropped_down_products(const LoraGroup& g, ConstDevPtr x, float* u) const;
   // dA_t += g_t^T x_t and dx += dropout_t(g_t A_t) for every target of g, from g = s du in sc_.du.
-  void dropped_backward(const LoraGroup& g, float* dw, ConstDevPtr x, float* dx) const;
+  void dropped_backward(const LoraGroup& g, ConstDevPtr x, float* dx) const;
 
   const Backend& be_;
   const LoraOffsets& o_;
   float scale_;
-  ConstDevPtr w_;
-  float* u_;
+  const LayerProduct* base_ = nullptr;
+  ConstDevPtr w_{static_cast<const float*>(nullptr)};
+  float* dw_ = nullptr;
+  float* u_ = nullptr;
   LoraScratch sc_;
-  int n_;
+  int n_ = 0;
   LoraDropout dropout_;
 };
 

@@ -27,6 +27,7 @@
 #include "kiln/model/decoder.h"
 #include "kiln/model/init.h"
 #include "kiln/model/layout.h"
+#include "kiln/model/lora_ops.h"
 #include "kiln/model/phase_costs.h"
 #include "kiln/model_files/base_fingerprint.h"
 #include "kiln/model_files/hf_checkpoint.h"
