@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/error_of.h"
+#include "common/loopback.h"
 #include "kiln/base/error.h"
 #include "kiln/comm/tcp_store.h"
 
@@ -205,14 +206,10 @@ INSTANTIATE_TYPED_TEST_SUITE_P(store, StoreContract, Worlds, WorldName);
 // A plain client socket, for speaking to the server without TcpStore's checks.
 class RawConn {
  public:
-  explicit RawConn(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  explicit RawConn(int port) : fd_(testing::connect_loopback(port)) {
     timeval tv{5, 0};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ok_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ok_ = fd_ >= 0;
   }
   ~RawConn() { ::close(fd_); }
   RawConn(const RawConn&) = delete;
@@ -389,17 +386,12 @@ TEST_P(TcpStoreTest, ConnectTimeoutNamesTheEndpoint) {
 
 TEST_P(TcpStoreTest, SilentServerIsAnIoTimeoutNotAHang) {
   // A listening socket nobody serves: the kernel accepts the connection, nothing answers.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(fd, 4), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = 0;
+  const int fd = testing::bind_loopback(0, 4, &port);
+  ASSERT_GE(fd, 0);
   TcpStoreOptions opts;
   opts.io_timeout = 200ms;
-  EXPECT_ERROR_HAS(TcpStore("127.0.0.1", ntohs(a.sin_port), kToken, 1s, opts),
+  EXPECT_ERROR_HAS(TcpStore("127.0.0.1", port, kToken, 1s, opts),
                    "failed: no response within 200 ms");
   ::close(fd);
 }

@@ -41,6 +41,18 @@ inline std::string tiny_recipe_head(const std::filesystem::path& dir, int seq_le
          "/assets/demo/tokens.jsonl\n  seq_len: " + std::to_string(seq_len) + "\n";
 }
 
+// <tmp>/<prefix>_<name>_<pid>/{init, recipe.yaml}: a tiny model from `kiln init --config <preset>
+// --seed <seed>`, and a recipe of tiny_recipe_head followed by `sections` (the rest of the
+// recipe, which the test writes).
+inline std::filesystem::path write_tiny_run(const std::string& prefix, const std::string& name,
+                                            int seed, const std::string& sections,
+                                            const std::string& preset = "tiny") {
+  const std::filesystem::path d = fresh_dir(prefix, name);
+  init_tiny_model(d, seed, preset);
+  write_file_atomic(d / "recipe.yaml", tiny_recipe_head(d) + sections);
+  return d;
+}
+
 // <tmp>/<prefix>_<name>_<pid>/{init, recipe.yaml}; the recipe's output.dir is <that>/run.
 inline std::filesystem::path setup_tiny_run(const std::string& prefix, const std::string& name,
                                             const TinyRunShape& s) {

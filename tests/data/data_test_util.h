@@ -1,5 +1,5 @@
-// Shared helpers for the data tests: the vendored Qwen3 tokenizer (loaded once per binary) and
-// temporary directories.
+// Shared helpers for the data tests: the vendored Qwen3 tokenizer (loaded once per binary), the
+// one-line error read_jsonl gives a text, and temporary directories.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,7 +7,10 @@
 #include <string>
 
 #include "common/temp_dir.h"
+#include "kiln/base/error.h"
 #include "kiln/base/file.h"
+#include "kiln/data/formats.h"
+#include "kiln/data/text_dataset.h"
 #include "kiln/text/tokenizer.h"
 
 namespace kiln::test {
@@ -31,6 +34,21 @@ class TempDir : public testing::TempDir {
  public:
   explicit TempDir(const std::string& name) : testing::TempDir("kiln_data_test", name) {}
 };
+
+// read_jsonl's error for `text` in `format` read as the file `name` (examples cut to seq_len),
+// checked to be one line; "" when it loads.
+inline std::string read_jsonl_error(DataFormat format, const std::string& text,
+                                    const std::string& name, int seq_len) {
+  try {
+    read_jsonl(text, name, LineEncoder(format, &qwen(), kVocab, false), seq_len,
+               Overlong::kTruncate, false);
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    return msg;
+  }
+  return "";
+}
 
 #define EXPECT_HAS(haystack, needle) \
   EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)

@@ -250,14 +250,7 @@ TEST(DataFormatNames, RoundTrip) {
 
 // read_jsonl's error for `text` in `format`, or "" when it loads.
 std::string error_of(DataFormat format, const std::string& text) {
-  try {
-    read_jsonl(text, "train.jsonl", encoder(format), 1024, Overlong::kTruncate, false);
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    return msg;
-  }
-  return "";
+  return test::read_jsonl_error(format, text, "train.jsonl", 1024);
 }
 
 TEST(BadLines, ErrorsNameFileLineAndField) {

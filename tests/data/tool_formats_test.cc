@@ -104,15 +104,9 @@ TEST(Instruction, SystemAndHistoryBecomeTurns) {
             (std::vector<std::string>{"a1<|im_end|>", "a2<|im_end|>", "a3<|im_end|>"}));
 }
 
+// read_jsonl's error for `text` in `format`, or "" when it loads.
 std::string error_of(DataFormat format, const std::string& text) {
-  try {
-    read_jsonl(text, "train.json", encoder(format), 4096, Overlong::kTruncate, false);
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    return msg;
-  }
-  return "";
+  return test::read_jsonl_error(format, text, "train.json", 4096);
 }
 
 TEST(JsonArrayFile, ElementsAreRecordsNamedByTheirLine) {

@@ -22,16 +22,13 @@ using testing::run_kiln;
 // Two workers, checkpoints every 5 steps, saved synchronously (so the newest save point is
 // committed when a later step dies).
 fs::path make_run(const std::string& name) {
-  const fs::path d = testing::fresh_dir("kiln_integrity", name);
-  testing::init_tiny_model(d, 3);
-  write_file_atomic(d / "recipe.yaml",
-                    testing::tiny_recipe_head(d) +
-                        "optimizer:\n  lr: 3.0e-3\n"
-                        "train:\n  max_steps: 20\n  micro_batch_size: 2\n  log_every: 20\n"
-                        "checkpoint:\n  every_steps: 5\n  keep_last: 0\n  background: false\n"
-                        "failure:\n  max_restarts: 0\n"
-                        "dist:\n  nproc_per_node: 2\n  timeout_s: 30\n  threads_per_worker: 1\n");
-  return d;
+  return testing::write_tiny_run(
+      "kiln_integrity", name, 3,
+      "optimizer:\n  lr: 3.0e-3\n"
+      "train:\n  max_steps: 20\n  micro_batch_size: 2\n  log_every: 20\n"
+      "checkpoint:\n  every_steps: 5\n  keep_last: 0\n  background: false\n"
+      "failure:\n  max_restarts: 0\n"
+      "dist:\n  nproc_per_node: 2\n  timeout_s: 30\n  threads_per_worker: 1\n");
 }
 
 testing::CmdResult train(const fs::path& d, const std::string& run, const std::string& args = "",

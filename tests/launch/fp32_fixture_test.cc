@@ -76,19 +76,16 @@ std::string weights_hash(const fs::path& model_dir) {
 }
 
 fs::path run_fixture_recipe(const std::string& extra_env) {
-  const fs::path d = testing::fresh_dir("kiln_fp32_fixture", "run");
-  testing::init_tiny_model(d, 3);
-  write_file_atomic(d / "recipe.yaml",
-                    testing::tiny_recipe_head(d) +
-                        "optimizer:\n  lr: 3.0e-3\n  weight_decay: 0.1\n"
-                        "schedule:\n  name: cosine\n  warmup_steps: 3\n"
-                        "train:\n  max_steps: 12\n  micro_batch_size: 2\n  grad_accum_steps: 2\n"
-                        "  grad_clip: 0.5\n  log_every: 12\n"
-                        "dist:\n  strategy: full_shard\n  nproc_per_node: 2\n  timeout_s: 60\n"
-                        "  threads_per_worker: 1\n"
-                        "output:\n  dir: " +
-                        (d / "run").string() + "\n");
-  const auto r = run_kiln("train " + (d / "recipe.yaml").string(), extra_env);
+  const fs::path d = testing::write_tiny_run(
+      "kiln_fp32_fixture", "run", 3,
+      "optimizer:\n  lr: 3.0e-3\n  weight_decay: 0.1\n"
+      "schedule:\n  name: cosine\n  warmup_steps: 3\n"
+      "train:\n  max_steps: 12\n  micro_batch_size: 2\n  grad_accum_steps: 2\n"
+      "  grad_clip: 0.5\n  log_every: 12\n"
+      "dist:\n  strategy: full_shard\n  nproc_per_node: 2\n  timeout_s: 60\n"
+      "  threads_per_worker: 1\n");
+  const auto r = run_kiln(
+      "train " + (d / "recipe.yaml").string() + " output.dir=" + (d / "run").string(), extra_env);
   EXPECT_EQ(r.code, 0) << r.out;
   return d / "run";
 }

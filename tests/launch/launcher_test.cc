@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/loopback.h"
 #include "common/run_kiln.h"
 #include "common/temp_dir.h"
 #include "common/tiny_run.h"
@@ -184,18 +185,7 @@ TEST(Launcher, HangReportsNameTheStuckRankInOneLine) {
 }
 
 // A free TCP port on this host (for node 0's store).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+int free_port() { return testing::free_loopback_port(); }
 
 // Two agents as two nodes of one job on 127.0.0.1 (one worker each); returns each node's result.
 std::vector<testing::CmdResult> run_two_nodes(const std::string& args, const std::string& env) {

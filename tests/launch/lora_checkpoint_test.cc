@@ -29,16 +29,12 @@ const std::string kTokenizer =
 constexpr const char* kLora = "lora:\n  rank: 4\n  alpha: 8\n";
 
 fs::path make_lora_run(const std::string& name, const std::string& lora = kLora) {
-  const fs::path d = testing::fresh_dir("kiln_lora_ckpt", name);
-  testing::init_tiny_model(d, 2);
-  write_file_atomic(d / "recipe.yaml",
-                    testing::tiny_recipe_head(d) +
-                        "optimizer:\n  lr: 3.0e-3\n"
-                        "train:\n  max_steps: 10\n  micro_batch_size: 4\n  log_every: 10\n"
-                        "checkpoint:\n  every_steps: 5\n  keep_last: 0\n"
-                        "dist:\n  timeout_s: 30\n  threads_per_worker: 1\n" +
-                        lora);
-  return d;
+  return testing::write_tiny_run("kiln_lora_ckpt", name, 2,
+                                 "optimizer:\n  lr: 3.0e-3\n"
+                                 "train:\n  max_steps: 10\n  micro_batch_size: 4\n  log_every: 10\n"
+                                 "checkpoint:\n  every_steps: 5\n  keep_last: 0\n"
+                                 "dist:\n  timeout_s: 30\n  threads_per_worker: 1\n" +
+                                     lora);
 }
 
 CmdResult train(const fs::path& d, const std::string& args) {

@@ -31,6 +31,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/loopback.h"
 #include "common/run_kiln.h"
 #include "common/tiny_run.h"
 #include "kiln/base/file.h"
@@ -116,19 +117,13 @@ class HostileWatcher {
     (void)::ioctl(notify_fd_, SECCOMP_IOCTL_NOTIF_SEND, &resp);  // ENOENT: the call was cut short
   }
   static bool poke(int port, std::mt19937& rng) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const bool connected = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    if (connected) {
-      char junk[64];
-      for (char& c : junk) c = static_cast<char>(rng());
-      (void)!::send(fd, junk, sizeof junk, MSG_NOSIGNAL);
-    }
+    const int fd = testing::connect_loopback(port);
+    if (fd < 0) return false;
+    char junk[64];
+    for (char& c : junk) c = static_cast<char>(rng());
+    (void)!::send(fd, junk, sizeof junk, MSG_NOSIGNAL);
     ::close(fd);
-    return connected;
+    return true;
   }
 
   const int notify_fd_;
@@ -138,35 +133,37 @@ class HostileWatcher {
   std::thread thread_;
 };
 
-// One descriptor over a unix socket (SCM_RIGHTS).
-bool send_fd(int sock, int fd) {
+// One byte over a unix socket with room for one descriptor beside it (SCM_RIGHTS): the message
+// send_fd and receive_fd both pass. Not copyable: the header points into the object.
+struct FdMessage {
   char byte = 0;
   iovec io{&byte, 1};
   alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))]{};
   msghdr m{};
-  m.msg_iov = &io;
-  m.msg_iovlen = 1;
-  m.msg_control = buf;
-  m.msg_controllen = sizeof buf;
-  cmsghdr* c = CMSG_FIRSTHDR(&m);
+  FdMessage() {
+    m.msg_iov = &io;
+    m.msg_iovlen = 1;
+    m.msg_control = buf;
+    m.msg_controllen = sizeof buf;
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+};
+
+bool send_fd(int sock, int fd) {
+  FdMessage f;
+  cmsghdr* c = CMSG_FIRSTHDR(&f.m);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  return ::sendmsg(sock, &m, 0) == 1;
+  return ::sendmsg(sock, &f.m, 0) == 1;
 }
 int receive_fd(int sock) {
-  char byte = 0;
-  iovec io{&byte, 1};
-  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))]{};
-  msghdr m{};
-  m.msg_iov = &io;
-  m.msg_iovlen = 1;
-  m.msg_control = buf;
-  m.msg_controllen = sizeof buf;
-  if (::recvmsg(sock, &m, 0) != 1 || CMSG_FIRSTHDR(&m) == nullptr) return -1;
+  FdMessage f;
+  if (::recvmsg(sock, &f.m, 0) != 1 || CMSG_FIRSTHDR(&f.m) == nullptr) return -1;
   int fd = -1;
-  std::memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof fd);
+  std::memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&f.m)), sizeof fd);
   return fd;
 }
 

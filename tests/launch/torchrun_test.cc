@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/loopback.h"
 #include "common/run_kiln.h"
 #include "common/run_losses.h"
 #include "common/tiny_run.h"
@@ -23,18 +24,6 @@
 namespace kiln {
 namespace {
 
-// Whether loopback port `port` can be bound now (nothing listens or is connected from it).
-bool port_free(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
-
 // Listens on a free loopback port, as torchrun's TCPStore does on MASTER_PORT, chosen so that the
 // port above it (kiln's store) is free too: an ephemeral port's neighbour may be another test's
 // connection.
@@ -42,16 +31,9 @@ class AgentStoreSocket {
  public:
   AgentStoreSocket() {
     for (int attempt = 0; attempt < 50; ++attempt) {
-      fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-      EXPECT_EQ(::listen(fd_, 8), 0);
-      socklen_t len = sizeof a;
-      ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-      port_ = ntohs(a.sin_port);
-      if (port_ < 65535 && port_free(port_ + 1)) return;
+      fd_ = testing::bind_loopback(0, 8, &port_);
+      EXPECT_GE(fd_, 0);
+      if (port_ < 65535 && testing::loopback_port_free(port_ + 1)) return;
       ::close(fd_);
     }
     ADD_FAILURE() << "no loopback port with a free neighbour";
