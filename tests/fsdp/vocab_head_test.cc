@@ -1,10 +1,11 @@
-// Fsdp's split-vocabulary LM head (model/vocab_parallel_loss.cc over Fsdp::acquire_head) against
-// one process holding the whole model: ranks as threads, each with its own row of tokens, train one
-// micro-batch through Fsdp; their loss sums and gradient shards must be the single process's
-// over the concatenated rows, for a tied head (the embedding) and an untied one (the lm_head
-// unit). The vocabulary (301 rows of 16) does not divide by the ranks; the shards hold whole
-// rows (shard_geometry.h) and the batch's targets include the rows on either side of each shard
-// boundary; some targets are ignored. A vocabulary of 9 over 4 ranks leaves the last rank no rows.
+// The tables Fsdp splits (Fsdp::acquire_table): the embedding's lookup (model/sharded_table.cc)
+// and the LM head (model/vocab_parallel_loss.cc) against one process holding the whole model:
+// ranks as threads, each with its own row of tokens, train one micro-batch through Fsdp; their
+// loss sums and gradient shards must be the single process's over the concatenated rows, for a
+// tied head (the embedding) and an untied one (the lm_head unit). The vocabulary (301 rows of
+// 16) does not divide by the ranks; the shards hold whole rows (shard_geometry.h) and the
+// batch's targets include the rows on either side of each shard boundary; some targets are
+// ignored. A vocabulary of 9 over 4 ranks leaves the last rank no rows.
 #include <gtest/gtest.h>
 
 #include <cmath>

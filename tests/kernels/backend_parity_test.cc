@@ -59,7 +59,7 @@ TEST_P(BackendParity, Embedding) {
                     });
     }
     // A table sharded at offsets inside rows: the parts' lookups sum to the whole table's, in
-    // f32 and bf16-rounded (as FSDP's embed_rows and a bf16 gather read it).
+    // f32 and bf16-rounded (as a split table's lookup and a bf16 gather read it).
     const size_t VC = static_cast<size_t>(V) * C;
     const std::vector<size_t> cuts = {0, VC / 3 + 5, 2 * VC / 3 - 7, VC};
     for (bool round : {false, true}) {

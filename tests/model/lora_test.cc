@@ -288,19 +288,13 @@ class RecordingAccess final : public UnitAccess {
     return inner_.grad(unit);
   }
   void grad_done(int unit) override { done.insert(unit); }
-  void embed_rows(int unit, const int32_t* ids, int N, int C, float* out) override {
-    inner_.embed_rows(unit, ids, N, C, out);
+  ShardedTable acquire_table(int unit, int N, TableUse use) override {
+    if (use != TableUse::kLookup) grads.insert(unit);
+    return inner_.acquire_table(unit, N, use);
   }
-  void embed_rows_backward(int unit, const int32_t*, const float*, int, int) override {
-    grads.insert(unit);
-  }
-  HeadTable acquire_head(int unit, int N) override {
-    grads.insert(unit);
-    return inner_.acquire_head(unit, N);
-  }
-  void release_head(int unit) override {
-    inner_.release_head(unit);
-    done.insert(unit);
+  void release_table(int unit, TableUse use) override {
+    inner_.release_table(unit, use);
+    if (use != TableUse::kLookup) done.insert(unit);
   }
   std::set<int> grads, done;
 

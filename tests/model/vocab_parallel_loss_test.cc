@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/ce_in_calls.h"
+#include "common/fresh_scratch.h"
 #include "common/rank_threads.h"
 #include "common/test_backend.h"
 #include "kiln/comm/gloo_communicator.h"
@@ -20,17 +21,6 @@
 
 namespace kiln {
 namespace {
-
-// Buffers straight from the backend: each take is a fresh one.
-class FreshScratch final : public ScratchLender {
- public:
-  explicit FreshScratch(const Backend& be) : be_(be) {}
-  DeviceBuffer<float> take(size_t n) override { return DeviceBuffer<float>(be_, n); }
-  void give(DeviceBuffer<float>) override {}
-
- private:
-  const Backend& be_;
-};
 
 // Deterministic values in [-scale, scale).
 std::vector<float> values(size_t n, uint32_t seed, float scale) {
@@ -69,8 +59,8 @@ TEST(VocabParallelLoss, RowsOverSeveralChunksMatchSingleChunkCalls) {
   std::vector<double> losses(S, 0.0);
   testing::run_rank_threads(S, [&](int r) {
     auto comm = make_gloo_communicator(store, r, S, GlooOptions{});
-    FreshScratch scratch(be);
-    HeadTable t;
+    testing::FreshScratch scratch(be);
+    ShardedTable t;
     t.a = std::min(V, r * span);
     t.b = std::min(V, (r + 1) * span);
     t.span = span;

@@ -1,6 +1,9 @@
-// The communicator: collectives over a group of workers. Backends: local (world size 1, every
-// collective is a copy or nothing), Gloo (CPU, TCP) and NCCL (GPU, CUDA builds). The trainer
-// and FSDP only ever talk to this interface.
+// The communicator: collectives over a group of workers. Implementations: local (world size 1,
+// every collective is a copy or nothing), Gloo (CPU: TCP, kiln's authenticated TCP, or the
+// same-host shared memory lane; gloo_communicator.h), NCCL (GPU, CUDA builds) and the null
+// communicator the memory plan runs FSDP through (null_communicator.h). Its users (the trainer,
+// FSDP, and the model's uses of a table split over a shard group: model/sharded_table.h,
+// model/vocab_parallel_loss.h) only ever talk to this interface.
 //
 // Ordering contract: every rank of a group issues the same collectives in the same order.
 // Asynchronous operations run in issue order on the group's own stream (Gloo: its communication

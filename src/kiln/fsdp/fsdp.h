@@ -23,8 +23,8 @@
 //
 // Frozen units (not ParamUnit::trainable: a LoRA run's base) have no gradient: their shards are
 // stored in the gather dtype (bf16 under bf16 mixed precision, half the bytes), gathered as they
-// are and never reduced; grad(), grad_done() and the lookup's backward refuse them, and the
-// gradient norm, clipping and the optimizer see only the trainable units.
+// are and never reduced; grad(), grad_done() and acquire_table for a use with a gradient
+// refuse them, and the gradient norm, clipping and the optimizer see only the trainable units.
 //
 // Dtype: shards, gradients and optimizer state are fp32. Units are gathered in the backend's
 // activation_dtype(): bf16 under bf16 mixed precision (each rank rounds its shard into its slot
@@ -57,15 +57,16 @@
 
 namespace kiln {
 
-// Whether acquire_head splits the vocabulary: a (table_numel / C, C) table sharded over `group`
-// ranks under `strategy`, with `tokens` per rank.
-bool splits_vocabulary(ShardStrategy strategy, size_t group, size_t table_numel, size_t tokens,
-                       size_t C);
-// Whether Fsdp::embed_rows (or, with `backward`, embed_rows_backward) goes by rows: a table of
-// table_numel / C rows, `group` ranks in FSDP's shard communicator, `tokens` per rank;
-// `reduced`: the unit's grad_done already issued its reduction in this micro-step.
-bool looks_up_by_rows(ShardStrategy strategy, size_t group, size_t table_numel, size_t tokens,
-                      size_t C, bool backward, bool reduced);
+// Whether Fsdp lends a (rows, C) table split along its rows (sharded_table.h) to a use by
+// `tokens` per rank on each of `group` ranks of the shard communicator, rather than gathering it:
+// the one place that decides it. Split when the group's tokens are fewer than the table's rows
+// (then moving the tokens costs less than gathering the table), the strategy shards the table
+// (not no_shard), the shard is stored in fp32 (`fp32_shard`: the split uses read fp32 rows; a
+// frozen table stored in bf16 is gathered), and, for a use with a gradient (the lookup's
+// backward, the LM head's loss), the shard group alone completes the gradient (not
+// hybrid_shard: the other nodes' rows would be missing).
+bool splits_table(ShardStrategy strategy, size_t group, size_t rows, size_t tokens, bool with_grad,
+                  bool fp32_shard);
 
 class Fsdp final : public UnitAccess {
  public:
@@ -81,26 +82,17 @@ class Fsdp final : public UnitAccess {
   void release(int unit) override;
   float* grad(int unit) override;
   void grad_done(int unit) override;
-  // When the group's tokens are fewer than the table's rows (S * N < V): every rank looks up
-  // all ranks' tokens in its own rows of the table (zeros for a row another rank holds) and a
-  // reduce-scatter of those (S * N, C) rows sums each rank's rows, instead of gathering the
-  // whole (V, C) table. Otherwise the table is acquired as usual.
-  void embed_rows(int unit, const int32_t* ids, int N, int C, float* out) override;
-  // The same choice: every rank's ids and dout rows are gathered and each rank adds those that
-  // fall in its shard (all of them under no_shard) straight into its gradient shard, after
-  // what the unit's earlier grad_done reduced. Otherwise (and for hybrid_shard, whose other
-  // nodes' rows these would miss) a whole-unit gradient is made and reduced as usual.
-  void embed_rows_backward(int unit, const int32_t* ids, const float* dout, int N, int C) override;
-  // Under full_shard and shard_grad_op, when the group's tokens are fewer than the table's rows
-  // (splits_vocabulary): the vocabulary is split along the shards for the model's loss
-  // (model/vocab_parallel_loss.h, Megatron's vocabulary-parallel head). The head is this rank's
-  // shard (whole rows, shard_geometry.h; a bf16 copy from the pool under bf16), its gradient
-  // rows are the gradient shard, the group is the shard communicator, and the pool lends the
-  // loss's buffers (counted as communication buffers); neither the table nor its whole gradient
-  // is ever held, and release_head has nothing to reduce. Otherwise the table is acquired and
-  // its gradient reduced as usual (release_head: release and grad_done).
-  HeadTable acquire_head(int unit, int N) override;
-  void release_head(int unit) override;
+  // A (V, C) table (ParamUnit::row_width) lent for one use (UnitAccess::acquire_table). When
+  // splits_table says so, this rank's shard, whole rows (shard_geometry.h), its gradient shard as
+  // the gradient rows, the shard communicator as the group and the pool lending the use's buffers
+  // (counted as communication buffers): the table is never gathered nor its whole gradient held,
+  // and release_table has nothing to reduce. Otherwise the table as acquire() gives it and its
+  // whole-unit gradient, released and reduced by release_table as usual; except for the
+  // lookup's backward under no_shard once the table's gradient was all-reduced in this
+  // micro-step (a tied head's part): then the whole table's gradient, after that reduction, with
+  // the shard communicator, so that every rank's rows are added (sharded_table.h).
+  ShardedTable acquire_table(int unit, int N, TableUse use) override;
+  void release_table(int unit, TableUse use) override;
 
   // Gradient accumulation: with sync off (micro-steps before the last), strategies that can
   // keep whole-unit gradients (no_shard, shard_grad_op) skip communication and accumulate
@@ -188,13 +180,9 @@ class Fsdp final : public UnitAccess {
     return strategy_ != ShardStrategy::kNoShard || gather_dtype_ != x.store;
   }
   Unit& trainable_unit(int unit, const char* what);
-  // Whether a lookup of N tokens per rank in `unit` goes by rows (embed_rows) rather than by
-  // gathering the table; `backward`: for embed_rows_backward.
-  bool rows_path(const Unit& x, int N, int C, bool backward) const;
-  // Whether acquire_head of N tokens per rank splits the vocabulary (see there).
-  bool vocab_path(const Unit& x, int N, int C) const;
-  // all (S * N) = every rank's ids (N), in rank order, in a pooled buffer.
-  DeviceBuffer<float> gather_ids(const int32_t* ids, int N);
+  // Unit x (unit) as lent by rows to a use: this rank's rows of it and the shard communicator;
+  // with_grad: its gradient shard as the gradient rows.
+  ShardedTable lent_rows(Unit& x, int unit, bool with_grad);
   void start_gather(int unit);
   void free_full(int unit);
   void complete(Pending& p);
@@ -229,26 +217,25 @@ class Fsdp final : public UnitAccess {
   size_t order_pos_ = 0;
   std::deque<Pending> pending_;
   size_t gathered_ = 0, peak_gathered_ = 0;
-  CastCopy load_copy_{be_};
-  // The head in use (acquire_head to release_head).
-  struct HeadUse {
+  CastCopy load_copy_{be_};  // load_shard's staging (bf16 frozen shards), until the first acquire
+  // The table lent (acquire_table to release_table).
+  struct Lent {
     int unit = -1;
-    bool split = false;
-    DeviceBuffer<float> rows16;  // the split head's bf16 rows, from the pool
+    TableUse use = TableUse::kLookup;
+    bool by_rows = false;  // this rank's rows and the group, rather than the table acquired
   };
-  HeadUse head_;
-  // Lends the split loss the pool's buffers, as communication buffers.
-  class HeadScratch final : public ScratchLender {
+  Lent lent_;
+  // Lends a table's uses the pool's buffers, as communication buffers.
+  class TableScratch final : public ScratchLender {
    public:
-    explicit HeadScratch(Fsdp& f) : f_(f) {}
+    explicit TableScratch(Fsdp& f) : f_(f) {}
     DeviceBuffer<float> take(size_t n) override { return f_.take(n); }
     void give(DeviceBuffer<float> b) override { f_.give(std::move(b)); }
 
    private:
     Fsdp& f_;
   };
-  HeadScratch head_scratch_{
-      *this};  // load_shard's staging (bf16 frozen shards), until the first acquire
+  TableScratch table_scratch_{*this};
 };
 
 }  // namespace kiln

@@ -1,7 +1,8 @@
-// Fsdp::acquire_head and release_head: the LM head's table as the model's loss reads it
-// (model/vocab_parallel_loss.h). Split along the vocabulary, this rank's shard is its part: the
-// table is sharded by whole rows (shard_geometry.h), rank r holds rows [a, b) and no row is cut
-// across ranks; the loss's working buffers come from the pool, as communication buffers.
+// Fsdp::acquire_table and release_table: a (V, C) table lent to the model's uses of it
+// (model/sharded_table.h computes them: the lookup, its backward, the LM head's loss). Split, the
+// table is sharded by whole rows (shard_geometry.h): rank r holds rows [a, b) and no row is cut
+// across ranks; the uses' working buffers come from the pool, as communication buffers. FSDP
+// computes nothing here: it decides (splits_table), lends, and reduces what it did not lend.
 #include <algorithm>
 
 #include "kiln/base/error.h"
@@ -9,60 +10,69 @@
 
 namespace kiln {
 
-bool splits_vocabulary(ShardStrategy strategy, size_t group, size_t table_numel, size_t tokens,
-                       size_t C) {
-  if (group == 1) return false;
-  if (strategy != ShardStrategy::kFullShard && strategy != ShardStrategy::kShardGradOp) {
-    return false;  // no_shard holds the table; hybrid_shard would miss the other nodes' rows
-  }
-  return group * tokens < table_numel / C;
+bool splits_table(ShardStrategy strategy, size_t group, size_t rows, size_t tokens, bool with_grad,
+                  bool fp32_shard) {
+  if (group == 1 || strategy == ShardStrategy::kNoShard || !fp32_shard) return false;
+  if (with_grad && strategy == ShardStrategy::kHybridShard) return false;
+  return group * tokens < rows;
 }
 
-bool Fsdp::vocab_path(const Unit& x, int N, int C) const {
-  return splits_vocabulary(strategy_, static_cast<size_t>(shard_.world_size()), x.numel,
-                           static_cast<size_t>(N), static_cast<size_t>(C));
-}
-
-HeadTable Fsdp::acquire_head(int unit, int N) {
-  Unit& x = trainable_unit(unit, "acquire_head");
+ShardedTable Fsdp::lent_rows(Unit& x, int unit, bool with_grad) {
   const size_t C = layout_.units()[unit].row_width;
-  KILN_CHECK(C > 0 && head_.unit < 0, "acquire_head: unit {} is not a table, or a head is in use",
-             unit);
-  const int V = static_cast<int>(x.numel / C);
-  head_.unit = unit;
-  head_.split = vocab_path(x, N, static_cast<int>(C));
-  if (!head_.split) {
-    const ConstDevPtr rows = acquire(unit);  // before grad(unit), which may take a pool buffer
-    return whole_head_table(rows, grad(unit), V);
-  }
-  const size_t per = x.shard_size / C;
-  HeadTable t;
-  const size_t a = std::min(static_cast<size_t>(V), static_cast<size_t>(shard_.rank()) * per);
-  t.a = static_cast<int>(a);
-  t.b = static_cast<int>(std::min(static_cast<size_t>(V), a + per));
-  t.span = static_cast<int>(per);
+  const size_t V = x.numel / C, per = x.shard_size / C;
+  const size_t a = std::min(V, static_cast<size_t>(shard_.rank()) * per);
+  ShardedTable t;
   t.rows = ConstDevPtr(x.shard.data());
-  if (gather_dtype_ == DType::BF16) {  // the rows in the products' dtype
-    head_.rows16 = take(storage_floats(x.shard_size, gather_dtype_));
-    be_.cast_to_bf16(head_.rows16.data(), x.shard.data(), x.shard_size);
-    t.rows = ConstDevPtr(head_.rows16.data(), gather_dtype_);
-  }
-  t.grad = x.shard_grad.data();
+  t.grad = with_grad ? x.shard_grad.data() : nullptr;
+  t.a = static_cast<int>(a);
+  t.b = static_cast<int>(std::min(V, a + per));
+  t.span = static_cast<int>(per);
   t.group = &shard_;
-  t.scratch = &head_scratch_;
+  t.scratch = &table_scratch_;
   return t;
 }
 
-void Fsdp::release_head(int unit) {
-  KILN_CHECK(head_.unit == unit, "release_head: unit {} is not the head in use", unit);
-  head_.unit = -1;
-  if (!head_.split) {
-    release(unit);
-    grad_done(unit);
-    return;
+ShardedTable Fsdp::acquire_table(int unit, int N, TableUse use) {
+  const bool with_grad = use != TableUse::kLookup;
+  Unit& x = with_grad ? trainable_unit(unit, "acquire_table") : units_[unit];
+  const size_t C = layout_.units()[unit].row_width;
+  KILN_CHECK(C > 0 && lent_.unit < 0, "acquire_table: unit {} is not a table, or a table is lent",
+             unit);
+  const int V = static_cast<int>(x.numel / C);
+  const size_t S = static_cast<size_t>(shard_.world_size());
+  const bool split = splits_table(strategy_, S, static_cast<size_t>(V), static_cast<size_t>(N),
+                                  with_grad, x.store == DType::F32);
+  // no_shard's lookup backward after the table's all-reduce (see fsdp.h).
+  const bool reduced = use == TableUse::kLookupBackward && strategy_ == ShardStrategy::kNoShard &&
+                       S > 1 && x.reduced;
+  lent_ = {unit, use, split || reduced};
+  if (use == TableUse::kLookup) {
+    return split ? lent_rows(x, unit, false) : whole_table(acquire(unit), nullptr, V);
   }
-  // The gradient went straight into the shard: nothing to reduce.
-  if (head_.rows16.size() > 0) give(std::move(head_.rows16));
+  if (use == TableUse::kLookupBackward) {
+    x.reduced = false;
+    if (!lent_.by_rows) return whole_table(ConstDevPtr(nullptr, DType::F32), grad(unit), V);
+    // What the unit's grad_done reduced lands in its gradient shard first (no_shard in bf16
+    // overwrites it), then the rows add on top, in stream order.
+    drain(0);
+    if (split) return lent_rows(x, unit, true);
+    ShardedTable t = whole_table(ConstDevPtr(nullptr, DType::F32), x.shard_grad.data(), V);
+    t.group = &shard_;
+    t.scratch = &table_scratch_;
+    return t;
+  }
+  if (split) return lent_rows(x, unit, true);
+  const ConstDevPtr rows = acquire(unit);  // before grad(unit), which may take a pool buffer
+  return whole_table(rows, grad(unit), V);
+}
+
+void Fsdp::release_table(int unit, TableUse use) {
+  KILN_CHECK(lent_.unit == unit && lent_.use == use,
+             "release_table: unit {} is not the table lent for this use", unit);
+  lent_.unit = -1;
+  if (lent_.by_rows) return;  // the gradient went straight into the shard: nothing to reduce
+  if (use != TableUse::kLookupBackward) release(unit);
+  if (use != TableUse::kLookup) grad_done(unit);
 }
 
 }  // namespace kiln

@@ -19,7 +19,7 @@ enum class PoolUse {
   kGathered,  // gathered units (all-gather outputs)
   kGrads,     // whole-unit gradients and their reduce-dtype copies (reduce-scatter inputs)
   kComm,  // reduced shards, widened copies, the row lookups' buffers, the split head's bf16 rows
-          // and the vocabulary-parallel loss's buffers (lent through Fsdp::acquire_head)
+          // and the vocabulary-parallel loss's buffers (lent through Fsdp::acquire_table)
 };
 
 struct PoolParts {

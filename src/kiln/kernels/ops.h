@@ -128,7 +128,7 @@ class Backend {
   // out: (N, C) = the part of wte[ids[n]] held in `part`, a slice of the flattened (V, C) table:
   // element e = ids[n] * C + c is part[e - part_begin] when part_begin <= e < part_begin +
   // part_len (rounded to bf16 and back when round_bf16), else 0. Summed over the ranks of a
-  // sharded table it is embedding_forward of the whole (FSDP's Fsdp::embed_rows).
+  // sharded table it is embedding_forward of the whole (model/sharded_table.h's table_lookup).
   virtual void embedding_forward_part(float* out, const int32_t* ids, const float* part,
                                       size_t part_begin, size_t part_len, int N, int C,
                                       bool round_bf16) const = 0;

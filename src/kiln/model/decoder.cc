@@ -229,9 +229,11 @@ void Decoder::forward_trunk(const Batch& batch, UnitAccess& params, bool trainin
   const size_t NC = static_cast<size_t>(N) * C;
   const int L = static_cast<int>(config_.num_hidden_layers);
   if (training) {
-    // Every rank's training batch is (micro_batch_size, seq_len): the same N, as embed_rows
-    // asks of a sharded table.
-    params.embed_rows(layout_.embed_unit(), ids_, N, C, res_);
+    // Every rank's training batch is (micro_batch_size, seq_len): the same N, as a split
+    // table's lookup asks.
+    const int e = layout_.embed_unit();
+    table_lookup(be_, params.acquire_table(e, N, TableUse::kLookup), ids_, N, C, res_);
+    params.release_table(e, TableUse::kLookup);
   } else {
     // Evaluation batches differ between ranks (the last ones are short).
     const ConstDevPtr w = params.acquire(layout_.embed_unit());
@@ -292,13 +294,13 @@ void Decoder::head_backward(const Batch& batch, UnitAccess& params, float scale,
     be_.cross_entropy(loss_sum, dxf_, nullptr, xf_, wh, targets_, N, targeted(batch), C, V, scale);
     params.release(layout_.lm_head_unit());
   } else {
-    // The LM head's gradient (a tied head's part of the table's) is complete at release_head:
+    // The LM head's gradient (a tied head's part of the table's) is complete at release_table:
     // FSDP reduces it while the layers' backward runs, or has split the vocabulary among the
-    // ranks; a tied table's lookup rows follow through embed_rows_backward.
+    // ranks; a tied table's lookup rows follow in the lookup's backward.
     const int lm = layout_.lm_head_unit();
-    const HeadTable table = params.acquire_head(lm, N);
+    const ShardedTable table = params.acquire_table(lm, N, TableUse::kHead);
     head_loss(be_, table, loss_sum, dxf_, xf_, targets_, N, targeted(batch), C, V, scale);
-    params.release_head(lm);
+    params.release_table(lm, TableUse::kHead);
   }
   be_.rmsnorm_backward(dres_, norm_dw, dxf_, x, norm_w, rstdf_, N, C, false);
   params.release(hu);
@@ -322,7 +324,10 @@ void Decoder::forward_backward(const Batch& batch, UnitAccess& params, float sca
     units_.release(l, params, /*grads=*/true);
   }
   if (trains(layout_.embed_unit())) {
-    params.embed_rows_backward(layout_.embed_unit(), ids_, dres_, N, C);
+    const int e = layout_.embed_unit();
+    table_lookup_backward(be_, params.acquire_table(e, N, TableUse::kLookupBackward), ids_, dres_,
+                          N, C);
+    params.release_table(e, TableUse::kLookupBackward);
   }
   dropout_seed_ = next_dropout_seed(dropout_seed_);
 }

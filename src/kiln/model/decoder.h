@@ -12,7 +12,7 @@
 //           forward_backward, seeded by set_dropout_seed)
 //   head:   xf = rmsnorm(x); loss = CE(xf W_head^T, targets), never holding the (N, V) logits:
 //           forward() calls the backend's fused cross_entropy (chunked); forward_backward()
-//           calls head_loss (vocab_parallel_loss.h) on UnitAccess::acquire_head's table: that
+//           calls head_loss (vocab_parallel_loss.h) on the table UnitAccess lends: that
 //           same op for ParamStore, and for Fsdp unless it splits the vocabulary, when each rank
 //           computes the logits of its own rows of the head (vocabulary-parallel)
 // Whether a unit gets a gradient is its own ParamUnit::trainable: the backward computes every
@@ -101,7 +101,8 @@ class Decoder {
   void head_backward(const Batch& batch, UnitAccess& params, float scale, double* loss_sum);
   std::pair<float*, float*> qk_norm_backward(ConstDevPtr w, float* dw, const LayerActs& a, int N);
   // Embedding and every layer's forward: fills res_ (and the saved activations).
-  // training: the embedding rows come from UnitAccess::embed_rows (every rank's N alike).
+  // training: the embedding rows come from table_lookup (sharded_table.h) on the table
+  // UnitAccess lends (every rank's N alike).
   void forward_trunk(const Batch& batch, UnitAccess& params, bool training);
 
   ModelConfig config_;

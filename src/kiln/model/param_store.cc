@@ -25,22 +25,26 @@ ConstDevPtr ParamStore::acquire(int unit) {
   return {c.data.data(), DType::BF16};
 }
 
-void ParamStore::embed_rows(int unit, const int32_t* ids, int N, int C, float* out) {
-  if (stored_[unit] != DType::F32) {  // a frozen table in bf16: read whole, as FSDP does
-    be_.embedding_forward(out, ids, acquire(unit), N, C);
-    release(unit);
-    return;
+ShardedTable ParamStore::acquire_table(int unit, int, TableUse use) {
+  const ParamUnit& u = layout_.units()[unit];
+  KILN_CHECK(u.row_width > 0 && (use == TableUse::kLookup || grads_[unit].size() > 0),
+             "acquire_table: unit {} ({}) is not a trainable table", unit, u.name);
+  const int V = static_cast<int>(u.numel / u.row_width);
+  float* g = grads_[unit].size() > 0 ? grads_[unit].data() : nullptr;
+  if (use == TableUse::kLookup) {
+    // A table stored in fp32 is read in place (the lookup rounds it as acquire() would); one
+    // stored in bf16 (frozen) as acquire() hands it out.
+    const bool in_place = stored_[unit] == DType::F32;
+    return whole_table(in_place ? ConstDevPtr(params_[unit].data()) : acquire(unit), nullptr, V);
   }
-  const DeviceBuffer<float>& t = params_[unit];
-  be_.embedding_forward_part(out, ids, t.data(), 0, t.size(), N, C, dtype_ == DType::BF16);
+  if (use == TableUse::kLookupBackward) return whole_table(ConstDevPtr(nullptr, DType::F32), g, V);
+  return whole_table(acquire(unit), g, V);
 }
 
-HeadTable ParamStore::acquire_head(int unit, int) {
-  const ParamUnit& u = layout_.units()[unit];
-  KILN_CHECK(u.row_width > 0 && grads_[unit].size() > 0,
-             "acquire_head: unit {} ({}) is not a trainable table", unit, u.name);
-  const int V = static_cast<int>(u.numel / u.row_width);
-  return whole_head_table(acquire(unit), grads_[unit].data(), V);
+void ParamStore::release_table(int unit, TableUse use) {
+  const bool acquired =
+      use == TableUse::kHead || (use == TableUse::kLookup && stored_[unit] != DType::F32);
+  if (acquired) release(unit);
 }
 
 void ParamStore::release(int unit) {

@@ -32,7 +32,7 @@ struct VocabChunk {
 
 // Each row's max and (sum of exponentials, target logit) over the whole vocabulary: this
 // rank's rows, then combined over the ranks.
-void row_statistics(const Backend& be, const HeadTable& t, const VocabChunk& c,
+void row_statistics(const Backend& be, const ShardedTable& t, const VocabChunk& c,
                     const int32_t* targets, int n) {
   const int m = t.b - t.a;
   Stream* after = &be.compute_stream();
@@ -46,7 +46,7 @@ void row_statistics(const Backend& be, const HeadTable& t, const VocabChunk& c,
 
 // Rows [t0, t0 + n) of the group's rows; own: this rank's rows [own_begin, own_end), whose
 // loss it adds.
-void vocab_chunk(const Backend& be, const HeadTable& t, const VocabChunk& c, int t0, int n,
+void vocab_chunk(const Backend& be, const ShardedTable& t, const VocabChunk& c, int t0, int n,
                  int own_begin, int own_end, int C, float scale, double* loss_sum) {
   const int m = t.b - t.a;
   const float* xc = c.xs + static_cast<size_t>(t0) * C;
@@ -64,8 +64,25 @@ void vocab_chunk(const Backend& be, const HeadTable& t, const VocabChunk& c, int
   }
 }
 
-void split_loss(const Backend& be, const HeadTable& t, double* loss_sum, float* dx, const float* x,
-                const int32_t* targets, int N, int C, float scale) {
+// `t` with its rows in the products' dtype: under bf16 a copy of fp32 rows (a split table's
+// shard) in `copy`, a buffer of the largest part's size lent by t.scratch.
+ShardedTable rows_in_product_dtype(const Backend& be, const ShardedTable& t, int C,
+                                   DeviceBuffer<float>& copy) {
+  const DType dt = be.activation_dtype();
+  if (t.rows.dtype == dt) return t;
+  KILN_CHECK(dt == DType::BF16, "head_loss: rows in {} for products in {}",
+             dtype_name(t.rows.dtype), dtype_name(dt));
+  ShardedTable p = t;
+  copy = t.scratch->take(storage_floats(static_cast<size_t>(t.span) * C, dt));
+  be.cast_to_bf16(copy.data(), t.rows.f32(), static_cast<size_t>(t.b - t.a) * C);
+  p.rows = ConstDevPtr(copy.data(), dt);
+  return p;
+}
+
+void split_loss(const Backend& be, const ShardedTable& lent, double* loss_sum, float* dx,
+                const float* x, const int32_t* targets, int N, int C, float scale) {
+  DeviceBuffer<float> rows16;
+  const ShardedTable t = rows_in_product_dtype(be, lent, C, rows16);
   Communicator& g = *t.group;
   ScratchLender& lend = *t.scratch;
   const int S = g.world_size(), r = g.rank();
@@ -73,9 +90,7 @@ void split_loss(const Backend& be, const HeadTable& t, double* loss_sum, float* 
   Stream* after = &be.compute_stream();
   DeviceBuffer<float> xs = lend.take(Nt * C);
   g.all_gather_async(xs.data(), x, static_cast<size_t>(N) * C, DType::F32, after)->wait(*after);
-  // Token ids travel as 4-byte elements: an all-gather only copies them.
-  DeviceBuffer<float> ts = lend.take(Nt);
-  g.all_gather_async(ts.data(), targets, N, DType::F32, after)->wait(*after);
+  DeviceBuffer<float> ts = gather_table_ids(be, t, targets, N);
   DeviceBuffer<float> dxs = lend.take(Nt * C);
   const size_t rows = vocab_loss_logit_rows(Nt, static_cast<size_t>(t.span));
   DeviceBuffer<float> logits = lend.take(rows * static_cast<size_t>(t.span));
@@ -96,14 +111,16 @@ void split_loss(const Backend& be, const HeadTable& t, double* loss_sum, float* 
       ->wait(*after);
   // Pooled buffers are reused in stream order.
   for (DeviceBuffer<float>* b : {&xs, &ts, &dxs, &logits, &scratch}) lend.give(std::move(*b));
+  if (rows16.size() > 0) lend.give(std::move(rows16));
 }
 
 }  // namespace
 
 size_t vocab_loss_logit_rows(size_t rows, size_t span) { return ce_chunk_rows(rows, span); }
 
-void head_loss(const Backend& be, const HeadTable& t, double* loss_sum, float* dx, const float* x,
-               const int32_t* targets, int N, int targeted, int C, int V, float scale) {
+void head_loss(const Backend& be, const ShardedTable& t, double* loss_sum, float* dx,
+               const float* x, const int32_t* targets, int N, int targeted, int C, int V,
+               float scale) {
   if (t.group == nullptr) {
     KILN_CHECK(t.a == 0 && t.b == V, "head_loss: a whole table of {} rows has rows [{}, {})", V,
                t.a, t.b);
