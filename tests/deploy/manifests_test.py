@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RENDER = ROOT / "deploy" / "render.sh"
 K8S = ROOT / "deploy" / "k8s"
 CLUSTER = ROOT / "deploy" / "eks" / "cluster.yaml"
-RECIPE_CC = ROOT / "src" / "kiln" / "train" / "recipe.cc"
+RECIPE_SCHEMA = ROOT / "src" / "kiln" / "train" / "recipe_schema.cc"
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
@@ -111,10 +111,10 @@ def load(files, values, label):
 
 
 def recipe_keys():
-    """kiln's list of valid recipe keys, from the recipe parser's source (its kKeySpecs table:
-    one {"section.key", defines_run} line per key)."""
-    text = RECIPE_CC.read_text()
-    return set(re.findall(r'^\s*\{"([a-z_]+\.[a-z_]+)", (?:true|false)\},\s*$', text, re.M))
+    """kiln's list of valid recipe keys, from the recipe's schema (one row per key, starting
+    `kind("section.key", kRun` or `{"section.key", kNotRun`)."""
+    text = RECIPE_SCHEMA.read_text()
+    return set(re.findall(r'^\s*(?:[a-z_]+\(|\{)"([a-z_]+\.[a-z_]+)", k(?:Not)?Run\b', text, re.M))
 
 
 def by_kind(docs, kind):
@@ -237,7 +237,7 @@ def check_common(docs, values, label):
         return
     flat = {f"{s}.{k}": v for s, m in recipe.items() for k, v in (m or {}).items()}
     known = recipe_keys()
-    check(f"{label}: kiln's recipe key list found in {RECIPE_CC.relative_to(ROOT)}",
+    check(f"{label}: kiln's recipe key list found in {RECIPE_SCHEMA.relative_to(ROOT)}",
           len(known) >= 20, f"found {len(known)}")
     unknown = sorted(set(flat) - known)
     check(f"{label}: every recipe key is one kiln knows", not unknown, f"unknown: {unknown}")

@@ -80,7 +80,7 @@ TEST(MemoryPlan, ArithmeticOfATinyConfig) {
   // bf16 gathers half (where the CPU has bf16 products); recomputation keeps one layer; AdamW's
   // state halves again at 4 ranks.
   s.bf16 = true;
-  s.recompute = true;
+  s.step.recompute = true;
   const MemoryPlan b = plan_memory(c, s);
   EXPECT_EQ(b.gathered, bf16_storage_bytes() * (E + 2 * Ly + H));
   EXPECT_LT(b.activations, p.activations);
@@ -163,7 +163,7 @@ TEST(MemoryPlan, ActivationsAreTheModelsArena) {
         s.micro_batch = 3;
         s.seq_len = 5;
         s.bf16 = bf16;
-        s.recompute = !recompute;  // the other setting's arena comes from a second run
+        s.step.recompute = !recompute;  // the other setting's arena comes from a second run
         const MemoryPlan p = plan_memory(c, s);
         EXPECT_EQ(recompute ? p.activations_recompute : p.activations_full,
                   model.activation_bytes())
@@ -196,7 +196,7 @@ TEST(MemoryPlan, PoolIsWhatFsdpHolds) {
     s.bf16 =
         (pc.bf16 ? testing::cpu_bf16() : testing::cpu_fp32()).activation_dtype() == DType::BF16;
     s.reduce_bf16 = pc.reduce_bf16;
-    s.micro_batch = 2;  // the batch below: embed_rows' buffers follow its tokens
+    s.micro_batch = 2;  // the batch below: the split lookup's buffers follow its tokens
     s.seq_len = 4;
     s.gloo = false;
     const MemoryPlan plan = plan_memory(c, s);

@@ -11,6 +11,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/file.h"
 #include "kiln/data/formats.h"
+#include "kiln/train/recipe_suggest.h"
 
 namespace kiln {
 namespace {
@@ -66,7 +67,7 @@ output:
 // data.train entries of these paths, each in data.format with weight 1.
 std::vector<Recipe::TrainFile> files(const std::vector<std::string>& paths) {
   std::vector<Recipe::TrainFile> out;
-  for (const std::string& p : paths) out.push_back({p, "", 1.0});
+  for (const std::string& p : paths) out.push_back({p, std::nullopt, 1.0});
   return out;
 }
 
@@ -90,47 +91,42 @@ std::string error_of(const std::string& text, const std::vector<std::string>& ov
 #define EXPECT_HAS(haystack, needle) \
   EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
 
+// A key the recipe leaves out takes the Recipe struct's default (the one place defaults are
+// written); DocumentedDefaults holds each to docs/recipe.md.
 TEST(Recipe, Defaults) {
-  Recipe r = parse(kMinimal);
-  EXPECT_EQ(r.model.path, "/models/qwen");
-  EXPECT_EQ(r.data.train, files({"/data/train.jsonl"}));
-  EXPECT_EQ(r.data.format, "tokens");
-  EXPECT_EQ(r.data.tokenizer, "");
-  EXPECT_EQ(r.data.chat_template, "");
-  EXPECT_EQ(r.data.enable_thinking, std::nullopt);
-  EXPECT_EQ(r.data.seq_len, 512);
-  EXPECT_EQ(r.data.overlong, Overlong::kTruncate);
-  EXPECT_FALSE(r.data.pack);
-  EXPECT_TRUE(r.data.shuffle);
-  EXPECT_FALSE(r.data.train_on_prompt);
-  EXPECT_FALSE(r.data.skip_bad_lines);
-  EXPECT_EQ(r.data.cache_dir, "");
-  EXPECT_EQ(r.optimizer.name, OptimizerKind::kAdamW);
-  EXPECT_EQ(r.optimizer.lr, 1e-5);
-  EXPECT_EQ(r.optimizer.weight_decay, 0.0);
-  EXPECT_EQ(r.optimizer.betas[0], 0.9);
-  EXPECT_EQ(r.optimizer.betas[1], 0.999);
-  EXPECT_EQ(r.optimizer.eps, 1e-8);
-  EXPECT_EQ(r.optimizer.momentum, 0.0);
-  EXPECT_EQ(r.schedule.name, ScheduleKind::kConstant);
-  EXPECT_EQ(r.schedule.warmup_steps, 0);
-  EXPECT_EQ(r.schedule.min_lr_ratio, 0.0);
-  EXPECT_EQ(r.train.max_steps, 100);
-  EXPECT_EQ(r.train.micro_batch_size, 1);
-  EXPECT_EQ(r.train.grad_accum_steps, 1);
-  EXPECT_EQ(r.train.grad_clip, 1.0);
-  EXPECT_EQ(r.train.seed, 0u);
-  EXPECT_FALSE(r.train.activation_checkpointing);
-  EXPECT_EQ(r.train.log_every, 1);
-  EXPECT_EQ(r.output.dir, "/base/runs/a");
-  EXPECT_EQ(r.output.dtype, DType::F32);
-  EXPECT_EQ(r.failure.sigterm_grace_s, 25.0);
-
   Recipe expected;
   expected.model.path = "/models/qwen";
   expected.data.train = files({"/data/train.jsonl"});
   expected.output.dir = "/base/runs/a";
-  EXPECT_EQ(r, expected);
+  EXPECT_EQ(parse(kMinimal), expected);
+}
+
+// Every key's default as docs/recipe.md states it (the first `literal` of its row's default
+// column) is the default: setting a key to it leaves the recipe as it was. The keys come from the
+// schema, so a new key needs a documented default (or a place in kNotLiteral).
+TEST(Recipe, DocumentedDefaults) {
+  const std::string doc = read_file(fs::path(KILN_SOURCE_DIR) / "docs/recipe.md");
+  const std::set<std::string> kRequired = {"model.path", "data.train", "output.dir"};
+  const std::set<std::string> kNotLiteral = {"lora.targets", "data.enable_thinking"};
+  const Recipe plain = parse(kMinimal), with_lora = parse(std::string(kMinimal) + "lora:\n");
+  for (const std::string& key : recipe_keys()) {
+    const size_t row = doc.find("| `" + key + "` |");
+    ASSERT_NE(row, std::string::npos) << key;
+    // | `key` | type | default | meaning |
+    const size_t type_end = doc.find('|', doc.find('|', row + 1) + 1);
+    const std::string cell = doc.substr(type_end + 2, doc.find('|', type_end + 1) - type_end - 3);
+    if (kRequired.count(key)) {
+      EXPECT_EQ(cell, "**required**") << key;
+      continue;
+    }
+    if (kNotLiteral.count(key)) continue;
+    ASSERT_EQ(cell.front(), '`') << key << ": " << cell;
+    const std::string value = cell.substr(1, cell.find('`', 1) - 1);
+    const bool lora = key.starts_with("lora.");
+    const Recipe set = parse(std::string(kMinimal) + (lora ? "lora:\n" : ""), {key + "=" + value});
+    EXPECT_EQ(recipe_to_yaml(set), recipe_to_yaml(lora ? with_lora : plain)) << key << "=" << value;
+    EXPECT_EQ(set, lora ? with_lora : plain) << key << "=" << value;
+  }
 }
 
 TEST(Recipe, ChatTemplateKeys) {
@@ -159,7 +155,7 @@ TEST(Recipe, EveryKeyParsed) {
   Recipe r = parse(kFull);
   EXPECT_EQ(r.model.path, "/models/qwen2-0.5b");
   EXPECT_EQ(r.data.train, files({"/base/data/train.jsonl"}));
-  EXPECT_EQ(r.data.format, "chat");
+  EXPECT_EQ(r.data.format, DataFormat::kChat);
   EXPECT_EQ(r.data.tokenizer, "/base/tok/tokenizer.json");
   EXPECT_EQ(r.data.chat_template, "qwen3");
   EXPECT_EQ(r.data.enable_thinking, false);
@@ -547,12 +543,14 @@ TEST(Recipe, Documentation) {
 TEST(Recipe, DataFormatsAreTheDataLayersList) {
   const std::string doc = read_file(fs::path(KILN_SOURCE_DIR) / "docs/recipe.md");
   for (const std::string& name : data_format_names()) {
-    EXPECT_EQ(parse(kMinimal, {"data.format=" + name}).data.format, name);
+    EXPECT_EQ(data_format_name(parse(kMinimal, {"data.format=" + name}).data.format), name);
     EXPECT_HAS(doc, "| `" + name + "` |");
   }
   for (const auto& [alias, format] : data_format_aliases()) {
-    // Stored as the format's own name, so the effective recipe and run identity use one spelling.
-    EXPECT_EQ(parse(kMinimal, {"data.format=" + alias}).data.format, data_format_name(format));
+    // Read as the format it names, so the effective recipe and run identity use one spelling.
+    EXPECT_EQ(parse(kMinimal, {"data.format=" + alias}).data.format, format);
+    EXPECT_HAS(recipe_to_yaml(parse(kMinimal, {"data.format=" + alias})),
+               "  format: " + std::string(data_format_name(format)) + "\n");
     EXPECT_HAS(doc, "`" + alias + "` (= `" + std::string(data_format_name(format)) + "`)");
   }
 }
@@ -572,21 +570,21 @@ data:
 output: {dir: /o}
 )";
   const Recipe r = parse_recipe(text, "r.yaml", "/recipes", {});
-  const std::vector<Recipe::TrainFile> want = {{"/recipes/a.jsonl", "", 1.0},
-                                               {"/recipes/b.json", "instruction", 0.5},
-                                               {"/abs/c.jsonl", "sharegpt", 1.0},
-                                               {"/recipes/d.jsonl", "", 2.0}};
+  const std::vector<Recipe::TrainFile> want = {{"/recipes/a.jsonl", std::nullopt, 1.0},
+                                               {"/recipes/b.json", DataFormat::kInstruction, 0.5},
+                                               {"/abs/c.jsonl", DataFormat::kShareGpt, 1.0},
+                                               {"/recipes/d.jsonl", std::nullopt, 2.0}};
   EXPECT_EQ(r.data.train, want);
-  EXPECT_EQ(r.data.format, "chat");
-  EXPECT_EQ(train_file_format(r, r.data.train[0]), "chat");
-  EXPECT_EQ(train_file_format(r, r.data.train[1]), "instruction");
+  EXPECT_EQ(r.data.format, DataFormat::kChat);
+  EXPECT_EQ(train_file_format(r, r.data.train[0]), DataFormat::kChat);
+  EXPECT_EQ(train_file_format(r, r.data.train[1]), DataFormat::kInstruction);
   const std::string yaml = recipe_to_yaml(r);
   EXPECT_EQ(parse_recipe(yaml, "saved.yaml", "/elsewhere", {}), r) << yaml;
   // One entry alone, as an override (relative to the current directory).
   const Recipe one = parse(kMinimal, {"data.train={path: x.jsonl, format: text, weight: 3}"});
-  EXPECT_EQ(
-      one.data.train,
-      (std::vector<Recipe::TrainFile>{{(fs::current_path() / "x.jsonl").string(), "text", 3}}));
+  EXPECT_EQ(one.data.train,
+            (std::vector<Recipe::TrainFile>{
+                {(fs::current_path() / "x.jsonl").string(), DataFormat::kText, 3}}));
   EXPECT_EQ(parse_recipe(recipe_to_yaml(one), "saved.yaml", "/elsewhere", {}), one);
 
   EXPECT_HAS(error_of(kMinimal, {"data.train=[{path: a, format: csv}]"}),
@@ -634,18 +632,21 @@ output: {dir: runs/x}
   EXPECT_EQ(r.data.tokenizer, "/work/recipes/tok");
   EXPECT_EQ(r.data.cache_dir, "/work/recipes/c");
   EXPECT_EQ(r.data.eval, "/work/recipes/e.jsonl");
-  EXPECT_EQ(r.train.resume, "/work/recipes/runs/x/checkpoints/step-00000010");
+  EXPECT_EQ(r.train.resume, (ResumeFrom{ResumeMode::kCheckpoint,
+                                        "/work/recipes/runs/x/checkpoints/step-00000010"}));
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "saved.yaml", "/elsewhere", {}), r);
   EXPECT_EQ(r.output.dir, "/work/recipes/runs/x");
   const fs::path cwd = fs::current_path();
   r = parse_recipe(text, "r.yaml", "/work/recipes",
                    {"model.path=m", "output.dir=o", "train.resume=ck", "data.eval=e2.jsonl"});
   EXPECT_EQ(r.model.path, (cwd / "m").string());
   EXPECT_EQ(r.output.dir, (cwd / "o").string());
-  EXPECT_EQ(r.train.resume, (cwd / "ck").string());
+  EXPECT_EQ(r.train.resume, (ResumeFrom{ResumeMode::kCheckpoint, (cwd / "ck").string()}));
   EXPECT_EQ(r.data.eval, (cwd / "e2.jsonl").string());
   // The keywords of train.resume are not paths.
-  EXPECT_EQ(parse(kMinimal, {"train.resume=auto"}).train.resume, "auto");
-  EXPECT_EQ(parse(kMinimal, {"train.resume=none"}).train.resume, "none");
+  EXPECT_EQ(parse(kMinimal, {"train.resume=auto"}).train.resume.mode, ResumeMode::kAuto);
+  EXPECT_EQ(parse(kMinimal, {"train.resume=none"}).train.resume, ResumeFrom{});
+  EXPECT_HAS(recipe_to_yaml(parse(kMinimal, {"train.resume=auto"})), "  resume: \"auto\"\n");
 }
 
 TEST(Recipe, MissingFile) { EXPECT_THROW(load_recipe("/nonexistent/recipe.yaml"), Error); }

@@ -14,8 +14,7 @@ namespace kiln::cli {
 
 namespace {
 // One data.train file's counts and cache, one line each.
-void report_prepared(const TokenizedDataset& data, const std::string& file,
-                     const std::string& format) {
+void report_prepared(const TokenizedDataset& data, const std::string& file, DataFormat format) {
   const DataStats& s = data.stats();
   std::printf(
       "%s: %lld examples, %lld tokens (%lld take loss); %lld truncated, %lld dropped, "
@@ -27,8 +26,8 @@ void report_prepared(const TokenizedDataset& data, const std::string& file,
     std::printf("cache %s: %s\n", data.from_cache_hit() ? "hit" : "written",
                 data.cache_path().c_str());
   } else {
-    std::printf("no cache (%s)\n",
-                format == "tokens" ? "format tokens is read directly" : "it could not be written");
+    std::printf("no cache (%s)\n", format == DataFormat::kTokens ? "format tokens is read directly"
+                                                                 : "it could not be written");
   }
 }
 }  // namespace

@@ -43,13 +43,12 @@
 #include <vector>
 
 #include "kiln/base/json.h"
+#include "kiln/data/data_format.h"
 #include "kiln/data/token_dataset.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/tokenizer.h"
 
 namespace kiln {
-
-enum class DataFormat { kTokens, kChat, kInstruction, kCompletion, kText, kShareGpt };
 
 // The one list of data formats: the recipe (data.format, data.train's per-file format), `kiln
 // eval --format`, `kiln tokenize --format` and `kiln prepare-data` all read it, and

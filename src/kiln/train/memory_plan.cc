@@ -51,8 +51,8 @@ CommScratch comm_scratch_kind(const MemorySettings& s) {
   return s.shm_lane ? CommScratch::kShmLane : CommScratch::kGloo;
 }
 
-// Rank 0 of the run, on a counting backend and communicators that move nothing: the trainer's
-// objects, in the trainer's order.
+// Rank 0 of the run, on a counting backend and communicators that move nothing: the
+// trainer's TrainCore (train_core.h), stepped over the planned micro-batches.
 class PlanRun {
  public:
   PlanRun(const ModelConfig& c, const MemorySettings& s)
@@ -65,56 +65,41 @@ class PlanRun {
         inter_(hybrid() ? make_null_communicator(0, s.world_size / s.shard_size, CommScratch::kNone,
                                                  sink())
                         : nullptr),
-        model_(c, be_, s.lora),
-        fsdp_(model_.layout(), be_, s.strategy, hybrid() ? *intra_ : *world_, inter_.get(),
-              s.prefetch, s.reduce_bf16 ? DType::BF16 : DType::F32),
-        opt_(s.optimizer, model_.layout(), fsdp_.shard_ranges(), be_),
-        scalars_(be_, 3),
-        batch_(planned_batch(s)) {}
+        core_(c, be_, s.lora, shard_setup(), s.optimizer, s.step),
+        batches_(static_cast<size_t>(s.grad_accum), planned_batch(s)) {}
 
-  // Trainer::train_step's device work: micro-batches through FSDP, the norm, the update.
-  void train_step() {
-    fsdp_.zero_grads();
-    const float scale = 1.0f / static_cast<float>(batch_.targets.size() * s_.grad_accum);
-    for (int i = 0; i < s_.grad_accum; ++i) {
-      fsdp_.set_sync_grads(i == s_.grad_accum - 1);
-      model_.forward_backward(batch_, fsdp_, scale, s_.recompute, scalars_.data());
-      fsdp_.finish_backward();
-    }
-    fsdp_.grad_sq_norm(scalars_.data() + 1);
-    opt_.begin_step();
-    for (int u = 0; u < fsdp_.num_units(); ++u) {
-      if (fsdp_.trainable(u)) opt_.step(u, fsdp_.shard_params(u), fsdp_.shard_grads(u), 1e-5);
-    }
+  // The trainer's step: every token of every micro-batch is a target.
+  void train_step(int64_t step) {
+    double targets = 0;
+    for (const Batch& b : batches_) targets += static_cast<double>(b.num_targets());
+    core_.step(batches_, targets, step, /*lr=*/1e-5);
   }
   // Trainer::evaluate: forward only.
-  void evaluate() {
-    model_.forward(batch_, fsdp_, scalars_.data());
-    fsdp_.finish_forward();
-  }
+  void evaluate() { core_.evaluate(batches_[0]); }
   // Host memory the saves hold (checkpoint.h, hf_checkpoint.h): a background save's snapshot,
   // kept; the final save's stage, then rank 0's unit of final/ (after Fsdp::release_buffers).
   size_t snapshot() {
-    const size_t bytes = checkpoint_snapshot_floats(checkpoint_ranges(fsdp_), opt_) * sizeof(float);
+    const size_t bytes =
+        checkpoint_snapshot_floats(checkpoint_ranges(fsdp()), optimizer()) * sizeof(float);
     be_.host_allocated(&snapshot_key_, bytes);
     return bytes;
   }
   size_t final_save() {
-    fsdp_.release_buffers();
-    const size_t stage = checkpoint_stage_floats(checkpoint_ranges(fsdp_)) * sizeof(float);
+    core_.fsdp().release_buffers();
+    const size_t stage = checkpoint_stage_floats(checkpoint_ranges(fsdp())) * sizeof(float);
     be_.host_allocated(&final_key_, stage);
     be_.host_freed(&final_key_);
     const size_t unit =
-        s_.writes_final ? model_output_host_floats(model_.layout()) * sizeof(float) : 0;
+        s_.writes_final ? model_output_host_floats(core_.model().layout()) * sizeof(float) : 0;
     be_.host_allocated(&final_key_, unit);
     be_.host_freed(&final_key_);
     return std::max(stage, unit);
   }
 
   const CountingBackend& backend() const { return be_; }
-  Decoder& model() { return model_; }
-  const Fsdp& fsdp() const { return fsdp_; }
-  const Optimizer& optimizer() const { return opt_; }
+  Decoder& model() { return core_.model(); }
+  const Fsdp& fsdp() const { return core_.fsdp(); }
+  const Optimizer& optimizer() const { return core_.optimizer(); }
   size_t comm_scratch() const {
     size_t n = 0;
     for (const auto& [key, bytes] : comm_held_) n += bytes;
@@ -123,6 +108,13 @@ class PlanRun {
 
  private:
   bool hybrid() const { return s_.strategy == ShardStrategy::kHybridShard; }
+  ShardSetup shard_setup() {
+    return {.strategy = s_.strategy,
+            .shard = hybrid() ? *intra_ : *world_,
+            .replica = inter_.get(),
+            .prefetch = s_.prefetch,
+            .reduce_dtype = s_.reduce_bf16 ? DType::BF16 : DType::F32};
+  }
   // The communicators' own memory: host memory beside the backend's.
   ScratchSink sink() {
     return [this](const void* key, size_t bytes) {
@@ -135,11 +127,8 @@ class PlanRun {
   std::map<const void*, size_t> comm_held_;
   CountingBackend be_;
   std::unique_ptr<Communicator> world_, intra_, inter_;
-  Decoder model_;
-  Fsdp fsdp_;
-  Optimizer opt_;
-  DeviceBuffer<double> scalars_;  // the step's loss sum, squared norm, squared weights
-  Batch batch_;
+  TrainCore core_;
+  std::vector<Batch> batches_;  // train.grad_accum_steps planned micro-batches
   int snapshot_key_ = 0, final_key_ = 0;
 };
 
@@ -151,7 +140,7 @@ size_t other_arena_bytes(const ModelConfig& c, const MemorySettings& s) {
   Decoder model(c, be, s.lora);
   ParamStore store(model.layout(), be);
   DeviceBuffer<double> loss(be, 1);
-  model.forward_backward(planned_batch(s), store, 1.0f, !s.recompute, loss.data());
+  model.forward_backward(planned_batch(s), store, 1.0f, !s.step.recompute, loss.data());
   return model.activation_bytes();
 }
 
@@ -174,7 +163,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemorySettings& s) {
       p.largest_unit = run.model().layout().units()[u].name;
     }
   }
-  for (int step = 0; step < 2; ++step) run.train_step();
+  for (int step = 0; step < 2; ++step) run.train_step(step);
   p.activations = run.model().activation_bytes();
   if (s.eval) run.evaluate();
   if (s.background_save) p.snapshot = run.snapshot();
@@ -186,8 +175,8 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemorySettings& s) {
   p.workspace = be.scratch_bytes();
   const size_t training_peak = s.on_cpu ? be.resident_peak() : be.memory_stats().peak;
   p.final_save = run.final_save();
-  (s.recompute ? p.activations_recompute : p.activations_full) = p.activations;
-  (s.recompute ? p.activations_full : p.activations_recompute) = other_arena_bytes(c, s);
+  (s.step.recompute ? p.activations_recompute : p.activations_full) = p.activations;
+  (s.step.recompute ? p.activations_full : p.activations_recompute) = other_arena_bytes(c, s);
   p.baseline = s.baseline;
   p.device_peak = be.memory_stats().peak;
   // Host memory (the snapshot, the communicators' scratch) is part of the peak on the CPU only.
@@ -217,7 +206,7 @@ MemorySettings memory_settings(const Recipe& r, int world_size, int per_node, bo
   s.micro_batch = r.train.micro_batch_size;
   s.seq_len = r.data.seq_len;
   s.grad_accum = r.train.grad_accum_steps;
-  s.recompute = r.train.activation_checkpointing;
+  s.step = step_settings(r, /*rank=*/0);
   s.optimizer = optimizer_settings(r);
   s.background_save = r.checkpoint.every_steps > 0 && r.checkpoint.background;
   s.writes_final = true;

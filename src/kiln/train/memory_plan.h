@@ -3,16 +3,17 @@
 // known before it loads a byte. The trainer prints it on every rank and, at the end, beside the
 // measured peak; `kiln plan` prints it for a recipe without weights.
 //
-// The plan is not a second copy of the code's sizing rules: it runs the real code. The real
-// Decoder, Fsdp, Optimizer and the checkpoint saves' buffers run two training steps (the
-// first learns the prefetch order, the second prefetches), an evaluation, a background save's
-// snapshot and the final save on a CountingBackend (kernels/device/counting_backend.h: nothing
-// allocated, nothing computed, every allocation and every op's scratch counted with the CPU's or
-// CUDA's own sizing functions) through communicators that move nothing
-// (comm/null_communicator.h) of the run's world size, as rank 0 (the largest rank: it also
-// writes final/). The peak is the run's; the parts are read from where the memory was allocated:
-// the shards (Fsdp, Optimizer), FSDP's pool by use (PoolBooks), the model's activation arena,
-// the backend's own scratch, the communicators' scratch and the saves' host buffers.
+// The plan is not a second copy of the code's sizing rules: it runs the real code. The trainer's
+// own TrainCore (train_core.h: the Decoder, Fsdp, Optimizer and the step over them) and the
+// checkpoint saves' buffers run two training steps (the first learns the prefetch order, the
+// second prefetches), an evaluation, a background save's snapshot and the final save on a
+// CountingBackend (kernels/device/counting_backend.h: nothing allocated, nothing computed, every
+// allocation and every op's scratch counted with the CPU's or CUDA's own sizing functions)
+// through communicators that move nothing (comm/null_communicator.h) of the run's world size, as
+// rank 0 (the largest rank: it also writes final/). The peak is the run's; the parts are read from
+// where the memory was allocated: the shards (Fsdp, Optimizer), FSDP's pool by use (PoolBooks), the
+// model's activation arena, the backend's own scratch, the communicators' scratch and the saves'
+// host buffers.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +26,7 @@
 #include "kiln/train/gpu_runtime_memory.h"
 #include "kiln/train/optimizer.h"
 #include "kiln/train/recipe.h"
+#include "kiln/train/train_core.h"
 
 namespace kiln {
 
@@ -44,7 +46,7 @@ struct MemorySettings {
   int micro_batch = 1;
   int seq_len = 512;
   int grad_accum = 1;            // train.grad_accum_steps: micro-batches per step
-  bool recompute = false;        // train.activation_checkpointing
+  StepSettings step;             // the step's own (recomputation, clipping), as rank 0 reads them
   OptimizerSettings optimizer;   // AdamW keeps m and v, SGD with momentum m
   bool background_save = false;  // checkpoint.every_steps > 0 with checkpoint.background
   bool writes_final = true;      // this rank writes final/ (rank 0)

@@ -168,13 +168,13 @@ void preflight_checks(const Recipe& r) {
     }
   }
 
-  if (r.train.resume != "none" && r.train.resume != "auto") {
-    const fs::path ckpt = r.train.resume;
+  if (r.train.resume.mode == ResumeMode::kCheckpoint) {
+    const fs::path ckpt = r.train.resume.checkpoint;
     if (!fs::is_regular_file(ckpt / "manifest.json", ec)) {
       fail("train.resume: {} is not a checkpoint (no manifest.json)", ckpt.string());
     }
   }
-  if (r.train.resume == "none") {
+  if (r.train.resume.mode == ResumeMode::kNone) {
     if (const auto latest = latest_checkpoint(fs::path(r.output.dir) / "checkpoints")) {
       if (!r.output.overwrite) fail("{}", output_dir_in_use(r, latest->dir));
       if (const auto clash = overwrite_deletes_input(r)) fail("{}", *clash);

@@ -1,20 +1,23 @@
 // Training recipe: a YAML file plus `dotted.key=value` command-line overrides (as torchtune does).
 // Every key is documented in docs/recipe.md; unknown keys are errors, so a typo never silently
-// falls back to a default.
+// falls back to a default. A key is one row of the schema (recipe_schema.cc: its name, whether it
+// defines the run, how it is read, checked and written); the struct below holds the values and
+// their defaults; checks across keys are validate's (recipe.cc).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
+#include "kiln/base/named_values.h"
 #include "kiln/comm/comm_request.h"
 #include "kiln/comm/pair_auth.h"
 #include "kiln/comm/private_network_mode.h"
 #include "kiln/comm/transport.h"
+#include "kiln/data/data_format.h"
 #include "kiln/data/overlong.h"
 #include "kiln/fsdp/shard_strategy.h"
 #include "kiln/kernels/device/backend.h"
@@ -27,6 +30,25 @@
 namespace kiln {
 
 namespace fs = std::filesystem;
+
+// train.resume: where a run starts, its two keywords listed once (base/named_values.h); any other
+// value names a checkpoint directory. none: from model.path, a fresh run (an output.dir holding
+// checkpoints is refused unless output.overwrite); auto: the newest intact checkpoint in
+// output.dir/checkpoints, or a fresh start when there is none; checkpoint: that directory.
+enum class ResumeMode { kNone, kAuto, kCheckpoint };
+inline constexpr std::array<Named<ResumeMode>, 2> kResumeKeywords = {{
+    {ResumeMode::kNone, "none"},
+    {ResumeMode::kAuto, "auto"},
+}};
+struct ResumeFrom {
+  ResumeMode mode = ResumeMode::kNone;
+  std::string checkpoint;  // kCheckpoint: the directory, absolute and normalised; else ""
+  bool operator==(const ResumeFrom&) const = default;
+  // As the recipe spells it: "none", "auto" or the checkpoint directory.
+  std::string text() const {
+    return mode == ResumeMode::kCheckpoint ? checkpoint : name_of(kResumeKeywords, mode);
+  }
+};
 
 struct Recipe {
   // Every path in a recipe (model.path, model.adapter, data.train, data.tokenizer,
@@ -60,8 +82,8 @@ struct Recipe {
   // One data.train entry: a path, or {path, format, weight} in the recipe.
   struct TrainFile {
     std::string path;
-    // A data format (data/formats.h, aliases resolved to the format's name); "" = data.format.
-    std::string format;
+    // A data format (data/formats.h; aliases read as the format they name); nullopt: data.format.
+    std::optional<DataFormat> format;
     // > 0: the examples it adds to each epoch, as a multiple of its own (data/mixture.h): 0.5
     // a seeded half of the file, 2 every example twice.
     double weight = 1.0;
@@ -72,8 +94,8 @@ struct Recipe {
     // its own token cache, format and weight).
     std::vector<TrainFile> train;
     // The format of data.train entries that name none, and of data.eval; a name or alias of
-    // data_format_names() (data/formats.h), stored as the format's name.
-    std::string format = "tokens";
+    // data_format_names() (data/formats.h).
+    DataFormat format = DataFormat::kTokens;
     // tokenizer.json or a directory holding one, for the text formats; empty: model.path.
     std::string tokenizer;
     // data.template, the chat formats' template: "" (the base's own when kiln knows it, qwen2.5
@@ -126,9 +148,10 @@ struct Recipe {
     uint64_t seed = 0;
     bool activation_checkpointing = false;
     int64_t log_every = 1;  // > 0 steps between metric lines
-    // "none" (default), "auto" (the newest complete checkpoint in output.dir/checkpoints, or a
-    // fresh start when there is none) or a checkpoint directory (resolved like every path).
-    std::string resume = "none";
+    // none (default), auto (the newest complete checkpoint in output.dir/checkpoints, or a fresh
+    // start when there is none) or a checkpoint directory, resolved like every path
+    // (ResumeFrom above).
+    ResumeFrom resume;
     // fp32 | bf16 (kComputeDTypeNames): compute dtype. bf16 is mixed precision: bf16 GEMM
     // inputs, fp32 master weights, optimizer state and accumulation.
     ComputeDType dtype = ComputeDType::kFp32;
@@ -243,19 +266,8 @@ std::string recipe_to_yaml(const Recipe& recipe);
 
 // Every valid dotted key, in documentation order ("model.path", "data.train", ...).
 const std::vector<std::string>& recipe_keys();
-// The keys that define a run (run_identity.h), in the same order: marked in the one key table.
+// The keys that define a run (run_identity.h), in the same order: marked in their schema rows.
 const std::vector<std::string>& run_identity_keys();
-
-// A key another fine-tuning tool spells otherwise, matched by its last component ("lora.r",
-// "r" and axolotl's top-level "lora_r" alike): an unknown key that is one of these is answered
-// with kiln's key, `recipe.yaml:3: unknown key 'lora.r' (PEFT's name; kiln's is 'lora.rank')`.
-struct ForeignKey {
-  const char* name;      // "r"
-  const char* whose;     // "PEFT's"
-  const char* kiln_key;  // "lora.rank": a key of recipe_keys()
-  const char* note;      // "" or what differs beyond the name
-};
-std::span<const ForeignKey> foreign_recipe_keys();
 
 // How relative paths resolve, in words for errors that name a resolved path: "a relative path
 // in a recipe file is relative to the file's folder, one on the command line to the working
@@ -263,6 +275,6 @@ std::span<const ForeignKey> foreign_recipe_keys();
 const char* recipe_path_rule();
 
 // The format of data.train entry `file`: its own, else data.format.
-const std::string& train_file_format(const Recipe& recipe, const Recipe::TrainFile& file);
+DataFormat train_file_format(const Recipe& recipe, const Recipe::TrainFile& file);
 
 }  // namespace kiln

@@ -1,9 +1,10 @@
 // Which run a checkpoint belongs to. The keys run_identity_keys() lists (recipe.h: marked in
-// recipe.cc's one key table) define a run: its weights, data, order and optimisation. A checkpoint
-// written under another value of any of them is another run's, and train.resume=auto refuses it,
-// naming the key. Everything else may change on resume: the step budget (train.max_steps,
-// train.epochs), logging, evaluation, checkpoint cadence, output, recomputation, the device, the
-// distribution (world size and strategy reshard) and failure handling.
+// their rows of the recipe's schema, recipe_schema.cc) define a run: its weights, data, order and
+// optimisation. A checkpoint written under another value of any of them is another run's, and
+// train.resume=auto refuses it, naming the key. Everything else may change on resume: the step
+// budget (train.max_steps, train.epochs), logging, evaluation, checkpoint cadence, output,
+// recomputation, the device, the distribution (world size and strategy reshard) and failure
+// handling.
 #pragma once
 
 #include <optional>

@@ -8,12 +8,10 @@
 
 namespace kiln {
 
-DataOptions data_options(const Recipe& r, const std::string& path, const std::string& format) {
+DataOptions data_options(const Recipe& r, const std::string& path, DataFormat format) {
   DataOptions o;
   o.path = path;
-  const auto parsed = parse_data_format(format);
-  KILN_CHECK(parsed.has_value(), "data format '{}'", format);
-  o.format = *parsed;
+  o.format = format;
   o.tokenizer = r.data.tokenizer.empty() ? fs::path(r.model.path) : fs::path(r.data.tokenizer);
   o.seq_len = r.data.seq_len;
   o.overlong = r.data.overlong;

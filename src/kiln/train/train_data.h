@@ -15,8 +15,8 @@
 namespace kiln {
 
 // load_dataset's options for the recipe's data section (data.tokenizer defaults to model.path)
-// for `path` in `format` (a data format's name).
-DataOptions data_options(const Recipe& recipe, const std::string& path, const std::string& format);
+// for `path` in `format`.
+DataOptions data_options(const Recipe& recipe, const std::string& path, DataFormat format);
 // The same for a data.train entry, in its own format or data.format.
 DataOptions data_options(const Recipe& recipe, const Recipe::TrainFile& file);
 

@@ -27,7 +27,6 @@
 #include "kiln/model/decoder.h"
 #include "kiln/model/init.h"
 #include "kiln/model/layout.h"
-#include "kiln/model/lora_ops.h"
 #include "kiln/model/phase_costs.h"
 #include "kiln/model_files/base_fingerprint.h"
 #include "kiln/model_files/hf_checkpoint.h"
@@ -47,6 +46,7 @@
 #include "kiln/train/run_shape.h"
 #include "kiln/train/step_sync.h"
 #include "kiln/train/tensorboard.h"
+#include "kiln/train/train_core.h"
 #include "kiln/train/train_data.h"
 
 namespace kiln {
@@ -97,6 +97,7 @@ class Trainer {
   static const Recipe& checked(const Recipe& r, const WorkerContext& ctx);
   Communicator& shard_group();
   Communicator* replica_group();
+  ShardSetup shard_setup();
   ScheduleSettings schedule_settings() const;
   RetentionPolicy retention() const;
   bool writes_shard() const;
@@ -135,20 +136,19 @@ class Trainer {
   const RunShape shape_;    // strategy, shard group size and reduce dtype (run_shape.h)
   const size_t start_rss_;  // before the backend, model and shards exist: the plan's baseline
   std::unique_ptr<Backend> backend_;
-  Decoder model_;
-  Fsdp fsdp_;
+  TrainCore core_;  // the model, its shards, the optimizer and the step's device half
+  Decoder& model_ = core_.model();
+  Fsdp& fsdp_ = core_.fsdp();
+  Optimizer& opt_ = core_.optimizer();
   std::unique_ptr<TrainData> data_;
   std::optional<TokenizedDataset> eval_file_;  // data.eval's examples
   const ExampleSource* eval_data_ = nullptr;   // eval_file_, or data.eval_split's held-out set
   std::string eval_name_;                      // what eval_data_ is, for messages
   std::optional<EvalBatches> eval_batches_;
-  Optimizer opt_;
   const ScheduleSettings schedule_;
   CheckpointSaver saver_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, output.tensorboard
-  // The step's device scalars (loss sum, squared gradient norm) and their one host read.
-  DeviceBuffer<double> step_scalars_;
-  PinnedBuffer<double> step_scalars_host_;
+  PinnedBuffer<double> step_sums_host_;             // the step's one host read of core_.sums()
   std::vector<Batch> batches_;
   int64_t max_steps_ = 0;  // train.max_steps, or train.epochs' steps
   int64_t start_step_ = 0;
@@ -185,6 +185,14 @@ Communicator& Trainer::shard_group() {
 
 Communicator* Trainer::replica_group() {
   return shape_.strategy == ShardStrategy::kHybridShard ? &ctx_.inter_node() : nullptr;
+}
+
+ShardSetup Trainer::shard_setup() {
+  return {.strategy = shape_.strategy,
+          .shard = shard_group(),
+          .replica = replica_group(),
+          .prefetch = r_.dist.prefetch,
+          .reduce_dtype = shape_.reduce_dtype};
 }
 
 ScheduleSettings Trainer::schedule_settings() const {
@@ -224,15 +232,12 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       shape_(run_shape(r, id_.world_size, id_.local_world_size)),
       start_rss_(resident_bytes()),
       backend_(make_backend(r.train.device, r.train.dtype, id_.local_rank)),
-      model_(config_, *backend_, r.lora),
-      fsdp_(model_.layout(), *backend_, shape_.strategy, shard_group(), replica_group(),
-            r.dist.prefetch, shape_.reduce_dtype),
-      opt_(optimizer_settings(r), model_.layout(), fsdp_.shard_ranges(), *backend_),
+      core_(config_, *backend_, r.lora, shard_setup(), optimizer_settings(r),
+            step_settings(r, id_.rank)),
       schedule_(schedule_settings()),
       saver_(run_dir_ / "checkpoints", model_.layout(), fsdp_, opt_, world_, writes_shard(),
              r.checkpoint.background, retention()),
-      step_scalars_(*backend_, 3),
-      step_scalars_host_(*backend_, 3),
+      step_sums_host_(*backend_, 3),
       batches_(r.train.grad_accum_steps),
       tty_(::isatty(STDERR_FILENO) != 0) {
   // no_shard holds every unit whole, whatever its group's size.
@@ -356,18 +361,19 @@ void Trainer::open_eval_data() {
 }
 
 void Trainer::resume() {
-  if (r_.train.resume == "none") return;
+  if (r_.train.resume.mode == ResumeMode::kNone) return;
   const fs::path ckpt_root = run_dir_ / "checkpoints";
   // Verified first, collectively; under auto a damaged checkpoint is skipped for an older one.
   std::optional<CheckpointCheck> from;
-  if (r_.train.resume == "auto") {
+  if (r_.train.resume.mode == ResumeMode::kAuto) {
     from = newest_intact_checkpoint(ckpt_root, model_.layout(), world_);
   } else {
-    from = check_checkpoint(fs::path(r_.train.resume), model_.layout(), world_);
+    from = check_checkpoint(fs::path(r_.train.resume.checkpoint), model_.layout(), world_);
   }
   if (from) {
     const Recipe written_with = checkpoint_recipe(from->dir);
-    check_same_run(from->dir, written_with, r_, /*refuse=*/r_.train.resume == "auto", lead_);
+    const bool refuse = r_.train.resume.mode == ResumeMode::kAuto;
+    check_same_run(from->dir, written_with, r_, refuse, lead_);
     note_step_budget(from->dir, written_with, r_, max_steps_, lead_);
     const CheckpointState st = load_checkpoint(*from, model_.layout(), fsdp_, opt_);
     std::vector<FileDigest> data_now;
@@ -396,7 +402,8 @@ void Trainer::claim_run_dir() {
     }
   }
   world_.barrier();
-  const auto latest = r_.train.resume == "none" ? latest_checkpoint(ckpt_root) : std::nullopt;
+  const auto latest =
+      r_.train.resume.mode == ResumeMode::kNone ? latest_checkpoint(ckpt_root) : std::nullopt;
   if (latest && !r_.output.overwrite) fail("{}", output_dir_in_use(r_, latest->dir));
   if (latest) {
     if (const auto clash = overwrite_deletes_input(r_)) fail("{}", *clash);
@@ -433,17 +440,15 @@ CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
 // Forward only, through FSDP's gathered units: the mean loss over every eval target of every
 // rank. The loss sums stay on the device until the end.
 double Trainer::evaluate(int64_t step) {
-  double* loss_dev = step_scalars_.data();
-  backend_->fill_zero(loss_dev, sizeof(double));
+  core_.zero_loss();
   double sums[2] = {0, 0};  // loss, targets
   Batch b;
   for (int64_t i = 0; i < eval_batches_->rounds(); ++i) {
     eval_batches_->fill(i, b);
-    model_.forward(b, fsdp_, loss_dev);
+    core_.evaluate(b);
     sums[1] += static_cast<double>(b.num_targets());
-    fsdp_.finish_forward();
   }
-  backend_->copy_to_host(&sums[0], loss_dev, sizeof(double));
+  backend_->copy_to_host(&sums[0], core_.sums(), sizeof(double));
   backend_->synchronize();
   world_.all_reduce(sums, size_t{2}, ReduceOp::kSum);
   if (sums[1] == 0) {
@@ -452,10 +457,9 @@ double Trainer::evaluate(int64_t step) {
   return sums[0] / sums[1];
 }
 
-// One optimizer step. The loss is the mean over every predicted token of the step (all
-// micro-batches, all ranks), so accumulation and data parallelism give the same gradient as one
-// large batch. Everything from the first forward to the optimizer update is enqueued on the
-// device; the host reads the loss sum and gradient norm once, at the end.
+// One optimizer step: the host half (the batches, the step's sync record, the learning rate,
+// the checks and metrics) around the core's device half (train_core.h), which is enqueued on the
+// device whole; the host reads the loss sum, gradient norm and weights' sum once, at the end.
 StepMetrics Trainer::train_step(int64_t step) {
   const auto t0 = Clock::now();
   // The step's control decisions, from one all-reduce of every rank's sync record.
@@ -473,45 +477,17 @@ StepMetrics Trainer::train_step(int64_t step) {
   saver_.on_status(sync.writes_running, sync.writes_failed);  // commits once all are done
   stop_ = sync.stop();  // every rank stops after this same step
   const double targets = sync.targets;
-  double* loss_sum = step_scalars_.data();
-  double* grad_sq = step_scalars_.data() + 1;
-  fsdp_.zero_grads();
-  backend_->fill_zero(loss_sum, sizeof(double));
-  if (targets > 0) {
-    const float scale = static_cast<float>(1.0 / targets);
-    const int accum = r_.train.grad_accum_steps;
-    for (int i = 0; i < accum; ++i) {
-      fsdp_.set_sync_grads(i == accum - 1);
-      // LoRA dropout's masks: a function of the run's seed, the step, the micro-step and the
-      // rank, so a resumed step draws the same ones.
-      model_.set_dropout_seed(lora_micro_batch_seed(r_.train.seed, step, i, id_.rank));
-      model_.forward_backward(batches_[i], fsdp_, scale, r_.train.activation_checkpointing,
-                              loss_sum);
-      fsdp_.finish_backward();
-    }
-  }
-  fsdp_.grad_sq_norm(grad_sq);
-  if (r_.train.grad_clip > 0) fsdp_.clip_grads(grad_sq, r_.train.grad_clip);
   const double lr = lr_at(schedule_, r_.optimizer.lr, step, max_steps_);
-  opt_.begin_step();
-  const auto ranges = fsdp_.shard_ranges();
-  double* param_sq = step_scalars_.data() + 2;
-  backend_->fill_zero(param_sq, sizeof(double));
-  for (int u = 0; u < fsdp_.num_units(); ++u) {
-    if (!fsdp_.trainable(u)) continue;  // a LoRA run's base
-    opt_.step(u, fsdp_.shard_params(u), fsdp_.shard_grads(u), lr);
-    // Summed in double, so finite unless some updated weight is not.
-    backend_->sum_squares(param_sq, fsdp_.shard_params(u), ranges[u].size());
-  }
+  core_.step(batches_, targets, step, lr);
   // The step's one device read.
-  backend_->copy_to_host(step_scalars_host_.data(), step_scalars_.data(), 3 * sizeof(double));
+  backend_->copy_to_host(step_sums_host_.data(), core_.sums(), 3 * sizeof(double));
   backend_->synchronize();
   // Metrics only: the loss sum, and every rank's sum of squared weights (non-finite on one, on
   // all).
-  double sums[2] = {step_scalars_host_.data()[0], step_scalars_host_.data()[2]};
+  double sums[2] = {step_sums_host_.data()[0], step_sums_host_.data()[2]};
   world_.all_reduce(sums, size_t{2}, ReduceOp::kSum);
   const double loss = sums[0];
-  const double grad_norm = std::sqrt(step_scalars_host_.data()[1]);
+  const double grad_norm = std::sqrt(step_sums_host_.data()[1]);
   if (!std::isfinite(grad_norm)) {
     fail("step {}: gradient norm is {} (loss {}); stopping (the last checkpoint is intact)",
          step + 1, grad_norm, loss / targets);
