@@ -11,6 +11,7 @@
 #include "kiln/base/json.h"
 #include "kiln/cli/chat_options.h"
 #include "kiln/cli/commands.h"
+#include "kiln/cli/model_options.h"
 #include "kiln/data/sampler.h"
 #include "kiln/data/text_dataset.h"
 #include "kiln/kernels/device/backend.h"
@@ -29,15 +30,7 @@ Command add_eval(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("eval", "Mean next-token loss of a model over a dataset");
-  sub->add_option("--model", o->model,
-                  "Model directory (HF layout), run directory or sharded checkpoint directory "
-                  "(holding manifest.json; a LoRA run's: its base with its adapters)")
-      ->required();
-  sub->add_option("--adapter", o->adapter,
-                  "A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors), "
-                  "or a LoRA run or checkpoint, applied to --model");
-  sub->add_flag("--allow-other-base", o->allow_other_base,
-                "Apply adapters to a base other than the one they were trained on");
+  add_model_options(sub, o->model, o->adapter, o->allow_other_base);
   sub->add_option("--data", o->data, "JSONL file in --format")->required();
   sub->add_option("--format", o->format,
                   "Data format: " + data_format_choices() +

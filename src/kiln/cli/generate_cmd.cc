@@ -25,6 +25,7 @@
 #include "kiln/base/log.h"
 #include "kiln/cli/chat_options.h"
 #include "kiln/cli/commands.h"
+#include "kiln/cli/model_options.h"
 #include "kiln/kernels/device/backend.h"
 #include "kiln/model/generate.h"
 #include "kiln/model/sampling.h"
@@ -254,15 +255,7 @@ Command add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOpts>();
   CLI::App* sub = app.add_subcommand(
       "generate", "Generate text from a model, streamed as it is produced (KV-cached decoding)");
-  sub->add_option("--model", o->model,
-                  "Model directory (HF layout: config.json, safetensors), run directory or "
-                  "checkpoint (a LoRA run's: its base with its adapters)")
-      ->required();
-  sub->add_option("--adapter", o->adapter,
-                  "A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors), "
-                  "or a LoRA run or checkpoint, applied to --model");
-  sub->add_flag("--allow-other-base", o->allow_other_base,
-                "Apply adapters to a base other than the one they were trained on");
+  add_model_options(sub, o->model, o->adapter, o->allow_other_base);
   sub->add_option("--tokenizer", o->tokenizer,
                   "A tokenizer.json, or a directory with one (default: MODEL/tokenizer.json)");
   sub->add_flag("--chat", o->chat,

@@ -8,6 +8,16 @@
 
 #include "kiln/kernels/ops.h"
 
+// Backend's copies (device/backend.h), for the backends that define them out of line (CpuBackend,
+// CudaBackend, PhaseTimedBackend).
+#define KILN_BACKEND_COPIES_OVERRIDE                                                         \
+  void copy_to_device(void* dst, const void* host_src, size_t bytes) const override;         \
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) const override;           \
+  void copy_on_device(void* dst, const void* src, size_t bytes) const override;              \
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, \
+               size_t rows) const override;                                                  \
+  void fill_zero(void* dst, size_t bytes) const override;
+
 #define KILN_BACKEND_KERNEL_OPS_OVERRIDE                                                          \
   void embedding_forward(float* out, const int32_t* ids, ConstDevPtr wte, int N, int C)           \
       const override;                                                                             \

@@ -54,12 +54,7 @@ class PhaseTimedBackend final : public Backend {
   Stream& compute_stream() const override { return inner_.compute_stream(); }
   std::unique_ptr<Stream> create_stream() const override { return inner_.create_stream(); }
 
-  void copy_to_device(void* dst, const void* host_src, size_t bytes) const override;
-  void copy_to_host(void* host_dst, const void* src, size_t bytes) const override;
-  void copy_on_device(void* dst, const void* src, size_t bytes) const override;
-  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
-               size_t rows) const override;
-  void fill_zero(void* dst, size_t bytes) const override;
+  KILN_BACKEND_COPIES_OVERRIDE
   // Every kernel op of Backend (ops.h), defined out of line.
   KILN_BACKEND_KERNEL_OPS_OVERRIDE
 

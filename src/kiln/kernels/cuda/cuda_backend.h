@@ -51,12 +51,7 @@ class CudaBackend final : public Backend {
   // (gpu_peak_flops.h); peak() says which.
   double peak_flops() const override;
   PeakFlops peak() const;
-  void copy_to_device(void* dst, const void* host_src, size_t bytes) const override;
-  void copy_to_host(void* host_dst, const void* src, size_t bytes) const override;
-  void copy_on_device(void* dst, const void* src, size_t bytes) const override;
-  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
-               size_t rows) const override;
-  void fill_zero(void* dst, size_t bytes) const override;
+  KILN_BACKEND_COPIES_OVERRIDE
   Stream& compute_stream() const override { return *stream_; }
   std::unique_ptr<Stream> create_stream() const override;
 
