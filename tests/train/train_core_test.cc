@@ -85,16 +85,16 @@ TEST(TrainCore, AStepsFiguresAreItsForwardNormUpdateAndWeights) {
   CpuCore c(/*grad_clip=*/0);
   c.core.zero_loss();
   for (const Batch& b : c.batches) c.core.evaluate(b);
-  const double forward_loss = c.sum(0);
+  const double forward_loss = c.sum(TrainCore::kLossSum);
   const std::vector<float> w0 = c.weights();
   const double lr = 0.01;
   c.core.step(c.batches, c.targets, 0, lr);
   const std::vector<float> w1 = c.weights();
-  EXPECT_NEAR(c.sum(0), forward_loss, 1e-9 * std::fabs(forward_loss));
-  const double grad_sq = c.sum(1);
+  EXPECT_NEAR(c.sum(TrainCore::kLossSum), forward_loss, 1e-9 * std::fabs(forward_loss));
+  const double grad_sq = c.sum(TrainCore::kGradSq);
   ASSERT_GT(grad_sq, 0);
   EXPECT_NEAR(applied_sq(w0, w1, lr), grad_sq, 1e-3 * grad_sq);
-  EXPECT_NEAR(c.sum(2), sq_norm(w1), 1e-9 * sq_norm(w1));
+  EXPECT_NEAR(c.sum(TrainCore::kParamSq), sq_norm(w1), 1e-9 * sq_norm(w1));
 }
 
 // With train.grad_clip below the norm, the update applies a gradient of norm grad_clip; the
@@ -102,11 +102,11 @@ TEST(TrainCore, AStepsFiguresAreItsForwardNormUpdateAndWeights) {
 TEST(TrainCore, TheStepClipsToGradClip) {
   CpuCore free(/*grad_clip=*/0);
   free.core.step(free.batches, free.targets, 0, 0.01);
-  const double norm = std::sqrt(free.sum(1));
+  const double norm = std::sqrt(free.sum(TrainCore::kGradSq));
   CpuCore clipped(/*grad_clip=*/norm / 4);
   const std::vector<float> w0 = clipped.weights();
   clipped.core.step(clipped.batches, clipped.targets, 0, 0.01);
-  EXPECT_NEAR(std::sqrt(clipped.sum(1)), norm, 1e-9 * norm);
+  EXPECT_NEAR(std::sqrt(clipped.sum(TrainCore::kGradSq)), norm, 1e-9 * norm);
   EXPECT_NEAR(std::sqrt(applied_sq(w0, clipped.weights(), 0.01)), norm / 4, 1e-3 * norm);
 }
 
@@ -115,8 +115,8 @@ TEST(TrainCore, AStepWithoutTargetsChangesNothing) {
   CpuCore c(/*grad_clip=*/1.0);
   const std::vector<float> w0 = c.weights();
   c.core.step(c.batches, 0, 0, 0.01);
-  EXPECT_EQ(c.sum(0), 0.0);
-  EXPECT_EQ(c.sum(1), 0.0);
+  EXPECT_EQ(c.sum(TrainCore::kLossSum), 0.0);
+  EXPECT_EQ(c.sum(TrainCore::kGradSq), 0.0);
   EXPECT_EQ(c.weights(), w0);
 }
 

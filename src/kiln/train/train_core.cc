@@ -20,13 +20,13 @@ TrainCore::TrainCore(const ModelConfig& config, const Backend& backend,
       fsdp_(model_.layout(), backend, shards.strategy, shards.shard, shards.replica,
             shards.prefetch, shards.reduce_dtype),
       opt_(optimizer, model_.layout(), fsdp_.shard_ranges(), backend),
-      sums_(backend, 3) {}
+      sums_(backend, kNumSums) {}
 
 // The loss is the mean over every predicted token of the step (all micro-batches, all ranks):
 // each micro-batch's gradient is scaled by 1 / targets, so accumulation and data parallelism
 // give the gradient of one large batch.
 void TrainCore::forward_backward(std::span<const Batch> micro, double targets, int64_t step) {
-  double* loss_sum = sums_.data();
+  double* loss_sum = sums_.data() + kLossSum;
   fsdp_.zero_grads();
   be_.fill_zero(loss_sum, sizeof(double));
   if (targets <= 0) return;
@@ -46,8 +46,8 @@ void TrainCore::forward_backward(std::span<const Batch> micro, double targets, i
 // The norm (before clipping), the clip, the update of the trainable units (a LoRA run's base is
 // frozen) and the updated weights' squared sum (in double, so finite unless a weight is not).
 void TrainCore::update(double lr) {
-  double* grad_sq = sums_.data() + 1;
-  double* param_sq = sums_.data() + 2;
+  double* grad_sq = sums_.data() + kGradSq;
+  double* param_sq = sums_.data() + kParamSq;
   fsdp_.grad_sq_norm(grad_sq);
   if (settings_.grad_clip > 0) fsdp_.clip_grads(grad_sq, settings_.grad_clip);
   opt_.begin_step();
@@ -65,10 +65,10 @@ void TrainCore::step(std::span<const Batch> micro, double targets, int64_t step,
   update(lr);
 }
 
-void TrainCore::zero_loss() { be_.fill_zero(sums_.data(), sizeof(double)); }
+void TrainCore::zero_loss() { be_.fill_zero(sums_.data() + kLossSum, sizeof(double)); }
 
 void TrainCore::evaluate(const Batch& batch) {
-  model_.forward(batch, fsdp_, sums_.data());
+  model_.forward(batch, fsdp_, sums_.data() + kLossSum);
   fsdp_.finish_forward();
 }
 

@@ -64,13 +64,14 @@ class TrainCore {
   // gradients stay zero).
   void step(std::span<const Batch> micro, double targets, int64_t step, double lr);
 
-  // Evaluation: zero_loss(), then evaluate() per batch adds the batch's loss sum into sums()[0]
-  // (forward only, through the gathered units).
+  // Evaluation: zero_loss(), then evaluate() per batch adds the batch's loss sum into
+  // sums()[kLossSum] (forward only, through the gathered units).
   void zero_loss();
   void evaluate(const Batch& batch);
 
-  // Three device doubles: [0] the loss sum (this rank's), [1] the squared gradient norm before
-  // clipping (the shard group's), [2] this rank's sum of squared weights after the update.
+  // The step's device doubles, sums()[k]: the loss sum (this rank's), the squared gradient norm
+  // before clipping (the shard group's), this rank's sum of squared weights after the update.
+  enum Sum { kLossSum, kGradSq, kParamSq, kNumSums };
   const double* sums() const { return sums_.data(); }
 
   Decoder& model() { return model_; }
@@ -89,7 +90,7 @@ class TrainCore {
   Decoder model_;
   Fsdp fsdp_;
   Optimizer opt_;
-  DeviceBuffer<double> sums_;  // (3,): loss sum, squared gradient norm, squared weights
+  DeviceBuffer<double> sums_;  // (kNumSums,)
 };
 
 }  // namespace kiln

@@ -237,7 +237,7 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
       schedule_(schedule_settings()),
       saver_(run_dir_ / "checkpoints", model_.layout(), fsdp_, opt_, world_, writes_shard(),
              r.checkpoint.background, retention()),
-      step_sums_host_(*backend_, 3),
+      step_sums_host_(*backend_, TrainCore::kNumSums),
       batches_(r.train.grad_accum_steps),
       tty_(::isatty(STDERR_FILENO) != 0) {
   // no_shard holds every unit whole, whatever its group's size.
@@ -448,7 +448,7 @@ double Trainer::evaluate(int64_t step) {
     core_.evaluate(b);
     sums[1] += static_cast<double>(b.num_targets());
   }
-  backend_->copy_to_host(&sums[0], core_.sums(), sizeof(double));
+  backend_->copy_to_host(&sums[0], core_.sums() + TrainCore::kLossSum, sizeof(double));
   backend_->synchronize();
   world_.all_reduce(sums, size_t{2}, ReduceOp::kSum);
   if (sums[1] == 0) {
@@ -480,14 +480,16 @@ StepMetrics Trainer::train_step(int64_t step) {
   const double lr = lr_at(schedule_, r_.optimizer.lr, step, max_steps_);
   core_.step(batches_, targets, step, lr);
   // The step's one device read.
-  backend_->copy_to_host(step_sums_host_.data(), core_.sums(), 3 * sizeof(double));
+  backend_->copy_to_host(step_sums_host_.data(), core_.sums(),
+                         TrainCore::kNumSums * sizeof(double));
   backend_->synchronize();
   // Metrics only: the loss sum, and every rank's sum of squared weights (non-finite on one, on
   // all).
-  double sums[2] = {step_sums_host_.data()[0], step_sums_host_.data()[2]};
+  const double* host = step_sums_host_.data();
+  double sums[2] = {host[TrainCore::kLossSum], host[TrainCore::kParamSq]};
   world_.all_reduce(sums, size_t{2}, ReduceOp::kSum);
   const double loss = sums[0];
-  const double grad_norm = std::sqrt(step_sums_host_.data()[1]);
+  const double grad_norm = std::sqrt(host[TrainCore::kGradSq]);
   if (!std::isfinite(grad_norm)) {
     fail("step {}: gradient norm is {} (loss {}); stopping (the last checkpoint is intact)",
          step + 1, grad_norm, loss / targets);
