@@ -8,7 +8,8 @@ Run the self-check (independent scalar loops, finite differences, policy = refer
 
     /usr/bin/python3 tools/dpo_reference.py --check
 
-Write golden fixtures (one directory per case, read by kiln's DPO tests):
+Write golden fixtures (one directory per case, read by kiln's DPO tests: tests/train/
+preference_reference_test.cc; each full fine-tuning case also with policy = reference, sigmoid):
 
     /usr/bin/python3 tools/dpo_reference.py --out tests/fixtures/dpo
 
@@ -261,6 +262,13 @@ def generate(out_dir):
             ref.write_safetensors(os.path.join(d, "grads_%s.safetensors" % kind), grads)
             print("%-28s %-7s loss=%.17g margin=%.6g" % (name, kind, loss,
                                                          metrics["rewards/margins"]))
+        # Policy = reference (a recipe's reference: base, or LoRA's adapters before any step:
+        # zero B): the sigmoid loss is ln 2; its gradient is kept too.
+        if not lora:
+            loss, metrics, grads = loss_and_grads(cfg, policy, policy, pairs,
+                                                  settings(case, "sigmoid"), lora, trainable)
+            expected["self_sigmoid"] = {"loss": loss, **metrics}
+            ref.write_safetensors(os.path.join(d, "grads_self_sigmoid.safetensors"), grads)
         with open(os.path.join(d, "expected.json"), "w") as f:
             json.dump(expected, f, indent=2)
             f.write("\n")

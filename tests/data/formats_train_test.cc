@@ -52,6 +52,12 @@ const std::map<std::string, std::string> kRecords = {
 {"text": "A short line of text."}
 {"text": "Another one."}
 )"},
+    // TRL's three forms of a pair in one file: standard, conversational, pre-tokenized.
+    {"preference", R"({"prompt": "The sky is", "chosen": " blue.", "rejected": " loud."}
+{"prompt": [{"role": "user", "content": "2+2?"}], "chosen": [{"role": "assistant", "content": "4"}], "rejected": [{"role": "assistant", "content": "5"}]}
+{"prompt_input_ids": [1, 2, 3], "chosen_input_ids": [4, 5], "rejected_input_ids": [6]}
+{"question": "Say yes", "chosen": "yes", "rejected": "no"}
+)"},
     {"tokens", R"({"input_ids": [1, 2, 3, 4, 5, 6]}
 {"input_ids": [7, 8, 9, 10], "labels": [-100, -100, 9, 10]}
 {"input_ids": [11, 12, 13, 14, 15]}
@@ -114,8 +120,10 @@ TEST_F(FormatsTrain, EveryFormatTrains) {
   for (const std::string& format : data_format_names()) {
     SCOPED_TRACE(format);
     ASSERT_TRUE(kRecords.count(format)) << "no records for format " << format;
+    // Preference pairs train with a dpo section, two rows a pair.
+    const std::string dpo = format == "preference" ? "dpo.beta=0.1 train.micro_batch_size=2" : "";
     const testing::CmdResult r =
-        train(format, fmt::format("  train: {}\n  format: {}", file_of(format), format));
+        train(format, fmt::format("  train: {}\n  format: {}", file_of(format), format), dpo);
     ASSERT_EQ(r.code, 0) << r.out;
     const std::vector<Json> rows = metrics(format);
     ASSERT_EQ(rows.size(), 4u) << r.out;

@@ -305,39 +305,75 @@ TEST_P(BackendParity, CrossEntropyAllIgnored) {
   });
 }
 
-// The split-vocabulary passes (ce_part_max, ce_part_sumexp, ce_part_grad) over two blocks of
-// logits with a leading dimension wider than either, as the vocabulary-parallel loss
-// (model/vocab_parallel_loss.cc) calls them.
+// The split-vocabulary passes (ce_part_max, ce_part_sumexp, ce_part_row_loss, ce_part_grad)
+// over two blocks of logits with a leading dimension wider than either, as the
+// vocabulary-parallel and preference heads (model/vocab_parallel_loss.cc, preference_head.cc)
+// call them; row_weight (n) may be null, row_loss (n) is written.
 void split_vocabulary_loss(const Backend& b, float* logits, double* loss, float* row_max,
-                           float* sums, const int32_t* targets, int n, int V, int split,
-                           int loss_begin, int loss_end, float scale) {
+                           float* sums, float* row_loss, const float* row_weight,
+                           const int32_t* targets, int n, int V, int split, int loss_begin,
+                           int loss_end, float scale) {
   const int ld = V + 3;
   b.ce_part_max(row_max, logits, n, split, ld, false);
   b.ce_part_max(row_max, logits + split, n, V - split, ld, true);
   b.ce_part_sumexp(sums, logits, row_max, targets, 0, n, split, ld);
   b.ce_part_sumexp(sums, logits + split, row_max, targets, split, n, V - split, ld);
-  b.ce_part_grad(logits, loss, row_max, sums, targets, 0, n, split, ld, scale, loss_begin,
-                 loss_end);
-  b.ce_part_grad(logits + split, nullptr, row_max, sums, targets, split, n, V - split, ld, scale, 0,
-                 0);
+  b.ce_part_row_loss(row_loss, row_max, sums, targets, n);
+  b.ce_part_grad(logits, loss, row_max, sums, targets, 0, n, split, ld, scale, row_weight,
+                 loss_begin, loss_end);
+  b.ce_part_grad(logits + split, nullptr, row_max, sums, targets, split, n, V - split, ld, scale,
+                 row_weight, 0, 0);
 }
 
 TEST_P(BackendParity, CrossEntropySplitVocabulary) {
   const int n = 37, V = 301, split = 120, ld = V + 3;
   const auto logits = random_values(static_cast<size_t>(n) * ld, 61, 3.0f);
   const auto targets = targets_for(n, V);
-  expect_parity(be(), "ce_part_max, ce_part_sumexp, ce_part_grad", kProduct, [&](const Backend& b) {
-    DeviceScope d(b);
-    float* lg = d.upload(logits);
-    double* loss = d.zeros<double>(1);
-    float* row_max = d.zeros<float>(n);
-    float* sums = d.zeros<float>(2 * static_cast<size_t>(n));
-    split_vocabulary_loss(b, lg, loss, row_max, sums, d.upload(targets), n, V, split, 5, 30, 0.25f);
-    return Outputs{{"loss", d.download(loss, 1)},
-                   {"row_max", d.download(row_max, n)},
-                   {"sums", d.download(sums, 2 * static_cast<size_t>(n))},
-                   {"grad", d.download(lg, logits.size())}};
-  });
+  const auto weights = random_values(static_cast<size_t>(n), 63, 2.0f);
+  expect_parity(be(), "ce_part_max, ce_part_sumexp, ce_part_row_loss, ce_part_grad", kProduct,
+                [&](const Backend& b) {
+                  DeviceScope d(b);
+                  float* lg = d.upload(logits);
+                  double* loss = d.zeros<double>(1);
+                  float* row_max = d.zeros<float>(n);
+                  float* sums = d.zeros<float>(2 * static_cast<size_t>(n));
+                  float* row_loss = d.zeros<float>(n);
+                  split_vocabulary_loss(b, lg, loss, row_max, sums, row_loss, d.upload(weights),
+                                        d.upload(targets), n, V, split, 5, 30, 0.25f);
+                  return Outputs{{"loss", d.download(loss, 1)},
+                                 {"row_max", d.download(row_max, n)},
+                                 {"sums", d.download(sums, 2 * static_cast<size_t>(n))},
+                                 {"row_loss", d.download(row_loss, n)},
+                                 {"grad", d.download(lg, logits.size())}};
+                });
+}
+
+// The preference ops (kernels/preference_terms.h): sequences' log-probabilities from row losses,
+// then each loss type's row weights and pair sums, a pair with an empty completion among them.
+TEST_P(BackendParity, PreferenceLoss) {
+  const int S = 6, T = 37;
+  auto row_loss = random_values(static_cast<size_t>(S) * T, 64, 2.0f, 2.5f);
+  std::vector<int32_t> targets(row_loss.size(), 5);
+  for (int s = 0; s < S; ++s) {
+    for (int t = 0; t < 3 + s; ++t) targets[static_cast<size_t>(s) * T + t] = kIgnoreIndex;
+  }
+  for (int t = 0; t < T; ++t) targets[static_cast<size_t>(3) * T + t] = kIgnoreIndex;
+  const std::vector<double> ref = {-60, 30, -70, 31, -50, 29, -40, 0, -65, 28, -62, 27};
+  for (const PreferenceLossType type : {PreferenceLossType::kSigmoid, PreferenceLossType::kIpo,
+                                        PreferenceLossType::kHinge, PreferenceLossType::kSimpo}) {
+    const PreferenceTerms terms{type, 0.2, 0.1, 0.4, 0.25};
+    expect_parity(be(), "sequence_logps, preference_loss", kExact, [&](const Backend& b) {
+      DeviceScope d(b);
+      double* seq = d.zeros<double>(2 * S);
+      float* weight = d.zeros<float>(row_loss.size());
+      double* sums = d.zeros<double>(kNumPreferenceSums);
+      b.sequence_logps(seq, d.upload(row_loss), d.upload(targets), S, T);
+      b.preference_loss(weight, sums, seq, d.upload(ref), S, T, terms, 0, S / 2);
+      return Outputs{{"seq", d.download(seq, 2 * S)},
+                     {"row_weight", d.download(weight, row_loss.size())},
+                     {"sums", d.download(sums, kNumPreferenceSums)}};
+    });
+  }
 }
 
 // The passes are the cross-entropy: against cross_entropy with x the identity (N = C), whose
@@ -354,12 +390,20 @@ TEST(CrossEntropySplitVocabulary, IsTheFusedCrossEntropy) {
   const auto targets = targets_for(n, V);
   const float scale = 0.5f;
   double fused = 0, split_loss = 0;
-  std::vector<float> dx(x.size()), dw(w.size(), 0.0f), row_max(n), sums(2 * n, 0.0f);
+  std::vector<float> dx(x.size()), dw(w.size(), 0.0f), row_max(n), sums(2 * n, 0.0f), row_loss(n);
   b.cross_entropy(&fused, dx.data(), dw.data(), x.data(), w.data(), targets.data(), n,
                   rows_with_target(targets.data(), n), n, V, scale);
-  split_vocabulary_loss(b, logits.data(), &split_loss, row_max.data(), sums.data(), targets.data(),
-                        n, V, split, 0, n, scale);
+  split_vocabulary_loss(b, logits.data(), &split_loss, row_max.data(), sums.data(), row_loss.data(),
+                        nullptr, targets.data(), n, V, split, 0, n, scale);
   EXPECT_NEAR(split_loss, fused, 1e-5 * std::fabs(fused));
+  double row_losses = 0;
+  for (int i = 0; i < n; ++i) {
+    row_losses += row_loss[i];
+    if (targets[i] == kIgnoreIndex) {
+      EXPECT_EQ(row_loss[i], 0.0f) << i;
+    }
+  }
+  EXPECT_NEAR(row_losses, fused, 1e-5 * std::fabs(fused));
   for (int i = 0; i < n; ++i) {
     for (int v = 0; v < V; ++v) {
       EXPECT_NEAR(logits[static_cast<size_t>(i) * ld + v], dw[v * n + i], 1e-6) << i << " " << v;

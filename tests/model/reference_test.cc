@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/grad_check.h"
+#include "common/reference_fixture.h"
 #include "common/test_backend.h"
 #include "kiln/base/json.h"
 #include "kiln/io/checkpoint_reader.h"
@@ -80,43 +81,17 @@ TEST_P(Reference, LossAndEveryGradientMatch) {
   EXPECT_EQ(checked, static_cast<int>(grads.names().size()));
 }
 
-// A fixture's adapter: PEFT's adapter_config.json as a LoraConfig.
-LoraConfig read_adapter_config(const fs::path& file) {
-  const Json j = read_json_file(file);
-  LoraConfig l;
-  l.rank = j.at("r").get<int64_t>();
-  l.alpha = j.at("lora_alpha").get<double>();
-  l.rslora = j.at("use_rslora").get<bool>();
-  l.dropout = j.at("lora_dropout").get<double>();
-  l.targets =
-      resolve_lora_targets(j.at("target_modules").get<std::vector<std::string>>(), file.string());
-  return l;
-}
-
 class LoraReference : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(LoraReference, LossAndAdapterGradientsMatch) {
   const auto& [name, recompute] = GetParam();
   const fs::path dir = fixture(name);
   const ModelConfig config = read_config(dir / "config.json");
-  Decoder model(config, testing::cpu_fp32(), read_adapter_config(dir / "adapter_config.json"));
+  Decoder model(config, testing::cpu_fp32(),
+                testing::read_adapter_config(dir / "adapter_config.json"));
   const ParamLayout& layout = model.layout();
   ParamStore store(layout, testing::cpu_fp32());
-  {  // the base, read with the base's own layout (the same units, in the same order)
-    const ParamLayout base(config);
-    ParamStore weights(base, testing::cpu_fp32(), false);
-    load_hf_weights(dir, base, weights);
-    for (int u = 0; u < base.num_units(); ++u) {
-      std::copy_n(weights.params(u).data(), weights.params(u).size(), store.params(u).data());
-    }
-  }
-  CheckpointReader adapter(dir / "adapter_model.safetensors");
-  for (int l = 0; l < config.num_hidden_layers; ++l) {
-    const int u = layout.lora_unit(l);
-    for (const auto& e : layout.units()[u].entries) {
-      adapter.read_f32(e.name, e.shape, store.params(u).data() + e.offset);
-    }
-  }
+  testing::load_reference_model(dir, config, layout, store);
   Batch batch = read_batch(dir / "batch.json");
   const Json expected = read_json_file(dir / "expected.json");
   // With lora_dropout, the reference drew kiln's masks from this seed (in numpy).

@@ -109,6 +109,8 @@ TEST(Recipe, DocumentedDefaults) {
   const std::set<std::string> kRequired = {"model.path", "data.train", "output.dir"};
   const std::set<std::string> kNotLiteral = {"lora.targets", "data.enable_thinking"};
   const Recipe plain = parse(kMinimal), with_lora = parse(std::string(kMinimal) + "lora:\n");
+  const std::string kDpoFormat = "data.format=preference";  // a dpo section trains on pairs
+  const Recipe with_dpo = parse(std::string(kMinimal) + "dpo:\n", {kDpoFormat});
   for (const std::string& key : recipe_keys()) {
     const size_t row = doc.find("| `" + key + "` |");
     ASSERT_NE(row, std::string::npos) << key;
@@ -122,11 +124,54 @@ TEST(Recipe, DocumentedDefaults) {
     if (kNotLiteral.count(key)) continue;
     ASSERT_EQ(cell.front(), '`') << key << ": " << cell;
     const std::string value = cell.substr(1, cell.find('`', 1) - 1);
+    if (key.starts_with("dpo.")) {
+      const Recipe set = parse(std::string(kMinimal) + "dpo:\n", {kDpoFormat, key + "=" + value});
+      EXPECT_EQ(set, with_dpo) << key << "=" << value;
+      continue;
+    }
     const bool lora = key.starts_with("lora.");
     const Recipe set = parse(std::string(kMinimal) + (lora ? "lora:\n" : ""), {key + "=" + value});
     EXPECT_EQ(recipe_to_yaml(set), recipe_to_yaml(lora ? with_lora : plain)) << key << "=" << value;
     EXPECT_EQ(set, lora ? with_lora : plain) << key << "=" << value;
   }
+}
+
+// The dpo section: TRL's defaults, a round trip through the effective recipe, and the checks
+// across keys, one line each naming the key.
+TEST(Recipe, DpoSection) {
+  const std::string pairs = std::string(kMinimal) + "dpo:\n";
+  const Recipe r = parse(pairs, {"data.format=preference"});
+  ASSERT_TRUE(r.dpo.has_value());
+  EXPECT_EQ(*r.dpo, DpoConfig{});
+  EXPECT_FALSE(parse(kMinimal).dpo.has_value());
+  const Recipe set = parse(kMinimal, {"data.format=preference", "dpo.loss_type=ipo", "dpo.beta=0.5",
+                                      "dpo.reference=/models/ref"});
+  EXPECT_EQ(set.dpo->loss_type, PreferenceLossType::kIpo);
+  EXPECT_EQ(set.dpo->beta, 0.5);
+  EXPECT_EQ(set.dpo->reference, "/models/ref");
+  EXPECT_EQ(parse(recipe_to_yaml(set)), set);
+  const auto error = [&](const std::vector<std::string>& overrides) {
+    return testing::error_of([&] { parse(pairs, overrides); });
+  };
+  EXPECT_NE(error({"data.format=preference", "dpo.loss_type=kto"})
+                .find("dpo.loss_type: invalid value 'kto' (valid: sigmoid, ipo, hinge, simpo)"),
+            std::string::npos);
+  EXPECT_NE(error({"data.format=preference", "dpo.beta=0"}).find("dpo.beta: must be > 0"),
+            std::string::npos);
+  EXPECT_NE(error({}).find("must be in format preference"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] {
+              parse(kMinimal, {"data.format=preference"});
+            }).find("preference data trains with a dpo section"),
+            std::string::npos);
+  EXPECT_NE(error({"data.format=preference", "train.micro_batch_size=3"})
+                .find("train.micro_batch_size: 3 rows cannot hold whole pairs"),
+            std::string::npos);
+  EXPECT_NE(error({"data.format=preference", "data.pack=true"})
+                .find("data.pack: packing preference pairs is not supported yet"),
+            std::string::npos);
+  EXPECT_NE(error({"data.format=preference", "lora.rank=4", "dpo.reference=/models/ref"})
+                .find("dpo.reference: with a lora section the reference is the base"),
+            std::string::npos);
 }
 
 TEST(Recipe, ChatTemplateKeys) {
@@ -234,7 +279,7 @@ TEST(Recipe, KeysListCoversDocumentedOrder) {
   EXPECT_EQ(keys.front(), "model.path");
   for (const auto& k : keys) {
     const std::string section = k.substr(0, k.find('.'));
-    EXPECT_TRUE(section == "model" || section == "lora" || section == "data" ||
+    EXPECT_TRUE(section == "model" || section == "lora" || section == "dpo" || section == "data" ||
                 section == "optimizer" || section == "schedule" || section == "train" ||
                 section == "output" || section == "dist" || section == "eval" ||
                 section == "checkpoint" || section == "failure")
@@ -442,10 +487,12 @@ TEST(Recipe, OutOfRange) {
   auto with = [](const std::string& extra) { return error_of(std::string(kMinimal) + extra); };
   EXPECT_HAS(error_of("model: {path: m}\ndata:\n  train: t\n  seq_len: 1\n"),
              "recipe.yaml:4: data.seq_len: must be > 1, got 1");
-  EXPECT_HAS(error_of("model: {path: m}\ndata:\n  train: t\n  format: csv\n"),
-             "recipe.yaml:4: data.format: invalid value 'csv' (valid: tokens, chat, instruction, "
-             "completion, text, sharegpt (aliases: alpaca = instruction, openai = chat, messages "
-             "= chat))");
+  EXPECT_HAS(
+      error_of("model: {path: m}\ndata:\n  train: t\n  format: csv\n"),
+      "recipe.yaml:4: data.format: invalid value 'csv' (valid: tokens, chat, instruction, "
+      "completion, text, sharegpt, preference (aliases: alpaca = instruction, openai = chat, "
+      "messages "
+      "= chat))");
   EXPECT_HAS(error_of("model: {path: m}\ndata:\n  train: t\n  overlong: wrap\n"),
              "recipe.yaml:4: data.overlong: invalid value 'wrap' (valid: truncate, drop)");
   EXPECT_HAS(with("optimizer:\n  name: adam\n"),
@@ -543,7 +590,9 @@ TEST(Recipe, Documentation) {
 TEST(Recipe, DataFormatsAreTheDataLayersList) {
   const std::string doc = read_file(fs::path(KILN_SOURCE_DIR) / "docs/recipe.md");
   for (const std::string& name : data_format_names()) {
-    EXPECT_EQ(data_format_name(parse(kMinimal, {"data.format=" + name}).data.format), name);
+    // Preference data trains with a dpo section.
+    const std::string text = std::string(kMinimal) + (name == "preference" ? "dpo:\n" : "");
+    EXPECT_EQ(data_format_name(parse(text, {"data.format=" + name}).data.format), name);
     EXPECT_HAS(doc, "| `" + name + "` |");
   }
   for (const auto& [alias, format] : data_format_aliases()) {

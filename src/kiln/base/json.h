@@ -19,6 +19,14 @@ using OrderedJson = nlohmann::ordered_json;
 // manifests, data lines) nest fewer than 10 levels.
 inline constexpr int kMaxJsonDepth = 256;
 
+// A JSON value for a message (Json or OrderedJson), cut short so a huge value cannot flood the
+// line.
+template <typename J>
+std::string json_preview(const J& v) {
+  std::string s = v.dump();
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
 // A position in a text: 1-based line and column (columns count bytes).
 struct TextPosition {
   size_t line = 1;

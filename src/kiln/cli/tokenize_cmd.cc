@@ -18,6 +18,7 @@
 #include "kiln/cli/chat_options.h"
 #include "kiln/cli/commands.h"
 #include "kiln/data/formats.h"
+#include "kiln/data/preference_pairs.h"
 #include "kiln/data/source_lines.h"
 #include "kiln/data/text_dataset.h"
 #include "kiln/text/chat_messages.h"
@@ -98,26 +99,38 @@ struct LossMarks {
   }
 };
 
-// One record as training sees it (LineEncoder: the same segments, tokens and labels): its text
-// decoded span by span, each run of tokens that take loss between the marks, then a count line.
-void show_loss(std::string& out, const Tokenizer& tok, const LineEncoder& encoder,
-               std::string_view line, const std::string& where, TextPosition origin,
-               const LossMarks& marks) {
-  const Example ex = encoder.encode(line, where, origin);
+// One sequence as training sees it: its text decoded span by span, each run of tokens that take
+// loss between the marks, then a count line naming `what`.
+void show_sequence(std::string& out, const Tokenizer& tok, ExampleView ex, const std::string& what,
+                   const LossMarks& marks) {
   size_t learnt = 0;
-  for (size_t begin = 0; begin < ex.input_ids.size();) {
+  for (size_t begin = 0; begin < ex.size();) {
     const bool loss = ex.labels[begin] != kIgnoreIndex;
     size_t end = begin;
-    while (end < ex.input_ids.size() && (ex.labels[end] != kIgnoreIndex) == loss) ++end;
-    const std::string text =
-        tok.decode(std::span<const int32_t>(ex.input_ids).subspan(begin, end - begin));
+    while (end < ex.size() && (ex.labels[end] != kIgnoreIndex) == loss) ++end;
+    const std::string text = tok.decode(ex.input_ids.subspan(begin, end - begin));
     out += loss ? marks.open + text + marks.close : text;
     if (loss) learnt += end - begin;
     begin = end;
   }
   if (out.empty() || out.back() != '\n') out += '\n';
-  fmt::format_to(std::back_inserter(out), "# {}: {} of {} tokens take loss\n", where, learnt,
-                 ex.input_ids.size());
+  fmt::format_to(std::back_inserter(out), "# {}: {} of {} tokens take loss\n", what, learnt,
+                 ex.size());
+}
+
+// One record as training sees it (LineEncoder: the same segments, tokens and labels); a
+// preference pair as its two sequences, the chosen then the rejected.
+void show_loss(std::string& out, const Tokenizer& tok, const LineEncoder& encoder,
+               std::string_view line, const std::string& where, TextPosition origin,
+               const LossMarks& marks) {
+  const Example ex = encoder.encode(line, where, origin);
+  if (encoder.format() != DataFormat::kPreference) {
+    show_sequence(out, tok, ex.view(), where, marks);
+    return;
+  }
+  const auto [chosen, rejected] = pair_sequences(ex.view());
+  show_sequence(out, tok, chosen, where + " chosen", marks);
+  show_sequence(out, tok, rejected, where + " rejected", marks);
 }
 
 }  // namespace

@@ -21,6 +21,9 @@ struct Batch {
   // Index t0 (within the row) of the first token of the token's document: token t attends to
   // keys [doc_start[t], t]. All zeros for unpacked sequences.
   std::vector<int32_t> doc_start;
+  // The dataset index of the example each row holds (a preference pair's: both its rows), or -1
+  // (padding, or a sampler that does not say: the packing one).
+  std::vector<int64_t> examples;
 
   void resize(int b, int t) {
     B = b;
@@ -30,10 +33,24 @@ struct Batch {
     targets.assign(n, kIgnoreIndex);
     positions.assign(n, 0);
     doc_start.assign(n, 0);
+    examples.assign(static_cast<size_t>(b), -1);
   }
   int64_t num_targets() const {
     int64_t n = 0;
     for (int32_t t : targets) n += t != kIgnoreIndex;
+    return n;
+  }
+  // Of a preference batch (rows 2p and 2p + 1 a pair's chosen and rejected sequences): the pairs
+  // whose two rows both have a target, those a preference loss counts.
+  int64_t num_pairs() const {
+    const auto has_target = [&](int row) {
+      for (int t = 0; t < T; ++t) {
+        if (targets[static_cast<size_t>(row) * T + t] != kIgnoreIndex) return true;
+      }
+      return false;
+    };
+    int64_t n = 0;
+    for (int p = 0; 2 * p + 1 < B; ++p) n += has_target(2 * p) && has_target(2 * p + 1);
     return n;
   }
 };

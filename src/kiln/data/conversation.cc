@@ -8,24 +8,18 @@ namespace kiln {
 
 namespace {
 
-// A JSON value for a message, cut short so a huge value cannot flood the line.
-std::string preview(const OrderedJson& v) {
-  std::string s = v.dump();
-  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
-}
-
 std::string string_at(const OrderedJson& obj, const char* key, const std::string& field,
                       const std::string& where) {
   const auto it = obj.find(key);
   if (it == obj.end()) fail("{}: missing field '{}'", where, field);
-  if (!it->is_string()) fail("{}: {}: expected a string, got {}", where, field, preview(*it));
+  if (!it->is_string()) fail("{}: {}: expected a string, got {}", where, field, json_preview(*it));
   return it->get<std::string>();
 }
 
 std::string optional_string(const OrderedJson& obj, const char* key, const std::string& where) {
   const auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return "";
-  if (!it->is_string()) fail("{}: {}: expected a string, got {}", where, key, preview(*it));
+  if (!it->is_string()) fail("{}: {}: expected a string, got {}", where, key, json_preview(*it));
   return it->get<std::string>();
 }
 
@@ -63,12 +57,12 @@ std::vector<ToolCall> function_calls(const std::string& value, const std::string
   if (v.is_object()) v = OrderedJson::array({v});
   if (!v.is_array() || v.empty()) {
     fail("{}: {}: expected {{\"name\", \"arguments\"}} or a list of them, got {}", where, field,
-         preview(v));
+         json_preview(v));
   }
   std::vector<ToolCall> calls;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string f = v.size() > 1 ? fmt::format("{}[{}]", field, i) : field;
-    if (!v[i].is_object()) fail("{}: {}: expected an object, got {}", where, f, preview(v[i]));
+    if (!v[i].is_object()) fail("{}: {}: expected an object, got {}", where, f, json_preview(v[i]));
     for (const auto& [key, unused] : v[i].items()) {
       if (key != "name" && key != "arguments") {
         fail("{}: {}.{}: not supported (a call has name and arguments)", where, f,
@@ -89,7 +83,7 @@ std::vector<ToolCall> function_calls(const std::string& value, const std::string
 ChatMessage sharegpt_turn(const OrderedJson& t, size_t i, const std::string& where) {
   const std::string field = fmt::format("conversations[{}]", i);
   if (!t.is_object()) {
-    fail("{}: {}: expected an object with from and value, got {}", where, field, preview(t));
+    fail("{}: {}: expected an object with from and value, got {}", where, field, json_preview(t));
   }
   for (const auto& [key, unused] : t.items()) {
     if (key != "from" && key != "value") {
@@ -119,7 +113,7 @@ Conversation chat_conversation(const OrderedJson& line, const std::string& where
   const auto it = line.find("messages");
   if (it == line.end()) fail("{}: missing field 'messages'", where);
   if (!it->is_array() || it->empty()) {
-    fail("{}: messages: expected a non-empty list of messages, got {}", where, preview(*it));
+    fail("{}: messages: expected a non-empty list of messages, got {}", where, json_preview(*it));
   }
   Conversation c;
   c.messages = at_line(where, [&] { return chat_messages_from_json(*it, "messages"); });
@@ -131,7 +125,7 @@ Conversation sharegpt_conversation(const OrderedJson& line, const std::string& w
   const auto it = line.find("conversations");
   if (it == line.end()) fail("{}: missing field 'conversations'", where);
   if (!it->is_array() || it->empty()) {
-    fail("{}: conversations: expected a non-empty list of turns, got {}", where, preview(*it));
+    fail("{}: conversations: expected a non-empty list of turns, got {}", where, json_preview(*it));
   }
   Conversation c;
   const std::string system = optional_string(line, "system", where);
@@ -153,13 +147,14 @@ Conversation instruction_conversation(const OrderedJson& line, const std::string
   if (!system.empty()) c.messages.push_back({"system", system});
   if (const auto h = line.find("history"); h != line.end() && !h->is_null()) {
     if (!h->is_array()) {
-      fail("{}: history: expected a list of [question, answer] pairs, got {}", where, preview(*h));
+      fail("{}: history: expected a list of [question, answer] pairs, got {}", where,
+           json_preview(*h));
     }
     for (size_t i = 0; i < h->size(); ++i) {
       const OrderedJson& pair = (*h)[i];
       if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_string()) {
         fail("{}: history[{}]: expected [question, answer] (two strings), got {}", where, i,
-             preview(pair));
+             json_preview(pair));
       }
       c.messages.push_back({"user", pair[0].get<std::string>()});
       c.messages.push_back({"assistant", pair[1].get<std::string>()});

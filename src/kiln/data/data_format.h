@@ -4,6 +4,6 @@
 
 namespace kiln {
 
-enum class DataFormat { kTokens, kChat, kInstruction, kCompletion, kText, kShareGpt };
+enum class DataFormat { kTokens, kChat, kInstruction, kCompletion, kText, kShareGpt, kPreference };
 
 }  // namespace kiln

@@ -7,24 +7,19 @@
 #include "kiln/base/error.h"
 #include "kiln/base/ignore_index.h"
 #include "kiln/data/conversation.h"
+#include "kiln/data/preference_pairs.h"
 #include "kiln/data/source_lines.h"
 
 namespace kiln {
 
 namespace {
 
-const std::vector<std::string> kFormatNames = {"tokens",     "chat", "instruction",
-                                               "completion", "text", "sharegpt"};
+const std::vector<std::string> kFormatNames = {"tokens", "chat",     "instruction", "completion",
+                                               "text",   "sharegpt", "preference"};
 const std::vector<std::pair<std::string, DataFormat>> kAliases = {
     {"alpaca", DataFormat::kInstruction},
     {"openai", DataFormat::kChat},
     {"messages", DataFormat::kChat}};
-
-// A JSON value for a message, cut short so a huge value cannot flood the line.
-std::string preview(const OrderedJson& v) {
-  std::string s = v.dump();
-  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
-}
 
 const OrderedJson& required(const OrderedJson& obj, const char* key, const std::string& where) {
   const auto it = obj.find(key);
@@ -34,7 +29,7 @@ const OrderedJson& required(const OrderedJson& obj, const char* key, const std::
 
 std::string string_field(const OrderedJson& obj, const char* key, const std::string& where) {
   const OrderedJson& v = required(obj, key, where);
-  if (!v.is_string()) fail("{}: {}: expected a string, got {}", where, key, preview(v));
+  if (!v.is_string()) fail("{}: {}: expected a string, got {}", where, key, json_preview(v));
   return v.get<std::string>();
 }
 
@@ -66,6 +61,9 @@ std::string data_format_choices() {
 std::optional<DataFormat> infer_data_format(const OrderedJson& record) {
   if (!record.is_object()) return std::nullopt;
   const auto has = [&](const char* key) { return record.contains(key); };
+  if ((has("chosen") && has("rejected")) || has("chosen_input_ids") || has("chosen_ids")) {
+    return DataFormat::kPreference;
+  }
   if (has("messages")) return DataFormat::kChat;
   if (has("conversations")) return DataFormat::kShareGpt;
   if (has("instruction")) return DataFormat::kInstruction;
@@ -86,7 +84,8 @@ DataFormat infer_file_format(const fs::path& file, const std::string& flag) {
   if (!format) {
     fail(
         "{}: the first record has none of the fields that name a data format (messages, "
-        "conversations, instruction, prompt + completion, text, input_ids); set it with {} ({})",
+        "conversations, instruction, prompt + completion, text, input_ids, chosen + rejected); "
+        "set it with {} ({})",
         where, flag, data_format_choices());
   }
   return *format;
@@ -152,9 +151,16 @@ LineEncoder::LineEncoder(DataFormat format, const Tokenizer* tokenizer, int64_t 
       train_on_prompt_(train_on_prompt),
       chat_(chat ? chat : &chat_template(ChatTemplateId::kQwen25)),
       chat_options_(std::move(chat_options)) {
-  if (format != DataFormat::kTokens) {
-    KILN_CHECK(tokenizer != nullptr, "data format {} needs a tokenizer", data_format_name(format));
+  if (format != DataFormat::kTokens && tokenizer != nullptr) {
     end_of_text_ = end_of_text_token(*tokenizer);
+  }
+  // Preference records may come pre-tokenized (then no tokenizer is needed).
+  KILN_CHECK(
+      format == DataFormat::kTokens || format == DataFormat::kPreference || tokenizer != nullptr,
+      "data format {} needs a tokenizer", data_format_name(format));
+  if (format == DataFormat::kPreference) {
+    pairs_ = {tokenizer, vocab_size, chat_, chat_options_,
+              tokenizer != nullptr ? completion_end_token(*tokenizer, tokenizer->source()) : -1};
   }
 }
 
@@ -192,6 +198,7 @@ std::vector<Segment> LineEncoder::segments_of(const OrderedJson& obj,
       return with_special_tokens({{std::move(t), -1, true}});
     }
     case DataFormat::kTokens:
+    case DataFormat::kPreference:  // two sequences: encode()
       break;
   }
   KILN_CHECK(false, "segments of format {}", data_format_name(format_));
@@ -214,7 +221,7 @@ std::vector<Segment> LineEncoder::with_special_tokens(std::vector<Segment> text)
 std::vector<Segment> LineEncoder::segments(std::string_view line, const std::string& where,
                                            TextPosition origin) const {
   const OrderedJson obj = parse_json_ordered(line, where, origin);
-  if (!obj.is_object()) fail("{}: expected a JSON object, got {}", where, preview(obj));
+  if (!obj.is_object()) fail("{}: expected a JSON object, got {}", where, json_preview(obj));
   return segments_of(obj, where);
 }
 
@@ -222,6 +229,9 @@ Example LineEncoder::encode(std::string_view line, const std::string& where,
                             TextPosition origin) const {
   if (format_ == DataFormat::kTokens) return parse_tokens_line(line, vocab_size_, where, origin);
   try {
+    if (format_ == DataFormat::kPreference) {
+      return encode_preference_pair(parse_json_ordered(line, where, origin), pairs_, where);
+    }
     return encode_segments(*tokenizer_, segments(line, where, origin));
   } catch (const Error& e) {
     // The tokenizer's own errors (a regex hitting its match limit) do not know the line.

@@ -18,6 +18,8 @@
 // <|begin_of_text|> first; none for Qwen), the chat formats never (their templates render their
 // own, as apply_chat_template tokenizes with add_special_tokens=False).
 //   tokens       {"input_ids": [...], "labels": [...]} (token_dataset.h), loss where labels say
+//   preference   {"prompt", "chosen", "rejected"} as text, messages or token ids: a DPO pair,
+//                one example holding both sequences (preference_pairs.h)
 //
 // With train_on_prompt every token of the text formats takes loss. Other top-level fields are
 // ignored; inside a message or turn, a field the template does not render is an error.
@@ -44,6 +46,7 @@
 
 #include "kiln/base/json.h"
 #include "kiln/data/data_format.h"
+#include "kiln/data/preference_pairs.h"
 #include "kiln/data/token_dataset.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/tokenizer.h"
@@ -137,6 +140,7 @@ class LineEncoder {
   const ChatTemplate* chat_;
   ChatOptions chat_options_;
   int32_t end_of_text_ = -1;
+  PairEncoding pairs_;  // the preference format's
 };
 
 }  // namespace kiln

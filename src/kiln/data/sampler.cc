@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "kiln/base/error.h"
+#include "kiln/data/preference_pairs.h"
 
 namespace kiln {
 
@@ -48,15 +49,19 @@ std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, uint64_t epoch) {
 }
 
 OrderedSampler::OrderedSampler(const ExampleSource& dataset, int micro_batch_size, int seq_len,
-                               bool shuffle, uint64_t seed, int rank, int world_size)
+                               bool shuffle, uint64_t seed, int rank, int world_size,
+                               int rows_per_example)
     : dataset_(&dataset),
       micro_batch_size_(micro_batch_size),
       seq_len_(seq_len),
       shuffle_(shuffle),
       seed_(seed),
       rank_(rank),
-      world_size_(world_size) {
+      world_size_(world_size),
+      rows_per_example_(rows_per_example) {
   KILN_CHECK(micro_batch_size > 0 && seq_len > 0, "B={} T={}", micro_batch_size, seq_len);
+  KILN_CHECK(rows_per_example > 0 && micro_batch_size % rows_per_example == 0,
+             "B={}: not a multiple of {} rows per example", micro_batch_size, rows_per_example);
   KILN_CHECK(world_size > 0 && rank >= 0 && rank < world_size, "rank {} of {}", rank, world_size);
   build_order(0);
 }
@@ -83,13 +88,17 @@ void OrderedSampler::restore(const SamplerState& state) {
 }
 
 Sampler::Sampler(const ExampleSource& dataset, int micro_batch_size, int seq_len, bool shuffle,
-                 uint64_t seed, int rank, int world_size)
-    : OrderedSampler(dataset, micro_batch_size, seq_len, shuffle, seed, rank, world_size) {
+                 uint64_t seed, int rank, int world_size, int rows_per_example)
+    : OrderedSampler(dataset, micro_batch_size, seq_len, shuffle, seed, rank, world_size,
+                     rows_per_example) {
   batches_per_epoch_ = static_cast<int64_t>(
-      dataset.size() / (static_cast<size_t>(world_size) * static_cast<size_t>(micro_batch_size)));
+      dataset.size() /
+      (static_cast<size_t>(world_size) * static_cast<size_t>(micro_batch_size / rows_per_example)));
   if (batches_per_epoch_ == 0) {
-    fail("{}: {} examples are too few for micro_batch_size {} on each of {} ranks", dataset.what(),
-         dataset.size(), micro_batch_size, world_size);
+    fail("{}: {} examples are too few for micro_batch_size {}{} on each of {} ranks",
+         dataset.what(), dataset.size(), micro_batch_size,
+         rows_per_example > 1 ? fmt::format(" ({} rows an example)", rows_per_example) : "",
+         world_size);
   }
 }
 
@@ -105,18 +114,32 @@ void fill_row(Batch& out, int b, ExampleView ex) {
   for (int t = 0; t + 1 < len; ++t) out.targets[row + t] = ex.labels[t + 1];
 }
 
+void fill_example_rows(Batch& out, int b, ExampleView ex, int rows, int64_t index) {
+  for (int i = 0; i < rows; ++i) out.examples[static_cast<size_t>(b + i)] = index;
+  if (rows == 1) {
+    fill_row(out, b, ex);
+    return;
+  }
+  KILN_CHECK(rows == 2, "{} rows per example", rows);
+  const auto [chosen, rejected] = pair_sequences(ex);
+  fill_row(out, b, chosen);
+  fill_row(out, b + 1, rejected);
+}
+
 void Sampler::next(Batch& out) {
-  const size_t group = static_cast<size_t>(micro_batch_size_) * static_cast<size_t>(world_size_);
+  const int per_rank = micro_batch_size_ / rows_per_example_;  // examples of each rank
+  const size_t group = static_cast<size_t>(per_rank) * static_cast<size_t>(world_size_);
   if (state_.position + group > dataset_->size()) {  // the rest of the epoch fills no batch
     build_order(state_.epoch + 1);
     state_ = {state_.epoch + 1, 0};
   }
-  const int B = micro_batch_size_, T = seq_len_;
-  out.resize(B, T);
-  for (int b = 0; b < B; ++b) {
-    // Row b of this rank is the group's row g = b * W + rank.
-    const size_t g = static_cast<size_t>(b) * world_size_ + static_cast<size_t>(rank_);
-    fill_row(out, b, dataset_->example(order_[state_.position + g]));
+  out.resize(micro_batch_size_, seq_len_);
+  for (int k = 0; k < per_rank; ++k) {
+    // Example k of this rank is the group's example g = k * W + rank.
+    const size_t g = static_cast<size_t>(k) * world_size_ + static_cast<size_t>(rank_);
+    const size_t e = order_[state_.position + g];
+    fill_example_rows(out, k * rows_per_example_, dataset_->example(e), rows_per_example_,
+                      static_cast<int64_t>(e));
   }
   state_.position += group;
 }

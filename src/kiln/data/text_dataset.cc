@@ -14,6 +14,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/ignore_index.h"
 #include "kiln/base/log.h"
+#include "kiln/data/preference_pairs.h"
 #include "kiln/data/source_lines.h"
 #include "kiln/data/token_cache.h"
 #include "kiln/text/chat_template_choice.h"
@@ -58,6 +59,44 @@ void log_stats(const TokenizedDataset& d, int seq_len, const char* how, double s
     KILN_LOG_WARN("data {}: {} examples have no token that takes loss (cut off by seq_len {}?)",
                   d.what(), s.no_target, seq_len);
   }
+}
+
+// Preference pairs left out, by reason (fit_pair), for one line in the log.
+struct PairCounts {
+  int64_t empty = 0, identical = 0;
+  void log(const std::string& name) const {
+    if (empty > 0) {
+      KILN_LOG_WARN("data {}: {} pairs left out: a completion is empty (after truncation)", name,
+                    empty);
+    }
+    if (identical > 0) {
+      KILN_LOG_WARN(
+          "data {}: {} pairs left out: chosen equals rejected (no preference to learn from)", name,
+          identical);
+    }
+  }
+};
+
+// Fits a pair example to seq_len (fit_pair), counting it in the stats (each pair counts once):
+// false when it is left out.
+bool keep_pair(Example& ex, int seq_len, Overlong overlong, DataStats& s, PairCounts& counts) {
+  switch (fit_pair(ex, seq_len, overlong)) {
+    case PairFit::kKept:
+      return true;
+    case PairFit::kTruncated:
+      ++s.truncated;
+      return true;
+    case PairFit::kDropped:
+      ++s.dropped;
+      return false;
+    case PairFit::kEmpty:
+      ++counts.empty;
+      return false;
+    case PairFit::kIdentical:
+      ++counts.identical;
+      return false;
+  }
+  return false;
 }
 
 }  // namespace
@@ -108,6 +147,8 @@ TokenizedDataset read_jsonl(std::string_view text, const std::string& name,
   constexpr size_t kBlock = 4096;
   std::vector<LineResult> results;
   int warned = 0;
+  const bool pairs = encoder.format() == DataFormat::kPreference;
+  PairCounts pair_counts;
   for (size_t begin = 0; begin < lines.size(); begin += kBlock) {
     const size_t end = std::min(begin + kBlock, lines.size());
     results.assign(end - begin, LineResult{});
@@ -133,7 +174,9 @@ TokenizedDataset read_jsonl(std::string_view text, const std::string& name,
         continue;
       }
       Example& ex = r.example;
-      if (ex.input_ids.size() > static_cast<size_t>(seq_len)) {
+      if (pairs) {
+        if (!keep_pair(ex, seq_len, overlong, s, pair_counts)) continue;
+      } else if (ex.input_ids.size() > static_cast<size_t>(seq_len)) {
         if (overlong == Overlong::kDrop) {
           ++s.dropped;
           continue;
@@ -156,6 +199,7 @@ TokenizedDataset read_jsonl(std::string_view text, const std::string& name,
   }
   s.examples = static_cast<int64_t>(offsets.size() - 1);
   s.tokens = static_cast<int64_t>(ids.size());
+  if (pairs && verbose) pair_counts.log(name);
   if (s.examples == 0) {
     if (s.skipped > 0) fail("{}: no examples ({} bad lines skipped)", name, s.skipped);
     if (s.dropped > 0) {
@@ -172,7 +216,11 @@ fs::path tokenizer_json_path(const fs::path& tokenizer) {
 
 const ChatTemplate* data_chat_template(const DataOptions& o) {
   if (o.format != DataFormat::kChat && o.format != DataFormat::kShareGpt &&
-      o.format != DataFormat::kInstruction) {
+      o.format != DataFormat::kInstruction && o.format != DataFormat::kPreference) {
+    return nullptr;
+  }
+  // Pre-tokenized preference pairs: no tokenizer, nothing to render.
+  if (o.format == DataFormat::kPreference && !fs::exists(tokenizer_json_path(o.tokenizer))) {
     return nullptr;
   }
   const ChatTemplate& t =
@@ -244,16 +292,19 @@ TokenizedDataset load_dataset(const DataOptions& o, int64_t vocab_size) {
   const auto seconds = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  if (o.format == DataFormat::kTokens) {
+  // Token ids read as they are, in memory (parsing ids is as fast as a cache): the tokens format,
+  // and preference pairs without a tokenizer (pre-tokenized; a text record is then an error).
+  const bool has_tokenizer = !o.tokenizer.empty() && fs::exists(tokenizer_json_path(o.tokenizer));
+  if (o.format == DataFormat::kTokens || (o.format == DataFormat::kPreference && !has_tokenizer)) {
     const MappedFile file(o.path);
-    const LineEncoder encoder(DataFormat::kTokens, nullptr, vocab_size, o.train_on_prompt);
+    const LineEncoder encoder(o.format, nullptr, vocab_size, o.train_on_prompt);
     TokenizedDataset d = read_jsonl(text_of(file), name, encoder, o.seq_len, o.overlong,
                                     o.skip_bad_lines, o.verbose);
     if (o.verbose) log_stats(d, o.seq_len, "read", seconds());
     return d;
   }
 
-  if (o.tokenizer.empty() || !fs::exists(tokenizer_json_path(o.tokenizer))) {
+  if (!has_tokenizer) {
     fail("{}: no tokenizer.json there, which data.format {} needs (data.tokenizer, --tokenizer)",
          o.tokenizer.string(), data_format_name(o.format));
   }

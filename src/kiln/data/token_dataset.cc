@@ -11,60 +11,16 @@
 
 namespace kiln {
 
-namespace {
-
-// A JSON value for a message, cut short so a huge value cannot flood the line.
-std::string preview(const Json& v) {
-  std::string s = v.dump();
-  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
-}
-
-// Reads obj[field] as token ids: each in [0, vocab_size), or kIgnoreIndex when `labels`.
-// `where` is "path:line".
-std::vector<int32_t> read_ids(const Json& obj, const char* field, int64_t vocab_size, bool labels,
-                              const std::string& where) {
-  const Json& v = obj.at(field);
-  if (!v.is_array()) fail("{}: '{}' must be a list of integers, got {}", where, field, preview(v));
-  std::vector<int32_t> ids;
-  ids.reserve(v.size());
-  const char* expected = labels ? "a non-negative integer or -100" : "a non-negative integer";
-  for (size_t i = 0; i < v.size(); ++i) {
-    const Json& x = v[i];
-    int64_t id = 0;
-    if (x.is_number_unsigned()) {
-      id = static_cast<int64_t>(
-          std::min<uint64_t>(x.get<uint64_t>(), std::numeric_limits<int64_t>::max()));
-    } else if (x.is_number_integer()) {
-      id = x.get<int64_t>();
-    } else {
-      fail("{}: {}[{}]: expected {}, got {}", where, field, i, expected, preview(x));
-    }
-    if (labels && id == kIgnoreIndex) {
-      ids.push_back(kIgnoreIndex);
-      continue;
-    }
-    if (id < 0) fail("{}: {}[{}]: expected {}, got {}", where, field, i, expected, id);
-    if (id >= vocab_size) {
-      fail("{}: {}[{}]: token id {} is out of range for vocab_size {}", where, field, i, id,
-           vocab_size);
-    }
-    ids.push_back(static_cast<int32_t>(id));
-  }
-  return ids;
-}
-
-}  // namespace
-
 Example parse_tokens_line(std::string_view line, int64_t vocab_size, const std::string& where,
                           TextPosition origin) {
   Json obj = parse_json(line, where, origin);
-  if (!obj.is_object()) fail("{}: expected a JSON object, got {}", where, preview(obj));
+  if (!obj.is_object()) fail("{}: expected a JSON object, got {}", where, json_preview(obj));
   if (!obj.contains("input_ids")) fail("{}: missing 'input_ids'", where);
   Example ex;
-  ex.input_ids = read_ids(obj, "input_ids", vocab_size, false, where);
+  ex.input_ids = read_token_ids(obj, "input_ids", vocab_size, false, where);
   if (ex.input_ids.empty()) fail("{}: 'input_ids' is empty", where);
   if (obj.contains("labels") && !obj["labels"].is_null()) {
-    ex.labels = read_ids(obj, "labels", vocab_size, true, where);
+    ex.labels = read_token_ids(obj, "labels", vocab_size, true, where);
     if (ex.labels.size() != ex.input_ids.size()) {
       fail("{}: 'labels' has {} entries but 'input_ids' has {}", where, ex.labels.size(),
            ex.input_ids.size());

@@ -5,13 +5,17 @@
 // ignored.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kiln/base/error.h"
+#include "kiln/base/ignore_index.h"
 #include "kiln/base/json.h"
 #include "kiln/data/example_source.h"
 
@@ -27,6 +31,42 @@ struct Example {
 
   ExampleView view() const { return {input_ids, labels}; }
 };
+
+// Reads obj[field] (Json or OrderedJson) as token ids: each in [0, vocab_size), or kIgnoreIndex
+// when `labels`. `where` is "path:line".
+template <typename J>
+std::vector<int32_t> read_token_ids(const J& obj, const char* field, int64_t vocab_size,
+                                    bool labels, const std::string& where) {
+  const auto& v = obj.at(field);
+  if (!v.is_array())
+    fail("{}: '{}' must be a list of integers, got {}", where, field, json_preview(v));
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  const char* expected = labels ? "a non-negative integer or -100" : "a non-negative integer";
+  for (size_t i = 0; i < v.size(); ++i) {
+    const auto& x = v[i];
+    int64_t id = 0;
+    if (x.is_number_unsigned()) {
+      id = static_cast<int64_t>(
+          std::min<uint64_t>(x.template get<uint64_t>(), std::numeric_limits<int64_t>::max()));
+    } else if (x.is_number_integer()) {
+      id = x.template get<int64_t>();
+    } else {
+      fail("{}: {}[{}]: expected {}, got {}", where, field, i, expected, json_preview(x));
+    }
+    if (labels && id == kIgnoreIndex) {
+      ids.push_back(kIgnoreIndex);
+      continue;
+    }
+    if (id < 0) fail("{}: {}[{}]: expected {}, got {}", where, field, i, expected, id);
+    if (id >= vocab_size) {
+      fail("{}: {}[{}]: token id {} is out of range for vocab_size {}", where, field, i, id,
+           vocab_size);
+    }
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
 
 // Parses one line of the "tokens" format; every id must be < vocab_size. Throws kiln::Error
 // prefixed with `where` ("path:line") for a malformed line; `origin` is where the line starts in

@@ -66,7 +66,14 @@
                       const int32_t* targets, int v0, int n, int m, int ld) const override;       \
   void ce_part_grad(float* logits, double* loss_sum, const float* row_max, const float* sums,     \
                     const int32_t* targets, int v0, int n, int m, int ld, float scale,            \
-                    int loss_begin, int loss_end) const override;                                 \
+                    const float* row_weight, int loss_begin, int loss_end) const override;        \
+  void ce_part_row_loss(float* row_loss, const float* row_max, const float* sums,                 \
+                        const int32_t* targets, int n) const override;                            \
+  void sequence_logps(double* seq, const float* row_loss, const int32_t* targets, int S, int T)   \
+      const override;                                                                             \
+  void preference_loss(float* row_weight, double* sums, const double* seq, const double* ref_seq, \
+                       int S, int T, const PreferenceTerms& terms, int sum_begin, int sum_end)    \
+      const override;                                                                             \
   void sum_squares(double* sum, const float* x, size_t n) const override;                         \
   void scale(float* x, float a, size_t n) const override;                                         \
   void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm) const override;   \

@@ -21,6 +21,7 @@
 #include "kiln/base/ignore_index.h"  // kIgnoreIndex
 #include "kiln/kernels/device/memory_counter.h"
 #include "kiln/kernels/device/stream.h"
+#include "kiln/kernels/preference_terms.h"
 #include "kiln/tensor/dtype.h"
 
 namespace kiln {
@@ -239,11 +240,31 @@ class Backend {
   virtual void ce_part_sumexp(float* sums, const float* logits, const float* row_max,
                               const int32_t* targets, int v0, int n, int m, int ld) const = 0;
   // Given the whole vocabulary's row_max and sums: logits becomes the loss gradient, scale *
-  // (softmax - onehot(target)), zero on ignored rows; with loss_sum, *loss_sum (one device
-  // double) += the sum of -log softmax[target] over the targeted rows in [loss_begin, loss_end).
+  // (softmax - onehot(target)), zero on ignored rows, each row's also times row_weight[i] when
+  // row_weight (n) is given; with loss_sum, *loss_sum (one device double) += the sum of -log
+  // softmax[target] over the targeted rows in [loss_begin, loss_end).
   virtual void ce_part_grad(float* logits, double* loss_sum, const float* row_max,
                             const float* sums, const int32_t* targets, int v0, int n, int m, int ld,
-                            float scale, int loss_begin, int loss_end) const = 0;
+                            float scale, const float* row_weight, int loss_begin,
+                            int loss_end) const = 0;
+  // Given the whole vocabulary's row_max and sums: row_loss (n) = each row's -log
+  // softmax[target], 0 on ignored rows.
+  virtual void ce_part_row_loss(float* row_loss, const float* row_max, const float* sums,
+                                const int32_t* targets, int n) const = 0;
+
+  // Preference losses (preference_terms.h) over S sequences of T rows each, sequence 2p a pair's
+  // chosen and 2p + 1 its rejected.
+  // seq (S, 2) += (-sum of the sequence's row_loss (S * T), its rows with a target).
+  virtual void sequence_logps(double* seq, const float* row_loss, const int32_t* targets, int S,
+                              int T) const = 0;
+  // From the policy's seq and the reference's ref_seq (each (S, 2) as sequence_logps writes
+  // them; ref_seq unused by SimPO): with row_weight, row_weight (S * T) = -scale * d(loss)/d(the
+  // row's sequence log-probability) for every row (0 in a pair with an empty completion: such
+  // a pair is not counted), the factor ce_part_grad's row_weight takes; with sums, sums
+  // (kNumPreferenceSums) += the loss and metric sums of pairs [sum_begin, sum_end).
+  virtual void preference_loss(float* row_weight, double* sums, const double* seq,
+                               const double* ref_seq, int S, int T, const PreferenceTerms& terms,
+                               int sum_begin, int sum_end) const = 0;
 
   // *sum (one device double) += sum of squares of x (n), accumulated in double in fixed blocks
   // (the result does not depend on the thread count).

@@ -221,10 +221,30 @@ void PhaseTimedBackend::ce_part_sumexp(float* sums, const float* logits, const f
 
 void PhaseTimedBackend::ce_part_grad(float* logits, double* loss_sum, const float* row_max,
                                      const float* sums, const int32_t* targets, int v0, int n,
-                                     int m, int ld, float scale, int loss_begin,
-                                     int loss_end) const {
-  inner_.ce_part_grad(logits, loss_sum, row_max, sums, targets, v0, n, m, ld, scale, loss_begin,
-                      loss_end);
+                                     int m, int ld, float scale, const float* row_weight,
+                                     int loss_begin, int loss_end) const {
+  inner_.ce_part_grad(logits, loss_sum, row_max, sums, targets, v0, n, m, ld, scale, row_weight,
+                      loss_begin, loss_end);
+  mark(Phase::kLmHead);
+}
+
+void PhaseTimedBackend::ce_part_row_loss(float* row_loss, const float* row_max, const float* sums,
+                                         const int32_t* targets, int n) const {
+  inner_.ce_part_row_loss(row_loss, row_max, sums, targets, n);
+  mark(Phase::kLmHead);
+}
+
+void PhaseTimedBackend::sequence_logps(double* seq, const float* row_loss, const int32_t* targets,
+                                       int S, int T) const {
+  inner_.sequence_logps(seq, row_loss, targets, S, T);
+  mark(Phase::kLmHead);
+}
+
+void PhaseTimedBackend::preference_loss(float* row_weight, double* sums, const double* seq,
+                                        const double* ref_seq, int S, int T,
+                                        const PreferenceTerms& terms, int sum_begin,
+                                        int sum_end) const {
+  inner_.preference_loss(row_weight, sums, seq, ref_seq, S, T, terms, sum_begin, sum_end);
   mark(Phase::kLmHead);
 }
 

@@ -95,7 +95,9 @@ void Decoder::plan_buffers(size_t N, bool recompute, bool training) {
   arena_.add(&dgate_up_, g * N * 2 * I);
   arena_.add(&dh_, g * N * I);
   arena_.add(&dk_pre_, (config_.qk_norm ? g : 0) * N * KV);  // d(k_pre); d(q_pre) reuses dy_
-  arena_.add(&ids_, 4 * N);  // ids, targets, positions, doc_start: one upload
+  // ids, targets, positions, doc_start, and the rows with a target compacted (their indices,
+  // their targets: TargetRows): one upload.
+  arena_.add(&ids_, 6 * N);
   products_->plan(arena_, N, /*per_layer=*/!recompute, training);
   arena_.allocate();
   for (LayerActs& a : layer_acts_) a.qkv = qkv_;
@@ -103,7 +105,7 @@ void Decoder::plan_buffers(size_t N, bool recompute, bool training) {
   targets_ = ids_ + N;
   pos_ = ids_ + 2 * N;
   doc_ = ids_ + 3 * N;
-  staging_ = PinnedBuffer<int32_t>(be_, 4 * N);
+  staging_ = PinnedBuffer<int32_t>(be_, 6 * N);
   staging_free_.reset();
 }
 
@@ -115,19 +117,36 @@ void Decoder::upload(const Batch& batch) {
   std::copy(batch.targets.begin(), batch.targets.end(), st + N);
   std::copy(batch.positions.begin(), batch.positions.end(), st + 2 * N);
   std::copy(batch.doc_start.begin(), batch.doc_start.end(), st + 3 * N);
-  be_.copy_to_device(ids_, st, 4 * N * sizeof(int32_t));
+  // The rows with a target, in order, then padding (the last row, no target).
+  int32_t* index = st + 4 * N;
+  int32_t* targets = st + 5 * N;
+  size_t n = 0;
+  for (size_t i = 0; i < N; ++i) {
+    if (batch.targets[i] == kIgnoreIndex) continue;
+    index[n] = static_cast<int32_t>(i);
+    targets[n++] = batch.targets[i];
+  }
+  target_rows_ = static_cast<int>(n);
+  std::fill(index + n, index + N, static_cast<int32_t>(N - 1));
+  std::fill(targets + n, targets + N, kIgnoreIndex);
+  be_.copy_to_device(ids_, st, 6 * N * sizeof(int32_t));
   staging_free_ = be_.compute_stream().record();
 }
 
 void Decoder::prepare(const Batch& batch, bool recompute, bool training) {
   validate_batch(batch, config_.vocab_size);
-  if (batch.B != B_ || batch.T != T_ || recompute != recompute_ || training != training_) {
+  // A forward-only pass runs in a training arena of its shape (which holds all it needs): a
+  // preference step's reference forward between its policy's passes replans nothing.
+  const bool fits = batch.B == B_ && batch.T == T_ &&
+                    (training ? training_ && recompute == recompute_ : training_ || recompute_);
+  if (!fits) {
     B_ = batch.B;
     T_ = batch.T;
     recompute_ = recompute;
     training_ = training;
     plan_buffers(static_cast<size_t>(B_) * T_, recompute, training);
   }
+  pass_trains_ = training;
   const int max_pos = *std::max_element(batch.positions.begin(), batch.positions.end());
   rope_.reserve(max_pos + 1);
   upload(batch);
@@ -157,8 +176,8 @@ class TrainingAttention final : public LayerAttention {
 };
 }  // namespace
 
-const LayerProduct& Decoder::bind_product(int l, const LayerParams& p, int N) {
-  return products_->bind(l, p, {N, training_, dropout_seed_});
+const LayerProduct& Decoder::bind_product(int l, const LayerParams& p, int N, bool base_only) {
+  return products_->bind(l, p, {N, pass_trains_, dropout_seed_, base_only});
 }
 
 // x_out null: recomputation (the activations only).
@@ -223,7 +242,7 @@ void Decoder::layer_backward(ConstDevPtr w, float* dw, const float* x_in, const 
   be_.rmsnorm_backward(dres, layer_grad(dw, o.ln1), dxn_, x_in, w.at(o.ln1), a.rstd1, N, C, true);
 }
 
-void Decoder::forward_trunk(const Batch& batch, UnitAccess& params, bool training) {
+void Decoder::forward_trunk(const Batch& batch, UnitAccess& params, bool training, bool base_only) {
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size);
   const size_t NC = static_cast<size_t>(N) * C;
@@ -243,9 +262,18 @@ void Decoder::forward_trunk(const Batch& batch, UnitAccess& params, bool trainin
   for (int l = 0; l < L; ++l) {
     const LayerParams p = units_.acquire(l, params, /*grads=*/false);
     layer_forward(p.w[0], res_ + l * NC, res_ + (l + 1) * NC, layer_acts_[l], batch,
-                  bind_product(l, p, N));
+                  bind_product(l, p, N, base_only));
     units_.release(l, params, /*grads=*/false);
   }
+}
+
+void Decoder::final_norm(const Batch& batch, ConstDevPtr head_unit) {
+  const int N = batch.B * batch.T;
+  const int C = static_cast<int>(config_.hidden_size);
+  const int L = static_cast<int>(config_.num_hidden_layers);
+  be_.rmsnorm_forward(xf_, rstdf_, res_ + L * static_cast<size_t>(N) * C,
+                      head_unit.at(layout_.final_norm_offset()), N, C,
+                      static_cast<float>(config_.rms_norm_eps));
 }
 
 void Decoder::forward(const Batch& batch, UnitAccess& params, double* loss_sum) {
@@ -253,13 +281,21 @@ void Decoder::forward(const Batch& batch, UnitAccess& params, double* loss_sum) 
   forward_trunk(batch, params, /*training=*/false);
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
-  const int L = static_cast<int>(config_.num_hidden_layers);
-  const ConstDevPtr hw = params.acquire(layout_.head_unit());
-  be_.rmsnorm_forward(xf_, rstdf_, res_ + L * static_cast<size_t>(N) * C,
-                      hw.at(layout_.final_norm_offset()), N, C,
-                      static_cast<float>(config_.rms_norm_eps));
+  final_norm(batch, params.acquire(layout_.head_unit()));
   const ConstDevPtr wh = params.acquire(layout_.lm_head_unit());
   be_.cross_entropy(loss_sum, nullptr, nullptr, xf_, wh, targets_, N, targeted(batch), C, V, 0.0f);
+  params.release(layout_.lm_head_unit());
+  params.release(layout_.head_unit());
+}
+
+void Decoder::sequence_logps(const Batch& batch, UnitAccess& params, double* seq, bool base_only) {
+  prepare(batch, /*recompute=*/true, /*training=*/false);
+  forward_trunk(batch, params, /*training=*/false, base_only);
+  const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
+  final_norm(batch, params.acquire(layout_.head_unit()));
+  const ConstDevPtr wh = params.acquire(layout_.lm_head_unit());
+  head_sequence_logps(be_, whole_table(wh, nullptr, V), seq, xf_, targets_, target_rows(), batch.B,
+                      batch.T, C, V);
   params.release(layout_.lm_head_unit());
   params.release(layout_.head_unit());
 }
@@ -277,7 +313,21 @@ double Decoder::forward_backward(const Batch& batch, UnitAccess& params, float s
   return read_loss();
 }
 
-void Decoder::head_backward(const Batch& batch, UnitAccess& params, float scale, double* loss_sum) {
+void Decoder::head_objective(const Batch& batch, const ShardedTable& table,
+                             const HeadObjective& objective) {
+  const int N = batch.B * batch.T;
+  const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
+  if (objective.preference != nullptr) {
+    preference_head_loss(be_, table, *objective.preference, dxf_, xf_, targets_, target_rows(),
+                         batch.B, batch.T, C, V);
+  } else {
+    head_loss(be_, table, objective.loss_sum, dxf_, xf_, targets_, N, targeted(batch), C, V,
+              objective.scale);
+  }
+}
+
+void Decoder::head_backward(const Batch& batch, UnitAccess& params,
+                            const HeadObjective& objective) {
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
   const size_t NC = static_cast<size_t>(N) * C;
@@ -289,17 +339,16 @@ void Decoder::head_backward(const Batch& batch, UnitAccess& params, float scale,
   const ConstDevPtr norm_w = hw.at(layout_.final_norm_offset());
   be_.rmsnorm_forward(xf_, rstdf_, x, norm_w, N, C, static_cast<float>(config_.rms_norm_eps));
   if (!trains(layout_.lm_head_unit())) {
-    // The LM head's loss and dx only (no dw).
+    // The LM head's loss and dx only (no dw), on the gathered table.
     const ConstDevPtr wh = params.acquire(layout_.lm_head_unit());
-    be_.cross_entropy(loss_sum, dxf_, nullptr, xf_, wh, targets_, N, targeted(batch), C, V, scale);
+    head_objective(batch, whole_table(wh, nullptr, V), objective);
     params.release(layout_.lm_head_unit());
   } else {
     // The LM head's gradient (a tied head's part of the table's) is complete at release_table:
     // FSDP reduces it while the layers' backward runs, or has split the vocabulary among the
     // ranks; a tied table's lookup rows follow in the lookup's backward.
     const int lm = layout_.lm_head_unit();
-    const ShardedTable table = params.acquire_table(lm, N, TableUse::kHead);
-    head_loss(be_, table, loss_sum, dxf_, xf_, targets_, N, targeted(batch), C, V, scale);
+    head_objective(batch, params.acquire_table(lm, N, TableUse::kHead), objective);
     params.release_table(lm, TableUse::kHead);
   }
   be_.rmsnorm_backward(dres_, norm_dw, dxf_, x, norm_w, rstdf_, N, C, false);
@@ -309,13 +358,23 @@ void Decoder::head_backward(const Batch& batch, UnitAccess& params, float scale,
 
 void Decoder::forward_backward(const Batch& batch, UnitAccess& params, float scale, bool recompute,
                                double* loss_sum) {
+  train_pass(batch, params, {.scale = scale, .loss_sum = loss_sum}, recompute);
+}
+
+void Decoder::forward_backward(const Batch& batch, UnitAccess& params, const PreferenceHead& head,
+                               bool recompute) {
+  train_pass(batch, params, {.preference = &head}, recompute);
+}
+
+void Decoder::train_pass(const Batch& batch, UnitAccess& params, const HeadObjective& objective,
+                         bool recompute) {
   prepare(batch, recompute, /*training=*/true);
   forward_trunk(batch, params, /*training=*/true);
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size);
   const int L = static_cast<int>(config_.num_hidden_layers);
   const size_t NC = static_cast<size_t>(N) * C;
-  head_backward(batch, params, scale, loss_sum);
+  head_backward(batch, params, objective);
   for (int l = L - 1; l >= 0; --l) {
     const LayerParams p = units_.acquire(l, params, /*grads=*/true);  // p.w[0]: the layer's unit
     const LayerProduct& product = bind_product(l, p, N);

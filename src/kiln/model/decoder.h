@@ -33,6 +33,7 @@
 #include "kiln/model/decoder_layer.h"
 #include "kiln/model/layer_units.h"
 #include "kiln/model/layout.h"
+#include "kiln/model/preference_head.h"
 #include "kiln/model/product_kind.h"
 #include "kiln/model/rope_table.h"
 #include "kiln/model/unit_access.h"
@@ -56,8 +57,17 @@ class Decoder {
   // pinned staging; the host may refill `batch` as soon as this returns.
   void forward_backward(const Batch& batch, UnitAccess& params, float scale, bool recompute,
                         double* loss_sum);
+  // The same with a preference loss over the batch's pairs instead of the token cross-entropy
+  // (preference_head.h: rows 2p and 2p + 1 a pair's chosen and rejected sequences): head.sums
+  // += this rank's pairs' loss and metric sums, the gradients d(head.terms.scale * loss sum).
+  void forward_backward(const Batch& batch, UnitAccess& params, const PreferenceHead& head,
+                        bool recompute);
   // Forward only: adds the batch's loss sum into *loss_sum (device).
   void forward(const Batch& batch, UnitAccess& params, double* loss_sum);
+  // Forward only: seq (B, 2) (device) += each row's (log-probability of its targets, their
+  // count): a preference pair's sequence log-probabilities. base_only: a LoRA layout's adapters
+  // left out (the base model: a LoRA run's reference).
+  void sequence_logps(const Batch& batch, UnitAccess& params, double* seq, bool base_only);
 
   // The same, returning the loss sum to the host (waits for the device): for tests and one-off
   // evaluations, not for a training step.
@@ -90,20 +100,34 @@ class Decoder {
   void upload(const Batch& batch);
   double read_loss();
   // Layer l's product for this pass, on its units' parameters p (LayerUnits::acquire).
-  const LayerProduct& bind_product(int l, const LayerParams& p, int N);
+  const LayerProduct& bind_product(int l, const LayerParams& p, int N, bool base_only = false);
   // w, dw: the layer unit's parameters and gradient (null: frozen, or no backward).
   void layer_forward(ConstDevPtr w, const float* x_in, float* x_out, const LayerActs& a,
                      const Batch& batch, const LayerProduct& product);
   void layer_backward(ConstDevPtr w, float* dw, const float* x_in, const LayerActs& a,
                       const Batch& batch, const LayerProduct& product);
   bool trains(int unit) const { return layout_.units()[unit].trainable; }
+  // What a training pass's head optimises: the token cross-entropy (scale, loss_sum), or, with
+  // `preference`, a preference loss.
+  struct HeadObjective {
+    float scale = 0;
+    double* loss_sum = nullptr;
+    const PreferenceHead* preference = nullptr;
+  };
+  void train_pass(const Batch& batch, UnitAccess& params, const HeadObjective& objective,
+                  bool recompute);
   // The final norm and the LM head's loss and dx; each one's gradient when its unit trains.
-  void head_backward(const Batch& batch, UnitAccess& params, float scale, double* loss_sum);
+  void head_backward(const Batch& batch, UnitAccess& params, const HeadObjective& objective);
+  // The LM head's loss of the objective on the table lent (dx into dxf_).
+  void head_objective(const Batch& batch, const ShardedTable& table,
+                      const HeadObjective& objective);
   std::pair<float*, float*> qk_norm_backward(ConstDevPtr w, float* dw, const LayerActs& a, int N);
   // Embedding and every layer's forward: fills res_ (and the saved activations).
   // training: the embedding rows come from table_lookup (sharded_table.h) on the table
   // UnitAccess lends (every rank's N alike).
-  void forward_trunk(const Batch& batch, UnitAccess& params, bool training);
+  void forward_trunk(const Batch& batch, UnitAccess& params, bool training, bool base_only = false);
+  // The final norm's forward into xf_ on the head unit (acquired, released by the caller).
+  void final_norm(const Batch& batch, ConstDevPtr head_unit);
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -113,8 +137,9 @@ class Decoder {
   DeviceArena arena_;
   DType act_dtype_;  // storage of the GEMM-only activations
   int B_ = 0, T_ = 0;
-  bool recompute_ = false, training_ = false;
-  float* res_ = nullptr;  // (L+1, N, C) residual stream at each layer boundary
+  bool recompute_ = false, training_ = false;  // what the arena is planned for
+  bool pass_trains_ = false;                   // whether the current pass trains (dropout)
+  float* res_ = nullptr;                       // (L+1, N, C) residual stream at each layer boundary
   std::vector<LayerActs>
       layer_acts_;  // saved activations per layer (all alias one when recomputing)
   float *xf_ = nullptr, *rstdf_ = nullptr, *dxf_ = nullptr;  // final norm
@@ -122,9 +147,15 @@ class Decoder {
         *dy_ = nullptr, *dgate_up_ = nullptr, *dh_ = nullptr,
         *dk_pre_ = nullptr;  // backward scratch (dk_pre_: qk_norm only)
   float* qkv_ = nullptr;     // (N, Q + 2 KV): every layer's DecoderActs::qkv
-  // The batch on the device: ids, targets, positions, doc_start, each (N), and its staging.
+  // The batch on the device: ids, targets, positions, doc_start, each (N), then its rows with a
+  // target compacted (indices, targets: TargetRows, target_rows_ of them), and its staging.
   int32_t *ids_ = nullptr, *targets_ = nullptr, *pos_ = nullptr, *doc_ = nullptr;
-  PinnedBuffer<int32_t> staging_;        // (4, N)
+  int target_rows_ = 0;
+  TargetRows target_rows() const {
+    const size_t N = static_cast<size_t>(B_) * T_;
+    return {ids_ + 4 * N, ids_ + 5 * N, target_rows_};
+  }
+  PinnedBuffer<int32_t> staging_;        // (6, N)
   std::shared_ptr<Event> staging_free_;  // the last upload out of staging_ has run
   DeviceBuffer<double> loss_;            // the convenience forms' loss sum
   RopeTables rope_;

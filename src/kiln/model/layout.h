@@ -46,6 +46,12 @@ class ParamLayout {
   size_t final_norm_offset() const { return 0; }                // in the head unit
   size_t total_numel() const;
   size_t trainable_numel() const;
+  // The same layout with every unit frozen: a model that is only read (a preference reference).
+  ParamLayout frozen() const {
+    ParamLayout l = *this;
+    for (ParamUnit& u : l.units_) u.trainable = false;
+    return l;
+  }
 
   // LoRA: the adapter units (one per layer, after the base's), their offsets (the same for
   // every layer) and the settings they were laid out for.

@@ -45,6 +45,7 @@ void LoraKind::plan(DeviceArena& arena, size_t n, bool per_layer, bool training)
 const LayerProduct& LoraKind::bind(int l, const LayerParams& p, const ProductPass& pass) {
   const size_t a = p.w.size() - 1;  // the adapter unit, after the layer's and the base's own
   const LayerProduct& base = base_->bind(l, {p.w.first(a), p.dw.first(a)}, pass);
+  if (pass.base_only) return base;
   const LoraDropout dropout{pass.training ? dropout_ : 0.0f, pass.dropout_seed, l};
   product_.bind(base, p.w[a], p.dw[a], u_[per_layer_ ? l : 0], scratch_, pass.n, dropout);
   return product_;

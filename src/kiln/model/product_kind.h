@@ -32,6 +32,9 @@ struct ProductPass {
   int n = 0;
   bool training = false;
   uint64_t dropout_seed = 0;
+  // The base product alone, a kind's adapters left out (forward only: a LoRA run's preference
+  // reference is the base model); a kind without adapters ignores it.
+  bool base_only = false;
 };
 
 class ProductKind {

@@ -56,7 +56,7 @@ void vocab_chunk(const Backend& be, const ShardedTable& t, const VocabChunk& c, 
   if (m > 0) be.matmul_forward(c.logits, xc, t.rows, no_bias, n, C, m);
   row_statistics(be, t, c, tc, n);
   be.ce_part_grad(c.logits, loss_sum, c.row_max, c.sums, tc, t.a, n, m, std::max(m, 1), scale,
-                  own_begin - t0, own_end - t0);
+                  nullptr, own_begin - t0, own_end - t0);
   if (m > 0) {
     be.matmul_backward(dxc, t.grad, nullptr, c.logits, xc, t.rows, n, C, m, false);
   } else {

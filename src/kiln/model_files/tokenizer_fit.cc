@@ -8,29 +8,11 @@
 #include "kiln/base/log.h"
 #include "kiln/text/chat_template_choice.h"
 #include "kiln/text/tokenizer.h"
+#include "kiln/text/tokenizer_config.h"
 
 namespace kiln {
 
 namespace {
-
-// A special token's text from tokenizer_config.json: "<|im_end|>" or {"content": "<|im_end|>"}.
-std::optional<std::string> configured_token(const Json& cfg, const char* key) {
-  const auto it = cfg.find(key);
-  if (it == cfg.end()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && it->at("content").is_string()) {
-    return it->at("content").get<std::string>();
-  }
-  return std::nullopt;
-}
-
-// tokenizer_config.json beside `tokenizer_json`, or an empty object.
-Json tokenizer_config_beside(const std::filesystem::path& tokenizer_json) {
-  const auto cfg_path = tokenizer_json.parent_path() / "tokenizer_config.json";
-  Json cfg = Json::object();
-  if (std::filesystem::is_regular_file(cfg_path)) cfg = read_json_file(cfg_path);
-  return cfg.is_object() ? cfg : Json::object();
-}
 
 // The tokens of a chat model the tokenizer lacks, each with the keys that name it, for one
 // warning: "<|eot_id|> (eos_token_id, generation eos)".

@@ -68,11 +68,14 @@ class PlanRun {
         core_(c, be_, s.lora, shard_setup(), s.optimizer, s.step),
         batches_(static_cast<size_t>(s.grad_accum), planned_batch(s)) {}
 
-  // The trainer's step: every token of every micro-batch is a target.
+  // The trainer's step: every token of every micro-batch is a target (of a preference run,
+  // every pair counts).
   void train_step(int64_t step) {
-    double targets = 0;
-    for (const Batch& b : batches_) targets += static_cast<double>(b.num_targets());
-    core_.step(batches_, targets, step, /*lr=*/1e-5);
+    double denominator = 0;
+    for (const Batch& b : batches_) {
+      denominator += static_cast<double>(s_.step.dpo ? b.num_pairs() : b.num_targets());
+    }
+    core_.step(batches_, denominator, step, /*lr=*/1e-5);
   }
   // Trainer::evaluate: forward only.
   void evaluate() { core_.evaluate(batches_[0]); }
@@ -99,6 +102,7 @@ class PlanRun {
   const CountingBackend& backend() const { return be_; }
   Decoder& model() { return core_.model(); }
   const Fsdp& fsdp() const { return core_.fsdp(); }
+  Fsdp* reference() { return core_.reference(); }
   const Optimizer& optimizer() const { return core_.optimizer(); }
   size_t comm_scratch() const {
     size_t n = 0;
@@ -144,6 +148,18 @@ size_t other_arena_bytes(const ModelConfig& c, const MemorySettings& s) {
   return model.activation_bytes();
 }
 
+// What a preference run holds for its reference (MemoryPlan::reference).
+std::string preference_reference(const MemorySettings& s) {
+  if (!s.step.dpo) return "";
+  if (!s.step.dpo->uses_reference()) return "none (simpo)";
+  if (s.step.dpo->precomputed()) {
+    return "precomputed before step 1 (reference_logps.bin, 32 bytes a pair; its model held "
+           "only for that pass)";
+  }
+  if (s.lora) return "the base with the adapters off (no copy)";
+  return "a frozen copy of the model (its shards and gathered units)";
+}
+
 }  // namespace
 
 MemoryPlan plan_memory(const ModelConfig& c, const MemorySettings& s) {
@@ -168,6 +184,10 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemorySettings& s) {
   if (s.eval) run.evaluate();
   if (s.background_save) p.snapshot = run.snapshot();
   const PoolParts pool = fsdp.pool_parts();
+  p.reference = preference_reference(s);
+  if (const Fsdp* ref = run.reference()) {
+    p.reference_bytes = ref->param_shard_bytes() + ref->pool_parts().total();
+  }
   p.gathered = pool.gathered;
   p.grad_buffers = pool.grads;
   p.comm = pool.comm;
@@ -180,8 +200,8 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemorySettings& s) {
   p.baseline = s.baseline;
   p.device_peak = be.memory_stats().peak;
   // Host memory (the snapshot, the communicators' scratch) is part of the peak on the CPU only.
-  const size_t named = p.params + p.grads + p.optimizer + pool.total() + p.activations +
-                       p.workspace + (s.on_cpu ? p.snapshot + p.comm_scratch : 0);
+  const size_t named = p.params + p.grads + p.optimizer + pool.total() + p.reference_bytes +
+                       p.activations + p.workspace + (s.on_cpu ? p.snapshot + p.comm_scratch : 0);
   p.other = training_peak > named ? training_peak - named : 0;
   if (!s.on_cpu) {
     const EnvLookup env = [](const char* name) { return std::getenv(name); };
@@ -239,6 +259,10 @@ Json MemoryPlan::to_json() const {
          {"final_save_bytes", final_save},
          {"other_bytes", other},
          {"baseline_bytes", baseline}};
+  if (!reference.empty()) {
+    j["reference"] = reference;
+    j["reference_bytes"] = reference_bytes;
+  }
   // A GPU plan's parts beside kiln's allocations, each with its source.
   if (!cuda_context.source.empty()) {
     j["cuda_context_bytes"] = cuda_context.bytes;
@@ -257,6 +281,8 @@ std::string MemoryPlan::summary() const {
     gpu += fmt::format(", CUDA context {:.0f}", mib(cuda_context.bytes));
   if (!nccl_buffers.source.empty())
     gpu += fmt::format(", NCCL buffers {:.0f}", mib(nccl_buffers.bytes));
+  if (!reference.empty())
+    gpu += fmt::format("; dpo reference: {}, {:.0f}", reference, mib(reference_bytes));
   return fmt::format(
       "params {:.0f} MiB, grads {:.0f}, optimizer {:.0f}; gathered units {:.0f} (largest {} "
       "{:.0f}), gradient buffers {:.0f}, comm {:.0f} (+ scratch {:.0f}); activations {:.0f} "

@@ -84,6 +84,10 @@ struct MemoryPlan {
   // unit of final/ (f32).
   size_t final_save = 0;
   size_t other = 0;  // held at the peak beside the parts above (the batch's staging, RoPE tables)
+  // A preference run's (dpo section) reference: what it is, in words ("" without dpo), and the
+  // bytes of its own shards and gathered units (0 with LoRA or SimPO).
+  std::string reference;
+  size_t reference_bytes = 0;
   size_t baseline = 0;
   // On a GPU, beside kiln's allocations (gpu_runtime_memory.h): the CUDA context, and NCCL's
   // buffers when the ranks talk through NCCL (world > 1). 0 and empty on the CPU.

@@ -1,5 +1,8 @@
 #include "kiln/train/preflight.h"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <fstream>
 
 #include "kiln/base/error.h"
@@ -7,6 +10,7 @@
 #include "kiln/data/formats.h"
 #include "kiln/data/text_dataset.h"
 #include "kiln/model/config.h"
+#include "kiln/model/layout.h"
 #include "kiln/model_files/base_fingerprint.h"
 #include "kiln/model_files/peft_adapter.h"
 #include "kiln/text/tokenizer.h"
@@ -123,11 +127,44 @@ ModelConfig read_model_config(const Recipe& r) {
   return config;
 }
 
+// dpo.reference (a directory): a Hugging Face model whose every tensor has the policy's name and
+// shape.
+void check_reference(const Recipe& r, const ModelConfig& config) {
+  if (!r.dpo || !r.dpo->uses_reference() || r.dpo->reference == kReferenceBase) return;
+  const fs::path dir = r.dpo->reference;
+  std::error_code ec;
+  if (!fs::exists(dir / "config.json", ec)) {
+    fail("dpo.reference: {} has no config.json (not a Hugging Face model directory)", dir.string());
+  }
+  const auto tensors = [](const ModelConfig& c) {
+    std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+    const ParamLayout layout(c);
+    for (const ParamUnit& u : layout.units()) {
+      for (const ParamEntry& e : u.entries) out.emplace_back(e.name, e.shape);
+    }
+    return out;
+  };
+  const auto want = tensors(config);
+  const auto got = tensors(read_config(dir / "config.json"));
+  for (size_t i = 0; i < std::max(want.size(), got.size()); ++i) {
+    if (i < want.size() && i < got.size() && want[i] == got[i]) continue;
+    const auto describe = [](const auto& list, size_t k) {
+      return k < list.size() ? fmt::format("{} {}", list[k].first, fmt::join(list[k].second, "x"))
+                             : std::string("nothing");
+    };
+    fail(
+        "dpo.reference: {}/config.json is not a model of the policy's shape: it has {} where "
+        "model.path {} has {}",
+        dir.string(), describe(got, i), r.model.path, describe(want, i));
+  }
+}
+
 void preflight_checks(const Recipe& r) {
   std::error_code ec;
   const ModelConfig config = read_model_config(r);
   check_context_length(r, config, /*lead=*/false);  // the trainer's rank 0 warns when allowed
   if (!r.model.adapter.empty()) check_adapter(r, config);
+  check_reference(r, config);
 
   // Each data.train file in its own format, data.eval in data.format.
   struct File {
@@ -146,6 +183,8 @@ void preflight_checks(const Recipe& r) {
   for (const File& f : files) {
     if (f.options.format == DataFormat::kTokens || tokenizer) continue;
     const fs::path tj = tokenizer_json_path(f.options.tokenizer);
+    // Pre-tokenized preference pairs need none (a text record then says so).
+    if (f.options.format == DataFormat::kPreference && !fs::exists(tj, ec)) continue;
     if (!fs::exists(tj, ec)) {
       fail("{}: {} does not exist, and {}'s format {} needs a tokenizer",
            r.data.tokenizer.empty() ? "model.path" : "data.tokenizer", tj.string(), f.key,

@@ -20,7 +20,8 @@ std::vector<std::string> key_names(bool identity_only) {
   return out;
 }
 
-// Every row read in the schema's order. The lora section's defaults are decided here: rank 8,
+// Every row read in the schema's order; with a dpo section train.micro_batch_size defaults to 2
+// (one pair). The lora section's defaults are decided here: rank 8,
 // alpha 16, dropout 0 (LoraConfig's), every projection (PEFT's own default is q_proj and v_proj;
 // kiln adapts all seven), no rslora; without a lora section (nullopt) the run is full
 // fine-tuning.
@@ -28,9 +29,60 @@ Recipe read_recipe(RecipeReader& in) {
   Recipe r;
   r.lora.emplace();
   r.lora->targets = resolve_lora_targets({kAllLinear}, "lora.targets");
+  r.dpo.emplace();
   for (const RecipeKey& k : recipe_schema()) k.read(in, r);
   if (!in.has_section("lora")) r.lora.reset();
+  if (!in.has_section("dpo")) r.dpo.reset();
+  // A preference pair takes two rows: a dpo run's micro-batch is one pair unless set.
+  if (r.dpo && in.find("train.micro_batch_size") == nullptr) r.train.micro_batch_size = 2;
   return r;
+}
+
+// The entry of the first key of `keys` the recipe sets, for an error about their combination.
+const Entry& entry_of(RecipeReader& in, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) {
+    if (const Entry* e = in.find(k)) return *e;
+  }
+  return in.require(*keys.begin());
+}
+
+// A dpo section trains on preference data only, and preference data trains only with one.
+void validate_preference(const Recipe& r, RecipeReader& in) {
+  bool any = false, all = true;
+  for (const Recipe::TrainFile& f : r.data.train) {
+    const bool pref = train_file_format(r, f) == DataFormat::kPreference;
+    any = any || pref;
+    all = all && pref;
+  }
+  if (!r.dpo) {
+    if (any) {
+      RecipeReader::bad(entry_of(in, {"data.format", "data.train"}), "data.format",
+                        "preference data trains with a dpo section (add dpo: {} for DPO with "
+                        "TRL's defaults)");
+    }
+    return;
+  }
+  if (!all || (!r.data.eval.empty() && r.data.format != DataFormat::kPreference)) {
+    RecipeReader::bad(entry_of(in, {"data.format", "data.train"}), "data.format",
+                      "a dpo section trains on pairs: every data.train file (and data.eval) "
+                      "must be in format preference");
+  }
+  if (r.lora && r.dpo->reference != kReferenceBase) {
+    RecipeReader::bad(in.require("dpo.reference"), "dpo.reference",
+                      "with a lora section the reference is the base with the adapters off "
+                      "(dpo.reference: base)");
+  }
+  if (r.data.pack) {
+    RecipeReader::bad(in.require("data.pack"), "data.pack",
+                      "packing preference pairs is not supported yet (set data.pack: false)");
+  }
+  if (r.train.micro_batch_size % 2 != 0) {
+    RecipeReader::bad(entry_of(in, {"train.micro_batch_size", "dpo.loss_type"}),
+                      "train.micro_batch_size",
+                      fmt::format("{} rows cannot hold whole pairs: a preference pair takes two "
+                                  "rows (its chosen and rejected sequences); use an even number",
+                                  r.train.micro_batch_size));
+  }
 }
 
 // The checks across keys, once each key's own have passed; each error names the entry of the key
@@ -48,6 +100,7 @@ void validate(const Recipe& r, RecipeReader& in) {
                                   "set too: set one of them",
                                   r.data.eval));
   }
+  validate_preference(r, in);
   const int64_t tokens =
       int64_t{r.train.grad_accum_steps} * r.train.micro_batch_size * int64_t{r.data.seq_len};
   if (tokens > kMaxStepTokens) {
@@ -141,7 +194,8 @@ Recipe load_recipe(const fs::path& yaml_path, const std::vector<std::string>& ov
                       fs::absolute(yaml_path).parent_path(), overrides, use);
 }
 
-// Section by section in the schema's order; no lora section for full fine-tuning.
+// Section by section in the schema's order; no lora section for full fine-tuning, no dpo
+// section for supervised fine-tuning.
 std::string recipe_to_yaml(const Recipe& r) {
   YAML::Emitter out;
   out << YAML::Comment("Effective kiln recipe: every key, defaults included (docs/recipe.md).");
@@ -150,7 +204,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   for (const RecipeKey& k : recipe_schema()) {
     const size_t dot = k.name.find('.');
     const std::string section = k.name.substr(0, dot);
-    if (section == "lora" && !r.lora) continue;
+    if ((section == "lora" && !r.lora) || (section == "dpo" && !r.dpo)) continue;
     if (section != open) {
       if (!open.empty()) out << YAML::EndMap;
       out << YAML::Key << section << YAML::Value << YAML::BeginMap;

@@ -26,6 +26,7 @@
 #include "kiln/tensor/dtype.h"
 #include "kiln/train/best_checkpoint.h"
 #include "kiln/train/optimizer_kind.h"
+#include "kiln/train/preference_config.h"
 
 namespace kiln {
 
@@ -227,6 +228,9 @@ struct Recipe {
   // even empty, trains adapters with its defaults (rank 8, alpha 16, dropout 0, every projection,
   // no rslora); no section (nullopt) is full fine-tuning.
   std::optional<LoraConfig> lora;
+  // The dpo section: preference tuning on data.format preference (preference_config.h); no
+  // section (nullopt) is supervised fine-tuning.
+  std::optional<DpoConfig> dpo;
   Data data;
   Optimizer optimizer;
   Schedule schedule;

@@ -54,7 +54,13 @@ auto lora_at(T LoraConfig::*member) {
   return [=](auto& r) -> auto& { return (*r.lora).*member; };
 }
 
-// The kinds of row; `field` is a value's place, from at() or lora_at().
+// The same in the dpo section.
+template <typename T>
+auto dpo_at(T DpoConfig::*member) {
+  return [=](auto& r) -> auto& { return (*r.dpo).*member; };
+}
+
+// The kinds of row; `field` is a value's place, from at(), lora_at() or dpo_at().
 template <typename Field>
 RecipeKey flag(const char* name, bool run, Field field) {
   return {name, run, [=](RecipeReader& in, Recipe& r) { in.boolean(name, field(r)); },
@@ -257,6 +263,31 @@ std::vector<RecipeKey> lora_keys() {
   };
 }
 
+// dpo.reference: base, or a model directory.
+void read_dpo_reference(RecipeReader& in, Recipe& r) {
+  const std::string key = "dpo.reference";
+  const Entry* e = in.find(key);
+  if (e == nullptr) return;
+  const std::string s = RecipeReader::text(*e, key);
+  r.dpo->reference = s == kReferenceBase ? s : in.path(*e, key);
+}
+
+// Read into the recipe's DpoConfig, dropped when the recipe has no dpo section; written only
+// when there is one.
+std::vector<RecipeKey> dpo_keys() {
+  return {
+      named("dpo.loss_type", kRun, kPreferenceLossNames, dpo_at(&DpoConfig::loss_type)),
+      real("dpo.beta", kRun, {"> 0", [](double v) { return v > 0; }}, dpo_at(&DpoConfig::beta)),
+      real("dpo.label_smoothing", kRun, {"in [0, 0.5)", [](double v) { return v >= 0 && v < 0.5; }},
+           dpo_at(&DpoConfig::label_smoothing)),
+      real("dpo.simpo_gamma", kRun, {">= 0", [](double v) { return v >= 0; }},
+           dpo_at(&DpoConfig::simpo_gamma)),
+      {"dpo.reference", kRun, read_dpo_reference,
+       [](Emitter& out, const Recipe& r) { out << YAML::DoubleQuoted << r.dpo->reference; }},
+      flag("dpo.precompute_reference", kRun, dpo_at(&DpoConfig::precompute_reference)),
+  };
+}
+
 void read_format(RecipeReader& in, Recipe& r) {
   if (const Entry* e = in.find("data.format")) r.data.format = format_of(*e, "data.format");
 }
@@ -352,9 +383,7 @@ std::vector<RecipeKey> train_keys() {
       flag("train.activation_checkpointing", kNotRun, train(&Train::activation_checkpointing)),
       integer("train.log_every", kNotRun, kPositive, train(&Train::log_every)),
       {"train.resume", kNotRun, read_resume,
-       [](Emitter& out, const Recipe& r) {
-         out << YAML::DoubleQuoted << r.train.resume.text();
-       }},
+       [](Emitter& out, const Recipe& r) { out << YAML::DoubleQuoted << r.train.resume.text(); }},
       named("train.dtype", kRun, kComputeDTypeNames, train(&Train::dtype)),
       named("train.device", kNotRun, kDeviceRequestNames, train(&Train::device)),
       required_path("output.dir", kNotRun, output(&Recipe::Output::dir)),
@@ -425,8 +454,8 @@ std::vector<RecipeKey> progress_keys() {
 // Every row, in documentation order.
 std::vector<RecipeKey> all_keys() {
   std::vector<RecipeKey> out;
-  for (const auto& section :
-       {model_keys, lora_keys, data_keys, optimizer_keys, train_keys, dist_keys, progress_keys}) {
+  for (const auto& section : {model_keys, lora_keys, dpo_keys, data_keys, optimizer_keys,
+                              train_keys, dist_keys, progress_keys}) {
     std::vector<RecipeKey> rows = section();
     out.insert(out.end(), rows.begin(), rows.end());
   }

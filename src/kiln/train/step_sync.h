@@ -14,6 +14,7 @@ namespace kiln {
 
 struct StepSync {
   double targets = 0;         // predicted tokens (the loss denominator)
+  double pairs = 0;           // preference pairs (a dpo run's loss denominator: Batch::num_pairs)
   double tokens = 0;          // tokens processed
   double writes_running = 0;  // ranks whose checkpoint write is still running
   double writes_failed = 0;   // ranks whose checkpoint write failed
@@ -21,13 +22,15 @@ struct StepSync {
 
   // Sums every field over the group (collective).
   void all_reduce(Communicator& comm) {
-    std::array<double, 5> v = {targets, tokens, writes_running, writes_failed, stop_requests};
+    std::array<double, 6> v = {targets,        pairs,         tokens,
+                               writes_running, writes_failed, stop_requests};
     comm.all_reduce(v.data(), v.size(), ReduceOp::kSum);
     targets = v[0];
-    tokens = v[1];
-    writes_running = v[2];
-    writes_failed = v[3];
-    stop_requests = v[4];
+    pairs = v[1];
+    tokens = v[2];
+    writes_running = v[3];
+    writes_failed = v[4];
+    stop_requests = v[5];
   }
   // After all_reduce: every rank stops after this step.
   bool stop() const { return stop_requests > 0; }

@@ -4,7 +4,10 @@
 //
 // One step, all of it enqueued on the backend's compute stream (no host read inside):
 //   zero the gradient shards and the loss sum
-//   per micro-batch i of k: forward + backward through FSDP (the last one reduces the gradients)
+//   per micro-batch i of k: forward + backward through FSDP (the last one reduces the gradients);
+//     under a dpo section, first the reference's sequence log-probabilities (a forward of the
+//     frozen reference model, or of the base with the adapters off under LoRA; none for SimPO),
+//     then the preference loss's forward + backward (model/preference_head.h)
 //   squared gradient norm over every trainable shard, summed over the shard group
 //   clip every gradient shard to train.grad_clip (0: none)
 //   the optimizer over the trainable units, then this rank's sum of squared weights
@@ -24,6 +27,7 @@
 #include "kiln/model/decoder.h"
 #include "kiln/train/optimizer.h"
 #include "kiln/train/recipe.h"
+#include "kiln/train/reference_table.h"
 
 namespace kiln {
 
@@ -44,6 +48,8 @@ struct StepSettings {
   double grad_clip = 0;    // train.grad_clip: the global gradient norm's bound; 0: no clipping
   uint64_t seed = 0;       // train.seed: with the step, micro-step and rank, LoRA dropout's masks
   int rank = 0;            // this rank of the world
+  std::optional<DpoConfig> dpo =
+      std::nullopt;  // the dpo section: a preference loss over the batches' pairs
   bool operator==(const StepSettings&) const = default;
 };
 
@@ -53,26 +59,52 @@ StepSettings step_settings(const Recipe& r, int rank);
 class TrainCore {
  public:
   // Allocates, in this order: the model's own buffers, the parameter and gradient shards, the
-  // optimizer state, the step's three device scalars.
+  // optimizer state, the step's device scalars, and a preference run's reference shards (a
+  // frozen copy of the model, loaded by the caller through reference(); none under LoRA, whose
+  // reference is the base, or for SimPO).
   TrainCore(const ModelConfig& config, const Backend& backend,
             const std::optional<LoraConfig>& lora, const ShardSetup& shards,
             const OptimizerSettings& optimizer, const StepSettings& step);
 
   // Enqueues optimizer step `step` (0-based) at learning rate `lr` over `micro` (the step's
-  // micro-batches, train.grad_accum_steps of them). `targets`: the predicted tokens of the
-  // step over every rank, the loss's denominator; with none, no forward or backward runs (the
-  // gradients stay zero).
-  void step(std::span<const Batch> micro, double targets, int64_t step, double lr);
+  // micro-batches, train.grad_accum_steps of them). `denominator`: the loss's, over every rank:
+  // the step's predicted tokens, or a preference run's pairs (Batch::num_pairs); with none, no
+  // forward or backward runs (the gradients stay zero).
+  void step(std::span<const Batch> micro, double denominator, int64_t step, double lr);
 
   // Evaluation: zero_loss(), then evaluate() per batch adds the batch's loss sum into
-  // sums()[kLossSum] (forward only, through the gathered units).
+  // sums()[kLossSum] (forward only, through the gathered units), or a preference run's sums
+  // into sums()[kPreference + k].
   void zero_loss();
   void evaluate(const Batch& batch);
 
   // The step's device doubles, sums()[k]: the loss sum (this rank's), the squared gradient norm
-  // before clipping (the shard group's), this rank's sum of squared weights after the update.
-  enum Sum { kLossSum, kGradSq, kParamSq, kNumSums };
+  // before clipping (the shard group's), this rank's sum of squared weights after the update,
+  // then a preference run's loss and metric sums (this rank's pairs'), kPreference +
+  // PreferenceSum (kernels/preference_terms.h).
+  enum Sum {
+    kLossSum,
+    kGradSq,
+    kParamSq,
+    kPreference,
+    kNumSums = kPreference + kNumPreferenceSums
+  };
   const double* sums() const { return sums_.data(); }
+  // The index in sums() of a preference sum.
+  static constexpr int preference_sum(PreferenceSum k) { return kPreference + static_cast<int>(k); }
+
+  // A preference run's frozen reference model to load (dpo.reference), or nullptr when it reads
+  // none of its own (LoRA's reference is the base; SimPO has none; with
+  // dpo.precompute_reference and reference base, the policy's own starting weights).
+  Fsdp* reference() { return ref_fsdp_ ? &*ref_fsdp_ : nullptr; }
+
+  // The reference's (logp, length) of each of the batch's sequences, (B, 2) on the device (until
+  // the next call): from the table given to use_reference_table, else a forward of the
+  // reference (before step 1 only, with dpo.precompute_reference). nullptr for SimPO.
+  const double* reference_logps(const Batch& batch);
+  // From now on the reference comes from `table` (the evaluation set's part under `eval`), which
+  // the caller keeps; the reference model, if any, is released.
+  void use_reference_table(const ReferenceTable* table, bool eval);
 
   Decoder& model() { return model_; }
   const Decoder& model() const { return model_; }
@@ -82,8 +114,10 @@ class TrainCore {
   const Optimizer& optimizer() const { return opt_; }
 
  private:
-  void forward_backward(std::span<const Batch> micro, double targets, int64_t step);
+  void forward_backward(std::span<const Batch> micro, double denominator, int64_t step);
   void update(double lr);
+  // A preference micro-batch's forward + backward, its gradient scaled by `scale`.
+  void preference_step(const Batch& batch, double scale);
 
   const Backend& be_;
   const StepSettings settings_;
@@ -91,6 +125,15 @@ class TrainCore {
   Fsdp fsdp_;
   Optimizer opt_;
   DeviceBuffer<double> sums_;  // (kNumSums,)
+  // A preference run's: the reference model (full fine-tuning, not SimPO) and the sequences'
+  // reference log-probabilities of the current batch; the policy's for evaluation.
+  std::optional<ParamLayout> ref_layout_;
+  std::optional<Fsdp> ref_fsdp_;
+  DeviceBuffer<double> ref_seq_, policy_seq_;  // (B, 2)
+  const ReferenceTable* ref_table_ = nullptr;  // use_reference_table's
+  bool ref_table_eval_ = false;
+  PinnedBuffer<double> ref_staging_;         // (B, 2): the table's rows on their way
+  std::shared_ptr<Event> ref_staging_free_;  // the last copy out of ref_staging_ has run
 };
 
 }  // namespace kiln

@@ -5,6 +5,7 @@
 #include "kiln/base/error.h"
 #include "kiln/base/log.h"
 #include "kiln/data/packing_sampler.h"
+#include "kiln/data/preference_pairs.h"
 
 namespace kiln {
 
@@ -51,7 +52,8 @@ std::unique_ptr<BatchSampler> make_sampler(const ExampleSource& dataset, const R
                                             r.data.shuffle, r.train.seed, rank, world_size);
   }
   return std::make_unique<Sampler>(dataset, r.train.micro_batch_size, r.data.seq_len,
-                                   r.data.shuffle, r.train.seed, rank, world_size);
+                                   r.data.shuffle, r.train.seed, rank, world_size,
+                                   rows_per_example(r));
 }
 
 namespace {
@@ -60,7 +62,7 @@ int64_t micro_batches_per_epoch(const ExampleSource& dataset, const Recipe& r, i
                                 int world_size) {
   if (!r.data.pack) {
     return Sampler(dataset, r.train.micro_batch_size, r.data.seq_len, r.data.shuffle, r.train.seed,
-                   rank, world_size)
+                   rank, world_size, rows_per_example(r))
         .batches_per_epoch();
   }
   PackingSampler s(dataset, r.train.micro_batch_size, r.data.seq_len, r.data.shuffle, r.train.seed,
@@ -158,29 +160,42 @@ TokenizedDataset load_eval_data(const Recipe& r, int64_t vocab_size, bool verbos
 }
 
 EvalBatches::EvalBatches(const ExampleSource& data, int micro_batch_size, int rank, int world_size,
-                         int64_t max_batches)
-    : data_(&data), micro_batch_size_(micro_batch_size), rank_(rank), world_size_(world_size) {
+                         int64_t max_batches, int rows_per_example)
+    : data_(&data),
+      per_batch_(micro_batch_size / rows_per_example),
+      rows_per_example_(rows_per_example),
+      rank_(rank),
+      world_size_(world_size) {
+  KILN_CHECK(per_batch_ > 0 && micro_batch_size % rows_per_example == 0,
+             "eval batches of {} rows, {} per example", micro_batch_size, rows_per_example);
   const auto n = static_cast<int64_t>(data.size());
-  const int64_t batches = (n + micro_batch_size - 1) / micro_batch_size;
+  const int64_t batches = (n + per_batch_ - 1) / per_batch_;
   rounds_ = (batches + world_size - 1) / world_size;
   if (max_batches > 0) rounds_ = std::min(rounds_, max_batches);
 }
 
 void EvalBatches::fill(int64_t round, Batch& out) const {
   const auto n = static_cast<int64_t>(data_->size());
-  const int64_t first = (round * world_size_ + rank_) * micro_batch_size_;
-  const int64_t last = std::min(n, first + micro_batch_size_);
+  const int64_t first = (round * world_size_ + rank_) * per_batch_;
+  const int64_t last = std::min(n, first + per_batch_);
   if (first >= last) {
-    out.resize(1, 2);  // nothing to predict: the forward runs only for the collectives
+    out.resize(rows_per_example_, 2);  // nothing to predict: the forward runs for the collectives
     return;
   }
   int T = 2;
   for (int64_t i = first; i < last; ++i) {
-    T = std::max(T, static_cast<int>(data_->example(static_cast<size_t>(i)).input_ids.size()));
+    const ExampleView ex = data_->example(static_cast<size_t>(i));
+    if (rows_per_example_ == 1) {
+      T = std::max(T, static_cast<int>(ex.size()));
+    } else {
+      const auto [chosen, rejected] = pair_sequences(ex);
+      T = std::max({T, static_cast<int>(chosen.size()), static_cast<int>(rejected.size())});
+    }
   }
-  out.resize(static_cast<int>(last - first), T);
+  out.resize(static_cast<int>(last - first) * rows_per_example_, T);
   for (int64_t i = first; i < last; ++i) {
-    fill_row(out, static_cast<int>(i - first), data_->example(static_cast<size_t>(i)));
+    fill_example_rows(out, static_cast<int>(i - first) * rows_per_example_,
+                      data_->example(static_cast<size_t>(i)), rows_per_example_, i);
   }
 }
 

@@ -31,6 +31,10 @@ struct TrainData {
   const ExampleSource* held_out() const { return mixture->held_out(); }
 };
 
+// Rows of a micro-batch each example fills: 2 under a dpo section (a preference pair's chosen
+// and rejected sequences: data/preference_pairs.h), else 1.
+inline int rows_per_example(const Recipe& recipe) { return recipe.dpo ? 2 : 1; }
+
 // The sampler of data.pack over `dataset` for rank `rank` of `world_size`.
 std::unique_ptr<BatchSampler> make_sampler(const ExampleSource& dataset, const Recipe& recipe,
                                            int rank, int world_size);
@@ -54,21 +58,21 @@ std::unique_ptr<TrainData> open_train_data(const Recipe& recipe, int64_t vocab_s
 // train_on_prompt); no cache files are written (evaluation sets are small).
 TokenizedDataset load_eval_data(const Recipe& recipe, int64_t vocab_size, bool verbose);
 
-// One rank's evaluation batches: consecutive examples in file order, micro_batch_size per batch
-// (one example per row, rows as long as the batch's longest example), global batch k on rank
-// k % world_size, at most max_batches (> 0) per rank. Every rank runs rounds() batches, the same
-// number (each forward is collective under FSDP); a rank without a batch in a round gets an
-// empty one (one row, no targets).
+// One rank's evaluation batches: consecutive examples in file order, micro_batch_size rows per
+// batch (rows_per_example rows each example: sampler.h's fill_example_rows; rows as long as the
+// batch's longest sequence), global batch k on rank k % world_size, at most max_batches (> 0) per
+// rank. Every rank runs rounds() batches, the same number (each forward is collective under
+// FSDP); a rank without a batch in a round gets an empty one (rows_per_example rows, no targets).
 class EvalBatches {
  public:
   EvalBatches(const ExampleSource& data, int micro_batch_size, int rank, int world_size,
-              int64_t max_batches);
+              int64_t max_batches, int rows_per_example = 1);
   int64_t rounds() const { return rounds_; }
   void fill(int64_t round, Batch& out) const;
 
  private:
   const ExampleSource* data_;
-  int micro_batch_size_ = 1, rank_ = 0, world_size_ = 1;
+  int per_batch_ = 1, rows_per_example_ = 1, rank_ = 0, world_size_ = 1;  // examples, rows
   int64_t rounds_ = 0;
 };
 

@@ -40,6 +40,7 @@
 #include "kiln/train/memory_plan.h"
 #include "kiln/train/optimizer.h"
 #include "kiln/train/preflight.h"
+#include "kiln/train/reference_table.h"
 #include "kiln/train/resume_checks.h"
 #include "kiln/train/run_identity.h"
 #include "kiln/train/run_meta.h"
@@ -102,6 +103,9 @@ class Trainer {
   RetentionPolicy retention() const;
   bool writes_shard() const;
 
+  void load_base_units(Fsdp& fsdp, const std::string& dir);
+  void prepare_reference_table();
+  void fill_reference_table(const ExampleSource& pairs, bool eval);
   void load_weights();
   void load_adapters();
   void log_model() const;
@@ -158,6 +162,8 @@ class Trainer {
   const bool tty_;
   mutable double peak_flops_ = -1;  // the backend's, asked at the first step's log (< 0: not yet)
   MemoryPlan plan_;                 // this rank's predicted memory, printed before step 1
+  std::array<double, kPreferenceMetrics.size()> eval_preference_{};  // the last evaluation's
+  std::optional<ReferenceTable> ref_table_;                          // dpo.precompute_reference's
 };
 
 // The recipe's output.dir is the context's run directory: its metrics.jsonl writer is the run's.
@@ -266,32 +272,98 @@ Trainer::Trainer(const Recipe& r, WorkerContext& ctx)
   max_steps_ = train_steps(r_, data_->examples(), ctx_);
   if (!r_.data.eval.empty() || r_.data.eval_split > 0) open_eval_data();
   resume();
+  if (r_.dpo && r_.dpo->precomputed()) prepare_reference_table();
   ctx_.restart_metrics_after(start_step_);  // a resumed run reports the later steps again
   if (lead_ && r_.output.tensorboard) {
     tensorboard_ = std::make_unique<TensorBoardWriter>(run_dir_ / "tensorboard");
   }
 }
 
-void Trainer::load_weights() {
-  // Each rank reads only its own shard's elements, in pieces of at most kLoadChunk floats through
-  // one host buffer: no rank holds a unit it does not own, nor more of the file than a piece.
-  // The base model's units come first in a LoRA layout too: they are read from model.path.
+// Each rank reads only its own shard's elements of the base model's units (the first units of a
+// LoRA layout too) from the HF directory `dir`, in pieces of at most kLoadChunk floats through
+// one host buffer: no rank holds a unit it does not own, nor more of the file than a piece.
+void Trainer::load_base_units(Fsdp& fsdp, const std::string& dir) {
   constexpr size_t kLoadChunk = size_t{4} << 20;  // 16 MiB of f32
-  const ParamLayout& layout = model_.layout();
   const ParamLayout base(config_);
-  HfWeightsReader reader(r_.model.path, base);
-  const auto ranges = fsdp_.shard_ranges();
+  HfWeightsReader reader(dir, base);
+  const auto ranges = fsdp.shard_ranges();
   Buffer<float> piece(kLoadChunk);
   for (int u = 0; u < base.num_units(); ++u) {
-    fsdp_.zero_shard(u);  // padding past the unit's end stays zero
+    fsdp.zero_shard(u);  // padding past the unit's end stays zero
     for (size_t b = ranges[u].begin; b < ranges[u].end; b += kLoadChunk) {
       const size_t e = std::min(ranges[u].end, b + kLoadChunk);
       reader.read_range(u, {b, e}, piece.data());
-      fsdp_.load_shard(u, b - ranges[u].begin, piece.data(), e - b);
+      fsdp.load_shard(u, b - ranges[u].begin, piece.data(), e - b);
     }
   }
-  if (layout.has_lora()) load_adapters();
+}
+
+// model.path's weights, then a LoRA run's adapters, and a preference run's own reference model
+// (dpo.reference: model.path's weights again, or another directory's).
+void Trainer::load_weights() {
+  load_base_units(fsdp_, r_.model.path);
+  if (model_.layout().has_lora()) load_adapters();
+  if (Fsdp* ref = core_.reference()) {
+    const std::string& dir =
+        r_.dpo->reference == kReferenceBase ? r_.model.path : r_.dpo->reference;
+    load_base_units(*ref, dir);
+    if (lead_) KILN_LOG_INFO("dpo: reference model {} (frozen)", dir);
+  }
   if (lead_) log_model();
+}
+
+// dpo.precompute_reference: the run's reference_logps.bin, or (before step 1) every training
+// and evaluation pair's reference log-probabilities, each rank computing its share of the pairs
+// (EvalBatches' rounds), summed over the ranks and written by rank 0. From then on the steps read
+// the table and the reference model is released.
+void Trainer::prepare_reference_table() {
+  const fs::path file = run_dir_ / "reference_logps.bin";
+  const size_t train_pairs = data_->examples().size();
+  const size_t eval_pairs = eval_data_ != nullptr ? eval_data_->size() : 0;
+  if (auto t = ReferenceTable::load(file, train_pairs, eval_pairs)) {
+    ref_table_ = std::move(*t);
+    if (lead_) KILN_LOG_INFO("dpo: reference log-probabilities from {}", file.string());
+  } else {
+    if (start_step_ > 0) {
+      fail(
+          "dpo.precompute_reference: {} is missing, and at step {} the reference can no longer "
+          "be computed from the policy (resume the run with the file, or start over)",
+          file.string(), start_step_);
+    }
+    const auto t0 = Clock::now();
+    ref_table_.emplace(train_pairs, eval_pairs);
+    fill_reference_table(data_->examples(), false);
+    if (eval_data_ != nullptr) fill_reference_table(*eval_data_, true);
+    world_.all_reduce(ref_table_->values().data(), ref_table_->values().size(), ReduceOp::kSum);
+    if (lead_) {
+      ref_table_->save(file);
+      KILN_LOG_INFO("dpo: reference log-probabilities of {} + {} pairs computed in {:.1f}s: {}",
+                    train_pairs, eval_pairs,
+                    std::chrono::duration<double>(Clock::now() - t0).count(), file.string());
+    }
+    world_.barrier();
+  }
+  core_.use_reference_table(&*ref_table_, false);
+}
+
+// This rank's share of `pairs` (EvalBatches: every rank runs every round, the forward being
+// collective) into ref_table_; the other ranks' entries stay zero until the sum.
+void Trainer::fill_reference_table(const ExampleSource& pairs, bool eval) {
+  const EvalBatches batches(pairs, r_.train.micro_batch_size, id_.rank, id_.world_size, 0,
+                            rows_per_example(r_));
+  Batch b;
+  std::vector<double> host;
+  for (int64_t i = 0; i < batches.rounds(); ++i) {
+    batches.fill(i, b);
+    host.resize(2 * static_cast<size_t>(b.B));
+    backend_->copy_to_host(host.data(), core_.reference_logps(b), host.size() * sizeof(double));
+    backend_->synchronize();
+    for (int p = 0; 2 * p + 1 < b.B; ++p) {
+      const int64_t e = b.examples[static_cast<size_t>(2 * p)];
+      if (e >= 0)
+        std::copy_n(host.data() + 4 * p, 4, ref_table_->pair(static_cast<size_t>(e), eval));
+    }
+  }
 }
 
 // A LoRA run's adapters: model.adapter's (a PEFT directory, checked against the base before
@@ -353,7 +425,7 @@ void Trainer::open_eval_data() {
     eval_name_ = fmt::format("data.eval_split {} of data.train", r_.data.eval_split);
   }
   eval_batches_.emplace(*eval_data_, r_.train.micro_batch_size, id_.rank, id_.world_size,
-                        r_.eval.max_batches);
+                        r_.eval.max_batches, rows_per_example(r_));
   if (lead_) {
     KILN_LOG_INFO("{}: {} examples, {} batch(es) of {} per rank per evaluation", eval_name_,
                   eval_data_->size(), eval_batches_->rounds(), r_.train.micro_batch_size);
@@ -438,23 +510,36 @@ CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
 }
 
 // Forward only, through FSDP's gathered units: the mean loss over every eval target of every
-// rank. The loss sums stay on the device until the end.
+// rank; a preference run's over every eval pair, with TRL's metrics into eval_preference_. The
+// loss sums stay on the device until the end.
 double Trainer::evaluate(int64_t step) {
+  if (ref_table_) core_.use_reference_table(&*ref_table_, /*eval=*/true);
   core_.zero_loss();
-  double sums[2] = {0, 0};  // loss, targets
+  double targets = 0;
   Batch b;
   for (int64_t i = 0; i < eval_batches_->rounds(); ++i) {
     eval_batches_->fill(i, b);
     core_.evaluate(b);
-    sums[1] += static_cast<double>(b.num_targets());
+    targets += static_cast<double>(b.num_targets());
   }
-  backend_->copy_to_host(&sums[0], core_.sums() + TrainCore::kLossSum, sizeof(double));
+  std::array<double, TrainCore::kNumSums + 1> sums{};  // the device's, then the targets
+  backend_->copy_to_host(sums.data(), core_.sums(), TrainCore::kNumSums * sizeof(double));
   backend_->synchronize();
-  world_.all_reduce(sums, size_t{2}, ReduceOp::kSum);
-  if (sums[1] == 0) {
+  sums.back() = targets;
+  world_.all_reduce(sums.data(), sums.size(), ReduceOp::kSum);
+  if (ref_table_) core_.use_reference_table(&*ref_table_, /*eval=*/false);
+  if (r_.dpo) {
+    const double pairs = sums[TrainCore::preference_sum(kPrefPairs)];
+    if (pairs == 0) fail("step {}: {} has no preference pair to evaluate", step, eval_name_);
+    for (size_t i = 0; i < kPreferenceMetrics.size(); ++i) {
+      eval_preference_[i] = sums[TrainCore::preference_sum(kPreferenceMetrics[i].sum)] / pairs;
+    }
+    return sums[TrainCore::preference_sum(kPrefLoss)] / pairs;
+  }
+  if (sums.back() == 0) {
     fail("step {}: {} has no predicted tokens (every label masked?)", step, eval_name_);
   }
-  return sums[0] / sums[1];
+  return sums[TrainCore::kLossSum] / sums.back();
 }
 
 // One optimizer step: the host half (the batches, the step's sync record, the learning rate,
@@ -471,30 +556,35 @@ StepMetrics Trainer::train_step(int64_t step) {
   for (auto& b : batches_) {
     data_->sampler->next(b);
     sync.targets += static_cast<double>(b.num_targets());
+    if (r_.dpo) sync.pairs += static_cast<double>(b.num_pairs());
     sync.tokens += static_cast<double>(b.B) * b.T;
   }
   sync.all_reduce(world_);
   saver_.on_status(sync.writes_running, sync.writes_failed);  // commits once all are done
   stop_ = sync.stop();  // every rank stops after this same step
   const double targets = sync.targets;
+  // The loss's denominator: the step's predicted tokens, or a preference step's pairs.
+  const double denominator = r_.dpo ? sync.pairs : targets;
   const double lr = lr_at(schedule_, r_.optimizer.lr, step, max_steps_);
-  core_.step(batches_, targets, step, lr);
+  core_.step(batches_, denominator, step, lr);
   // The step's one device read.
   backend_->copy_to_host(step_sums_host_.data(), core_.sums(),
                          TrainCore::kNumSums * sizeof(double));
   backend_->synchronize();
-  // Metrics only: the loss sum, and every rank's sum of squared weights (non-finite on one, on
-  // all).
-  const double* host = step_sums_host_.data();
-  double sums[2] = {host[TrainCore::kLossSum], host[TrainCore::kParamSq]};
-  world_.all_reduce(sums, size_t{2}, ReduceOp::kSum);
-  const double loss = sums[0];
-  const double grad_norm = std::sqrt(host[TrainCore::kGradSq]);
+  // Metrics only: the loss sums, and every rank's sum of squared weights (non-finite on one, on
+  // all); the gradient norm is the shard group's already (its slot is kept out of the sum).
+  std::array<double, TrainCore::kNumSums> sums;
+  std::copy_n(step_sums_host_.data(), sums.size(), sums.begin());
+  const double grad_norm = std::sqrt(sums[TrainCore::kGradSq]);
+  sums[TrainCore::kGradSq] = 0;
+  world_.all_reduce(sums.data(), sums.size(), ReduceOp::kSum);
+  const double loss =
+      r_.dpo ? sums[TrainCore::preference_sum(kPrefLoss)] : sums[TrainCore::kLossSum];
   if (!std::isfinite(grad_norm)) {
     fail("step {}: gradient norm is {} (loss {}); stopping (the last checkpoint is intact)",
-         step + 1, grad_norm, loss / targets);
+         step + 1, grad_norm, loss / std::max(denominator, 1.0));
   }
-  if (!std::isfinite(sums[1])) {
+  if (!std::isfinite(sums[TrainCore::kParamSq])) {
     fail(
         "step {}: the update made weights non-finite (lr {:.6g}, gradient norm {:.6g}; the step "
         "size overflows float32?); stopping (the last checkpoint is intact)",
@@ -502,7 +592,13 @@ StepMetrics Trainer::train_step(int64_t step) {
   }
   StepMetrics m;
   m.step = step + 1;
-  m.loss = targets > 0 ? loss / targets : 0.0;
+  m.loss = denominator > 0 ? loss / denominator : 0.0;
+  if (r_.dpo && denominator > 0) {
+    m.pairs = static_cast<int64_t>(denominator);
+    for (size_t i = 0; i < kPreferenceMetrics.size(); ++i) {
+      m.preference[i] = sums[TrainCore::preference_sum(kPreferenceMetrics[i].sum)] / denominator;
+    }
+  }
   m.lr = lr;
   m.grad_norm = grad_norm;
   m.targets = static_cast<int64_t>(targets);
@@ -522,7 +618,18 @@ void Trainer::log_step(const StepMetrics& m, const std::optional<double>& eval_l
            {"targets", m.targets},
            {"step_s", m.step_seconds},
            {"epoch", data_->sampler->epoch()}};
+  if (r_.dpo) {
+    row["pairs"] = m.pairs;
+    for (size_t i = 0; i < kPreferenceMetrics.size(); ++i) {
+      row[kPreferenceMetrics[i].name] = m.preference[i];
+    }
+  }
   if (eval_loss) row["eval_loss"] = *eval_loss;
+  if (eval_loss && r_.dpo) {
+    for (size_t i = 0; i < kPreferenceMetrics.size(); ++i) {
+      row[fmt::format("eval_{}", kPreferenceMetrics[i].name)] = eval_preference_[i];
+    }
+  }
   row["peak_rss_mib"] = peak_resident_bytes() / 1048576.0;
   const DeviceMemoryStats mem = backend_->memory_stats();
   row["device_mem_mib"] = mem.in_use / 1048576.0;
@@ -535,10 +642,16 @@ void Trainer::log_step(const StepMetrics& m, const std::optional<double>& eval_l
   if (m.step % r_.train.log_every != 0 && !last && !eval_loss) return;
   const double elapsed = std::chrono::duration<double>(Clock::now() - t_start_).count();
   const double eta = elapsed / (m.step - start_step_) * (max_steps_ - m.step);
+  // A preference step's accuracy and margin (kPreferenceMetrics' [2] and [3]).
+  static_assert(kPreferenceMetrics[2].sum == kPrefAccuracy &&
+                kPreferenceMetrics[3].sum == kPrefMargin);
+  const std::string preference =
+      r_.dpo ? fmt::format(" | acc {:.3f} | margin {:.4f}", m.preference[2], m.preference[3])
+             : std::string();
   const std::string line = fmt::format(
-      "step {}/{} | loss {:.4f}{} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s{} | mem {:.0f} "
+      "step {}/{} | loss {:.4f}{}{} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s{} | mem {:.0f} "
       "MiB | ETA {}",
-      m.step, max_steps_, m.loss,
+      m.step, max_steps_, m.loss, preference,
       eval_loss ? fmt::format(" | eval_loss {:.4f}", *eval_loss) : std::string(), m.lr, m.grad_norm,
       m.tokens_per_s, mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * mfu) : std::string(),
       mem.peak / 1048576.0, format_duration(eta));

@@ -2,6 +2,7 @@
 // live progress line and metrics.jsonl, then the final model saved in the run directory.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -20,6 +21,10 @@ struct StepMetrics {
   int64_t targets = 0;   // predicted tokens (loss denominator)
   double step_seconds = 0;
   double tokens_per_s = 0;
+  // A preference run's (dpo section): loss is the mean over the step's pairs, `pairs` of them,
+  // and preference[i] the mean of kPreferenceMetrics[i] (preference_config.h).
+  int64_t pairs = 0;
+  std::array<double, kPreferenceMetrics.size()> preference{};
 };
 
 struct TrainResult {

@@ -133,10 +133,27 @@ void DryRunCudaBackend::ce_part_sumexp(float* sums, const float* logits, const f
 }
 void DryRunCudaBackend::ce_part_grad(float* logits, double* loss_sum, const float* row_max,
                                      const float* sums, const int32_t* targets, int v0, int n,
-                                     int m, int ld, float scale, int loss_begin,
-                                     int loss_end) const {
-  cu::ce_part_grad(logits, loss_sum, row_max, sums, targets, v0, n, m, ld, scale, loss_begin,
-                   loss_end, nullptr);
+                                     int m, int ld, float scale, const float* row_weight,
+                                     int loss_begin, int loss_end) const {
+  cu::ce_part_grad(logits, loss_sum, row_max, sums, targets, v0, n, m, ld, scale, row_weight,
+                   loss_begin, loss_end, nullptr);
+}
+
+void DryRunCudaBackend::ce_part_row_loss(float* row_loss, const float* row_max, const float* sums,
+                                         const int32_t* targets, int n) const {
+  cu::ce_part_row_loss(row_loss, row_max, sums, targets, n, nullptr);
+}
+
+void DryRunCudaBackend::sequence_logps(double* seq, const float* row_loss, const int32_t* targets,
+                                       int S, int T) const {
+  cu::sequence_logps(seq, row_loss, targets, S, T, nullptr);
+}
+
+void DryRunCudaBackend::preference_loss(float* row_weight, double* sums, const double* seq,
+                                        const double* ref_seq, int S, int T,
+                                        const PreferenceTerms& terms, int sum_begin,
+                                        int sum_end) const {
+  cu::preference_loss(row_weight, sums, seq, ref_seq, S, T, terms, sum_begin, sum_end, nullptr);
 }
 
 void DryRunCudaBackend::attention_forward(float* y, float* lse, const float* q, const float* k,

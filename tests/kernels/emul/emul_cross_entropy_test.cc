@@ -5,6 +5,7 @@
 // ce_part_* passes (cross_entropy_part.cu) over blocks whose edges the targets straddle.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <vector>
@@ -202,19 +203,67 @@ TEST(EmulCrossEntropy, SplitVocabularyPasses) {
     emul_cuda::ce_part_sumexp(sums.get(), lg.get() + v0, row_max.get(), dt.get(), v0, n, m, ld,
                               nullptr);
   }
+  std::vector<float> want_row_loss(n);
+  DeviceArray<float> row_loss(n, "row_loss");
+  cpu().ce_part_row_loss(want_row_loss.data(), want_max.data(), want_sums.data(), targets.data(),
+                         n);
+  emul_cuda::ce_part_row_loss(row_loss.get(), row_max.get(), sums.get(), dt.get(), n, nullptr);
+  // Every row's gradient weighted (the preference head's pass), the middle block's only.
+  const std::vector<float> weights = random_values(static_cast<size_t>(n), 6, 2.0f);
+  DeviceArray<float> dw(weights, "row_weight");
   for (int b = 0; b < 3; ++b) {
     const int v0 = edges[b], m = edges[b + 1] - edges[b];
     double* ls = b == 1 ? loss.get() : nullptr;  // one block adds the loss
+    const float* w = b == 1 ? weights.data() : nullptr;
     cpu().ce_part_grad(want_lg.data() + v0, b == 1 ? want_loss.data() : nullptr, want_max.data(),
-                       want_sums.data(), targets.data(), v0, n, m, ld, 0.25f, 3, 17);
+                       want_sums.data(), targets.data(), v0, n, m, ld, 0.25f, w, 3, 17);
     emul_cuda::ce_part_grad(lg.get() + v0, ls, row_max.get(), sums.get(), dt.get(), v0, n, m, ld,
-                            0.25f, 3, 17, nullptr);
+                            0.25f, b == 1 ? dw.get() : nullptr, 3, 17, nullptr);
   }
   expect_no_fault();
   expect_close("ce_part_max", row_max.host(), want_max, kElementwise);
   expect_close("ce_part_sumexp", sums.host(), want_sums, kElementwise);
+  expect_close("ce_part_row_loss", row_loss.host(), want_row_loss, kElementwise);
   expect_close("ce_part_grad", lg.host(), want_lg, kElementwise);
   expect_close("ce_part_grad loss", loss.host(), want_loss, kElementwise);
+}
+
+// The preference ops (preference_loss.cu) against the CPU's: three pairs of 5-row sequences
+// (one pair with an empty rejected completion, not counted), every loss type, the sums of a
+// range of pairs and every row's weight.
+TEST(EmulCrossEntropy, PreferenceLossMatchesTheCpu) {
+  constexpr int S = 6, T = 5;
+  std::vector<float> row_loss = random_values(static_cast<size_t>(S) * T, 7, 1.0f);
+  for (float& v : row_loss) v = std::fabs(v) + 0.1f;
+  std::vector<int32_t> targets(static_cast<size_t>(S) * T, 3);
+  for (int s = 0; s < S; ++s) targets[static_cast<size_t>(s) * T] = kIgnoreIndex;  // the prompt
+  for (int t = 0; t < T; ++t) targets[static_cast<size_t>(5) * T + t] = kIgnoreIndex;
+  const std::vector<double> ref_seq = {-3.0, 4, -2.5, 4, -1.0, 4, -4.0, 4, -2.0, 4, 0.0, 0};
+  DeviceArray<float> dl(row_loss, "row_loss");
+  DeviceArray<int32_t> dt(targets, "targets");
+  DeviceArray<double> dref(ref_seq, "ref_seq");
+  std::vector<double> want_seq(2 * S, 0.0);
+  DeviceArray<double> seq(std::vector<double>(2 * S, 0.0), "seq");
+  cpu().sequence_logps(want_seq.data(), row_loss.data(), targets.data(), S, T);
+  emul_cuda::sequence_logps(seq.get(), dl.get(), dt.get(), S, T, nullptr);
+  expect_no_fault();
+  expect_close("sequence_logps", seq.host(), want_seq, kElementwise);
+  for (const PreferenceLossType type : {PreferenceLossType::kSigmoid, PreferenceLossType::kIpo,
+                                        PreferenceLossType::kHinge, PreferenceLossType::kSimpo}) {
+    const PreferenceTerms terms{type, 0.5, 0.1, 0.3, 0.25};
+    std::vector<float> want_w(static_cast<size_t>(S) * T);
+    std::vector<double> want_sums(kNumPreferenceSums, 0.0);
+    cpu().preference_loss(want_w.data(), want_sums.data(), want_seq.data(), ref_seq.data(), S, T,
+                          terms, 0, 3);
+    DeviceArray<float> w(static_cast<size_t>(S) * T, "row_weight");
+    DeviceArray<double> sums(std::vector<double>(kNumPreferenceSums, 0.0), "sums");
+    emul_cuda::preference_loss(w.get(), sums.get(), seq.get(), dref.get(), S, T, terms, 0, 3,
+                               nullptr);
+    expect_no_fault();
+    expect_close("preference_loss row_weight", w.host(), want_w, kElementwise);
+    expect_close("preference_loss sums", sums.host(), want_sums, kElementwise);
+    EXPECT_EQ(want_sums[kPrefPairs], 2.0);
+  }
 }
 
 }  // namespace

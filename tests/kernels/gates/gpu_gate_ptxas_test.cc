@@ -60,7 +60,8 @@ void add(Census& c, const std::vector<emul::LaunchRecord>& launches) {
 }
 
 // The launch paths the model's step does not take: unaligned arrays (the scalar kernels), scale,
-// the embedding lookup of a whole table, dropout (LoRA's) in every dtype pairing.
+// the embedding lookup of a whole table, dropout (LoRA's) in every dtype pairing, a preference
+// step's head.
 void other_paths(const Backend& be) {
   DeviceBuffer<float> a(be, 1001), b(be, 1001), c(be, 1001), d(be, 1001);
   DeviceBuffer<int32_t> ids(be, 16);
@@ -75,6 +76,11 @@ void other_paths(const Backend& be) {
       be.dropout(DevPtr(a.data(), out), ConstDevPtr(b.data(), in), 1000, 0.1f, 1, 0);
     }
   }
+  // A preference (DPO) step's head ops (model/preference_head.h): 4 sequences of 4 rows.
+  DeviceBuffer<double> seq(be, 8), ref(be, 8), sums(be, kNumPreferenceSums);
+  be.ce_part_row_loss(a.data(), b.data(), c.data(), ids.data(), 16);
+  be.sequence_logps(seq.data(), a.data(), ids.data(), 4, 4);
+  be.preference_loss(a.data(), sums.data(), seq.data(), ref.data(), 4, 4, PreferenceTerms{}, 0, 2);
 }
 
 Census census(std::string* fault) {

@@ -74,7 +74,7 @@ void run_step(const ModelConfig& config, const Backend& be, int B, int T, int do
   be.ce_part_max(row_max.data(), logits.data(), N, m, m, false);
   be.ce_part_sumexp(sums.data(), logits.data(), row_max.data(), targets.data(), 0, N, m, m);
   be.ce_part_grad(logits.data(), loss.data(), row_max.data(), sums.data(), targets.data(), 0, N, m,
-                  m, scale, 0, N);
+                  m, scale, nullptr, 0, N);
   // A decode step of one token over a cache of T - 1.
   const int H = static_cast<int>(config.num_attention_heads);
   const int KV = static_cast<int>(config.num_key_value_heads),

@@ -44,7 +44,8 @@ void CpuBackend::ce_part_sumexp(float* sums, const float* logits, const float* r
 
 void CpuBackend::ce_part_grad(float* logits, double* loss_sum, const float* row_max,
                               const float* sums, const int32_t* targets, int v0, int n, int m,
-                              int ld, float scale, int loss_begin, int loss_end) const {
+                              int ld, float scale, const float* row_weight, int loss_begin,
+                              int loss_end) const {
   double loss = 0;
 #pragma omp parallel for schedule(static) reduction(+ : loss)
   for (int i = 0; i < n; ++i) {
@@ -59,9 +60,20 @@ void CpuBackend::ce_part_grad(float* logits, double* loss_sum, const float* row_
               static_cast<double>(sums[2 * i + 1]);
     }
     const float lse = row_max[i] + std::log(sums[2 * i]);
-    row_grad(lg, m, lse, scale, t, v0);
+    row_grad(lg, m, lse, row_weight != nullptr ? scale * row_weight[i] : scale, t, v0);
   }
   if (loss_sum != nullptr) *loss_sum += loss;
+}
+
+void CpuBackend::ce_part_row_loss(float* row_loss, const float* row_max, const float* sums,
+                                  const int32_t* targets, int n) const {
+  for (int i = 0; i < n; ++i) {
+    row_loss[i] = targets[i] == kIgnoreIndex
+                      ? 0.0f
+                      : static_cast<float>(static_cast<double>(row_max[i]) +
+                                           std::log(static_cast<double>(sums[2 * i])) -
+                                           static_cast<double>(sums[2 * i + 1]));
+  }
 }
 
 }  // namespace kiln

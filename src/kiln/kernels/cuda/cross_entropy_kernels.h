@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kiln/kernels/preference_terms.h"
+
 namespace kiln::cuda {
 
 // rows (padded): the indices n < N with targets[n] != kIgnoreIndex in increasing order (a prefix
@@ -39,13 +41,23 @@ void ce_scatter_rows(float* dx, const float* dxr, const int32_t* rows, int r, in
 // *loss_sum += sum of row_loss (n), in double, in a fixed order (one block).
 void ce_add_loss_sum(double* loss_sum, const double* row_loss, int n, cudaStream_t stream);
 
-// Backend::ce_part_max, ce_part_sumexp and ce_part_grad (cross_entropy_part.cu).
+// Backend::ce_part_max, ce_part_sumexp, ce_part_grad and ce_part_row_loss
+// (cross_entropy_part.cu).
 void ce_part_max(float* row_max, const float* logits, int n, int m, int ld, bool accumulate,
                  cudaStream_t stream);
 void ce_part_sumexp(float* sums, const float* logits, const float* row_max, const int32_t* targets,
                     int v0, int n, int m, int ld, cudaStream_t stream);
 void ce_part_grad(float* logits, double* loss_sum, const float* row_max, const float* sums,
-                  const int32_t* targets, int v0, int n, int m, int ld, float scale, int loss_begin,
-                  int loss_end, cudaStream_t stream);
+                  const int32_t* targets, int v0, int n, int m, int ld, float scale,
+                  const float* row_weight, int loss_begin, int loss_end, cudaStream_t stream);
+void ce_part_row_loss(float* row_loss, const float* row_max, const float* sums,
+                      const int32_t* targets, int n, cudaStream_t stream);
+
+// Backend::sequence_logps and preference_loss (preference_loss.cu).
+void sequence_logps(double* seq, const float* row_loss, const int32_t* targets, int S, int T,
+                    cudaStream_t stream);
+void preference_loss(float* row_weight, double* sums, const double* seq, const double* ref_seq,
+                     int S, int T, const PreferenceTerms& terms, int sum_begin, int sum_end,
+                     cudaStream_t stream);
 
 }  // namespace kiln::cuda

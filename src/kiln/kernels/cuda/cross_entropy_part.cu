@@ -1,6 +1,6 @@
 // Kernels of the cross-entropy of a vocabulary split across ranks (Backend::ce_part_max,
-// ce_part_sumexp, ce_part_grad): one block per row of a block of logits, fixed-order block
-// reductions, so a run repeats bit for bit.
+// ce_part_sumexp, ce_part_grad, ce_part_row_loss): one block per row of a block of logits,
+// fixed-order block reductions, so a run repeats bit for bit.
 #include <algorithm>
 #include <cmath>
 
@@ -48,8 +48,9 @@ __global__ void __launch_bounds__(kRowThreads)
 
 __global__ void __launch_bounds__(kRowThreads)
     part_grad_kernel(float* logits, const float* row_max, const float* sums, const int32_t* targets,
-                     int v0, int m, int ld, float scale) {
+                     int v0, int m, int ld, float scale_all, const float* row_weight) {
   const size_t i = blockIdx.x;
+  const float scale = row_weight != nullptr ? scale_all * row_weight[i] : scale_all;
   float* lg = logits + i * ld;
   const int32_t t = targets[i];
   if (t == kIgnoreIndex) {  // the same in every thread of the block
@@ -74,6 +75,17 @@ __global__ void __launch_bounds__(kLossThreads)
   s = block_all_reduce(s, BlockPlus{}, 0.0);
   if (threadIdx.x == 0) *loss_sum += s;
 }
+__global__ void __launch_bounds__(kRowThreads)
+    part_row_loss_kernel(float* row_loss, const float* row_max, const float* sums,
+                         const int32_t* targets, int n) {
+  const int i = static_cast<int>(blockIdx.x) * kRowThreads + static_cast<int>(threadIdx.x);
+  if (i >= n) return;
+  row_loss[i] = targets[i] == kIgnoreIndex
+                    ? 0.0f
+                    : static_cast<float>(static_cast<double>(row_max[i]) +
+                                         log(static_cast<double>(sums[2 * i])) -
+                                         static_cast<double>(sums[2 * i + 1]));
+}
 }  // namespace
 
 void ce_part_max(float* row_max, const float* logits, int n, int m, int ld, bool accumulate,
@@ -92,8 +104,8 @@ void ce_part_sumexp(float* sums, const float* logits, const float* row_max, cons
 }
 
 void ce_part_grad(float* logits, double* loss_sum, const float* row_max, const float* sums,
-                  const int32_t* targets, int v0, int n, int m, int ld, float scale, int loss_begin,
-                  int loss_end, cudaStream_t stream) {
+                  const int32_t* targets, int v0, int n, int m, int ld, float scale,
+                  const float* row_weight, int loss_begin, int loss_end, cudaStream_t stream) {
   if (n == 0) return;
   const int begin = std::max(0, loss_begin), end = std::min(n, loss_end);
   if (loss_sum != nullptr && begin < end) {
@@ -103,7 +115,15 @@ void ce_part_grad(float* logits, double* loss_sum, const float* row_max, const f
   }
   if (m == 0) return;
   KILN_LAUNCH(n, kRowThreads, 0, stream, part_grad_kernel)
-  (logits, row_max, sums, targets, v0, m, ld, scale);
+  (logits, row_max, sums, targets, v0, m, ld, scale, row_weight);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void ce_part_row_loss(float* row_loss, const float* row_max, const float* sums,
+                      const int32_t* targets, int n, cudaStream_t stream) {
+  if (n == 0) return;
+  KILN_LAUNCH((n + kRowThreads - 1) / kRowThreads, kRowThreads, 0, stream, part_row_loss_kernel)
+  (row_loss, row_max, sums, targets, n);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

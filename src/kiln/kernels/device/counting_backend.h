@@ -99,7 +99,11 @@ class CountingBackend final : public Backend {
   void ce_part_sumexp(float*, const float*, const float*, const int32_t*, int, int, int,
                       int) const override {}
   void ce_part_grad(float*, double*, const float*, const float*, const int32_t*, int, int, int, int,
-                    float, int, int) const override {}
+                    float, const float*, int, int) const override {}
+  void ce_part_row_loss(float*, const float*, const float*, const int32_t*, int) const override {}
+  void sequence_logps(double*, const float*, const int32_t*, int, int) const override {}
+  void preference_loss(float*, double*, const double*, const double*, int, int,
+                       const PreferenceTerms&, int, int) const override {}
   void sum_squares(double*, const float*, size_t) const override {}
   void scale(float*, float, size_t) const override {}
   void clip_by_norm(float*, size_t, const double*, double) const override {}

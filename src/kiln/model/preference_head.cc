@@ -1,0 +1,265 @@
+// preference_head_loss and head_sequence_logps (preference_head.h): the two passes over chunks of
+// the group's rows, on the backend's split-vocabulary ops (ce_part_*), with or without a group.
+#include "kiln/model/preference_head.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "kiln/base/error.h"
+#include "kiln/comm/communicator.h"
+#include "kiln/model/vocab_parallel_loss.h"
+
+namespace kiln {
+
+namespace {
+
+// The buffers of one call: lent by the table's scratch (FSDP's pool) when it has one, else
+// allocated for the call; all given back, in stream order, when the call ends.
+class CallBuffers {
+ public:
+  CallBuffers(const Backend& be, ScratchLender* lend) : be_(be), lend_(lend) {}
+  ~CallBuffers() {
+    for (DeviceBuffer<float>& b : held_) {
+      if (lend_ != nullptr) lend_->give(std::move(b));
+    }
+  }
+  float* take(size_t n) {
+    held_.push_back(lend_ != nullptr ? lend_->take(std::max<size_t>(n, 1))
+                                     : DeviceBuffer<float>(be_, std::max<size_t>(n, 1)));
+    return held_.back().data();
+  }
+
+ private:
+  const Backend& be_;
+  ScratchLender* lend_;
+  std::vector<DeviceBuffer<float>> held_;
+};
+
+// The rows both passes run over: those with a target only (a prompt's rows take no part),
+// compacted by a gather (embedding_forward) and scattered back by embedding_backward; with a
+// group, each rank's compacted rows padded to the group's largest count (the padding has no
+// target) and gathered, rank q's at [q * own, (q + 1) * own). The group's layout is S * B * T
+// rows, rank q's from q * B * T: sequence_logps and preference_loss read it.
+struct HeadRows {
+  const float* x = nullptr;              // (rows, C)
+  const int32_t* targets = nullptr;      // (rows)
+  const int32_t* index = nullptr;        // (rows) each row's index in its rank's batch
+  const int32_t* own_index = nullptr;    // (own) this rank's
+  const int32_t* all_targets = nullptr;  // (S * B * T) the group's layout's targets
+  float* dx = nullptr;                   // (rows, C): pass 2's input gradients
+  const double* ref_seq = nullptr;       // (S * B, 2) or null
+  size_t rows = 0, own = 0;              // compacted rows of the group and of each rank
+  int ranks = 1, rank = 0, N = 0;        // the group's ranks, this one, B * T
+  // Rank q's part of a per-row array (one float a row) scattered into (or gathered from) its
+  // part of a layout array.
+  void to_layout(const Backend& be, float* layout, const float* compact) const {
+    for (int q = 0; q < ranks; ++q) {
+      be.embedding_backward(layout + static_cast<size_t>(q) * N, compact + q * own, index + q * own,
+                            static_cast<int>(own), 1);
+    }
+  }
+  void from_layout(const Backend& be, float* compact, const float* layout) const {
+    for (int q = 0; q < ranks; ++q) {
+      be.embedding_forward(compact + q * own, index + q * own,
+                           ConstDevPtr(layout + static_cast<size_t>(q) * N), static_cast<int>(own),
+                           1);
+    }
+  }
+};
+
+// This rank's rows with a target, padded to the group's largest count (at least 1).
+size_t padded_rows(const ShardedTable& t, const TargetRows& rows) {
+  double n = rows.count;
+  if (t.group != nullptr) t.group->all_reduce(&n, size_t{1}, ReduceOp::kMax);
+  return std::max<size_t>(static_cast<size_t>(n), 1);
+}
+
+// `n` 4-byte elements of every rank, gathered (ids and doubles travel as floats: an all-gather
+// only copies them).
+const void* gathered(const Backend& be, Communicator& g, CallBuffers& buf, const void* mine,
+                     size_t n) {
+  float* all = buf.take(static_cast<size_t>(g.world_size()) * n);
+  Stream* after = &be.compute_stream();
+  g.all_gather_async(all, mine, n, DType::F32, after)->wait(*after);
+  return all;
+}
+
+HeadRows head_rows(const Backend& be, const ShardedTable& t, CallBuffers& buf,
+                   const TargetRows& target_rows, const float* x, const int32_t* targets,
+                   const double* ref_seq, bool grad, int B, int T, int C) {
+  HeadRows r;
+  r.N = B * T;
+  r.own = padded_rows(t, target_rows);
+  KILN_CHECK(r.own <= static_cast<size_t>(r.N), "preference head: {} rows of {}", r.own, r.N);
+  r.own_index = target_rows.index;
+  float* xc = buf.take(r.own * C);
+  be.embedding_forward(xc, r.own_index, ConstDevPtr(x), static_cast<int>(r.own), C);
+  if (t.group == nullptr) {
+    r.x = xc;
+    r.index = target_rows.index;
+    r.targets = target_rows.targets;
+    r.all_targets = targets;
+    r.ref_seq = ref_seq;
+  } else {
+    Communicator& g = *t.group;
+    r.ranks = g.world_size();
+    r.rank = g.rank();
+    r.x = static_cast<const float*>(gathered(be, g, buf, xc, r.own * C));
+    r.index = static_cast<const int32_t*>(gathered(be, g, buf, target_rows.index, r.own));
+    r.targets = static_cast<const int32_t*>(gathered(be, g, buf, target_rows.targets, r.own));
+    r.all_targets = static_cast<const int32_t*>(gathered(be, g, buf, targets, r.N));
+    if (ref_seq != nullptr) {
+      r.ref_seq =
+          static_cast<const double*>(gathered(be, g, buf, ref_seq, static_cast<size_t>(B) * 4));
+    }
+  }
+  r.rows = static_cast<size_t>(r.ranks) * r.own;
+  if (grad) r.dx = buf.take(r.rows * C);
+  return r;
+}
+
+// The table's rows in the products' dtype (a copy, rounded to bf16, when they are not).
+ConstDevPtr product_rows(const Backend& be, const ShardedTable& t, CallBuffers& buf, int C) {
+  const DType dt = be.activation_dtype();
+  if (t.rows.dtype == dt) return t.rows;
+  KILN_CHECK(dt == DType::BF16, "preference head: rows in {} for products in {}",
+             dtype_name(t.rows.dtype), dtype_name(dt));
+  float* copy = buf.take(storage_floats(static_cast<size_t>(t.b - t.a) * C, dt));
+  be.cast_to_bf16(copy, t.rows.f32(), static_cast<size_t>(t.b - t.a) * C);
+  return ConstDevPtr(copy, dt);
+}
+
+// Both passes' state: the rows, the table's, and each row's statistics, loss and weight.
+struct Passes {
+  const Backend& be;
+  const ShardedTable& t;
+  ConstDevPtr w;  // (b - a, C) in the products' dtype
+  HeadRows r;
+  int C = 0;
+  size_t chunk = 0;  // rows of logits at once
+  float* logits = nullptr;
+  float* row_max = nullptr;   // (rows)
+  float* sums = nullptr;      // (rows, 2)
+  float* row_loss = nullptr;  // (rows)
+  int m() const { return t.b - t.a; }
+  int ld() const { return std::max(m(), 1); }
+
+  // Rows [t0, t0 + n)'s logits against this rank's table rows.
+  void logits_of(size_t t0, int n) {
+    if (m() > 0) {
+      be.matmul_forward(logits, r.x + t0 * C, w, ConstDevPtr(static_cast<const float*>(nullptr)), n,
+                        C, m());
+    }
+  }
+  // Pass 1: each row's statistics over the whole vocabulary, and its loss.
+  void row_losses() {
+    Stream* after = &be.compute_stream();
+    for (size_t t0 = 0; t0 < r.rows; t0 += chunk) {
+      const int n = static_cast<int>(std::min(chunk, r.rows - t0));
+      logits_of(t0, n);
+      float* mx = row_max + t0;
+      float* s = sums + 2 * t0;
+      be.ce_part_max(mx, logits, n, m(), ld(), false);
+      if (t.group != nullptr) {
+        t.group->all_reduce_async(mx, n, DType::F32, ReduceOp::kMax, after)->wait(*after);
+      }
+      be.fill_zero(s, sizeof(float) * 2 * n);
+      if (m() > 0) be.ce_part_sumexp(s, logits, mx, r.targets + t0, t.a, n, m(), m());
+      if (t.group != nullptr) {
+        t.group->all_reduce_async(s, 2 * static_cast<size_t>(n), DType::F32, ReduceOp::kSum, after)
+            ->wait(*after);
+      }
+      be.ce_part_row_loss(row_loss + t0, mx, s, r.targets + t0, n);
+    }
+  }
+  // Each row's loss in the group's layout (zero where no row has a target).
+  float* layout_losses(CallBuffers& buf) {
+    const size_t all = static_cast<size_t>(r.ranks) * r.N;
+    float* layout = buf.take(all);
+    be.fill_zero(layout, all * sizeof(float));
+    r.to_layout(be, layout, row_loss);
+    return layout;
+  }
+  // Pass 2: dx and the table's gradient rows, each row's gradient times its weight.
+  void weighted_backward(const float* row_weight) {
+    for (size_t t0 = 0; t0 < r.rows; t0 += chunk) {
+      const int n = static_cast<int>(std::min(chunk, r.rows - t0));
+      logits_of(t0, n);
+      be.ce_part_grad(logits, nullptr, row_max + t0, sums + 2 * t0, r.targets + t0, t.a, n, m(),
+                      ld(), 1.0f, row_weight + t0, 0, 0);
+      float* dxc = r.dx + t0 * C;
+      if (m() > 0) {
+        be.matmul_backward(dxc, t.grad, nullptr, logits, r.x + t0 * C, w, n, C, m(), false);
+      } else {
+        be.fill_zero(dxc, sizeof(float) * n * C);
+      }
+    }
+  }
+};
+
+Passes make_passes(const Backend& be, const ShardedTable& t, CallBuffers& buf, HeadRows rows, int C,
+                   int V) {
+  KILN_CHECK(0 <= t.a && t.a <= t.b && t.b <= V && t.b - t.a <= t.span,
+             "preference head: rows [{}, {}) of a table of {} rows split by {}", t.a, t.b, V,
+             t.span);
+  Passes p{be, t, product_rows(be, t, buf, C), rows, C};
+  p.chunk = vocab_loss_logit_rows(rows.rows, static_cast<size_t>(std::max(t.span, 1)));
+  p.logits = buf.take(p.chunk * static_cast<size_t>(std::max(t.span, 1)));
+  p.row_max = buf.take(rows.rows);
+  p.sums = buf.take(2 * rows.rows);
+  p.row_loss = buf.take(rows.rows);
+  return p;
+}
+
+}  // namespace
+
+void preference_head_loss(const Backend& be, const ShardedTable& table, const PreferenceHead& h,
+                          float* dx, const float* x, const int32_t* targets,
+                          const TargetRows& target_rows, int B, int T, int C, int V) {
+  KILN_CHECK(B % 2 == 0 && h.sums != nullptr, "preference head: {} rows are not pairs", B);
+  KILN_CHECK(h.ref_seq != nullptr || h.terms.type == PreferenceLossType::kSimpo,
+             "preference head: no reference log-probabilities");
+  CallBuffers buf(be, table.scratch);
+  const HeadRows rows =
+      head_rows(be, table, buf, target_rows, x, targets, h.ref_seq, true, B, T, C);
+  Passes p = make_passes(be, table, buf, rows, C, V);
+  p.row_losses();
+  // The group's sequences' log-probabilities, then every row's weight.
+  const int S = rows.ranks * B;
+  DeviceBuffer<double> seq(be, 2 * static_cast<size_t>(S));
+  be.sequence_logps(seq.data(), p.layout_losses(buf), rows.all_targets, S, T);
+  float* layout_weight = buf.take(static_cast<size_t>(S) * T);
+  const int own = rows.rank * B / 2;  // this rank's first pair
+  be.preference_loss(layout_weight, h.sums, seq.data(), rows.ref_seq, S, T, h.terms, own,
+                     own + B / 2);
+  float* row_weight = buf.take(rows.rows);
+  rows.from_layout(be, row_weight, layout_weight);
+  p.weighted_backward(row_weight);
+  // This rank's rows' dx (the group's contributions summed), scattered into its batch.
+  const float* own_dx = rows.dx;
+  if (table.group != nullptr) {
+    float* mine = buf.take(rows.own * C);
+    Stream* after = &be.compute_stream();
+    table.group
+        ->reduce_scatter_async(mine, rows.dx, rows.own * C, DType::F32, ReduceOp::kSum, after)
+        ->wait(*after);
+    own_dx = mine;
+  }
+  be.fill_zero(dx, static_cast<size_t>(B) * T * C * sizeof(float));
+  be.embedding_backward(dx, own_dx, rows.own_index, static_cast<int>(rows.own), C);
+}
+
+void head_sequence_logps(const Backend& be, const ShardedTable& table, double* seq, const float* x,
+                         const int32_t* targets, const TargetRows& target_rows, int B, int T, int C,
+                         int V) {
+  CallBuffers buf(be, table.scratch);
+  const HeadRows rows = head_rows(be, table, buf, target_rows, x, targets, nullptr, false, B, T, C);
+  Passes p = make_passes(be, table, buf, rows, C, V);
+  p.row_losses();
+  // This rank's own sequences only.
+  const size_t own = static_cast<size_t>(rows.rank) * B * T;
+  be.sequence_logps(seq, p.layout_losses(buf) + own, rows.all_targets + own, B, T);
+}
+
+}  // namespace kiln
