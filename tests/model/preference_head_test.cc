@@ -15,6 +15,7 @@
 #include "common/ce_in_calls.h"
 #include "common/fresh_scratch.h"
 #include "common/rank_threads.h"
+#include "common/split_rows.h"
 #include "common/test_backend.h"
 #include "kiln/comm/gloo_communicator.h"
 #include "kiln/comm/store.h"
@@ -22,16 +23,6 @@
 
 namespace kiln {
 namespace {
-
-std::vector<float> values(size_t n, uint32_t seed, float scale) {
-  std::vector<float> v(n);
-  uint64_t z = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (float& x : v) {
-    z = z * 6364136223846793005ull + 1442695040888963407ull;
-    x = scale * (static_cast<float>(z >> 40) * 0x1p-23f - 1.0f);
-  }
-  return v;
-}
 
 // Rows of B sequences of T: each sequence's first `prompt` positions (varying) take no loss,
 // one sequence of every third pair has no target (its pair is not counted).
@@ -80,16 +71,14 @@ struct HeadOut {
   std::vector<float> dx, grad;
 };
 
-HeadOut whole_table(const Backend& be, const std::vector<float>& x, const std::vector<float>& w,
-                    const std::vector<int32_t>& targets, const std::vector<double>& ref, int B,
-                    int T, int C, int V, const PreferenceTerms& terms) {
+HeadOut whole_table_head(const Backend& be, const std::vector<float>& x,
+                         const std::vector<float>& w, const std::vector<int32_t>& targets,
+                         const std::vector<double>& ref, int B, int T, int C, int V,
+                         const PreferenceTerms& terms) {
   HeadOut o;
   o.dx.assign(x.size(), 0.0f);
   o.grad.assign(w.size(), 0.0f);
-  ShardedTable t;
-  t.rows = w.data();
-  t.grad = o.grad.data();
-  t.b = t.span = V;
+  const ShardedTable t = whole_table(w.data(), o.grad.data(), V);
   const Compacted compacted(targets);
   preference_head_loss(be, t, {terms, ref.data(), o.sums.data()}, o.dx.data(), x.data(),
                        targets.data(), compacted.rows(), B, T, C, V);
@@ -104,28 +93,21 @@ TEST_P(PreferenceHeadSplit, EveryRankGetsTheWholeTablesShare) {
   const int span = (V + S - 1) / S, N = B * T;
   ASSERT_LT(static_cast<int>(vocab_loss_logit_rows(static_cast<size_t>(S) * N, span)), S * N)
       << "the group's rows span several chunks";
-  const auto x = values(static_cast<size_t>(S) * N * C, 91, 2.0f);
-  const auto w = values(static_cast<size_t>(V) * C, 92, 0.5f);
+  const auto x = testing::lcg_values(static_cast<size_t>(S) * N * C, 91, 2.0f);
+  const auto w = testing::lcg_values(static_cast<size_t>(V) * C, 92, 0.5f);
   const auto targets = pair_targets(S * B, T, V, 3);
   const auto ref = reference_sums(targets, S * B, T);
   const PreferenceTerms terms{PreferenceLossType::kSigmoid, 0.3, 0.1, 0.5, 1.0 / (S * B / 2)};
   const Backend& be = testing::cpu_fp32();
-  const HeadOut want = whole_table(be, x, w, targets, ref, S * B, T, C, V, terms);
+  const HeadOut want = whole_table_head(be, x, w, targets, ref, S * B, T, C, V, terms);
 
   auto store = std::make_shared<MemoryStore>();
   std::vector<std::vector<double>> sums(S, std::vector<double>(kNumPreferenceSums, 0.0));
   testing::run_rank_threads(S, [&](int r) {
     auto comm = make_gloo_communicator(store, r, S, GlooOptions{});
     testing::FreshScratch scratch(be);
-    ShardedTable t;
-    t.a = std::min(V, r * span);
-    t.b = std::min(V, (r + 1) * span);
-    t.span = span;
-    t.rows = w.data() + static_cast<size_t>(t.a) * C;
-    std::vector<float> grad(static_cast<size_t>(t.b - t.a) * C, 0.0f);
-    t.grad = grad.data();
-    t.group = comm.get();
-    t.scratch = &scratch;
+    std::vector<float> grad;
+    const ShardedTable t = testing::rank_rows(w, V, C, S, r, grad, comm.get(), &scratch);
     const size_t x0 = static_cast<size_t>(r) * N * C;
     std::vector<float> dx(static_cast<size_t>(N) * C, 0.0f);
     const std::span<const int32_t> mine(targets.data() + static_cast<size_t>(r) * N, N);
@@ -154,8 +136,8 @@ class PreferenceHeadGradient : public ::testing::TestWithParam<PreferenceLossTyp
 
 TEST_P(PreferenceHeadGradient, DxIsTheLossDerivative) {
   const int B = 4, T = 6, C = 5, V = 11;
-  auto x = values(static_cast<size_t>(B) * T * C, 7, 1.0f);
-  const auto w = values(static_cast<size_t>(V) * C, 8, 1.0f);
+  auto x = testing::lcg_values(static_cast<size_t>(B) * T * C, 7, 1.0f);
+  const auto w = testing::lcg_values(static_cast<size_t>(V) * C, 8, 1.0f);
   std::vector<int32_t> targets(static_cast<size_t>(B) * T, kIgnoreIndex);
   for (int s = 0; s < B; ++s) {
     for (int i = 1 + s % 2; i < T - 1; ++i) targets[s * T + i] = (s * 5 + i * 3) % V;
@@ -163,14 +145,14 @@ TEST_P(PreferenceHeadGradient, DxIsTheLossDerivative) {
   const auto ref = reference_sums(targets, B, T);
   const PreferenceTerms terms{GetParam(), 0.5, 0.2, 0.3, 1.0};
   const Backend& be = testing::cpu_fp32();
-  const HeadOut at = whole_table(be, x, w, targets, ref, B, T, C, V, terms);
+  const HeadOut at = whole_table_head(be, x, w, targets, ref, B, T, C, V, terms);
   const float h = 1e-2f;
   for (size_t i = 0; i < x.size(); i += 3) {
     const float x0 = x[i];
     x[i] = x0 + h;
-    const double up = whole_table(be, x, w, targets, ref, B, T, C, V, terms).sums[kPrefLoss];
+    const double up = whole_table_head(be, x, w, targets, ref, B, T, C, V, terms).sums[kPrefLoss];
     x[i] = x0 - h;
-    const double down = whole_table(be, x, w, targets, ref, B, T, C, V, terms).sums[kPrefLoss];
+    const double down = whole_table_head(be, x, w, targets, ref, B, T, C, V, terms).sums[kPrefLoss];
     x[i] = x0;
     EXPECT_NEAR(at.dx[i], (up - down) / (2 * h), 2e-3) << i;
   }

@@ -15,23 +15,13 @@
 #include "common/ce_in_calls.h"
 #include "common/fresh_scratch.h"
 #include "common/rank_threads.h"
+#include "common/split_rows.h"
 #include "common/test_backend.h"
 #include "kiln/comm/gloo_communicator.h"
 #include "kiln/comm/store.h"
 
 namespace kiln {
 namespace {
-
-// Deterministic values in [-scale, scale).
-std::vector<float> values(size_t n, uint32_t seed, float scale) {
-  std::vector<float> v(n);
-  uint64_t z = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (float& x : v) {
-    z = z * 6364136223846793005ull + 1442695040888963407ull;
-    x = scale * (static_cast<float>(z >> 40) * 0x1p-23f - 1.0f);
-  }
-  return v;
-}
 
 TEST(VocabParallelLoss, RowsOverSeveralChunksMatchSingleChunkCalls) {
   // Two ranks of 300 rows each over a table of 32,768 rows (16,384 per rank): 512 rows of
@@ -47,8 +37,8 @@ TEST(VocabParallelLoss, RowsOverSeveralChunksMatchSingleChunkCalls) {
     const bool ignored = i % 7 == 3 && i % chunk != 0;
     targets[i] = ignored ? kIgnoreIndex : static_cast<int32_t>((i * 7919 + 11) % V);
   }
-  const auto x = values(static_cast<size_t>(Nt) * C, 81, 2.0f);
-  const auto w = values(static_cast<size_t>(V) * C, 82, 0.5f);
+  const auto x = testing::lcg_values(static_cast<size_t>(Nt) * C, 81, 2.0f);
+  const auto w = testing::lcg_values(static_cast<size_t>(V) * C, 82, 0.5f);
   const float scale = 1.0f / static_cast<float>(rows_with_target(targets.data(), Nt));
   const Backend& be = testing::cpu_fp32();
   // 150 targeted rows per call: no call boundary at 512.
@@ -60,15 +50,8 @@ TEST(VocabParallelLoss, RowsOverSeveralChunksMatchSingleChunkCalls) {
   testing::run_rank_threads(S, [&](int r) {
     auto comm = make_gloo_communicator(store, r, S, GlooOptions{});
     testing::FreshScratch scratch(be);
-    ShardedTable t;
-    t.a = std::min(V, r * span);
-    t.b = std::min(V, (r + 1) * span);
-    t.span = span;
-    t.rows = w.data() + static_cast<size_t>(t.a) * C;
-    std::vector<float> grad(static_cast<size_t>(t.b - t.a) * C, 0.0f);
-    t.grad = grad.data();
-    t.group = comm.get();
-    t.scratch = &scratch;
+    std::vector<float> grad;
+    const ShardedTable t = testing::rank_rows(w, V, C, S, r, grad, comm.get(), &scratch);
     const size_t x0 = static_cast<size_t>(r) * N * C;
     const int32_t* tr = targets.data() + static_cast<size_t>(r) * N;
     std::vector<float> dx(static_cast<size_t>(N) * C, 0.0f);
