@@ -153,5 +153,34 @@ TEST(BenchCli, TrainRejectsBadOptions) {
   EXPECT_NE(r.out.find("--dtype must be fp32 or bf16"), std::string::npos) << r.out;
 }
 
+// kiln bench dpo: the three sides' medians and ratios, and with --lora each side's peak memory
+// from child processes (every figure positive).
+TEST(BenchCli, DpoPrintsTheSidesAndTheirRatios) {
+  const auto r = run_kiln("bench dpo --preset tiny --pairs 1 --seq 16 --rounds 2 --lora 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  double sft = 0, live = 0, live_ratio = 0, pre = 0, pre_ratio = 0;
+  const size_t at = r.out.find("step ms (median of 2): ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  ASSERT_EQ(std::sscanf(r.out.c_str() + at,
+                        "step ms (median of 2): sft %lf, dpo live reference %lf (%lfx), dpo "
+                        "precomputed reference %lf (%lfx)",
+                        &sft, &live, &live_ratio, &pre, &pre_ratio),
+            5)
+      << r.out;
+  EXPECT_GT(sft, 0);
+  EXPECT_NEAR(live_ratio, live / sft, 1e-2);
+  EXPECT_NEAR(pre_ratio, pre / sft, 1e-2);
+  double m_sft = 0, m_dpo = 0;
+  const size_t mem = r.out.find("peak memory MiB");
+  ASSERT_NE(mem, std::string::npos) << r.out;
+  ASSERT_EQ(std::sscanf(r.out.c_str() + mem,
+                        "peak memory MiB (median of 3 child processes): sft %lf, dpo %lf", &m_sft,
+                        &m_dpo),
+            2)
+      << r.out;
+  EXPECT_GT(m_sft, 0);
+  EXPECT_GT(m_dpo, 0);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -22,6 +22,7 @@
 #include "common/tiny_run.h"
 #include "common/weight_diff.h"
 #include "kiln/base/file.h"
+#include "kiln/base/json.h"
 
 namespace kiln {
 namespace {
@@ -201,6 +202,63 @@ TEST_P(DpoPrecomputed, FollowsTheLiveReferenceAndRestartsFromTheFile) {
 }
 
 INSTANTIATE_TEST_SUITE_P(FullAndLora, DpoPrecomputed, ::testing::Bool());
+
+// kiln plan says what the reference holds; kiln eval --format preference reports the loss and
+// TRL's metrics (ln 2 and zero margins for the starting model against itself; positive margins
+// for a model trained on the pairs against its start, and for a LoRA run's adapters against
+// their base); kiln tokenize --show-loss shows both sequences of a pair.
+TEST(Dpo, PlanEvalAndTokenizeSpeakPreference) {
+  const fs::path d = make_dpo_run("cli", "", 40);
+  const std::string recipe = (d / "recipe.yaml").string();
+  const auto plan = [&](const std::string& args) {
+    return run_kiln("plan " + recipe + " output.dir=" + (d / "plan").string() + args).out;
+  };
+  EXPECT_NE(plan("").find("dpo reference                     "), std::string::npos) << plan("");
+  EXPECT_NE(plan("").find("(a frozen copy of the model"), std::string::npos);
+  EXPECT_NE(plan(" lora.rank=4").find("(the base with the adapters off (no copy))"),
+            std::string::npos);
+  EXPECT_NE(plan(" dpo.precompute_reference=true").find("(precomputed before step 1"),
+            std::string::npos);
+  const auto eval = [&](const std::string& args) {
+    const auto r = run_kiln("eval --json --format preference --data " +
+                            (d / "pairs.jsonl").string() + " " + args);
+    EXPECT_EQ(r.code, 0) << r.out;
+    const size_t at = r.out.rfind("\n{");
+    return Json::parse(r.out.substr(at == std::string::npos ? 0 : at + 1));
+  };
+  const std::string init = (d / "init").string();
+  const Json self = eval("--model " + init + " --reference " + init);
+  EXPECT_NEAR(self.at("loss").get<double>(), std::log(2.0), 1e-6) << self.dump();
+  EXPECT_EQ(self.at("pairs").get<int64_t>(), 40);
+  EXPECT_EQ(self.at("rewards/margins").get<double>(), 0.0);
+  const fs::path full = train(d, "full", "optimizer.lr=1e-2");
+  const Json trained = eval("--model " + (full / "final").string() + " --reference " + init);
+  EXPECT_GT(trained.at("rewards/margins").get<double>(), 0.0) << trained.dump();
+  EXPECT_GT(trained.at("rewards/accuracies").get<double>(), 0.5) << trained.dump();
+  const fs::path lora = train(d, "lora", "optimizer.lr=1e-2 lora.rank=4 lora.alpha=8");
+  const Json adapted = eval("--model " + init + " --adapter " + (lora / "final").string());
+  EXPECT_GT(adapted.at("rewards/margins").get<double>(), 0.0) << adapted.dump();
+  EXPECT_NE(adapted.at("loss").get<double>(), self.at("loss").get<double>());
+  const auto r = run_kiln("eval --format preference --data " + (d / "pairs.jsonl").string() +
+                          " --model " + init);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--reference: a model without adapters needs a reference model"),
+            std::string::npos)
+      << r.out;
+  write_file_atomic(d / "text.jsonl",
+                    "{\"prompt\": \"The sky is\", \"chosen\": \" blue.\", \"rejected\": "
+                    "\" loud.\"}\n");
+  const auto shown = run_kiln("tokenize --tokenizer " + std::string(KILN_SOURCE_DIR) +
+                              "/assets/tokenizer/demo/tokenizer.json --show-loss --format "
+                              "preference < " +
+                              (d / "text.jsonl").string());
+  EXPECT_EQ(shown.code, 0) << shown.out;
+  EXPECT_NE(shown.out.find("The sky is[[ blue.<|endoftext|>]]\n# stdin:1 chosen: 5 of 11 tokens "
+                           "take loss\nThe sky is[[ loud.<|endoftext|>]]\n# stdin:1 rejected"),
+            std::string::npos)
+      << shown.out;
+  if (!::testing::Test::HasFailure()) fs::remove_all(d);
+}
 
 // One line each, naming the file and line or the key, and a non-zero exit.
 TEST(Dpo, BadInputIsOneLine) {

@@ -29,6 +29,7 @@
 #include "kiln/base/cpu_time.h"
 #include "kiln/base/error.h"
 #include "kiln/cli/commands.h"
+#include "kiln/cli/self_command.h"
 #include "kiln/kernels/device/backend.h"
 #include "kiln/kernels/device/host_cpu.h"
 #include "kiln/kernels/phase_timed_backend.h"
@@ -267,21 +268,11 @@ void run_row(const BenchOpts& o) {
   std::fflush(stdout);
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
-
 // Runs one row in a fresh child process (this executable with --row) and forwards its output.
 void run_child(const Shape& sh, bool recompute, const BenchOpts& o) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) fail("bench train: cannot read /proc/self/exe");
-  exe[n] = '\0';
-  std::string cmd = shell_quote(exe) + " bench train --row --preset " + shell_quote(sh.preset) +
-                    " --batch " + std::to_string(sh.batch) + " --seq " + std::to_string(sh.seq) +
-                    " --steps " + std::to_string(sh.steps) + " --warmup " +
+  std::string cmd = self_command("bench train") + " bench train --row --preset " +
+                    shell_quote(sh.preset) + " --batch " + std::to_string(sh.batch) + " --seq " +
+                    std::to_string(sh.seq) + " --steps " + std::to_string(sh.steps) + " --warmup " +
                     std::to_string(sh.warmup) + " --recompute " + (recompute ? "on" : "off") +
                     " --dtype " + shell_quote(o.dtype) + " --device " + shell_quote(o.device) +
                     " --lora " + std::to_string(o.lora) + " --peak-fp32 " +
@@ -405,8 +396,10 @@ Command add_bench(CLI::App& app) {
   tr->add_option("--peak-fp32", o->peak_fp32, "Internal: measured fp32 peak")->group("");
   tr->add_option("--peak-bf16", o->peak_bf16, "Internal: measured bf16 peak")->group("");
   const Command comm = add_bench_comm(*sub);
-  return {sub, [o, comm] {
+  const Command dpo = add_bench_dpo(*sub);
+  return {sub, [o, comm, dpo] {
             if (comm.app->parsed()) return comm.run();
+            if (dpo.app->parsed()) return dpo.run();
             return run_bench(*o);
           }};
 }

@@ -19,6 +19,8 @@ Command add_plan(CLI::App& app);
 Command add_bench(CLI::App& app);
 // `kiln bench comm`, registered under `kiln bench` (bench_comm.cc).
 Command add_bench_comm(CLI::App& bench);
+// `kiln bench dpo`, registered under `kiln bench` (bench_dpo.cc).
+Command add_bench_dpo(CLI::App& bench);
 Command add_doctor(CLI::App& app);
 Command add_generate(CLI::App& app);
 Command add_tokenize(CLI::App& app);

@@ -120,6 +120,10 @@ void print_text(const ModelConfig& c, const Recipe& r, const MemoryPlan& p, int 
   line("gathered units", p.gathered);
   std::printf("  %-26s %10.1f MiB (%s)\n", "  largest gathered", p.largest_gathered / 1048576.0,
               p.largest_unit.c_str());
+  if (!p.reference.empty()) {
+    std::printf("  %-26s %10.1f MiB (%s)\n", "dpo reference", p.reference_bytes / 1048576.0,
+                p.reference.c_str());
+  }
   line("gradient buffers", p.grad_buffers);
   line("communication buffers", p.comm);
   line("  communicator scratch", p.comm_scratch);

@@ -1,19 +1,18 @@
-// What a preference (DPO) step costs beside a supervised step on the same sequences, on this
-// machine's CPU: a DPO step on N pairs with a live reference (its forward, then the policy's
-// forward and backward through the preference head) and with a precomputed one
-// (dpo.precompute_reference: a table) against an SFT step on the same 2N rows, the sides
-// alternating round by round, medians printed; and, with --lora, each side's peak RSS in a
-// child process of its own (the reference is then the base with the adapters off: no second
-// copy). Prints figures; never judges them.
+// kiln bench dpo: what a preference (DPO) step costs beside a supervised step on the same
+// sequences: a DPO step on N pairs with a live reference (its forward, then the policy's forward
+// and backward through the preference head) and with a precomputed one (dpo.precompute_reference:
+// a table) against an SFT step on the same 2N rows, through the trainer's own TrainCore, the sides
+// alternating round by round, medians printed; with --lora, each side's peak memory (RSS on the
+// CPU, the backend's device peak on a GPU) in child processes of its own (the reference is then
+// the base with the adapters off: no second copy). Prints figures; never judges them.
 //
-//   dpo_bench [--preset 25m] [--pairs 4] [--seq 256] [--rounds 7] [--lora RANK] [--threads T]
+//   kiln bench dpo [--preset 25m] [--pairs 2] [--seq 256] [--rounds 5] [--lora RANK]
+//                  [--device auto|cpu|cuda] [--dtype fp32|bf16]
 //
 // Random weights and tokens; each row's first half is its prompt (no loss), the second its
 // completion.
 #include <fmt/format.h>
 #include <omp.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,7 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "kiln/base/error.h"
+#include "kiln/base/named_values.h"
 #include "kiln/base/process_memory.h"
+#include "kiln/cli/commands.h"
+#include "kiln/cli/self_command.h"
 #include "kiln/comm/communicator.h"
 #include "kiln/kernels/device/backend.h"
 #include "kiln/kernels/device/host_cpu.h"
@@ -30,40 +33,15 @@
 #include "kiln/train/reference_table.h"
 #include "kiln/train/train_core.h"
 
-namespace kiln {
+namespace kiln::cli {
 namespace {
 
 struct Opts {
   std::string preset = "25m";
-  int pairs = 4, seq = 256, rounds = 7, lora = 0, threads = 0;
-  std::string row;  // internal: "sft" or "dpo", one side's peak RSS in this process
+  int pairs = 2, seq = 256, rounds = 5, lora = 0;
+  std::string device = "auto", dtype = "fp32";
+  std::string row;  // internal: "sft" or "dpo", one side's peak memory in this process
 };
-
-Opts parse(int argc, char** argv) {
-  Opts o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--preset")
-      o.preset = v;
-    else if (k == "--pairs")
-      o.pairs = std::stoi(v);
-    else if (k == "--seq")
-      o.seq = std::stoi(v);
-    else if (k == "--rounds")
-      o.rounds = std::stoi(v);
-    else if (k == "--lora")
-      o.lora = std::stoi(v);
-    else if (k == "--threads")
-      o.threads = std::stoi(v);
-    else if (k == "--row")
-      o.row = v;
-    else {
-      std::fprintf(stderr, "dpo_bench: unknown option %s\n", k.c_str());
-      std::exit(2);
-    }
-  }
-  return o;
-}
 
 // 2N rows: pair p's chosen in row 2p, its rejected in row 2p + 1; prompts share their tokens.
 Batch make_batch(const Opts& o, int64_t vocab) {
@@ -144,44 +122,60 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// --row: one side, three steps, its peak RSS (MiB) on stdout.
+std::unique_ptr<Backend> backend_of(const Opts& o) {
+  return make_backend(parse_named(kDeviceRequestNames, o.device, "--device"),
+                      parse_named(kComputeDTypeNames, o.dtype, "--dtype"));
+}
+
+// The process's peak memory: RSS on the CPU, the backend's device peak on a GPU (MiB).
+double peak_mib(const Backend& be) {
+  const double bytes = be.device() == Device::kCpu ? static_cast<double>(peak_resident_bytes())
+                                                   : static_cast<double>(be.memory_stats().peak);
+  return bytes / 1048576.0;
+}
+
+// --row: one side, three steps, its peak memory (MiB) on stdout.
 int run_row(const Opts& o, const ModelConfig& c) {
-  const auto be = make_backend(DeviceRequest::kCpu, ComputeDType::kFp32);
+  const auto be = backend_of(o);
   Side side(c, *be, o, o.row == "dpo" ? Kind::kDpo : Kind::kSft);
   const Batch b = make_batch(o, c.vocab_size);
   for (int s = 0; s < 3; ++s) side.step_ms(b, *be, s);
-  std::printf("%.1f\n", peak_resident_bytes() / 1048576.0);
+  std::printf("%.1f\n", peak_mib(*be));
   return 0;
 }
 
-double child_peak_mib(const char* self, const Opts& o, const std::string& row) {
-  const std::string cmd =
-      fmt::format("{} --preset {} --pairs {} --seq {} --lora {} --threads {} --row {}", self,
-                  o.preset, o.pairs, o.seq, o.lora, o.threads, row);
+double child_peak_mib(const Opts& o, const std::string& row) {
+  const std::string cmd = fmt::format(
+      "{} bench dpo --preset {} --pairs {} --seq {} --lora {} --device {} --dtype {} --row {}",
+      self_command("bench dpo"), shell_quote(o.preset), o.pairs, o.seq, o.lora,
+      shell_quote(o.device), shell_quote(o.dtype), row);
   FILE* p = ::popen(cmd.c_str(), "r");
   double mib = 0;
   if (p == nullptr || std::fscanf(p, "%lf", &mib) != 1) mib = -1;
   if (p != nullptr) ::pclose(p);
+  if (mib < 0) fail("bench dpo: the {} side's child process gave no figure", row);
   return mib;
 }
 
-int run(int argc, char** argv) {
-  const Opts o = parse(argc, argv);
-  if (o.threads > 0) omp_set_num_threads(o.threads);
+int run(const Opts& o) {
+  if (o.pairs < 1 || o.seq < 4 || o.rounds < 1 || o.lora < 0) {
+    fail("bench dpo: --pairs, --rounds must be positive, --seq at least 4, --lora >= 0");
+  }
   const ModelConfig c = preset_config(o.preset);
   if (!o.row.empty()) return run_row(o, c);
-  const auto be = make_backend(DeviceRequest::kCpu, ComputeDType::kFp32);
+  const auto be = backend_of(o);
   Side sft(c, *be, o, Kind::kSft), dpo(c, *be, o, Kind::kDpo),
       pre(c, *be, o, Kind::kDpoPrecomputed);
   const Batch b = make_batch(o, c.vocab_size);
-  std::printf("dpo_bench: %s, %d pairs (%d rows) x %d tokens, %s, %d threads, %s\n",
-              o.preset.c_str(), o.pairs, 2 * o.pairs, o.seq,
+  std::printf("bench dpo: %s, %d pairs (%d rows) x %d tokens, %s, %s %s, %s\n", o.preset.c_str(),
+              o.pairs, 2 * o.pairs, o.seq,
               o.lora ? fmt::format("LoRA rank {}", o.lora).c_str() : "full fine-tuning",
-              omp_get_max_threads(), blas_info().c_str());
+              std::string(be->name()).c_str(), o.dtype.c_str(),
+              be->device() == Device::kCpu ? blas_info().c_str() : "");
   std::vector<Side*> sides = {&sft, &dpo, &pre};
   std::vector<std::vector<double>> ms(sides.size());
   for (Side* s : sides) s->step_ms(b, *be, 0);  // warm-up: buffers, pools, GEMM plans
-  for (int r = 0; r < o.rounds; ++r) {  // the sides alternate, each round in another order
+  for (int r = 0; r < o.rounds; ++r) {          // the sides alternate, each round in another order
     for (size_t k = 0; k < sides.size(); ++k) {
       const size_t i = (k + static_cast<size_t>(r)) % sides.size();
       ms[i].push_back(sides[i]->step_ms(b, *be, r + 1));
@@ -194,17 +188,33 @@ int run(int argc, char** argv) {
       o.rounds, ms_sft, ms_dpo, ms_dpo / ms_sft, ms_pre, ms_pre / ms_sft);
   if (o.lora > 0) {
     std::vector<double> m_sft, m_dpo;
-    for (int r = 0; r < 3; ++r) {
-      m_sft.push_back(child_peak_mib(argv[0], o, "sft"));
-      m_dpo.push_back(child_peak_mib(argv[0], o, "dpo"));
+    for (int r = 0; r < 3; ++r) {  // alternating, each side in a process of its own
+      m_sft.push_back(child_peak_mib(o, "sft"));
+      m_dpo.push_back(child_peak_mib(o, "dpo"));
     }
-    std::printf("peak RSS MiB (median of 3 child processes): sft %.1f, dpo %.1f, ratio %.3f\n",
+    std::printf("peak memory MiB (median of 3 child processes): sft %.1f, dpo %.1f (%.3fx)\n",
                 median(m_sft), median(m_dpo), median(m_dpo) / median(m_sft));
   }
   return 0;
 }
 
 }  // namespace
-}  // namespace kiln
 
-int main(int argc, char** argv) { return kiln::run(argc, argv); }
+Command add_bench_dpo(CLI::App& bench) {
+  auto o = std::make_shared<Opts>();
+  CLI::App* sub = bench.add_subcommand(
+      "dpo", "A DPO step (live and precomputed reference) beside an SFT step on the same rows");
+  sub->add_option("--preset", o->preset, "Model shape")->capture_default_str();
+  sub->add_option("--pairs", o->pairs, "Pairs per step (2 rows each)")->capture_default_str();
+  sub->add_option("--seq", o->seq, "Tokens per row")->capture_default_str();
+  sub->add_option("--rounds", o->rounds, "Timed rounds, medians reported")->capture_default_str();
+  sub->add_option("--lora", o->lora, "LoRA rank (all seven projections); 0: full fine-tuning")
+      ->capture_default_str();
+  sub->add_option("--device", o->device, "auto, cpu or cuda (as train.device)")
+      ->capture_default_str();
+  sub->add_option("--dtype", o->dtype, "fp32 or bf16 (as train.dtype)")->capture_default_str();
+  sub->add_option("--row", o->row, "Internal: one side's peak memory")->group("");
+  return {sub, [o] { return run(*o); }};
+}
+
+}  // namespace kiln::cli
