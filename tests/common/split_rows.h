@@ -1,11 +1,17 @@
 // The pieces of a test that calls a split table's use (model/sharded_table.h) on ranks as threads:
-// deterministic values, and rank r's part of a (V, C) table split over S ranks, as FSDP lends it.
+// deterministic values, rank r's part of a (V, C) table split over S ranks, as FSDP lends it,
+// and the ranks themselves (on_split_table).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "common/fresh_scratch.h"
+#include "common/rank_threads.h"
+#include "kiln/comm/gloo_communicator.h"
+#include "kiln/comm/store.h"
 #include "kiln/model/sharded_table.h"
 
 namespace kiln::testing {
@@ -37,6 +43,20 @@ inline ShardedTable rank_rows(const std::vector<float>& w, int V, int C, int S, 
   t.group = group;
   t.scratch = scratch;
   return t;
+}
+
+// body(r, t) on S ranks as threads, each with its Gloo communicator, fresh buffers and its rows
+// t of w (V, C), their gradient rows zeroed (t.grad: t.b - t.a rows).
+template <class Body>
+void on_split_table(const Backend& be, const std::vector<float>& w, int V, int C, int S,
+                    Body&& body) {
+  auto store = std::make_shared<MemoryStore>();
+  run_rank_threads(S, [&](int r) {
+    auto comm = make_gloo_communicator(store, r, S, GlooOptions{});
+    FreshScratch scratch(be);
+    std::vector<float> grad;
+    body(r, rank_rows(w, V, C, S, r, grad, comm.get(), &scratch));
+  });
 }
 
 }  // namespace kiln::testing

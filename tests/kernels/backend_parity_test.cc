@@ -309,6 +309,21 @@ TEST_P(BackendParity, AddAndScale) {
   }
 }
 
+// Each row times its own factor (the preference head's row weights), exactly.
+TEST_P(BackendParity, ScaleRows) {
+  for (const auto& [n, C] : {std::pair{1, 1}, std::pair{3, 5}, std::pair{37, 896}}) {
+    const auto x = random_values(static_cast<size_t>(n) * C, 19);
+    const auto s = random_values(static_cast<size_t>(n), 20, 2.0f);
+    expect_parity(be(), "scale_rows " + std::to_string(n) + "x" + std::to_string(C), kExact,
+                  [&](const Backend& b) {
+                    DeviceScope d(b);
+                    float* xd = d.upload(x);
+                    b.scale_rows(xd, d.upload(s), n, C);
+                    return Outputs{{"x", d.download(xd, x.size())}};
+                  });
+  }
+}
+
 // The dropout mask is a pure function of (seed, offset + i): every backend's output is the
 // reference's bit for bit, in each dtype pairing, at an unaligned start and in place (the
 // backward's use).

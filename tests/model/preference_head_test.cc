@@ -8,17 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/ce_in_calls.h"
-#include "common/fresh_scratch.h"
-#include "common/rank_threads.h"
 #include "common/split_rows.h"
 #include "common/test_backend.h"
-#include "kiln/comm/gloo_communicator.h"
-#include "kiln/comm/store.h"
 #include "kiln/model/vocab_parallel_loss.h"
 
 namespace kiln {
@@ -74,11 +69,12 @@ struct HeadOut {
 HeadOut whole_table_head(const Backend& be, const std::vector<float>& x,
                          const std::vector<float>& w, const std::vector<int32_t>& targets,
                          const std::vector<double>& ref, int B, int T, int C, int V,
-                         const PreferenceTerms& terms) {
+                         const PreferenceTerms& terms, bool frozen = false) {
   HeadOut o;
   o.dx.assign(x.size(), 0.0f);
-  o.grad.assign(w.size(), 0.0f);
-  const ShardedTable t = whole_table(w.data(), o.grad.data(), V);
+  o.grad.assign(frozen ? 0 : w.size(), 0.0f);
+  // A frozen table (no gradient) takes the one-pass path.
+  const ShardedTable t = whole_table(w.data(), frozen ? nullptr : o.grad.data(), V);
   const Compacted compacted(targets);
   preference_head_loss(be, t, {terms, ref.data(), o.sums.data()}, o.dx.data(), x.data(),
                        targets.data(), compacted.rows(), B, T, C, V);
@@ -101,13 +97,8 @@ TEST_P(PreferenceHeadSplit, EveryRankGetsTheWholeTablesShare) {
   const Backend& be = testing::cpu_fp32();
   const HeadOut want = whole_table_head(be, x, w, targets, ref, S * B, T, C, V, terms);
 
-  auto store = std::make_shared<MemoryStore>();
   std::vector<std::vector<double>> sums(S, std::vector<double>(kNumPreferenceSums, 0.0));
-  testing::run_rank_threads(S, [&](int r) {
-    auto comm = make_gloo_communicator(store, r, S, GlooOptions{});
-    testing::FreshScratch scratch(be);
-    std::vector<float> grad;
-    const ShardedTable t = testing::rank_rows(w, V, C, S, r, grad, comm.get(), &scratch);
+  testing::on_split_table(be, w, V, C, S, [&](int r, const ShardedTable& t) {
     const size_t x0 = static_cast<size_t>(r) * N * C;
     std::vector<float> dx(static_cast<size_t>(N) * C, 0.0f);
     const std::span<const int32_t> mine(targets.data() + static_cast<size_t>(r) * N, N);
@@ -116,8 +107,8 @@ TEST_P(PreferenceHeadSplit, EveryRankGetsTheWholeTablesShare) {
     be.synchronize();
     const std::string what = "rank " + std::to_string(r);
     EXPECT_LT(testing::max_rel_error(dx.data(), want.dx.data() + x0, dx.size()), 1e-4) << what;
-    EXPECT_LT(testing::max_rel_error(grad.data(), want.grad.data() + static_cast<size_t>(t.a) * C,
-                                     grad.size()),
+    EXPECT_LT(testing::max_rel_error(t.grad, want.grad.data() + static_cast<size_t>(t.a) * C,
+                                     static_cast<size_t>(t.b - t.a) * C),
               1e-4)
         << what;
   });
@@ -131,7 +122,7 @@ TEST_P(PreferenceHeadSplit, EveryRankGetsTheWholeTablesShare) {
 INSTANTIATE_TEST_SUITE_P(Ranks, PreferenceHeadSplit, ::testing::Values(2, 3));
 
 // dx against central differences of the loss sum, in double where the head is float: a loss of a
-// few units over few rows, steps of 1e-2.
+// few units over few rows, steps of 1e-2; a frozen table's one pass against the two passes.
 class PreferenceHeadGradient : public ::testing::TestWithParam<PreferenceLossType> {};
 
 TEST_P(PreferenceHeadGradient, DxIsTheLossDerivative) {
@@ -146,6 +137,12 @@ TEST_P(PreferenceHeadGradient, DxIsTheLossDerivative) {
   const PreferenceTerms terms{GetParam(), 0.5, 0.2, 0.3, 1.0};
   const Backend& be = testing::cpu_fp32();
   const HeadOut at = whole_table_head(be, x, w, targets, ref, B, T, C, V, terms);
+  // A frozen table's single pass gives the same loss, metrics and dx as the two passes.
+  const HeadOut frozen = whole_table_head(be, x, w, targets, ref, B, T, C, V, terms, true);
+  for (int k = 0; k < kNumPreferenceSums; ++k) {
+    EXPECT_NEAR(frozen.sums[k], at.sums[k], 1e-9 * std::max(1.0, std::fabs(at.sums[k]))) << k;
+  }
+  EXPECT_LT(testing::max_rel_error(frozen.dx.data(), at.dx.data(), at.dx.size()), 1e-5);
   const float h = 1e-2f;
   for (size_t i = 0; i < x.size(); i += 3) {
     const float x0 = x[i];

@@ -76,6 +76,7 @@
       const override;                                                                             \
   void sum_squares(double* sum, const float* x, size_t n) const override;                         \
   void scale(float* x, float a, size_t n) const override;                                         \
+  void scale_rows(float* x, const float* row_scale, int n, int C) const override;                 \
   void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm) const override;   \
   void adamw_step(float* p, float* m, float* v, const float* g, size_t n, const AdamWStep& s)     \
       const override;                                                                             \

@@ -271,6 +271,8 @@ class Backend {
   virtual void sum_squares(double* sum, const float* x, size_t n) const = 0;
   // x *= a
   virtual void scale(float* x, float a, size_t n) const = 0;
+  // x (n, C): row i *= row_scale[i] (n)
+  virtual void scale_rows(float* x, const float* row_scale, int n, int C) const = 0;
   // Gradient clipping with the norm on the device: norm = sqrt(*sq_norm); when norm > max_norm,
   // x (n) *= (float)(max_norm / (norm + 1e-6)).
   virtual void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm) const = 0;

@@ -258,6 +258,11 @@ void PhaseTimedBackend::scale(float* x, float a, size_t n) const {
   mark(Phase::kOptimizer);
 }
 
+void PhaseTimedBackend::scale_rows(float* x, const float* row_scale, int n, int C) const {
+  inner_.scale_rows(x, row_scale, n, C);
+  mark(Phase::kLmHead);
+}
+
 void PhaseTimedBackend::clip_by_norm(float* x, size_t n, const double* sq_norm,
                                      double max_norm) const {
   inner_.clip_by_norm(x, n, sq_norm, max_norm);

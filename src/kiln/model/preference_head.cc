@@ -25,8 +25,11 @@ class CallBuffers {
     }
   }
   float* take(size_t n) {
-    held_.push_back(lend_ != nullptr ? lend_->take(std::max<size_t>(n, 1))
-                                     : DeviceBuffer<float>(be_, std::max<size_t>(n, 1)));
+    return keep(lend_ != nullptr ? lend_->take(std::max<size_t>(n, 1))
+                                 : DeviceBuffer<float>(be_, std::max<size_t>(n, 1)));
+  }
+  float* keep(DeviceBuffer<float> b) {
+    held_.push_back(std::move(b));
     return held_.back().data();
   }
 
@@ -75,14 +78,10 @@ size_t padded_rows(const ShardedTable& t, const TargetRows& rows) {
   return std::max<size_t>(static_cast<size_t>(n), 1);
 }
 
-// `n` 4-byte elements of every rank, gathered (ids and doubles travel as floats: an all-gather
-// only copies them).
-const void* gathered(const Backend& be, Communicator& g, CallBuffers& buf, const void* mine,
+// Every rank's `n` 4-byte elements, gathered (sharded_table.h), held for the call.
+const void* gathered(const Backend& be, const ShardedTable& t, CallBuffers& buf, const void* mine,
                      size_t n) {
-  float* all = buf.take(static_cast<size_t>(g.world_size()) * n);
-  Stream* after = &be.compute_stream();
-  g.all_gather_async(all, mine, n, DType::F32, after)->wait(*after);
-  return all;
+  return buf.keep(gather_elements(be, *t.group, *t.scratch, mine, n));
 }
 
 HeadRows head_rows(const Backend& be, const ShardedTable& t, CallBuffers& buf,
@@ -105,29 +104,18 @@ HeadRows head_rows(const Backend& be, const ShardedTable& t, CallBuffers& buf,
     Communicator& g = *t.group;
     r.ranks = g.world_size();
     r.rank = g.rank();
-    r.x = static_cast<const float*>(gathered(be, g, buf, xc, r.own * C));
-    r.index = static_cast<const int32_t*>(gathered(be, g, buf, target_rows.index, r.own));
-    r.targets = static_cast<const int32_t*>(gathered(be, g, buf, target_rows.targets, r.own));
-    r.all_targets = static_cast<const int32_t*>(gathered(be, g, buf, targets, r.N));
+    r.x = static_cast<const float*>(gathered(be, t, buf, xc, r.own * C));
+    r.index = static_cast<const int32_t*>(gathered(be, t, buf, target_rows.index, r.own));
+    r.targets = static_cast<const int32_t*>(gathered(be, t, buf, target_rows.targets, r.own));
+    r.all_targets = static_cast<const int32_t*>(gathered(be, t, buf, targets, r.N));
     if (ref_seq != nullptr) {
       r.ref_seq =
-          static_cast<const double*>(gathered(be, g, buf, ref_seq, static_cast<size_t>(B) * 4));
+          static_cast<const double*>(gathered(be, t, buf, ref_seq, static_cast<size_t>(B) * 4));
     }
   }
   r.rows = static_cast<size_t>(r.ranks) * r.own;
   if (grad) r.dx = buf.take(r.rows * C);
   return r;
-}
-
-// The table's rows in the products' dtype (a copy, rounded to bf16, when they are not).
-ConstDevPtr product_rows(const Backend& be, const ShardedTable& t, CallBuffers& buf, int C) {
-  const DType dt = be.activation_dtype();
-  if (t.rows.dtype == dt) return t.rows;
-  KILN_CHECK(dt == DType::BF16, "preference head: rows in {} for products in {}",
-             dtype_name(t.rows.dtype), dtype_name(dt));
-  float* copy = buf.take(storage_floats(static_cast<size_t>(t.b - t.a) * C, dt));
-  be.cast_to_bf16(copy, t.rows.f32(), static_cast<size_t>(t.b - t.a) * C);
-  return ConstDevPtr(copy, dt);
 }
 
 // Both passes' state: the rows, the table's, and each row's statistics, loss and weight.
@@ -152,8 +140,9 @@ struct Passes {
                         C, m());
     }
   }
-  // Pass 1: each row's statistics over the whole vocabulary, and its loss.
-  void row_losses() {
+  // Pass 1: each row's statistics over the whole vocabulary, and its loss; with `with_dx`, also
+  // each row's dx before its weight (input_grad).
+  void row_losses(bool with_dx) {
     Stream* after = &be.compute_stream();
     for (size_t t0 = 0; t0 < r.rows; t0 += chunk) {
       const int n = static_cast<int>(std::min(chunk, r.rows - t0));
@@ -171,6 +160,7 @@ struct Passes {
             ->wait(*after);
       }
       be.ce_part_row_loss(row_loss + t0, mx, s, r.targets + t0, n);
+      if (with_dx) input_grad(t0, n, nullptr);
     }
   }
   // Each row's loss in the group's layout (zero where no row has a target).
@@ -181,19 +171,24 @@ struct Passes {
     r.to_layout(be, layout, row_loss);
     return layout;
   }
-  // Pass 2: dx and the table's gradient rows, each row's gradient times its weight.
+  // Rows [t0, t0 + n) from their logits: their cross-entropy gradient, times each row's weight
+  // when given, into dx and the table's gradient rows.
+  void input_grad(size_t t0, int n, const float* row_weight) {
+    be.ce_part_grad(logits, nullptr, row_max + t0, sums + 2 * t0, r.targets + t0, t.a, n, m(), ld(),
+                    1.0f, row_weight != nullptr ? row_weight + t0 : nullptr, 0, 0);
+    float* dxc = r.dx + t0 * C;
+    if (m() > 0) {
+      be.matmul_backward(dxc, t.grad, nullptr, logits, r.x + t0 * C, w, n, C, m(), false);
+    } else {
+      be.fill_zero(dxc, sizeof(float) * n * C);
+    }
+  }
+  // Pass 2: the logits again, each row's gradient times its weight.
   void weighted_backward(const float* row_weight) {
     for (size_t t0 = 0; t0 < r.rows; t0 += chunk) {
       const int n = static_cast<int>(std::min(chunk, r.rows - t0));
       logits_of(t0, n);
-      be.ce_part_grad(logits, nullptr, row_max + t0, sums + 2 * t0, r.targets + t0, t.a, n, m(),
-                      ld(), 1.0f, row_weight + t0, 0, 0);
-      float* dxc = r.dx + t0 * C;
-      if (m() > 0) {
-        be.matmul_backward(dxc, t.grad, nullptr, logits, r.x + t0 * C, w, n, C, m(), false);
-      } else {
-        be.fill_zero(dxc, sizeof(float) * n * C);
-      }
+      input_grad(t0, n, row_weight);
     }
   }
 };
@@ -203,7 +198,8 @@ Passes make_passes(const Backend& be, const ShardedTable& t, CallBuffers& buf, H
   KILN_CHECK(0 <= t.a && t.a <= t.b && t.b <= V && t.b - t.a <= t.span,
              "preference head: rows [{}, {}) of a table of {} rows split by {}", t.a, t.b, V,
              t.span);
-  Passes p{be, t, product_rows(be, t, buf, C), rows, C};
+  const size_t copy = product_copy_floats(be, t, C);
+  Passes p{be, t, product_rows(be, t, C, copy > 0 ? buf.take(copy) : nullptr), rows, C};
   p.chunk = vocab_loss_logit_rows(rows.rows, static_cast<size_t>(std::max(t.span, 1)));
   p.logits = buf.take(p.chunk * static_cast<size_t>(std::max(t.span, 1)));
   p.row_max = buf.take(rows.rows);
@@ -224,7 +220,10 @@ void preference_head_loss(const Backend& be, const ShardedTable& table, const Pr
   const HeadRows rows =
       head_rows(be, table, buf, target_rows, x, targets, h.ref_seq, true, B, T, C);
   Passes p = make_passes(be, table, buf, rows, C, V);
-  p.row_losses();
+  // A table without a gradient (LoRA's frozen head) needs its logits once: pass 1 keeps each
+  // row's dx before its weight, which then scales the row (dx is linear in it).
+  const bool one_pass = table.grad == nullptr;
+  p.row_losses(one_pass);
   // The group's sequences' log-probabilities, then every row's weight.
   const int S = rows.ranks * B;
   DeviceBuffer<double> seq(be, 2 * static_cast<size_t>(S));
@@ -235,7 +234,11 @@ void preference_head_loss(const Backend& be, const ShardedTable& table, const Pr
                      own + B / 2);
   float* row_weight = buf.take(rows.rows);
   rows.from_layout(be, row_weight, layout_weight);
-  p.weighted_backward(row_weight);
+  if (one_pass) {
+    be.scale_rows(rows.dx, row_weight, static_cast<int>(rows.rows), C);
+  } else {
+    p.weighted_backward(row_weight);
+  }
   // This rank's rows' dx (the group's contributions summed), scattered into its batch.
   const float* own_dx = rows.dx;
   if (table.group != nullptr) {
@@ -256,7 +259,7 @@ void head_sequence_logps(const Backend& be, const ShardedTable& table, double* s
   CallBuffers buf(be, table.scratch);
   const HeadRows rows = head_rows(be, table, buf, target_rows, x, targets, nullptr, false, B, T, C);
   Passes p = make_passes(be, table, buf, rows, C, V);
-  p.row_losses();
+  p.row_losses(false);
   // This rank's own sequences only.
   const size_t own = static_cast<size_t>(rows.rank) * B * T;
   be.sequence_logps(seq, p.layout_losses(buf) + own, rows.all_targets + own, B, T);

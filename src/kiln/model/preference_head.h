@@ -10,6 +10,8 @@
 //           -scale d(loss)/d(logp) (preference_loss)
 //   pass 2, per chunk: the logits again, their cross-entropy gradient times the row's weight,
 //           dx and the table's gradient rows
+// A table without a gradient (LoRA's frozen head) takes one pass: pass 1 also computes each row's
+// dx before its weight, and the weights then scale the rows (scale_rows).
 // Only rows with a target take part: they are compacted first (a prompt's rows cost nothing).
 // Split, every rank's compacted rows x and targets are gathered once (and the references'
 // sequence sums), every rank computes every row's statistics (as the split loss does) and so

@@ -3,18 +3,40 @@
 // backend's *_part ops (a row outside the part reads as zeros, or its gradient is dropped).
 #include "kiln/model/sharded_table.h"
 
+#include <algorithm>
+
 #include "kiln/base/error.h"
 #include "kiln/comm/communicator.h"
 
 namespace kiln {
 
+DeviceBuffer<float> gather_elements(const Backend& be, Communicator& group, ScratchLender& lend,
+                                    const void* mine, size_t n) {
+  Stream* after = &be.compute_stream();
+  // Any 4-byte elements travel as floats: an all-gather only copies them.
+  DeviceBuffer<float> all =
+      lend.take(std::max<size_t>(static_cast<size_t>(group.world_size()) * n, 1));
+  group.all_gather_async(all.data(), mine, n, DType::F32, after)->wait(*after);
+  return all;
+}
+
 DeviceBuffer<float> gather_table_ids(const Backend& be, const ShardedTable& t, const int32_t* ids,
                                      int N) {
-  Stream* after = &be.compute_stream();
-  // Token ids travel as 4-byte elements: an all-gather only copies them.
-  DeviceBuffer<float> all = t.scratch->take(static_cast<size_t>(t.group->world_size()) * N);
-  t.group->all_gather_async(all.data(), ids, N, DType::F32, after)->wait(*after);
-  return all;
+  return gather_elements(be, *t.group, *t.scratch, ids, static_cast<size_t>(N));
+}
+
+size_t product_copy_floats(const Backend& be, const ShardedTable& t, int C) {
+  const DType dt = be.activation_dtype();
+  if (t.rows.dtype == dt) return 0;
+  KILN_CHECK(dt == DType::BF16, "LM head: rows in {} for products in {}", dtype_name(t.rows.dtype),
+             dtype_name(dt));
+  return std::max<size_t>(storage_floats(static_cast<size_t>(std::max(t.span, 1)) * C, dt), 1);
+}
+
+ConstDevPtr product_rows(const Backend& be, const ShardedTable& t, int C, float* copy) {
+  if (product_copy_floats(be, t, C) == 0) return t.rows;
+  be.cast_to_bf16(copy, t.rows.f32(), static_cast<size_t>(t.b - t.a) * C);
+  return ConstDevPtr(copy, DType::BF16);
 }
 
 namespace {

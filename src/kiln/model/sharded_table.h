@@ -69,10 +69,21 @@ inline ShardedTable whole_table(ConstDevPtr rows, float* grad, int V) {
   return t;
 }
 
+// Every rank's n 4-byte elements (ids, floats, or doubles as two each) in rank order, (S * n) in
+// a buffer from `lend` that the caller gives back. A collective over `group`.
+DeviceBuffer<float> gather_elements(const Backend& be, Communicator& group, ScratchLender& lend,
+                                    const void* mine, size_t n);
+
 // Every rank's ids (N each) in rank order, (S * N) in a buffer from table.scratch that the caller
 // gives back: the first step of each split use. A collective over table.group.
 DeviceBuffer<float> gather_table_ids(const Backend& be, const ShardedTable& table,
                                      const int32_t* ids, int N);
+
+// The table's rows as the head's products read them, in the backend's activation dtype: the rows
+// themselves when they are in it (product_copy_floats() is then 0), else (fp32 rows under bf16
+// products: a split table's shard) a bf16 copy rounded into `copy`, product_copy_floats() floats.
+size_t product_copy_floats(const Backend& be, const ShardedTable& table, int C);
+ConstDevPtr product_rows(const Backend& be, const ShardedTable& table, int C, float* copy);
 
 // out (N, C) = the table's rows at ids (N), with the values acquire() of the whole table would
 // give (bf16-rounded under a bf16 activation dtype). With a group, a collective.

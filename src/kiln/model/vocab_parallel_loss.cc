@@ -64,25 +64,12 @@ void vocab_chunk(const Backend& be, const ShardedTable& t, const VocabChunk& c, 
   }
 }
 
-// `t` with its rows in the products' dtype: under bf16 a copy of fp32 rows (a split table's
-// shard) in `copy`, a buffer of the largest part's size lent by t.scratch.
-ShardedTable rows_in_product_dtype(const Backend& be, const ShardedTable& t, int C,
-                                   DeviceBuffer<float>& copy) {
-  const DType dt = be.activation_dtype();
-  if (t.rows.dtype == dt) return t;
-  KILN_CHECK(dt == DType::BF16, "head_loss: rows in {} for products in {}",
-             dtype_name(t.rows.dtype), dtype_name(dt));
-  ShardedTable p = t;
-  copy = t.scratch->take(storage_floats(static_cast<size_t>(t.span) * C, dt));
-  be.cast_to_bf16(copy.data(), t.rows.f32(), static_cast<size_t>(t.b - t.a) * C);
-  p.rows = ConstDevPtr(copy.data(), dt);
-  return p;
-}
-
 void split_loss(const Backend& be, const ShardedTable& lent, double* loss_sum, float* dx,
                 const float* x, const int32_t* targets, int N, int C, float scale) {
   DeviceBuffer<float> rows16;
-  const ShardedTable t = rows_in_product_dtype(be, lent, C, rows16);
+  if (const size_t n = product_copy_floats(be, lent, C)) rows16 = lent.scratch->take(n);
+  ShardedTable t = lent;
+  t.rows = product_rows(be, lent, C, rows16.data());
   Communicator& g = *t.group;
   ScratchLender& lend = *t.scratch;
   const int S = g.world_size(), r = g.rank();

@@ -111,6 +111,10 @@ void DryRunCudaBackend::sum_squares(double* sum, const float* x, size_t n) const
   cu::sum_squares(sum, x, n, nullptr, stream_scratch_);
 }
 void DryRunCudaBackend::scale(float* x, float a, size_t n) const { cu::scale(x, a, n, nullptr); }
+
+void DryRunCudaBackend::scale_rows(float* x, const float* row_scale, int n, int C) const {
+  cu::scale_rows(x, row_scale, n, C, nullptr);
+}
 void DryRunCudaBackend::clip_by_norm(float* x, size_t n, const double* sq_norm,
                                      double max_norm) const {
   cu::clip_by_norm(x, n, sq_norm, max_norm, nullptr);

@@ -92,6 +92,24 @@ TEST(EmulReduce, AddAndScaleVectorAndScalarPaths) {
   }
 }
 
+// scale_rows: each row times its own factor, as the CPU (a shape whose rows straddle the grid's
+// strides), and nothing past the n rows touched.
+TEST(EmulReduce, ScaleRowsAsTheCpu) {
+  constexpr int n = 37, C = 129;
+  const std::vector<float> x = random_values(static_cast<size_t>(n + 1) * C, 11);
+  const std::vector<float> s = random_values(n, 12, 2.0f);
+  std::vector<float> want = x;
+  cpu().scale_rows(want.data(), s.data(), n, C);
+  for (int j = 0; j < C; ++j) {  // the CPU's too: row i is x's times s[i], the extra row kept
+    ASSERT_EQ(want[static_cast<size_t>(5) * C + j], x[static_cast<size_t>(5) * C + j] * s[5]);
+    ASSERT_EQ(want[static_cast<size_t>(n) * C + j], x[static_cast<size_t>(n) * C + j]);
+  }
+  DeviceArray<float> dx(x, "x"), ds(s, "row_scale");
+  emul_cuda::scale_rows(dx.get(), ds.get(), n, C, nullptr);
+  expect_no_fault();
+  expect_close("scale_rows", dx.host(), want, kElementwise);
+}
+
 // fp32 -> bf16 rounds exactly as the CPU (bits equal, denormals flushed, NaN quiet); and back.
 TEST(EmulCast, Bf16BothWaysBitForBit) {
   std::vector<float> x = random_values(777, 8, 3.0f);

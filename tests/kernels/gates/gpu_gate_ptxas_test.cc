@@ -81,6 +81,7 @@ void other_paths(const Backend& be) {
   be.ce_part_row_loss(a.data(), b.data(), c.data(), ids.data(), 16);
   be.sequence_logps(seq.data(), a.data(), ids.data(), 4, 4);
   be.preference_loss(a.data(), sums.data(), seq.data(), ref.data(), 4, 4, PreferenceTerms{}, 0, 2);
+  be.scale_rows(b.data(), a.data(), 16, 60);
 }
 
 Census census(std::string* fault) {

@@ -172,6 +172,9 @@ class AsyncCpuBackend final : public Backend {
   void scale(float* x, float a, size_t n) const override {
     run([=, this] { cpu_.scale(x, a, n); });
   }
+  void scale_rows(float* x, const float* row_scale, int n, int C) const override {
+    run([=, this] { cpu_.scale_rows(x, row_scale, n, C); });
+  }
   void clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm) const override {
     run([=, this] { cpu_.clip_by_norm(x, n, sq_norm, max_norm); });
   }

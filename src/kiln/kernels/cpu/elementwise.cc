@@ -390,4 +390,16 @@ void CpuBackend::scale(float* x, float a, size_t n) const {
   });
 }
 
+void CpuBackend::scale_rows(float* x, const float* row_scale, int n, int C) const {
+  const size_t c = static_cast<size_t>(C);
+  for_ranges(static_cast<size_t>(n), static_cast<size_t>(n) * c, [&](size_t r0, size_t r1) {
+    for (size_t r = r0; r < r1; ++r) {
+      const float a = row_scale[r];
+      float* row = x + r * c;
+#pragma omp simd
+      for (size_t j = 0; j < c; ++j) row[j] *= a;
+    }
+  });
+}
+
 }  // namespace kiln

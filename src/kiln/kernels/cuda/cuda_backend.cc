@@ -178,6 +178,10 @@ void CudaBackend::sum_squares(double* sum, const float* x, size_t n) const {
   cuda::sum_squares(sum, x, n, native(), stream_scratch_);
 }
 void CudaBackend::scale(float* x, float a, size_t n) const { cuda::scale(x, a, n, native()); }
+
+void CudaBackend::scale_rows(float* x, const float* row_scale, int n, int C) const {
+  cuda::scale_rows(x, row_scale, n, C, native());
+}
 void CudaBackend::clip_by_norm(float* x, size_t n, const double* sq_norm, double max_norm) const {
   cuda::clip_by_norm(x, n, sq_norm, max_norm, native());
 }

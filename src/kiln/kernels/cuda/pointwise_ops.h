@@ -46,6 +46,8 @@ void swiglu_backward(float* dgate_up, const float* dh, const float* gate_up, int
 
 void add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
 void scale(float* x, float a, size_t n, cudaStream_t stream);
+// Backend::scale_rows: x (n, C) row i *= row_scale[i].
+void scale_rows(float* x, const float* row_scale, int n, int C, cudaStream_t stream);
 // Backend::dropout: the mask of dropout_mask.h (the CPU's, bit for bit); p is checked here.
 void dropout(DevPtr out, ConstDevPtr x, size_t n, float p, uint64_t seed, uint64_t offset,
              cudaStream_t stream);

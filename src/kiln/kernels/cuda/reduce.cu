@@ -1,6 +1,6 @@
-// Sums and scalings over flat float arrays on the GPU: add, scale, sum of squares into a device
-// double (fixed blocks, fixed order: the result does not depend on the launch), and gradient
-// clipping by a norm that stays on the device.
+// Sums and scalings over flat float arrays on the GPU: add, scale, scale_rows, sum of squares into
+// a device double (fixed blocks, fixed order: the result does not depend on the launch), and
+// gradient clipping by a norm that stays on the device.
 #include <cuda_runtime.h>
 
 #include "kiln/kernels/cuda/device_math.cuh"
@@ -42,6 +42,12 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(float* x, float a, size
     i = 4 * quads + grid_index();
   }
   for (; i < n; i += grid_stride()) x[i] *= a;
+}
+
+// x (n, C): row i *= row_scale[i], one element a thread (grid-stride).
+__global__ void __launch_bounds__(kThreads)
+    scale_rows_kernel(float* x, const float* row_scale, size_t n, size_t C) {
+  for (size_t i = grid_index(); i < n * C; i += grid_stride()) x[i] *= row_scale[i / C];
 }
 
 // Sum of squares: block b of the grid sums elements [b, b + 1) * kSumBlock into partial[b]
@@ -87,6 +93,14 @@ void add(float* out, const float* a, const float* b, size_t n, cudaStream_t stre
   } else {
     KILN_LAUNCH(grid_for(n, kThreads), kThreads, 0, stream, add_kernel<false>)(out, a, b, n);
   }
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void scale_rows(float* x, const float* row_scale, int n, int C, cudaStream_t stream) {
+  const size_t total = static_cast<size_t>(n) * static_cast<size_t>(C);
+  if (total == 0) return;
+  KILN_LAUNCH(grid_for(total, kThreads), kThreads, 0, stream, scale_rows_kernel)
+  (x, row_scale, static_cast<size_t>(n), static_cast<size_t>(C));
   KILN_CUDA_CHECK_LAUNCH();
 }
 

@@ -106,6 +106,7 @@ class CountingBackend final : public Backend {
                        const PreferenceTerms&, int, int) const override {}
   void sum_squares(double*, const float*, size_t) const override {}
   void scale(float*, float, size_t) const override {}
+  void scale_rows(float*, const float*, int, int) const override {}
   void clip_by_norm(float*, size_t, const double*, double) const override {}
   void adamw_step(float*, float*, float*, const float*, size_t, const AdamWStep&) const override {}
   void sgd_step(float*, float*, const float*, size_t, const SgdStep&) const override {}
