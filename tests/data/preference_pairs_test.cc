@@ -97,6 +97,40 @@ TEST(PreferencePairs, ConversationalRendersThePromptWithItsGenerationPrompt) {
   EXPECT_EQ(ids_of(c.labels), labels_of(p, concat(tok.encode("Hello!<|im_end|>\n"), eot)));
 }
 
+// TRL's maybe_extract_prompt: no prompt, or a text prompt beside message lists, and the prompt is
+// what both completions start with.
+TEST(PreferencePairs, AnImplicitPromptIsWhatBothCompletionsStartWith) {
+  const Tokenizer& tok = test::qwen();
+  const LineEncoder enc(DataFormat::kPreference, &tok, test::kVocab, false);
+  const Ids eot = {test::kEndOfText};
+  // Text: up to the first difference, the space before it going with the completions.
+  expect_pair(
+      enc.encode(R"({"chosen": "The sky is blue.", "rejected": "The sky is green."})", "t:1"),
+      tok.encode("The sky is"), concat(tok.encode(" blue."), eot),
+      concat(tok.encode(" green."), eot));
+  // The first difference inside a multi-byte character: the prompt stops before the character.
+  expect_pair(enc.encode(R"({"chosen": "café ok", "rejected": "cafè no"})", "t:2"),
+              tok.encode("caf"), concat(tok.encode("\u00e9 ok"), eot),
+              concat(tok.encode("\u00e8 no"), eot));
+  // One a prefix of the other: the prompt stops before the shorter's last character (TRL's loop).
+  expect_pair(enc.encode(R"({"chosen": "abc", "rejected": "abcd"})", "t:3"), tok.encode("ab"),
+              concat(tok.encode("c"), eot), concat(tok.encode("cd"), eot));
+  // Messages, with a text prompt that they hold too (ultrafeedback_binarized): the shared
+  // messages are the prompt, rendered as a conversational record's.
+  const ChatTemplate& qwen25 = chat_template(ChatTemplateId::kQwen25);
+  const LineEncoder chat(DataFormat::kPreference, &tok, test::kVocab, false, &qwen25);
+  const std::string user = R"({"role": "user", "content": "Hi"})";
+  const std::string a = R"({"role": "assistant", "content": "Hello!"})";
+  const std::string b = R"({"role": "assistant", "content": "Go away."})";
+  const Example implicit = chat.encode("{\"prompt\": \"Hi\", \"chosen\": [" + user + ", " + a +
+                                           "], \"rejected\": [" + user + ", " + b + "]}",
+                                       "t:4");
+  const Example explicit_prompt = chat.encode(
+      "{\"prompt\": [" + user + "], \"chosen\": [" + a + "], \"rejected\": [" + b + "]}", "t:5");
+  EXPECT_EQ(implicit.input_ids, explicit_prompt.input_ids);
+  EXPECT_EQ(implicit.labels, explicit_prompt.labels);
+}
+
 TEST(PreferencePairs, FitCutsThePromptFirstAndLeavesOutWhatCannotTrain) {
   const LineEncoder enc(DataFormat::kPreference, nullptr, 1000, false);
   const auto pair = [&](const std::string& line) { return enc.encode(line, "t:1"); };
@@ -146,8 +180,8 @@ TEST(PreferencePairs, BadRecordsAreOneLine) {
   const LineEncoder text(DataFormat::kPreference, &test::qwen(), test::kVocab, false);
   EXPECT_HAS_ERROR([&] { text.encode(R"({"prompt": "a", "chosen": "b"})", "f.jsonl:6"); },
                    "f.jsonl:6: missing field 'rejected'");
-  EXPECT_HAS_ERROR([&] { text.encode(R"({"chosen": "b", "rejected": "c"})", "f.jsonl:7"); },
-                   "f.jsonl:7: missing field 'prompt' (or question, instruction)");
+  EXPECT_HAS_ERROR([&] { text.encode(R"({"chosen": "b", "rejected": ["c"]})", "f.jsonl:7"); },
+                   "f.jsonl:7: chosen and rejected must both be texts or both message lists");
   EXPECT_HAS_ERROR(
       [&] { text.encode(R"({"prompt": "a", "chosen": 5, "rejected": "c"})", "f.jsonl:8"); },
       "f.jsonl:8: chosen: expected a string, got 5");

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "kiln/base/error.h"
@@ -47,11 +49,76 @@ std::optional<PairParts> pretokenized(const OrderedJson& r, const PairEncoding& 
   return std::nullopt;
 }
 
-const OrderedJson& prompt_of(const OrderedJson& r, const std::string& where) {
+const OrderedJson* find_prompt(const OrderedJson& r) {
   for (const char* name : kPromptFields) {
-    if (r.contains(name)) return r.at(name);
+    if (r.contains(name)) return &r.at(name);
   }
-  fail("{}: missing field 'prompt' (or question, instruction)", where);
+  return nullptr;
+}
+
+// A text record's prompt (with_implicit_prompt has given one to a record without).
+const OrderedJson& prompt_of(const OrderedJson& r) {
+  const OrderedJson* p = find_prompt(r);
+  KILN_CHECK(p != nullptr, "preference record without a prompt");
+  return *p;
+}
+
+// TRL's extract_prompt on two texts: the index, in bytes, of the first code point where they
+// differ, one back when a space precedes it (the space goes with the completions); where the
+// shorter is a prefix of the longer, its last code point's (Python's loop index after a loop
+// without a break).
+size_t implicit_prompt_end(const std::string& a, const std::string& b) {
+  const size_t n = std::min(a.size(), b.size());
+  const auto code_point_start = [&](size_t i) {
+    while (i > 0 && (static_cast<unsigned char>(a[i]) & 0xC0) == 0x80) --i;
+    return i;
+  };
+  const size_t i = static_cast<size_t>(
+      std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first -
+      a.begin());
+  if (i == n) return n == 0 ? 0 : code_point_start(n - 1);
+  const size_t at = code_point_start(i);
+  return at > 0 && a[at - 1] == ' ' ? at - 1 : at;
+}
+
+// ... and on two message lists: the first message where they differ (or the shorter's last).
+size_t implicit_prompt_end(const OrderedJson& a, const OrderedJson& b) {
+  const size_t n = std::min(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (a[i] != b[i]) return i;
+  }
+  return n == 0 ? 0 : n - 1;
+}
+
+// TRL's maybe_extract_prompt: a text record without a prompt, or whose prompt is not of its
+// completions' kind (a text prompt beside message lists that hold it too, as in
+// ultrafeedback_binarized), takes as its prompt what chosen and rejected both start with, and
+// as completions what follows; other records are used as they are (nullopt).
+std::optional<OrderedJson> with_implicit_prompt(const OrderedJson& r, const std::string& where) {
+  const OrderedJson& chosen = field(r, "chosen", where);
+  const OrderedJson& rejected = field(r, "rejected", where);
+  const OrderedJson* prompt = find_prompt(r);
+  if (prompt != nullptr && prompt->is_array() == chosen.is_array()) return std::nullopt;
+  if (chosen.is_array() != rejected.is_array() || !(chosen.is_array() || chosen.is_string()) ||
+      !(rejected.is_array() || rejected.is_string())) {
+    fail("{}: chosen and rejected must both be texts or both message lists, got {} and {}", where,
+         json_preview(chosen), json_preview(rejected));
+  }
+  OrderedJson out = OrderedJson::object();
+  if (chosen.is_string()) {
+    const std::string c = chosen.get<std::string>(), rj = rejected.get<std::string>();
+    const size_t end = implicit_prompt_end(c, rj);
+    out["prompt"] = c.substr(0, end);
+    out["chosen"] = c.substr(end);
+    out["rejected"] = rj.substr(end);
+  } else {
+    const size_t end = implicit_prompt_end(chosen, rejected);
+    const auto d = static_cast<std::ptrdiff_t>(end);
+    out["prompt"] = OrderedJson(chosen.begin(), chosen.begin() + d);
+    out["chosen"] = OrderedJson(chosen.begin() + d, chosen.end());
+    out["rejected"] = OrderedJson(rejected.begin() + d, rejected.end());
+  }
+  return out;
 }
 
 std::vector<int32_t> text_ids(const PairEncoding& e, const std::string& text) {
@@ -75,8 +142,7 @@ std::string rendered_with(const PairEncoding& e, const std::vector<ChatMessage>&
 // adds past that.
 PairParts conversational(const OrderedJson& r, const PairEncoding& e, const std::string& where) {
   KILN_CHECK(e.chat != nullptr, "preference data: no chat template");
-  const std::vector<ChatMessage> prompt =
-      chat_messages_from_json(prompt_of(r, where), where + ": prompt");
+  const std::vector<ChatMessage> prompt = chat_messages_from_json(prompt_of(r), where + ": prompt");
   ChatOptions o = e.chat_options;
   o.add_generation_prompt = true;
   std::string prompt_text = render_chat(*e.chat, prompt, {}, o);
@@ -100,7 +166,7 @@ std::string string_at(const OrderedJson& v, const char* name, const std::string&
 }
 
 PairParts standard(const OrderedJson& r, const PairEncoding& e, const std::string& where) {
-  return {text_ids(e, string_at(prompt_of(r, where), "prompt", where)),
+  return {text_ids(e, string_at(prompt_of(r), "prompt", where)),
           text_ids(e, string_at(field(r, "chosen", where), "chosen", where)),
           text_ids(e, string_at(field(r, "rejected", where), "rejected", where))};
 }
@@ -157,9 +223,10 @@ Example encode_preference_pair(const OrderedJson& r, const PairEncoding& e,
           "chosen_input_ids and rejected_input_ids",
           where);
     }
-    const OrderedJson& chosen = field(r, "chosen", where);
-    field(r, "rejected", where);
-    p = chosen.is_array() ? conversational(r, e, where) : standard(r, e, where);
+    const std::optional<OrderedJson> implicit = with_implicit_prompt(r, where);
+    const OrderedJson& record = implicit ? *implicit : r;
+    p = record.at("chosen").is_array() ? conversational(record, e, where)
+                                       : standard(record, e, where);
     p->chosen.push_back(e.completion_end);
     p->rejected.push_back(e.completion_end);
   }

@@ -12,7 +12,11 @@
 //                   [...]} (or current TRL's prompt_ids, chosen_ids, rejected_ids): used exactly
 //                   as given, nothing added
 // "question" and "instruction" are read as the prompt where a record has no "prompt" (Intel's
-// orca_dpo_pairs, LLaMA-Factory's alpaca-style preference files). The completion-end token is
+// orca_dpo_pairs, LLaMA-Factory's alpaca-style preference files). A text record with no prompt,
+// or whose prompt is text beside message lists (ultrafeedback_binarized, whose completions hold
+// the user's turn too), has an implicit prompt, as TRL's maybe_extract_prompt reads it: what
+// chosen and rejected both start with (the messages, or the characters up to a space before the
+// first difference); the completions are the rest. The completion-end token is
 // the tokenizer_config.json's eos_token beside the tokenizer (TRL's eos_token_id), else the end
 // of text (formats.h).
 //
