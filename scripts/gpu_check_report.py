@@ -245,6 +245,33 @@ def torch_bench(log, preset, results):
     print("; ".join(figs))
 
 
+def dpo_bench(log):
+    """kiln bench dpo's row: the SFT step's tokens/s, the DPO steps' ratios and the peak memory
+    beside issue 38's goals (1.45x live, 1.1x precomputed, 1.1x memory with LoRA)."""
+    text = open(log, errors="replace").read()
+    shape = re.search(r"bench dpo: \S+, (\d+) pairs \((\d+) rows\) x (\d+) tokens", text)
+    step = re.search(
+        r"step ms \(median of \d+\): sft ([\d.]+), dpo live reference ([\d.]+) \(([\d.]+)x\), "
+        r"dpo precomputed reference ([\d.]+) \(([\d.]+)x\)",
+        text,
+    )
+    if not shape or not step:
+        print("FAIL: no step line")
+        return
+    tokens = int(shape.group(2)) * int(shape.group(3))
+    sft_ms = float(step.group(1))
+    figs = [
+        f"SFT {tokens / sft_ms * 1000:,.0f} tokens/s (step {sft_ms:.1f} ms)",
+        f"DPO live reference {step.group(3)}x (goal 1.45)",
+        f"precomputed {step.group(5)}x (goal 1.1)",
+    ]
+    mem = re.search(r"peak memory MiB [^:]*: sft ([\d.]+), dpo ([\d.]+) \(([\d.]+)x\)", text)
+    figs.append(
+        f"peak {mem.group(1)} / {mem.group(2)} MiB, {mem.group(3)}x (goal 1.1)" if mem else "no peak line"
+    )
+    print("; ".join(figs))
+
+
 def write_summary(rows, md, start, budget, ledger):
     counts = {}
     for r in rows:
@@ -294,6 +321,7 @@ def main():
         "phases": phases,
         "plan": plan,
         "torch-bench": torch_bench,
+        "dpo-bench": dpo_bench,
     }
     if cmd not in commands:
         raise SystemExit(f"report.py: unknown command {cmd} ({', '.join(commands)})")

@@ -9,9 +9,10 @@
 #   gemm       bf16 cuBLASLt ceiling and copy bandwidth (cuda_gemm_ceiling): MFU's and the
 #              rooflines' denominators, beside the GPU's published peak
 #   kiln-bench kiln bench train --dtype bf16, qwen2.5-0.5b, qwen2.5-1.5b and qwen3-0.6b at 2048
-#              (and the first with LoRA rank 16 on every projection)
 #              tokens: throughput, MFU, memory, the first step's loss against ln(vocabulary),
-#              and each phase's time beside its roofline estimate. A failing row is rerun once small (one step,
+#              and each phase's time beside its roofline estimate; then kiln bench dpo on the
+#              first with LoRA rank 16 on every projection: the SFT step's throughput, a DPO
+#              step's with a live and a precomputed reference, each side's device peak. A failing row is rerun once small (one step,
 #              sequence 256) under CUDA_LAUNCH_BLOCKING=1 and once under compute-sanitizer
 #              memcheck limited to kiln's kernels, to name the kernel and the line.
 #   torch      the Qwen2.5 shapes by PyTorch (pytorch_gpu_train_bench.py) and kiln/PyTorch ratio
@@ -326,6 +327,7 @@ read -r -a presets <<<"${KILN_GPU_CHECK_PRESETS:-qwen2.5-0.5b qwen2.5-1.5b qwen3
 read -r -a torch_presets <<<"${KILN_GPU_CHECK_TORCH_PRESETS:-qwen2.5-0.5b qwen2.5-1.5b}"
 seq=2048
 bench_steps=(--steps 5 --warmup 2)
+dpo_rounds=3
 torch_flags=()
 # The preset that runs for a planned one: itself, or in fake mode a CPU-sized stand-in (the plan
 # keeps the GPU's rows and their expected durations).
@@ -336,6 +338,7 @@ if [[ -n $fake ]]; then
   seq=256
   batch=1
   bench_steps=(--steps 2 --warmup 1)
+  dpo_rounds=2
   torch_flags=(--cpu-smoke-test)
 fi
 bench=$out/bench.txt
@@ -408,22 +411,26 @@ if stage kiln-bench; then
     fi
     [[ $status == ok ]] || rerun_small "$r"
   done
-  # LoRA (rank 16 on every projection, the base frozen in bf16) on the first preset: its own
-  # log, and not in results.jsonl's kiln rows (those are held against PyTorch's full steps).
+  # LoRA (rank 16 on every projection, the base frozen in bf16) on the first preset, through
+  # kiln bench dpo: the LoRA SFT step (its tokens/s), a DPO step on the same rows with the base
+  # as a live reference and with a precomputed one (issue 38's 1.45x and 1.1x), and each side's
+  # device peak in a child process of its own (1.1x). Not in results.jsonl's kiln rows (those
+  # are held against PyTorch's full steps).
   p=${presets[0]}
   r=$(run_preset "$p")
-  name="kiln-bench $p LoRA r16 ${batch}x$seq${fake:+ ($r on the CPU)}"
+  pairs=$(((batch + 1) / 2)) # a pair is two rows: the bench rows' tokens, or the nearest above
+  name="kiln-bench $p LoRA r16 SFT and DPO $((2 * pairs))x$seq${fake:+ ($r on the CPU)}"
   if have kiln; then
-    lora_log=$work/bench-lora.txt
-    : >"$lora_log"
-    # 20 s: the 0.5b's initialisation and five steps without base weight gradients.
-    watch_gpu_memory "$work/mem-lora-$r" kiln_cmd 20 90 "$lora_log" \
-      "$bin/kiln" bench train --dtype bf16 --recompute off --preset "$r" --batch "$batch" \
-      --seq "$seq" "${bench_steps[@]}" --device "$dev" --lora 16
+    dpo_log=$work/bench-dpo.txt
+    : >"$dpo_log"
+    # 26 s: the 0.5b's initialisation (drawn once for the three sides), 12 steps, two child
+    # processes that draw no weights (3 steps each).
+    kiln_cmd 26 90 "$dpo_log" "$bin/kiln" bench dpo --dtype bf16 --preset "$r" \
+      --pairs "$pairs" --seq "$seq" --rounds "$dpo_rounds" --lora 16 \
+      --memory-rounds 1 --device "$dev"
     rc=$?
-    cat "$lora_log" >>"$bench"
-    record "$name" "$(status_of $rc)" "$(python3 "$pack/report.py" kiln-bench "$lora_log" "$r" \
-      "$ceiling" "$work/mem-lora-$r" /dev/null)"
+    cat "$dpo_log" >>"$bench"
+    record "$name" "$(status_of $rc)" "$(python3 "$pack/report.py" dpo-bench "$dpo_log")"
   fi
 fi
 if stage torch; then
@@ -520,7 +527,8 @@ if stage tiny; then
     m() { echo "$work/$1/metrics.jsonl"; }
     for p in tiny tiny-hd64 tiny-hd128; do
       tiny_recipe "$p"
-      kiln_cmd 2 30 "$tiny" "$bin/kiln" init --config "$p" --seed 0 --out "$work/$p-init"
+      # 1 s: a tiny model's safetensors, on the host (no device).
+      kiln_cmd 1 30 "$tiny" "$bin/kiln" init --config "$p" --seed 0 --out "$work/$p-init"
       train_tiny "$p" cpu-fp32 train.device=cpu train.dtype=fp32
       train_tiny "$p" dev-a "train.device=$dev" train.dtype=bf16
       compare_row "$p $dev-bf16 vs cpu-fp32" \

@@ -104,8 +104,8 @@ check "kiln bench rows parsed, first loss checked" test "$(grep -cE \
 check "phase rows" test "$(grep -cE '^\| kiln-bench qwen2.5-[01].5b phases: measured vs roofline \| ok \| gemm [0-9.]+ ms; lm_head [0-9.]+ ms; attention .*other [0-9.]+ ms' "$summary")" -eq 2
 check "torch bench: missing or ok" test "$(grep -cE '^\| torch-bench qwen2.5-[01].5b[^|]* \| (missing|ok) \|' \
   "$summary")" -eq 2
-check "the LoRA bench row" grep -qE \
-  '^\| kiln-bench qwen2.5-0.5b LoRA r16 1x256 \(bench-h64 on the CPU\) \| ok \| [0-9,]+ tokens/s' \
+check "the LoRA SFT and DPO bench row" grep -qE \
+  '^\| kiln-bench qwen2.5-0.5b LoRA r16 SFT and DPO 2x256 \(bench-h64 on the CPU\) \| ok \| SFT [0-9,]+ tokens/s .*; DPO live reference [0-9.]+x \(goal 1.45\); precomputed [0-9.]+x \(goal 1.1\); peak [0-9.]+ / [0-9.]+ MiB, [0-9.]+x' \
   "$summary"
 check "the Qwen3 bench row" grep -qE \
   '^\| kiln-bench qwen3-0.6b 1x256 \(bench-h64 on the CPU\) \| ok \|' "$summary"
@@ -119,9 +119,9 @@ check "summary has every row of results.jsonl ($rows)" test "$(table_rows "$summ
 plan=$(python3 "$pack/report.py" plan "$work/ledger" 540)
 check "the plan fits 540 s ($plan)" test "${plan%%:*}" = ok
 for what in "nvidia-smi" "python import torch" "doctor" "cuda_gemm_ceiling" \
-  "bench train --dtype bf16" "torch bench qwen2.5-1.5b" "cuda_attention_test" "nccl_gpu_test" \
-  "init --config tiny-hd128" "train.device=cpu" "memcheck backend_parity_test" \
-  "racecheck cuda_attention_test"; do
+  "bench train --dtype bf16" "bench dpo --dtype bf16" "torch bench qwen2.5-1.5b" \
+  "cuda_attention_test" "nccl_gpu_test" "init --config tiny-hd128" "train.device=cpu" \
+  "memcheck backend_parity_test" "racecheck cuda_attention_test"; do
   check "the plan has: $what" grep -qF -- "$what" "$work/ledger"
 done
 check "the plan can fail" test "$(python3 "$pack/report.py" plan "$work/ledger" 100 | cut -d: -f1)" = FAIL

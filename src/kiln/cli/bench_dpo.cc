@@ -7,7 +7,7 @@
 // the base with the adapters off: no second copy). Prints figures; never judges them.
 //
 //   kiln bench dpo [--preset 25m] [--pairs 2] [--seq 256] [--rounds 5] [--lora RANK]
-//                  [--device auto|cpu|cuda] [--dtype fp32|bf16]
+//                  [--memory-rounds 3] [--device auto|cpu|cuda] [--dtype fp32|bf16]
 //
 // Random weights and tokens; each row's first half is its prompt (no loss), the second its
 // completion.
@@ -39,6 +39,7 @@ namespace {
 struct Opts {
   std::string preset = "25m";
   int pairs = 2, seq = 256, rounds = 5, lora = 0;
+  int memory_rounds = 3;  // with --lora: child processes per side for the peak memory
   std::string device = "auto", dtype = "fp32";
   std::string row;  // internal: "sft" or "dpo", one side's peak memory in this process
 };
@@ -74,7 +75,20 @@ std::optional<DpoConfig> dpo_of(Kind k) {
   return d;
 }
 
-// One side's training core, its weights (and a DPO run's reference) random from one seed; a
+// Every unit's random starting values, drawn once for all the sides (the draw is most of a
+// large preset's set-up).
+using UnitValues = std::vector<std::vector<float>>;
+
+UnitValues unit_values(const ParamLayout& layout) {
+  UnitValues v(layout.units().size());
+  for (size_t u = 0; u < v.size(); ++u) {
+    v[u].resize(layout.units()[u].numel);
+    init_unit_values(layout, static_cast<int>(u), 5, v[u].data());
+  }
+  return v;
+}
+
+// One side's training core, its weights (and a DPO run's reference) the values above; a
 // precomputed reference reads a table (of zeros: the values cost nothing).
 struct Side {
   std::unique_ptr<Communicator> comm = make_local_communicator();
@@ -86,9 +100,11 @@ struct Side {
              OptimizerSettings{}, {.dpo = dpo_of(kind)}),
         table(static_cast<size_t>(o.pairs), 0),
         dpo(kind != Kind::kSft) {
-    load(core.fsdp());
-    if (Fsdp* ref = core.reference()) load(*ref);
-    if (kind == Kind::kDpoPrecomputed) core.use_reference_table(&table, false);
+    if (kind == Kind::kDpoPrecomputed) core.use_reference_table(&table);
+  }
+  void load(const UnitValues& values) {
+    load(core.fsdp(), values);
+    if (Fsdp* ref = core.reference()) load(*ref, values);
   }
   static std::optional<LoraConfig> lora_of(const Opts& o) {
     if (o.lora == 0) return std::nullopt;
@@ -98,14 +114,16 @@ struct Side {
     l.targets = resolve_lora_targets({"all-linear"}, "--lora");
     return l;
   }
-  void load(Fsdp& f) {
-    const ParamLayout& layout = core.model().layout();
+  void zero() {
+    for (Fsdp* f : {&core.fsdp(), core.reference()}) {
+      for (int u = 0; f != nullptr && u < f->num_units(); ++u) f->zero_shard(u);
+    }
+  }
+  static void load(Fsdp& f, const UnitValues& values) {
     const auto ranges = f.shard_ranges();
     for (int u = 0; u < f.num_units(); ++u) {
-      std::vector<float> v(layout.units()[u].numel);
-      init_unit_values(layout, u, 5, v.data());
       f.zero_shard(u);
-      f.load_shard(u, 0, v.data() + ranges[u].begin, ranges[u].size());
+      f.load_shard(u, 0, values[u].data() + ranges[u].begin, ranges[u].size());
     }
   }
   double step_ms(const Batch& b, const Backend& be, int64_t step) {
@@ -138,6 +156,7 @@ double peak_mib(const Backend& be) {
 int run_row(const Opts& o, const ModelConfig& c) {
   const auto be = backend_of(o);
   Side side(c, *be, o, o.row == "dpo" ? Kind::kDpo : Kind::kSft);
+  side.zero();  // the values do not change what the step holds: no random draw
   const Batch b = make_batch(o, c.vocab_size);
   for (int s = 0; s < 3; ++s) side.step_ms(b, *be, s);
   std::printf("%.1f\n", peak_mib(*be));
@@ -158,21 +177,27 @@ double child_peak_mib(const Opts& o, const std::string& row) {
 }
 
 int run(const Opts& o) {
-  if (o.pairs < 1 || o.seq < 4 || o.rounds < 1 || o.lora < 0) {
-    fail("bench dpo: --pairs, --rounds must be positive, --seq at least 4, --lora >= 0");
+  if (o.pairs < 1 || o.seq < 4 || o.rounds < 1 || o.lora < 0 || o.memory_rounds < 0) {
+    fail(
+        "bench dpo: --pairs, --rounds must be positive, --seq at least 4, --lora and "
+        "--memory-rounds >= 0");
   }
   const ModelConfig c = preset_config(o.preset);
   if (!o.row.empty()) return run_row(o, c);
   const auto be = backend_of(o);
   Side sft(c, *be, o, Kind::kSft), dpo(c, *be, o, Kind::kDpo),
       pre(c, *be, o, Kind::kDpoPrecomputed);
+  std::vector<Side*> sides = {&sft, &dpo, &pre};
+  {
+    const UnitValues values = unit_values(sft.core.model().layout());
+    for (Side* s : sides) s->load(values);
+  }
   const Batch b = make_batch(o, c.vocab_size);
   std::printf("bench dpo: %s, %d pairs (%d rows) x %d tokens, %s, %s %s, %s\n", o.preset.c_str(),
               o.pairs, 2 * o.pairs, o.seq,
               o.lora ? fmt::format("LoRA rank {}", o.lora).c_str() : "full fine-tuning",
               std::string(be->name()).c_str(), o.dtype.c_str(),
               be->device() == Device::kCpu ? blas_info().c_str() : "");
-  std::vector<Side*> sides = {&sft, &dpo, &pre};
   std::vector<std::vector<double>> ms(sides.size());
   for (Side* s : sides) s->step_ms(b, *be, 0);  // warm-up: buffers, pools, GEMM plans
   for (int r = 0; r < o.rounds; ++r) {          // the sides alternate, each round in another order
@@ -183,17 +208,17 @@ int run(const Opts& o) {
   }
   const double ms_sft = median(ms[0]), ms_dpo = median(ms[1]), ms_pre = median(ms[2]);
   std::printf(
-      "step ms (median of %d): sft %.1f, dpo live reference %.1f (%.3fx), dpo precomputed "
-      "reference %.1f (%.3fx)\n",
+      "step ms (median of %d): sft %.3f, dpo live reference %.3f (%.3fx), dpo precomputed "
+      "reference %.3f (%.3fx)\n",
       o.rounds, ms_sft, ms_dpo, ms_dpo / ms_sft, ms_pre, ms_pre / ms_sft);
-  if (o.lora > 0) {
+  if (o.lora > 0 && o.memory_rounds > 0) {
     std::vector<double> m_sft, m_dpo;
-    for (int r = 0; r < 3; ++r) {  // alternating, each side in a process of its own
+    for (int r = 0; r < o.memory_rounds; ++r) {  // alternating, each side in a process of its own
       m_sft.push_back(child_peak_mib(o, "sft"));
       m_dpo.push_back(child_peak_mib(o, "dpo"));
     }
-    std::printf("peak memory MiB (median of 3 child processes): sft %.1f, dpo %.1f (%.3fx)\n",
-                median(m_sft), median(m_dpo), median(m_dpo) / median(m_sft));
+    std::printf("peak memory MiB (median of %d child processes): sft %.1f, dpo %.1f (%.3fx)\n",
+                o.memory_rounds, median(m_sft), median(m_dpo), median(m_dpo) / median(m_sft));
   }
   return 0;
 }
@@ -209,6 +234,9 @@ Command add_bench_dpo(CLI::App& bench) {
   sub->add_option("--seq", o->seq, "Tokens per row")->capture_default_str();
   sub->add_option("--rounds", o->rounds, "Timed rounds, medians reported")->capture_default_str();
   sub->add_option("--lora", o->lora, "LoRA rank (all seven projections); 0: full fine-tuning")
+      ->capture_default_str();
+  sub->add_option("--memory-rounds", o->memory_rounds,
+                  "With --lora: child processes per side for the peak memory (0: none)")
       ->capture_default_str();
   sub->add_option("--device", o->device, "auto, cpu or cuda (as train.device)")
       ->capture_default_str();

@@ -41,17 +41,14 @@ TrainCore::TrainCore(const ModelConfig& config, const Backend& backend,
   }
 }
 
-const double* TrainCore::reference_logps(const Batch& batch) {
+const double* TrainCore::reference_logps(const Batch& batch, bool eval) {
   if (!settings_.dpo->uses_reference()) return nullptr;
   const size_t n = 2 * static_cast<size_t>(batch.B);
   ref_seq_.resize(n);
   if (ref_table_ != nullptr) {
-    if (ref_staging_.size() < n) {
-      if (ref_staging_free_) ref_staging_free_->synchronize();
-      ref_staging_ = PinnedBuffer<double>(be_, n);
-    }
     if (ref_staging_free_) ref_staging_free_->synchronize();  // the last copy has left it
-    ref_table_->rows_of(batch, ref_table_eval_, ref_staging_.data());
+    if (ref_staging_.size() < n) ref_staging_ = PinnedBuffer<double>(be_, n);
+    ref_table_->rows_of(batch, eval, ref_staging_.data());
     be_.copy_to_device(ref_seq_.data(), ref_staging_.data(), n * sizeof(double));
     ref_staging_free_ = be_.compute_stream().record();
     return ref_seq_.data();
@@ -66,14 +63,13 @@ const double* TrainCore::reference_logps(const Batch& batch) {
   return ref_seq_.data();
 }
 
-void TrainCore::use_reference_table(const ReferenceTable* table, bool eval) {
+void TrainCore::use_reference_table(const ReferenceTable* table) {
   ref_table_ = table;
-  ref_table_eval_ = eval;
   ref_fsdp_.reset();
 }
 
 void TrainCore::preference_step(const Batch& batch, double scale) {
-  const PreferenceHead head{settings_.dpo->terms(scale), reference_logps(batch),
+  const PreferenceHead head{settings_.dpo->terms(scale), reference_logps(batch, false),
                             sums_.data() + preference_sum(kPrefLoss)};
   model_.forward_backward(batch, fsdp_, head, settings_.recompute);
 }
@@ -139,7 +135,7 @@ void TrainCore::evaluate(const Batch& batch) {
     fsdp_.finish_forward();
     return;
   }
-  const double* ref = reference_logps(batch);
+  const double* ref = reference_logps(batch, /*eval=*/true);
   policy_seq_.resize(2 * static_cast<size_t>(batch.B));
   be_.fill_zero(policy_seq_.data(), policy_seq_.size() * sizeof(double));
   model_.sequence_logps(batch, fsdp_, policy_seq_.data(), /*base_only=*/false);

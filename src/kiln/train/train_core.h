@@ -99,12 +99,13 @@ class TrainCore {
   Fsdp* reference() { return ref_fsdp_ ? &*ref_fsdp_ : nullptr; }
 
   // The reference's (logp, length) of each of the batch's sequences, (B, 2) on the device (until
-  // the next call): from the table given to use_reference_table, else a forward of the
-  // reference (before step 1 only, with dpo.precompute_reference). nullptr for SimPO.
-  const double* reference_logps(const Batch& batch);
-  // From now on the reference comes from `table` (the evaluation set's part under `eval`), which
-  // the caller keeps; the reference model, if any, is released.
-  void use_reference_table(const ReferenceTable* table, bool eval);
+  // the next call): from the table given to use_reference_table (its evaluation set's part for
+  // an evaluation batch, `eval`), else a forward of the reference (before step 1 only, with
+  // dpo.precompute_reference). nullptr for SimPO.
+  const double* reference_logps(const Batch& batch, bool eval);
+  // From now on the reference comes from `table`, which the caller keeps; the reference model,
+  // if any, is released.
+  void use_reference_table(const ReferenceTable* table);
 
   Decoder& model() { return model_; }
   const Decoder& model() const { return model_; }
@@ -131,9 +132,8 @@ class TrainCore {
   std::optional<Fsdp> ref_fsdp_;
   DeviceBuffer<double> ref_seq_, policy_seq_;  // (B, 2)
   const ReferenceTable* ref_table_ = nullptr;  // use_reference_table's
-  bool ref_table_eval_ = false;
-  PinnedBuffer<double> ref_staging_;         // (B, 2): the table's rows on their way
-  std::shared_ptr<Event> ref_staging_free_;  // the last copy out of ref_staging_ has run
+  PinnedBuffer<double> ref_staging_;           // (B, 2): the table's rows on their way
+  std::shared_ptr<Event> ref_staging_free_;    // the last copy out of ref_staging_ has run
 };
 
 }  // namespace kiln

@@ -343,7 +343,7 @@ void Trainer::prepare_reference_table() {
     }
     world_.barrier();
   }
-  core_.use_reference_table(&*ref_table_, false);
+  core_.use_reference_table(&*ref_table_);
 }
 
 // This rank's share of `pairs` (EvalBatches: every rank runs every round, the forward being
@@ -356,7 +356,8 @@ void Trainer::fill_reference_table(const ExampleSource& pairs, bool eval) {
   for (int64_t i = 0; i < batches.rounds(); ++i) {
     batches.fill(i, b);
     host.resize(2 * static_cast<size_t>(b.B));
-    backend_->copy_to_host(host.data(), core_.reference_logps(b), host.size() * sizeof(double));
+    backend_->copy_to_host(host.data(), core_.reference_logps(b, eval),
+                           host.size() * sizeof(double));
     backend_->synchronize();
     for (int p = 0; 2 * p + 1 < b.B; ++p) {
       const int64_t e = b.examples[static_cast<size_t>(2 * p)];
@@ -513,7 +514,6 @@ CheckpointState Trainer::checkpoint_state(int64_t step, double loss,
 // rank; a preference run's over every eval pair, with TRL's metrics into eval_preference_. The
 // loss sums stay on the device until the end.
 double Trainer::evaluate(int64_t step) {
-  if (ref_table_) core_.use_reference_table(&*ref_table_, /*eval=*/true);
   core_.zero_loss();
   double targets = 0;
   Batch b;
@@ -527,7 +527,6 @@ double Trainer::evaluate(int64_t step) {
   backend_->synchronize();
   sums.back() = targets;
   world_.all_reduce(sums.data(), sums.size(), ReduceOp::kSum);
-  if (ref_table_) core_.use_reference_table(&*ref_table_, /*eval=*/false);
   if (r_.dpo) {
     const double pairs = sums[TrainCore::preference_sum(kPrefPairs)];
     if (pairs == 0) fail("step {}: {} has no preference pair to evaluate", step, eval_name_);
