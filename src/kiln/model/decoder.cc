@@ -294,8 +294,9 @@ void Decoder::sequence_logps(const Batch& batch, UnitAccess& params, double* seq
   const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
   final_norm(batch, params.acquire(layout_.head_unit()));
   const ConstDevPtr wh = params.acquire(layout_.lm_head_unit());
-  head_sequence_logps(be_, whole_table(wh, nullptr, V), seq, xf_, targets_, target_rows(), batch.B,
-                      batch.T, C, V);
+  ShardedTable table = whole_table(wh, nullptr, V);
+  table.scratch = &head_scratch_;
+  head_sequence_logps(be_, table, seq, xf_, targets_, target_rows(), batch.B, batch.T, C, V);
   params.release(layout_.lm_head_unit());
   params.release(layout_.head_unit());
 }
@@ -318,7 +319,9 @@ void Decoder::head_objective(const Batch& batch, const ShardedTable& table,
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
   if (objective.preference != nullptr) {
-    preference_head_loss(be_, table, *objective.preference, dxf_, xf_, targets_, target_rows(),
+    ShardedTable lent = table;
+    if (lent.scratch == nullptr) lent.scratch = &head_scratch_;  // a whole table
+    preference_head_loss(be_, lent, *objective.preference, dxf_, xf_, targets_, target_rows(),
                          batch.B, batch.T, C, V);
   } else {
     head_loss(be_, table, objective.loss_sum, dxf_, xf_, targets_, N, targeted(batch), C, V,

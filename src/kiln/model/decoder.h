@@ -158,6 +158,8 @@ class Decoder {
   PinnedBuffer<int32_t> staging_;        // (6, N)
   std::shared_ptr<Event> staging_free_;  // the last upload out of staging_ has run
   DeviceBuffer<double> loss_;            // the convenience forms' loss sum
+  // The preference head's buffers for a whole table (a split one's come from FSDP's pool).
+  PooledScratch head_scratch_{be_};
   RopeTables rope_;
   std::unique_ptr<ProductKind> products_;  // the layout's kind; its buffers are in arena_
   LayerUnits units_;                       // each layer's units, the product's after its own

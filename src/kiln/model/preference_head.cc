@@ -226,12 +226,12 @@ void preference_head_loss(const Backend& be, const ShardedTable& table, const Pr
   p.row_losses(one_pass);
   // The group's sequences' log-probabilities, then every row's weight.
   const int S = rows.ranks * B;
-  DeviceBuffer<double> seq(be, 2 * static_cast<size_t>(S));
-  be.sequence_logps(seq.data(), p.layout_losses(buf), rows.all_targets, S, T);
+  auto* seq = reinterpret_cast<double*>(buf.take(4 * static_cast<size_t>(S)));  // (S, 2)
+  be.fill_zero(seq, 2 * static_cast<size_t>(S) * sizeof(double));
+  be.sequence_logps(seq, p.layout_losses(buf), rows.all_targets, S, T);
   float* layout_weight = buf.take(static_cast<size_t>(S) * T);
   const int own = rows.rank * B / 2;  // this rank's first pair
-  be.preference_loss(layout_weight, h.sums, seq.data(), rows.ref_seq, S, T, h.terms, own,
-                     own + B / 2);
+  be.preference_loss(layout_weight, h.sums, seq, rows.ref_seq, S, T, h.terms, own, own + B / 2);
   float* row_weight = buf.take(rows.rows);
   rows.from_layout(be, row_weight, layout_weight);
   if (one_pass) {

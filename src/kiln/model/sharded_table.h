@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "kiln/kernels/device/device_buffer.h"
 #include "kiln/kernels/ops.h"
@@ -31,6 +32,19 @@ class ScratchLender {
   virtual ~ScratchLender() = default;
   virtual DeviceBuffer<float> take(size_t n) = 0;  // n floats
   virtual void give(DeviceBuffer<float> b) = 0;
+};
+
+// A lender with a pool of its own (buffers by size, kept between calls): the buffers of a whole
+// table's uses, which no FSDP pool lends (the decoder's LM head), so that a warm step allocates
+// nothing. Contents are undefined when a buffer is reused.
+class PooledScratch final : public ScratchLender {
+ public:
+  explicit PooledScratch(const Backend& be) : pool_(be) {}
+  DeviceBuffer<float> take(size_t n) override { return pool_.take(n); }
+  void give(DeviceBuffer<float> b) override { pool_.give(std::move(b)); }
+
+ private:
+  DevicePool pool_;
 };
 
 // What a table is lent for (UnitAccess::acquire_table), in a training micro-batch.
