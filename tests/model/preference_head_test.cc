@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/ce_in_calls.h"
+#include "common/fresh_scratch.h"
 #include "common/split_rows.h"
 #include "common/test_backend.h"
 #include "kiln/model/vocab_parallel_loss.h"
@@ -74,7 +75,9 @@ HeadOut whole_table_head(const Backend& be, const std::vector<float>& x,
   o.dx.assign(x.size(), 0.0f);
   o.grad.assign(frozen ? 0 : w.size(), 0.0f);
   // A frozen table (no gradient) takes the one-pass path.
-  const ShardedTable t = whole_table(w.data(), frozen ? nullptr : o.grad.data(), V);
+  ShardedTable t = whole_table(w.data(), frozen ? nullptr : o.grad.data(), V);
+  testing::FreshScratch scratch(be);
+  t.scratch = &scratch;
   const Compacted compacted(targets);
   preference_head_loss(be, t, {terms, ref.data(), o.sums.data()}, o.dx.data(), x.data(),
                        targets.data(), compacted.rows(), B, T, C, V);

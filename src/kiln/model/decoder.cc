@@ -294,9 +294,8 @@ void Decoder::sequence_logps(const Batch& batch, UnitAccess& params, double* seq
   const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
   final_norm(batch, params.acquire(layout_.head_unit()));
   const ConstDevPtr wh = params.acquire(layout_.lm_head_unit());
-  ShardedTable table = whole_table(wh, nullptr, V);
-  table.scratch = &head_scratch_;
-  head_sequence_logps(be_, table, seq, xf_, targets_, target_rows(), batch.B, batch.T, C, V);
+  head_sequence_logps(be_, with_head_scratch(whole_table(wh, nullptr, V)), seq, xf_, targets_,
+                      target_rows(), batch.B, batch.T, C, V);
   params.release(layout_.lm_head_unit());
   params.release(layout_.head_unit());
 }
@@ -314,15 +313,18 @@ double Decoder::forward_backward(const Batch& batch, UnitAccess& params, float s
   return read_loss();
 }
 
+ShardedTable Decoder::with_head_scratch(ShardedTable table) {
+  if (table.scratch == nullptr) table.scratch = &head_scratch_;
+  return table;
+}
+
 void Decoder::head_objective(const Batch& batch, const ShardedTable& table,
                              const HeadObjective& objective) {
   const int N = batch.B * batch.T;
   const int C = static_cast<int>(config_.hidden_size), V = static_cast<int>(config_.vocab_size);
   if (objective.preference != nullptr) {
-    ShardedTable lent = table;
-    if (lent.scratch == nullptr) lent.scratch = &head_scratch_;  // a whole table
-    preference_head_loss(be_, lent, *objective.preference, dxf_, xf_, targets_, target_rows(),
-                         batch.B, batch.T, C, V);
+    preference_head_loss(be_, with_head_scratch(table), *objective.preference, dxf_, xf_, targets_,
+                         target_rows(), batch.B, batch.T, C, V);
   } else {
     head_loss(be_, table, objective.loss_sum, dxf_, xf_, targets_, N, targeted(batch), C, V,
               objective.scale);

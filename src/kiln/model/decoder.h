@@ -121,6 +121,9 @@ class Decoder {
   // The LM head's loss of the objective on the table lent (dx into dxf_).
   void head_objective(const Batch& batch, const ShardedTable& table,
                       const HeadObjective& objective);
+  // `table` with a lender for the preference head's buffers: its own (a split table's, FSDP's
+  // pool), else the decoder's pool.
+  ShardedTable with_head_scratch(ShardedTable table);
   std::pair<float*, float*> qk_norm_backward(ConstDevPtr w, float* dw, const LayerActs& a, int N);
   // Embedding and every layer's forward: fills res_ (and the saved activations).
   // training: the embedding rows come from table_lookup (sharded_table.h) on the table

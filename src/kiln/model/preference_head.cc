@@ -14,28 +14,26 @@ namespace kiln {
 
 namespace {
 
-// The buffers of one call: lent by the table's scratch (FSDP's pool) when it has one, else
-// allocated for the call; all given back, in stream order, when the call ends.
+// The buffers of one call, lent by the table's scratch (FSDP's pool, or the decoder's for a
+// whole table); all given back, in stream order, when the call ends.
 class CallBuffers {
  public:
-  CallBuffers(const Backend& be, ScratchLender* lend) : be_(be), lend_(lend) {}
+  explicit CallBuffers(const ShardedTable& t) : lend_(lent_by(t)) {}
   ~CallBuffers() {
-    for (DeviceBuffer<float>& b : held_) {
-      if (lend_ != nullptr) lend_->give(std::move(b));
-    }
+    for (DeviceBuffer<float>& b : held_) lend_.give(std::move(b));
   }
-  float* take(size_t n) {
-    return keep(lend_ != nullptr ? lend_->take(std::max<size_t>(n, 1))
-                                 : DeviceBuffer<float>(be_, std::max<size_t>(n, 1)));
-  }
+  float* take(size_t n) { return keep(lend_.take(std::max<size_t>(n, 1))); }
   float* keep(DeviceBuffer<float> b) {
     held_.push_back(std::move(b));
     return held_.back().data();
   }
 
  private:
-  const Backend& be_;
-  ScratchLender* lend_;
+  static ScratchLender& lent_by(const ShardedTable& t) {
+    KILN_CHECK(t.scratch != nullptr, "preference head: a table lent without its buffers' lender");
+    return *t.scratch;
+  }
+  ScratchLender& lend_;
   std::vector<DeviceBuffer<float>> held_;
 };
 
@@ -216,7 +214,7 @@ void preference_head_loss(const Backend& be, const ShardedTable& table, const Pr
   KILN_CHECK(B % 2 == 0 && h.sums != nullptr, "preference head: {} rows are not pairs", B);
   KILN_CHECK(h.ref_seq != nullptr || h.terms.type == PreferenceLossType::kSimpo,
              "preference head: no reference log-probabilities");
-  CallBuffers buf(be, table.scratch);
+  CallBuffers buf(table);
   const HeadRows rows =
       head_rows(be, table, buf, target_rows, x, targets, h.ref_seq, true, B, T, C);
   Passes p = make_passes(be, table, buf, rows, C, V);
@@ -256,7 +254,7 @@ void preference_head_loss(const Backend& be, const ShardedTable& table, const Pr
 void head_sequence_logps(const Backend& be, const ShardedTable& table, double* seq, const float* x,
                          const int32_t* targets, const TargetRows& target_rows, int B, int T, int C,
                          int V) {
-  CallBuffers buf(be, table.scratch);
+  CallBuffers buf(table);
   const HeadRows rows = head_rows(be, table, buf, target_rows, x, targets, nullptr, false, B, T, C);
   Passes p = make_passes(be, table, buf, rows, C, V);
   p.row_losses(false);

@@ -45,6 +45,9 @@ struct PreferenceHead {
   double* sums = nullptr;  // (kNumPreferenceSums) += this rank's pairs' loss and metric sums
 };
 
+// Both take their buffers from table.scratch, which a whole table must carry too (the decoder
+// lends its own pool).
+//
 // The preference loss of B sequences of T rows x (B * T, C) against targets: h.sums += this
 // rank's pairs', dx (B * T, C) = its input gradient (scaled by h.terms.scale), the table's
 // gradient rows += theirs (when it has them). `rows`: the batch's rows with a target, the only
