@@ -5,6 +5,9 @@ namespace kiln {
 void DeviceArena::allocate() {
   size_t total = 0;
   for (const Piece& p : pieces_) total += p.bytes;
+  // The old allocation goes first: held across the new one, a replan (a preference step's first
+  // forward-only pass, then its training pass) would peak at both.
+  memory_ = DeviceBuffer<unsigned char>();
   memory_ = DeviceBuffer<unsigned char>(be_, total);
   unsigned char* at = memory_.data();
   for (const Piece& p : pieces_) {
