@@ -1,7 +1,8 @@
 // The preference head (model/preference_head.h): split along the vocabulary over 2 and 3 ranks it
 // must give every rank the whole table's share (its pairs' sums, its rows' dx, its gradient
-// rows), over more rows than one chunk of logits; and its dx must be the loss's derivative
-// (central differences), for every loss type.
+// rows), over more rows than one chunk of logits, in one pass or two; its dx must be the loss's
+// derivative (central differences), for every loss type; and every one-pass path must give what
+// the two passes give.
 #include "kiln/model/preference_head.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/ce_in_calls.h"
@@ -50,17 +52,22 @@ std::vector<double> reference_sums(const std::vector<int32_t>& targets, int B, i
 // TargetRows; the CPU backend's device memory is host memory).
 struct Compacted {
   std::vector<int32_t> index, targets;
+  std::vector<int> per_sequence;
   int count = 0;
-  explicit Compacted(std::span<const int32_t> t)
-      : index(t.size(), static_cast<int32_t>(t.size() - 1)), targets(t.size(), kIgnoreIndex) {
-    for (size_t i = 0; i < t.size(); ++i) {
-      if (t[i] == kIgnoreIndex) continue;
-      index[count] = static_cast<int32_t>(i);
-      targets[count++] = t[i];
-    }
+  Compacted(std::span<const int32_t> t, int T)
+      : index(t.size()), targets(t.size()), per_sequence(t.size() / T) {
+    count = compact_target_rows(t, T, index.data(), targets.data(), per_sequence);
   }
-  TargetRows rows() const { return {index.data(), targets.data(), count}; }
+  // Without the sequences' counts, a whole table with a gradient takes the two passes.
+  TargetRows rows(bool counts = true) const {
+    return {index.data(), targets.data(), count,
+            counts ? std::span<const int>(per_sequence) : std::span<const int>()};
+  }
 };
+
+// The head's paths over a whole table: a table with a gradient in chunks of whole pairs (one
+// pass) or in two passes, a frozen table (one pass, scale_rows).
+enum class HeadPath { kPairChunks, kTwoPasses, kFrozen };
 
 struct HeadOut {
   std::vector<double> sums = std::vector<double>(kNumPreferenceSums, 0.0);
@@ -70,25 +77,28 @@ struct HeadOut {
 HeadOut whole_table_head(const Backend& be, const std::vector<float>& x,
                          const std::vector<float>& w, const std::vector<int32_t>& targets,
                          const std::vector<double>& ref, int B, int T, int C, int V,
-                         const PreferenceTerms& terms, bool frozen = false) {
+                         const PreferenceTerms& terms, HeadPath path = HeadPath::kPairChunks) {
   HeadOut o;
+  const bool frozen = path == HeadPath::kFrozen;
   o.dx.assign(x.size(), 0.0f);
   o.grad.assign(frozen ? 0 : w.size(), 0.0f);
-  // A frozen table (no gradient) takes the one-pass path.
   ShardedTable t = whole_table(w.data(), frozen ? nullptr : o.grad.data(), V);
   testing::FreshScratch scratch(be);
   t.scratch = &scratch;
-  const Compacted compacted(targets);
+  const Compacted compacted(targets, T);
   preference_head_loss(be, t, {terms, ref.data(), o.sums.data()}, o.dx.data(), x.data(),
-                       targets.data(), compacted.rows(), B, T, C, V);
+                       targets.data(), compacted.rows(path != HeadPath::kTwoPasses), B, T, C, V);
   be.synchronize();
   return o;
 }
 
-class PreferenceHeadSplit : public ::testing::TestWithParam<int> {};
+// (ranks, T): at T = 50 every pair's rows fit one chunk of logits (the one pass over chunks of
+// whole pairs), at T = 200 some pairs' do not (the two passes).
+class PreferenceHeadSplit : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(PreferenceHeadSplit, EveryRankGetsTheWholeTablesShare) {
-  const int S = GetParam(), B = 6, T = 50, C = 8, V = 65536;
+  const auto [S, T] = GetParam();
+  const int B = 6, C = 8, V = 65536;
   const int span = (V + S - 1) / S, N = B * T;
   ASSERT_LT(static_cast<int>(vocab_loss_logit_rows(static_cast<size_t>(S) * N, span)), S * N)
       << "the group's rows span several chunks";
@@ -99,6 +109,14 @@ TEST_P(PreferenceHeadSplit, EveryRankGetsTheWholeTablesShare) {
   const PreferenceTerms terms{PreferenceLossType::kSigmoid, 0.3, 0.1, 0.5, 1.0 / (S * B / 2)};
   const Backend& be = testing::cpu_fp32();
   const HeadOut want = whole_table_head(be, x, w, targets, ref, S * B, T, C, V, terms);
+  {  // the whole table's chunks of whole pairs (several here) against its two passes (float
+     // logits: other chunk bounds round the rows' losses otherwise)
+    const HeadOut two =
+        whole_table_head(be, x, w, targets, ref, S * B, T, C, V, terms, HeadPath::kTwoPasses);
+    EXPECT_LT(testing::max_rel_error(want.dx.data(), two.dx.data(), two.dx.size()), 1e-5);
+    EXPECT_LT(testing::max_rel_error(want.grad.data(), two.grad.data(), two.grad.size()), 1e-5);
+    EXPECT_NEAR(want.sums[kPrefLoss], two.sums[kPrefLoss], 1e-7 * std::fabs(two.sums[kPrefLoss]));
+  }
 
   std::vector<std::vector<double>> sums(S, std::vector<double>(kNumPreferenceSums, 0.0));
   testing::on_split_table(be, w, V, C, S, [&](int r, const ShardedTable& t) {
@@ -106,7 +124,7 @@ TEST_P(PreferenceHeadSplit, EveryRankGetsTheWholeTablesShare) {
     std::vector<float> dx(static_cast<size_t>(N) * C, 0.0f);
     const std::span<const int32_t> mine(targets.data() + static_cast<size_t>(r) * N, N);
     preference_head_loss(be, t, {terms, ref.data() + 2 * B * r, sums[r].data()}, dx.data(),
-                         x.data() + x0, mine.data(), Compacted(mine).rows(), B, T, C, V);
+                         x.data() + x0, mine.data(), Compacted(mine, T).rows(), B, T, C, V);
     be.synchronize();
     const std::string what = "rank " + std::to_string(r);
     EXPECT_LT(testing::max_rel_error(dx.data(), want.dx.data() + x0, dx.size()), 1e-4) << what;
@@ -122,10 +140,11 @@ TEST_P(PreferenceHeadSplit, EveryRankGetsTheWholeTablesShare) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, PreferenceHeadSplit, ::testing::Values(2, 3));
+INSTANTIATE_TEST_SUITE_P(RanksAndLengths, PreferenceHeadSplit,
+                         ::testing::Combine(::testing::Values(2, 3), ::testing::Values(50, 200)));
 
 // dx against central differences of the loss sum, in double where the head is float: a loss of a
-// few units over few rows, steps of 1e-2; a frozen table's one pass against the two passes.
+// few units over few rows, steps of 1e-2; each one-pass path against the two passes.
 class PreferenceHeadGradient : public ::testing::TestWithParam<PreferenceLossType> {};
 
 TEST_P(PreferenceHeadGradient, DxIsTheLossDerivative) {
@@ -140,12 +159,18 @@ TEST_P(PreferenceHeadGradient, DxIsTheLossDerivative) {
   const PreferenceTerms terms{GetParam(), 0.5, 0.2, 0.3, 1.0};
   const Backend& be = testing::cpu_fp32();
   const HeadOut at = whole_table_head(be, x, w, targets, ref, B, T, C, V, terms);
-  // A frozen table's single pass gives the same loss, metrics and dx as the two passes.
-  const HeadOut frozen = whole_table_head(be, x, w, targets, ref, B, T, C, V, terms, true);
-  for (int k = 0; k < kNumPreferenceSums; ++k) {
-    EXPECT_NEAR(frozen.sums[k], at.sums[k], 1e-9 * std::max(1.0, std::fabs(at.sums[k]))) << k;
+  // Every one-pass path gives the same loss, metrics, dx and table gradient as the two passes.
+  const HeadOut two =
+      whole_table_head(be, x, w, targets, ref, B, T, C, V, terms, HeadPath::kTwoPasses);
+  const HeadOut frozen =
+      whole_table_head(be, x, w, targets, ref, B, T, C, V, terms, HeadPath::kFrozen);
+  for (const HeadOut* one : {&at, &frozen}) {
+    for (int k = 0; k < kNumPreferenceSums; ++k) {
+      EXPECT_NEAR(one->sums[k], two.sums[k], 1e-9 * std::max(1.0, std::fabs(two.sums[k]))) << k;
+    }
+    EXPECT_LT(testing::max_rel_error(one->dx.data(), two.dx.data(), two.dx.size()), 1e-5);
   }
-  EXPECT_LT(testing::max_rel_error(frozen.dx.data(), at.dx.data(), at.dx.size()), 1e-5);
+  EXPECT_LT(testing::max_rel_error(at.grad.data(), two.grad.data(), two.grad.size()), 1e-5);
   const float h = 1e-2f;
   for (size_t i = 0; i < x.size(); i += 3) {
     const float x0 = x[i];

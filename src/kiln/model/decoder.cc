@@ -118,17 +118,8 @@ void Decoder::upload(const Batch& batch) {
   std::copy(batch.positions.begin(), batch.positions.end(), st + 2 * N);
   std::copy(batch.doc_start.begin(), batch.doc_start.end(), st + 3 * N);
   // The rows with a target, in order, then padding (the last row, no target).
-  int32_t* index = st + 4 * N;
-  int32_t* targets = st + 5 * N;
-  size_t n = 0;
-  for (size_t i = 0; i < N; ++i) {
-    if (batch.targets[i] == kIgnoreIndex) continue;
-    index[n] = static_cast<int32_t>(i);
-    targets[n++] = batch.targets[i];
-  }
-  target_rows_ = static_cast<int>(n);
-  std::fill(index + n, index + N, static_cast<int32_t>(N - 1));
-  std::fill(targets + n, targets + N, kIgnoreIndex);
+  seq_targets_.resize(static_cast<size_t>(batch.B));
+  target_rows_ = compact_target_rows(batch.targets, batch.T, st + 4 * N, st + 5 * N, seq_targets_);
   be_.copy_to_device(ids_, st, 6 * N * sizeof(int32_t));
   staging_free_ = be_.compute_stream().record();
 }

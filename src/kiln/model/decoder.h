@@ -154,9 +154,10 @@ class Decoder {
   // target compacted (indices, targets: TargetRows, target_rows_ of them), and its staging.
   int32_t *ids_ = nullptr, *targets_ = nullptr, *pos_ = nullptr, *doc_ = nullptr;
   int target_rows_ = 0;
+  std::vector<int> seq_targets_;  // (B) host: each sequence's rows with a target
   TargetRows target_rows() const {
     const size_t N = static_cast<size_t>(B_) * T_;
-    return {ids_ + 4 * N, ids_ + 5 * N, target_rows_};
+    return {ids_ + 4 * N, ids_ + 5 * N, target_rows_, seq_targets_};
   }
   PinnedBuffer<int32_t> staging_;        // (6, N)
   std::shared_ptr<Event> staging_free_;  // the last upload out of staging_ has run

@@ -1,8 +1,9 @@
-// preference_head_loss and head_sequence_logps (preference_head.h): the two passes over chunks of
-// the group's rows, on the backend's split-vocabulary ops (ce_part_*), with or without a group.
+// preference_head_loss and head_sequence_logps (preference_head.h): the passes over chunks of the
+// group's rows, on the backend's split-vocabulary ops (ce_part_*), with or without a group.
 #include "kiln/model/preference_head.h"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -52,28 +53,56 @@ struct HeadRows {
   const double* ref_seq = nullptr;       // (S * B, 2) or null
   size_t rows = 0, own = 0;              // compacted rows of the group and of each rank
   int ranks = 1, rank = 0, N = 0;        // the group's ranks, this one, B * T
-  // Rank q's part of a per-row array (one float a row) scattered into (or gathered from) its
-  // part of a layout array.
-  void to_layout(const Backend& be, float* layout, const float* compact) const {
-    for (int q = 0; q < ranks; ++q) {
-      be.embedding_backward(layout + static_cast<size_t>(q) * N, compact + q * own, index + q * own,
-                            static_cast<int>(own), 1);
-    }
+  // Each rank's sequences' rows with a target, (ranks, B) on the host, the same on every rank;
+  // empty when not known (a whole table only).
+  std::vector<double> counts;
+  // Compacted rows [t0, t0 + n) (one float a row) scattered into their ranks' parts of a layout
+  // array, or gathered from them.
+  void to_layout(const Backend& be, float* layout, const float* compact, size_t t0,
+                 size_t n) const {
+    by_rank(t0, n, [&](size_t q, size_t lo, int m) {
+      be.embedding_backward(layout + q * N, compact + lo, index + lo, m, 1);
+    });
   }
-  void from_layout(const Backend& be, float* compact, const float* layout) const {
-    for (int q = 0; q < ranks; ++q) {
-      be.embedding_forward(compact + q * own, index + q * own,
-                           ConstDevPtr(layout + static_cast<size_t>(q) * N), static_cast<int>(own),
-                           1);
+  void from_layout(const Backend& be, float* compact, const float* layout, size_t t0,
+                   size_t n) const {
+    by_rank(t0, n, [&](size_t q, size_t lo, int m) {
+      be.embedding_forward(compact + lo, index + lo, ConstDevPtr(layout + q * N), m, 1);
+    });
+  }
+  // f(rank, first row, rows) for each rank's part of rows [t0, t0 + n).
+  template <typename F>
+  void by_rank(size_t t0, size_t n, F f) const {
+    for (size_t q = 0; q < static_cast<size_t>(ranks); ++q) {
+      const size_t lo = std::max(t0, q * own), hi = std::min(t0 + n, (q + 1) * own);
+      if (lo < hi) f(q, lo, static_cast<int>(hi - lo));
     }
   }
 };
 
-// This rank's rows with a target, padded to the group's largest count (at least 1).
-size_t padded_rows(const ShardedTable& t, const TargetRows& rows) {
-  double n = rows.count;
-  if (t.group != nullptr) t.group->all_reduce(&n, size_t{1}, ReduceOp::kMax);
-  return std::max<size_t>(static_cast<size_t>(n), 1);
+// Every rank's sequences' rows with a target (HeadRows::counts): one small all-reduce with a
+// group, which needs them.
+std::vector<double> sequence_counts(const ShardedTable& t, const TargetRows& rows, int B) {
+  const bool known = rows.per_sequence.size() == static_cast<size_t>(B);
+  if (t.group == nullptr) {
+    return known ? std::vector<double>(rows.per_sequence.begin(), rows.per_sequence.end())
+                 : std::vector<double>{};
+  }
+  KILN_CHECK(known, "preference head: a split table's rows without their sequences' counts");
+  std::vector<double> c(static_cast<size_t>(t.group->world_size()) * B, 0.0);
+  std::copy(rows.per_sequence.begin(), rows.per_sequence.end(),
+            c.begin() + static_cast<ptrdiff_t>(t.group->rank()) * B);
+  t.group->all_reduce(c.data(), c.size(), ReduceOp::kSum);
+  return c;
+}
+
+// Each rank's compacted rows, padded to the group's largest count (at least 1).
+size_t padded_rows(const std::vector<double>& counts, int B, int count) {
+  double most = counts.empty() ? count : 0;
+  for (size_t q = 0; q < counts.size(); q += B) {
+    most = std::max(most, std::accumulate(counts.begin() + q, counts.begin() + q + B, 0.0));
+  }
+  return std::max<size_t>(static_cast<size_t>(most), 1);
 }
 
 // Every rank's `n` 4-byte elements, gathered (sharded_table.h), held for the call.
@@ -87,7 +116,8 @@ HeadRows head_rows(const Backend& be, const ShardedTable& t, CallBuffers& buf,
                    const double* ref_seq, bool grad, int B, int T, int C) {
   HeadRows r;
   r.N = B * T;
-  r.own = padded_rows(t, target_rows);
+  r.counts = sequence_counts(t, target_rows, B);
+  r.own = padded_rows(r.counts, B, target_rows.count);
   KILN_CHECK(r.own <= static_cast<size_t>(r.N), "preference head: {} rows of {}", r.own, r.N);
   r.own_index = target_rows.index;
   float* xc = buf.take(r.own * C);
@@ -138,26 +168,30 @@ struct Passes {
                         C, m());
     }
   }
-  // Pass 1: each row's statistics over the whole vocabulary, and its loss; with `with_dx`, also
-  // each row's dx before its weight (input_grad).
-  void row_losses(bool with_dx) {
+  // Rows [t0, t0 + n)'s statistics over the whole vocabulary from their logits, and their loss.
+  void row_stats(size_t t0, int n) {
     Stream* after = &be.compute_stream();
+    float* mx = row_max + t0;
+    float* s = sums + 2 * t0;
+    be.ce_part_max(mx, logits, n, m(), ld(), false);
+    if (t.group != nullptr) {
+      t.group->all_reduce_async(mx, n, DType::F32, ReduceOp::kMax, after)->wait(*after);
+    }
+    be.fill_zero(s, sizeof(float) * 2 * n);
+    if (m() > 0) be.ce_part_sumexp(s, logits, mx, r.targets + t0, t.a, n, m(), m());
+    if (t.group != nullptr) {
+      t.group->all_reduce_async(s, 2 * static_cast<size_t>(n), DType::F32, ReduceOp::kSum, after)
+          ->wait(*after);
+    }
+    be.ce_part_row_loss(row_loss + t0, mx, s, r.targets + t0, n);
+  }
+  // Pass 1: each row's statistics and loss; with `with_dx`, also each row's dx before its
+  // weight (input_grad).
+  void row_losses(bool with_dx) {
     for (size_t t0 = 0; t0 < r.rows; t0 += chunk) {
       const int n = static_cast<int>(std::min(chunk, r.rows - t0));
       logits_of(t0, n);
-      float* mx = row_max + t0;
-      float* s = sums + 2 * t0;
-      be.ce_part_max(mx, logits, n, m(), ld(), false);
-      if (t.group != nullptr) {
-        t.group->all_reduce_async(mx, n, DType::F32, ReduceOp::kMax, after)->wait(*after);
-      }
-      be.fill_zero(s, sizeof(float) * 2 * n);
-      if (m() > 0) be.ce_part_sumexp(s, logits, mx, r.targets + t0, t.a, n, m(), m());
-      if (t.group != nullptr) {
-        t.group->all_reduce_async(s, 2 * static_cast<size_t>(n), DType::F32, ReduceOp::kSum, after)
-            ->wait(*after);
-      }
-      be.ce_part_row_loss(row_loss + t0, mx, s, r.targets + t0, n);
+      row_stats(t0, n);
       if (with_dx) input_grad(t0, n, nullptr);
     }
   }
@@ -166,7 +200,7 @@ struct Passes {
     const size_t all = static_cast<size_t>(r.ranks) * r.N;
     float* layout = buf.take(all);
     be.fill_zero(layout, all * sizeof(float));
-    r.to_layout(be, layout, row_loss);
+    r.to_layout(be, layout, row_loss, 0, r.rows);
     return layout;
   }
   // Rows [t0, t0 + n) from their logits: their cross-entropy gradient, times each row's weight
@@ -206,7 +240,108 @@ Passes make_passes(const Backend& be, const ShardedTable& t, CallBuffers& buf, H
   return p;
 }
 
+// Pass 1 over all the rows, the group's sequences' log-probabilities, every row's weight, then
+// pass 2. A table without a gradient (`frozen`: LoRA's head) needs its logits once: pass 1
+// keeps each row's dx before its weight, which then scales the row (dx is linear in it).
+void two_passes(Passes& p, const HeadRows& rows, const PreferenceHead& h, CallBuffers& buf,
+                bool frozen, int B, int T) {
+  const Backend& be = p.be;
+  p.row_losses(frozen);
+  const int S = rows.ranks * B;
+  auto* seq = reinterpret_cast<double*>(buf.take(4 * static_cast<size_t>(S)));  // (S, 2)
+  be.fill_zero(seq, 2 * static_cast<size_t>(S) * sizeof(double));
+  be.sequence_logps(seq, p.layout_losses(buf), rows.all_targets, S, T);
+  float* layout_weight = buf.take(static_cast<size_t>(S) * T);
+  const int own = rows.rank * B / 2;  // this rank's first pair
+  be.preference_loss(layout_weight, h.sums, seq, rows.ref_seq, S, T, h.terms, own, own + B / 2);
+  float* row_weight = buf.take(rows.rows);
+  rows.from_layout(be, row_weight, layout_weight, 0, rows.rows);
+  if (frozen) {
+    be.scale_rows(rows.dx, row_weight, static_cast<int>(rows.rows), p.C);
+  } else {
+    p.weighted_backward(row_weight);
+  }
+}
+
+// The group's pairs [g0, g1) (rank q's pair p is q * B / 2 + p), whose compacted rows (with
+// the padding of the ranks they end) are [t0, t0 + n).
+struct PairChunk {
+  int g0 = 0, g1 = 0;
+  size_t t0 = 0;
+  int n = 0;
+};
+
+// The group's pairs in chunks of whole pairs of at most `chunk` rows each, a rank's padding rows
+// going with its last pair; none when a pair's rows exceed it or the counts are not known (the
+// two passes then). Every rank computes the same chunks.
+std::vector<PairChunk> pair_chunks(const HeadRows& r, int B, size_t chunk) {
+  std::vector<PairChunk> out;
+  if (r.counts.empty()) return out;
+  for (int q = 0; q < r.ranks; ++q) {
+    size_t t = q * r.own;
+    for (int p = 0; p < B / 2; ++p) {
+      const double* c = r.counts.data() + static_cast<size_t>(q) * B + 2 * p;
+      const size_t n = p + 1 < B / 2 ? static_cast<size_t>(c[0] + c[1]) : (q + 1) * r.own - t;
+      if (n > chunk) return {};
+      const int g = q * B / 2 + p;
+      if (out.empty() || out.back().n + n > chunk) out.push_back({g, g, t, 0});
+      out.back().g1 = g + 1;
+      out.back().n += static_cast<int>(n);
+      t += n;
+    }
+  }
+  return out;
+}
+
+// One pass over chunks of whole pairs: each chunk's logits, its rows' losses, its sequences'
+// log-probabilities, its pairs' weights (and this rank's pairs' sums), then its gradient from
+// the same logits.
+void pairwise_pass(Passes& p, const HeadRows& rows, const PreferenceHead& h, CallBuffers& buf,
+                   std::span<const PairChunk> chunks, int B, int T) {
+  const Backend& be = p.be;
+  const size_t all = static_cast<size_t>(rows.ranks) * B * T;  // the group's layout
+  float* layout = buf.take(all);
+  be.fill_zero(layout, all * sizeof(float));
+  float* layout_weight = buf.take(all);
+  const size_t S = static_cast<size_t>(rows.ranks) * B;
+  auto* seq = reinterpret_cast<double*>(buf.take(4 * S));  // (S, 2)
+  be.fill_zero(seq, 2 * S * sizeof(double));
+  float* row_weight = buf.take(rows.rows);
+  const int own0 = rows.rank * B / 2, own1 = own0 + B / 2;  // this rank's pairs
+  for (const PairChunk& c : chunks) {
+    p.logits_of(c.t0, c.n);
+    p.row_stats(c.t0, c.n);
+    rows.to_layout(be, layout, p.row_loss, c.t0, c.n);
+    const size_t r0 = 2 * static_cast<size_t>(c.g0) * T;
+    const int pairs = c.g1 - c.g0;
+    double* s = seq + 4 * static_cast<size_t>(c.g0);
+    be.sequence_logps(s, layout + r0, rows.all_targets + r0, 2 * pairs, T);
+    be.preference_loss(
+        layout_weight + r0, h.sums, s,
+        rows.ref_seq != nullptr ? rows.ref_seq + 4 * static_cast<size_t>(c.g0) : nullptr, 2 * pairs,
+        T, h.terms, std::clamp(own0 - c.g0, 0, pairs), std::clamp(own1 - c.g0, 0, pairs));
+    rows.from_layout(be, row_weight, layout_weight, c.t0, c.n);
+    p.input_grad(c.t0, c.n, row_weight);
+  }
+}
+
 }  // namespace
+
+int compact_target_rows(std::span<const int32_t> targets, int T, int32_t* index, int32_t* compact,
+                        std::span<int> per_sequence) {
+  const size_t N = targets.size();
+  int n = 0;
+  for (size_t i = 0; i < N; ++i) {
+    if (i % T == 0) per_sequence[i / T] = 0;
+    if (targets[i] == kIgnoreIndex) continue;
+    ++per_sequence[i / T];
+    index[n] = static_cast<int32_t>(i);
+    compact[n++] = targets[i];
+  }
+  std::fill(index + n, index + N, static_cast<int32_t>(N - 1));
+  std::fill(compact + n, compact + N, kIgnoreIndex);
+  return n;
+}
 
 void preference_head_loss(const Backend& be, const ShardedTable& table, const PreferenceHead& h,
                           float* dx, const float* x, const int32_t* targets,
@@ -218,24 +353,12 @@ void preference_head_loss(const Backend& be, const ShardedTable& table, const Pr
   const HeadRows rows =
       head_rows(be, table, buf, target_rows, x, targets, h.ref_seq, true, B, T, C);
   Passes p = make_passes(be, table, buf, rows, C, V);
-  // A table without a gradient (LoRA's frozen head) needs its logits once: pass 1 keeps each
-  // row's dx before its weight, which then scales the row (dx is linear in it).
-  const bool one_pass = table.grad == nullptr;
-  p.row_losses(one_pass);
-  // The group's sequences' log-probabilities, then every row's weight.
-  const int S = rows.ranks * B;
-  auto* seq = reinterpret_cast<double*>(buf.take(4 * static_cast<size_t>(S)));  // (S, 2)
-  be.fill_zero(seq, 2 * static_cast<size_t>(S) * sizeof(double));
-  be.sequence_logps(seq, p.layout_losses(buf), rows.all_targets, S, T);
-  float* layout_weight = buf.take(static_cast<size_t>(S) * T);
-  const int own = rows.rank * B / 2;  // this rank's first pair
-  be.preference_loss(layout_weight, h.sums, seq, rows.ref_seq, S, T, h.terms, own, own + B / 2);
-  float* row_weight = buf.take(rows.rows);
-  rows.from_layout(be, row_weight, layout_weight);
-  if (one_pass) {
-    be.scale_rows(rows.dx, row_weight, static_cast<int>(rows.rows), C);
+  const std::vector<PairChunk> chunks =
+      table.grad != nullptr ? pair_chunks(rows, B, p.chunk) : std::vector<PairChunk>{};
+  if (!chunks.empty()) {
+    pairwise_pass(p, rows, h, buf, chunks, B, T);
   } else {
-    p.weighted_backward(row_weight);
+    two_passes(p, rows, h, buf, table.grad == nullptr, B, T);
   }
   // This rank's rows' dx (the group's contributions summed), scattered into its batch.
   const float* own_dx = rows.dx;

@@ -11,7 +11,9 @@
 //   pass 2, per chunk: the logits again, their cross-entropy gradient times the row's weight,
 //           dx and the table's gradient rows
 // A table without a gradient (LoRA's frozen head) takes one pass: pass 1 also computes each row's
-// dx before its weight, and the weights then scale the rows (scale_rows).
+// dx before its weight, and the weights then scale the rows (scale_rows). A whole table with a
+// gradient takes one pass too when every pair's rows fit one chunk of logits: each chunk then
+// holds whole pairs, whose weights follow from its own rows before its gradient.
 // Only rows with a target take part: they are compacted first (a prompt's rows cost nothing).
 // Split, every rank's compacted rows x and targets are gathered once (and the references'
 // sequence sums), every rank computes every row's statistics (as the split loss does) and so
@@ -21,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kiln/kernels/ops.h"
 #include "kiln/model/sharded_table.h"
@@ -34,7 +37,16 @@ struct TargetRows {
   const int32_t* index = nullptr;
   const int32_t* targets = nullptr;
   int count = 0;
+  // (B) on the host: each sequence's rows with a target (they are consecutive in the compacted
+  // order); empty when unknown, which costs a whole table with a gradient its one-pass chunks.
+  std::span<const int> per_sequence;
 };
+
+// Compacts a batch's B * T targets as TargetRows holds them: index and compact (B * T each) get
+// the rows with a target, then padding (row B * T - 1, no target); per_sequence (B) each
+// sequence's count. Returns the count.
+int compact_target_rows(std::span<const int32_t> targets, int T, int32_t* index, int32_t* compact,
+                        std::span<int> per_sequence);
 
 // What a preference batch's head needs besides the table and the rows.
 struct PreferenceHead {
