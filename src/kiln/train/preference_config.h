@@ -53,6 +53,8 @@ struct DpoConfig {
   bool uses_reference() const { return loss_type != PreferenceLossType::kSimpo; }
   // Whether the steps read the reference from a table computed before step 1.
   bool precomputed() const { return uses_reference() && precompute_reference; }
+  // Whether every step runs the reference's forward.
+  bool live_reference() const { return uses_reference() && !precompute_reference; }
   // The backend's terms, every pair's gradient scaled by `scale` (1 / the step's pairs).
   PreferenceTerms terms(double scale) const {
     return {loss_type, beta, label_smoothing, simpo_gamma, scale};

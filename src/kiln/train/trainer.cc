@@ -662,14 +662,17 @@ void Trainer::log_step(const StepMetrics& m, const std::optional<double>& eval_l
   }
 }
 
-// Model FLOPs (6 x matrix parameters x tokens + attention, train_flops; a LoRA step's own count)
-// per second over the
-// devices' peak (Backend::peak_flops, measured once): 0 when the peak is unknown.
+// Model FLOPs (6 x matrix parameters x tokens + attention, train_flops; a LoRA step's own count;
+// a live DPO reference's forward, a third of a full step's) per second over the devices' peak
+// (Backend::peak_flops, measured once): 0 when the peak is unknown.
 double Trainer::model_flops_utilization(const StepMetrics& m) const {
   if (peak_flops_ < 0) peak_flops_ = backend_->peak_flops();
   if (peak_flops_ <= 0 || m.step_seconds <= 0) return 0;
-  const double flops =
+  double flops =
       train_flops(config_, m.tokens, r_.data.seq_len, m.targets, r_.lora ? &*r_.lora : nullptr);
+  if (r_.dpo && r_.dpo->live_reference()) {
+    flops += train_flops(config_, m.tokens, r_.data.seq_len, m.targets) / 3;
+  }
   return flops / m.step_seconds / (peak_flops_ * id_.world_size);
 }
 
