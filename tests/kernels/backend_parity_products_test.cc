@@ -349,9 +349,12 @@ TEST_P(BackendParity, CrossEntropySplitVocabulary) {
 }
 
 // The preference ops (kernels/preference_terms.h): sequences' log-probabilities from row losses,
-// then each loss type's row weights and pair sums, a pair with an empty completion among them.
+// then each loss type's row weights and pair sums, a pair with an empty completion among them;
+// the sequences are ranges of rows of unequal lengths, with rows between them that belong to none
+// (their weight stays zero), as the documents of packed rows are.
 TEST_P(BackendParity, PreferenceLoss) {
   const int S = 6, T = 37;
+  const std::vector<int32_t> bounds = {0, 30, 37, 74, 80, 100, 111, 140, 150, 185, 190, 222};
   auto row_loss = random_values(static_cast<size_t>(S) * T, 64, 2.0f, 2.5f);
   std::vector<int32_t> targets(row_loss.size(), 5);
   for (int s = 0; s < S; ++s) {
@@ -367,8 +370,9 @@ TEST_P(BackendParity, PreferenceLoss) {
       double* seq = d.zeros<double>(2 * S);
       float* weight = d.zeros<float>(row_loss.size());
       double* sums = d.zeros<double>(kNumPreferenceSums);
-      b.sequence_logps(seq, d.upload(row_loss), d.upload(targets), S, T);
-      b.preference_loss(weight, sums, seq, d.upload(ref), S, T, terms, 0, S / 2);
+      const int32_t* db = d.upload(bounds);
+      b.sequence_logps(seq, d.upload(row_loss), d.upload(targets), db, S);
+      b.preference_loss(weight, sums, seq, d.upload(ref), db, S, terms, 0, S / 2);
       return Outputs{{"seq", d.download(seq, 2 * S)},
                      {"row_weight", d.download(weight, row_loss.size())},
                      {"sums", d.download(sums, kNumPreferenceSums)}};

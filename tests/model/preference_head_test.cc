@@ -51,16 +51,17 @@ std::vector<double> reference_sums(const std::vector<int32_t>& targets, int B, i
 // A batch's rows with a target compacted as Decoder::upload stages them (preference_head.h's
 // TargetRows; the CPU backend's device memory is host memory).
 struct Compacted {
-  std::vector<int32_t> index, targets;
+  std::vector<int32_t> index, targets, bounds;
   std::vector<int> per_sequence;
   int count = 0;
   Compacted(std::span<const int32_t> t, int T)
-      : index(t.size()), targets(t.size()), per_sequence(t.size() / T) {
+      : index(t.size()), targets(t.size()), bounds(2 * t.size() / T), per_sequence(t.size() / T) {
     count = compact_target_rows(t, T, index.data(), targets.data(), per_sequence);
+    row_sequence_bounds(static_cast<int>(t.size() / T), T, bounds.data());
   }
   // Without the sequences' counts, a whole table with a gradient takes the two passes.
   TargetRows rows(bool counts = true) const {
-    return {index.data(), targets.data(), count,
+    return {index.data(), targets.data(), count, bounds.data(),
             counts ? std::span<const int>(per_sequence) : std::span<const int>()};
   }
 };

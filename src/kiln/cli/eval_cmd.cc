@@ -69,8 +69,8 @@ int eval_preference(const Opts& o, const ModelSource& src, const Backend& be, De
     if (dpo.uses_reference()) {
       model.sequence_logps(b, reference ? *reference : store, ref_seq.data(), adapters);
     }
-    be.preference_loss(nullptr, sums.data(), seq.data(), ref_seq.data(), 2, b.T, dpo.terms(1.0), 0,
-                       1);
+    be.preference_loss(nullptr, sums.data(), seq.data(), ref_seq.data(), nullptr, 2, dpo.terms(1.0),
+                       0, 1);
   }
   std::vector<double> host(kNumPreferenceSums);
   be.copy_to_host(host.data(), sums.data(), host.size() * sizeof(double));

@@ -69,11 +69,11 @@
                     const float* row_weight, int loss_begin, int loss_end) const override;        \
   void ce_part_row_loss(float* row_loss, const float* row_max, const float* sums,                 \
                         const int32_t* targets, int n) const override;                            \
-  void sequence_logps(double* seq, const float* row_loss, const int32_t* targets, int S, int T)   \
-      const override;                                                                             \
+  void sequence_logps(double* seq, const float* row_loss, const int32_t* targets,                 \
+                      const int32_t* bounds, int S) const override;                               \
   void preference_loss(float* row_weight, double* sums, const double* seq, const double* ref_seq, \
-                       int S, int T, const PreferenceTerms& terms, int sum_begin, int sum_end)    \
-      const override;                                                                             \
+                       const int32_t* bounds, int S, const PreferenceTerms& terms, int sum_begin, \
+                       int sum_end) const override;                                               \
   void sum_squares(double* sum, const float* x, size_t n) const override;                         \
   void scale(float* x, float a, size_t n) const override;                                         \
   void scale_rows(float* x, const float* row_scale, int n, int C) const override;                 \

@@ -252,19 +252,22 @@ class Backend {
   virtual void ce_part_row_loss(float* row_loss, const float* row_max, const float* sums,
                                 const int32_t* targets, int n) const = 0;
 
-  // Preference losses (preference_terms.h) over S sequences of T rows each, sequence 2p a pair's
-  // chosen and 2p + 1 its rejected.
-  // seq (S, 2) += (-sum of the sequence's row_loss (S * T), its rows with a target).
-  virtual void sequence_logps(double* seq, const float* row_loss, const int32_t* targets, int S,
-                              int T) const = 0;
+  // Preference losses (preference_terms.h) over S sequences, sequence 2p a pair's chosen and
+  // 2p + 1 its rejected, each a range of rows of per-row arrays: sequence s is rows
+  // [bounds[2s], bounds[2s + 1]) (bounds (S, 2), device; a row of an unpacked batch, or a
+  // document of a packed row).
+  // seq (S, 2) += (-sum of the sequence's row_loss, its rows with a target).
+  virtual void sequence_logps(double* seq, const float* row_loss, const int32_t* targets,
+                              const int32_t* bounds, int S) const = 0;
   // From the policy's seq and the reference's ref_seq (each (S, 2) as sequence_logps writes
-  // them; ref_seq unused by SimPO): with row_weight, row_weight (S * T) = -scale * d(loss)/d(the
-  // row's sequence log-probability) for every row (0 in a pair with an empty completion: such
-  // a pair is not counted), the factor ce_part_grad's row_weight takes; with sums, sums
-  // (kNumPreferenceSums) += the loss and metric sums of pairs [sum_begin, sum_end).
+  // them; ref_seq unused by SimPO): with row_weight, row_weight = -scale * d(loss)/d(the row's
+  // sequence log-probability) for every row of every sequence (0 in a pair with an empty
+  // completion: such a pair is not counted; rows outside the sequences untouched), the factor
+  // ce_part_grad's row_weight takes; with sums, sums (kNumPreferenceSums) += the loss and metric
+  // sums of pairs [sum_begin, sum_end). bounds may be null without row_weight.
   virtual void preference_loss(float* row_weight, double* sums, const double* seq,
-                               const double* ref_seq, int S, int T, const PreferenceTerms& terms,
-                               int sum_begin, int sum_end) const = 0;
+                               const double* ref_seq, const int32_t* bounds, int S,
+                               const PreferenceTerms& terms, int sum_begin, int sum_end) const = 0;
 
   // *sum (one device double) += sum of squares of x (n), accumulated in double in fixed blocks
   // (the result does not depend on the thread count).

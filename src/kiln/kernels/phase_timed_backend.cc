@@ -235,16 +235,16 @@ void PhaseTimedBackend::ce_part_row_loss(float* row_loss, const float* row_max, 
 }
 
 void PhaseTimedBackend::sequence_logps(double* seq, const float* row_loss, const int32_t* targets,
-                                       int S, int T) const {
-  inner_.sequence_logps(seq, row_loss, targets, S, T);
+                                       const int32_t* bounds, int S) const {
+  inner_.sequence_logps(seq, row_loss, targets, bounds, S);
   mark(Phase::kLmHead);
 }
 
 void PhaseTimedBackend::preference_loss(float* row_weight, double* sums, const double* seq,
-                                        const double* ref_seq, int S, int T,
+                                        const double* ref_seq, const int32_t* bounds, int S,
                                         const PreferenceTerms& terms, int sum_begin,
                                         int sum_end) const {
-  inner_.preference_loss(row_weight, sums, seq, ref_seq, S, T, terms, sum_begin, sum_end);
+  inner_.preference_loss(row_weight, sums, seq, ref_seq, bounds, S, terms, sum_begin, sum_end);
   mark(Phase::kLmHead);
 }
 

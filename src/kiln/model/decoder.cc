@@ -95,9 +95,9 @@ void Decoder::plan_buffers(size_t N, bool recompute, bool training) {
   arena_.add(&dgate_up_, g * N * 2 * I);
   arena_.add(&dh_, g * N * I);
   arena_.add(&dk_pre_, (config_.qk_norm ? g : 0) * N * KV);  // d(k_pre); d(q_pre) reuses dy_
-  // ids, targets, positions, doc_start, and the rows with a target compacted (their indices,
-  // their targets: TargetRows): one upload.
-  arena_.add(&ids_, 6 * N);
+  // ids, targets, positions, doc_start, the rows with a target compacted (their indices, their
+  // targets) and the sequences' bounds (TargetRows): one upload.
+  arena_.add(&ids_, staged_ints());
   products_->plan(arena_, N, /*per_layer=*/!recompute, training);
   arena_.allocate();
   for (LayerActs& a : layer_acts_) a.qkv = qkv_;
@@ -105,7 +105,7 @@ void Decoder::plan_buffers(size_t N, bool recompute, bool training) {
   targets_ = ids_ + N;
   pos_ = ids_ + 2 * N;
   doc_ = ids_ + 3 * N;
-  staging_ = PinnedBuffer<int32_t>(be_, 6 * N);
+  staging_ = PinnedBuffer<int32_t>(be_, staged_ints());
   staging_free_.reset();
 }
 
@@ -120,7 +120,8 @@ void Decoder::upload(const Batch& batch) {
   // The rows with a target, in order, then padding (the last row, no target).
   seq_targets_.resize(static_cast<size_t>(batch.B));
   target_rows_ = compact_target_rows(batch.targets, batch.T, st + 4 * N, st + 5 * N, seq_targets_);
-  be_.copy_to_device(ids_, st, 6 * N * sizeof(int32_t));
+  row_sequence_bounds(batch.B, batch.T, st + 6 * N);
+  be_.copy_to_device(ids_, st, staged_ints() * sizeof(int32_t));
   staging_free_ = be_.compute_stream().record();
 }
 

@@ -151,15 +151,19 @@ class Decoder {
         *dk_pre_ = nullptr;  // backward scratch (dk_pre_: qk_norm only)
   float* qkv_ = nullptr;     // (N, Q + 2 KV): every layer's DecoderActs::qkv
   // The batch on the device: ids, targets, positions, doc_start, each (N), then its rows with a
-  // target compacted (indices, targets: TargetRows, target_rows_ of them), and its staging.
+  // target compacted (indices, targets: TargetRows, target_rows_ of them), its sequences' bounds
+  // (B, 2), and its staging.
+  size_t staged_ints() const {
+    return 6 * static_cast<size_t>(B_) * T_ + 2 * static_cast<size_t>(B_);
+  }
   int32_t *ids_ = nullptr, *targets_ = nullptr, *pos_ = nullptr, *doc_ = nullptr;
   int target_rows_ = 0;
   std::vector<int> seq_targets_;  // (B) host: each sequence's rows with a target
   TargetRows target_rows() const {
     const size_t N = static_cast<size_t>(B_) * T_;
-    return {ids_ + 4 * N, ids_ + 5 * N, target_rows_, seq_targets_};
+    return {ids_ + 4 * N, ids_ + 5 * N, target_rows_, ids_ + 6 * N, seq_targets_};
   }
-  PinnedBuffer<int32_t> staging_;        // (6, N)
+  PinnedBuffer<int32_t> staging_;        // (staged_ints())
   std::shared_ptr<Event> staging_free_;  // the last upload out of staging_ has run
   DeviceBuffer<double> loss_;            // the convenience forms' loss sum
   // The preference head's buffers for a whole table (a split one's come from FSDP's pool).

@@ -49,6 +49,7 @@ struct HeadRows {
   const int32_t* index = nullptr;        // (rows) each row's index in its rank's batch
   const int32_t* own_index = nullptr;    // (own) this rank's
   const int32_t* all_targets = nullptr;  // (S * B * T) the group's layout's targets
+  const int32_t* bounds = nullptr;       // (S, B, 2) each rank's sequences' rows, in its part
   float* dx = nullptr;                   // (rows, C): pass 2's input gradients
   const double* ref_seq = nullptr;       // (S * B, 2) or null
   size_t rows = 0, own = 0;              // compacted rows of the group and of each rank
@@ -127,6 +128,7 @@ HeadRows head_rows(const Backend& be, const ShardedTable& t, CallBuffers& buf,
     r.index = target_rows.index;
     r.targets = target_rows.targets;
     r.all_targets = targets;
+    r.bounds = target_rows.bounds;
     r.ref_seq = ref_seq;
   } else {
     Communicator& g = *t.group;
@@ -136,6 +138,7 @@ HeadRows head_rows(const Backend& be, const ShardedTable& t, CallBuffers& buf,
     r.index = static_cast<const int32_t*>(gathered(be, t, buf, target_rows.index, r.own));
     r.targets = static_cast<const int32_t*>(gathered(be, t, buf, target_rows.targets, r.own));
     r.all_targets = static_cast<const int32_t*>(gathered(be, t, buf, targets, r.N));
+    r.bounds = static_cast<const int32_t*>(gathered(be, t, buf, target_rows.bounds, 2 * B));
     if (ref_seq != nullptr) {
       r.ref_seq =
           static_cast<const double*>(gathered(be, t, buf, ref_seq, static_cast<size_t>(B) * 4));
@@ -240,22 +243,55 @@ Passes make_passes(const Backend& be, const ShardedTable& t, CallBuffers& buf, H
   return p;
 }
 
+// The group's layout of per-row values for its pairs: the rows' losses in, each sequence's
+// log-probability and length, each row's weight out (zero outside the sequences).
+struct PairLayout {
+  const Backend& be;
+  const HeadRows& r;
+  int B;  // sequences of each rank
+  size_t all = 0;
+  float* losses = nullptr;  // (S * B * T)
+  float* weight = nullptr;  // (S * B * T)
+  double* seq = nullptr;    // (S * B, 2)
+  PairLayout(const Backend& be, const HeadRows& r, CallBuffers& buf, int B)
+      : be(be), r(r), B(B), all(static_cast<size_t>(r.ranks) * r.N) {
+    losses = buf.take(all);
+    weight = buf.take(all);
+    seq = reinterpret_cast<double*>(buf.take(4 * static_cast<size_t>(r.ranks) * B));
+    be.fill_zero(losses, all * sizeof(float));
+    be.fill_zero(weight, all * sizeof(float));
+    be.fill_zero(seq, 2 * static_cast<size_t>(r.ranks) * B * sizeof(double));
+  }
+  // The group's pairs [g0, g1) (rank q's pair p is q * B / 2 + p): their sequences'
+  // log-probabilities from the losses, then their rows' weights, and this rank's pairs' sums.
+  // Each rank's sequences are bounded within its part of the layout.
+  void weigh(const PreferenceHead& h, int g0, int g1) const {
+    const int per = B / 2;
+    for (int q = g0 / std::max(per, 1); q < r.ranks && q * per < g1; ++q) {
+      const int p0 = std::max(g0 - q * per, 0), p1 = std::min(g1 - q * per, per);
+      if (p0 >= p1) continue;
+      const size_t part = static_cast<size_t>(q) * r.N, s0 = static_cast<size_t>(q) * B + 2 * p0;
+      const int S = 2 * (p1 - p0);
+      be.sequence_logps(seq + 2 * s0, losses + part, r.all_targets + part, r.bounds + 2 * s0, S);
+      be.preference_loss(weight + part, q == r.rank ? h.sums : nullptr, seq + 2 * s0,
+                         r.ref_seq != nullptr ? r.ref_seq + 2 * s0 : nullptr, r.bounds + 2 * s0, S,
+                         h.terms, 0, S / 2);
+    }
+  }
+};
+
 // Pass 1 over all the rows, the group's sequences' log-probabilities, every row's weight, then
 // pass 2. A table without a gradient (`frozen`: LoRA's head) needs its logits once: pass 1
 // keeps each row's dx before its weight, which then scales the row (dx is linear in it).
 void two_passes(Passes& p, const HeadRows& rows, const PreferenceHead& h, CallBuffers& buf,
-                bool frozen, int B, int T) {
+                bool frozen, int B) {
   const Backend& be = p.be;
   p.row_losses(frozen);
-  const int S = rows.ranks * B;
-  auto* seq = reinterpret_cast<double*>(buf.take(4 * static_cast<size_t>(S)));  // (S, 2)
-  be.fill_zero(seq, 2 * static_cast<size_t>(S) * sizeof(double));
-  be.sequence_logps(seq, p.layout_losses(buf), rows.all_targets, S, T);
-  float* layout_weight = buf.take(static_cast<size_t>(S) * T);
-  const int own = rows.rank * B / 2;  // this rank's first pair
-  be.preference_loss(layout_weight, h.sums, seq, rows.ref_seq, S, T, h.terms, own, own + B / 2);
+  PairLayout pairs(be, rows, buf, B);
+  rows.to_layout(be, pairs.losses, p.row_loss, 0, rows.rows);
+  pairs.weigh(h, 0, rows.ranks * B / 2);
   float* row_weight = buf.take(rows.rows);
-  rows.from_layout(be, row_weight, layout_weight, 0, rows.rows);
+  rows.from_layout(be, row_weight, pairs.weight, 0, rows.rows);
   if (frozen) {
     be.scale_rows(rows.dx, row_weight, static_cast<int>(rows.rows), p.C);
   } else {
@@ -297,35 +333,27 @@ std::vector<PairChunk> pair_chunks(const HeadRows& r, int B, size_t chunk) {
 // log-probabilities, its pairs' weights (and this rank's pairs' sums), then its gradient from
 // the same logits.
 void pairwise_pass(Passes& p, const HeadRows& rows, const PreferenceHead& h, CallBuffers& buf,
-                   std::span<const PairChunk> chunks, int B, int T) {
-  const Backend& be = p.be;
-  const size_t all = static_cast<size_t>(rows.ranks) * B * T;  // the group's layout
-  float* layout = buf.take(all);
-  be.fill_zero(layout, all * sizeof(float));
-  float* layout_weight = buf.take(all);
-  const size_t S = static_cast<size_t>(rows.ranks) * B;
-  auto* seq = reinterpret_cast<double*>(buf.take(4 * S));  // (S, 2)
-  be.fill_zero(seq, 2 * S * sizeof(double));
+                   std::span<const PairChunk> chunks, int B) {
+  const PairLayout pairs(p.be, rows, buf, B);
   float* row_weight = buf.take(rows.rows);
-  const int own0 = rows.rank * B / 2, own1 = own0 + B / 2;  // this rank's pairs
   for (const PairChunk& c : chunks) {
     p.logits_of(c.t0, c.n);
     p.row_stats(c.t0, c.n);
-    rows.to_layout(be, layout, p.row_loss, c.t0, c.n);
-    const size_t r0 = 2 * static_cast<size_t>(c.g0) * T;
-    const int pairs = c.g1 - c.g0;
-    double* s = seq + 4 * static_cast<size_t>(c.g0);
-    be.sequence_logps(s, layout + r0, rows.all_targets + r0, 2 * pairs, T);
-    be.preference_loss(
-        layout_weight + r0, h.sums, s,
-        rows.ref_seq != nullptr ? rows.ref_seq + 4 * static_cast<size_t>(c.g0) : nullptr, 2 * pairs,
-        T, h.terms, std::clamp(own0 - c.g0, 0, pairs), std::clamp(own1 - c.g0, 0, pairs));
-    rows.from_layout(be, row_weight, layout_weight, c.t0, c.n);
+    rows.to_layout(p.be, pairs.losses, p.row_loss, c.t0, c.n);
+    pairs.weigh(h, c.g0, c.g1);
+    rows.from_layout(p.be, row_weight, pairs.weight, c.t0, c.n);
     p.input_grad(c.t0, c.n, row_weight);
   }
 }
 
 }  // namespace
+
+void row_sequence_bounds(int B, int T, int32_t* bounds) {
+  for (int b = 0; b < B; ++b) {
+    bounds[2 * b] = b * T;
+    bounds[2 * b + 1] = (b + 1) * T;
+  }
+}
 
 int compact_target_rows(std::span<const int32_t> targets, int T, int32_t* index, int32_t* compact,
                         std::span<int> per_sequence) {
@@ -356,9 +384,9 @@ void preference_head_loss(const Backend& be, const ShardedTable& table, const Pr
   const std::vector<PairChunk> chunks =
       table.grad != nullptr ? pair_chunks(rows, B, p.chunk) : std::vector<PairChunk>{};
   if (!chunks.empty()) {
-    pairwise_pass(p, rows, h, buf, chunks, B, T);
+    pairwise_pass(p, rows, h, buf, chunks, B);
   } else {
-    two_passes(p, rows, h, buf, table.grad == nullptr, B, T);
+    two_passes(p, rows, h, buf, table.grad == nullptr, B);
   }
   // This rank's rows' dx (the group's contributions summed), scattered into its batch.
   const float* own_dx = rows.dx;
@@ -383,7 +411,7 @@ void head_sequence_logps(const Backend& be, const ShardedTable& table, double* s
   p.row_losses(false);
   // This rank's own sequences only.
   const size_t own = static_cast<size_t>(rows.rank) * B * T;
-  be.sequence_logps(seq, p.layout_losses(buf) + own, rows.all_targets + own, B, T);
+  be.sequence_logps(seq, p.layout_losses(buf) + own, rows.all_targets + own, target_rows.bounds, B);
 }
 
 }  // namespace kiln

@@ -37,10 +37,14 @@ struct TargetRows {
   const int32_t* index = nullptr;
   const int32_t* targets = nullptr;
   int count = 0;
+  const int32_t* bounds = nullptr;  // (B, 2): each sequence's rows [begin, end) of the batch
   // (B) on the host: each sequence's rows with a target (they are consecutive in the compacted
   // order); empty when unknown, which costs a whole table with a gradient its one-pass chunks.
   std::span<const int> per_sequence;
 };
+
+// Each of B sequences a whole row of T: bounds (B, 2) = [b T, (b + 1) T) (Backend::sequence_logps).
+void row_sequence_bounds(int B, int T, int32_t* bounds);
 
 // Compacts a batch's B * T targets as TargetRows holds them: index and compact (B * T each) get
 // the rows with a target, then padding (row B * T - 1, no target); per_sequence (B) each

@@ -140,8 +140,8 @@ void TrainCore::evaluate(const Batch& batch) {
   be_.fill_zero(policy_seq_.data(), policy_seq_.size() * sizeof(double));
   model_.sequence_logps(batch, fsdp_, policy_seq_.data(), /*base_only=*/false);
   fsdp_.finish_forward();
-  be_.preference_loss(nullptr, sums_.data() + kPreference, policy_seq_.data(), ref, batch.B,
-                      batch.T, settings_.dpo->terms(1.0), 0, batch.B / 2);
+  be_.preference_loss(nullptr, sums_.data() + kPreference, policy_seq_.data(), ref, nullptr,
+                      batch.B, settings_.dpo->terms(1.0), 0, batch.B / 2);
 }
 
 }  // namespace kiln

@@ -149,15 +149,16 @@ void DryRunCudaBackend::ce_part_row_loss(float* row_loss, const float* row_max, 
 }
 
 void DryRunCudaBackend::sequence_logps(double* seq, const float* row_loss, const int32_t* targets,
-                                       int S, int T) const {
-  cu::sequence_logps(seq, row_loss, targets, S, T, nullptr);
+                                       const int32_t* bounds, int S) const {
+  cu::sequence_logps(seq, row_loss, targets, bounds, S, nullptr);
 }
 
 void DryRunCudaBackend::preference_loss(float* row_weight, double* sums, const double* seq,
-                                        const double* ref_seq, int S, int T,
+                                        const double* ref_seq, const int32_t* bounds, int S,
                                         const PreferenceTerms& terms, int sum_begin,
                                         int sum_end) const {
-  cu::preference_loss(row_weight, sums, seq, ref_seq, S, T, terms, sum_begin, sum_end, nullptr);
+  cu::preference_loss(row_weight, sums, seq, ref_seq, bounds, S, terms, sum_begin, sum_end,
+                      nullptr);
 }
 
 void DryRunCudaBackend::attention_forward(float* y, float* lse, const float* q, const float* k,

@@ -242,22 +242,25 @@ TEST(EmulCrossEntropy, PreferenceLossMatchesTheCpu) {
   DeviceArray<float> dl(row_loss, "row_loss");
   DeviceArray<int32_t> dt(targets, "targets");
   DeviceArray<double> dref(ref_seq, "ref_seq");
+  // Ranges of unequal lengths with rows of none between them (packed rows' documents).
+  const std::vector<int32_t> bounds = {0, 5, 5, 9, 10, 15, 16, 20, 20, 25, 26, 30};
+  DeviceArray<int32_t> db(bounds, "bounds");
   std::vector<double> want_seq(2 * S, 0.0);
   DeviceArray<double> seq(std::vector<double>(2 * S, 0.0), "seq");
-  cpu().sequence_logps(want_seq.data(), row_loss.data(), targets.data(), S, T);
-  emul_cuda::sequence_logps(seq.get(), dl.get(), dt.get(), S, T, nullptr);
+  cpu().sequence_logps(want_seq.data(), row_loss.data(), targets.data(), bounds.data(), S);
+  emul_cuda::sequence_logps(seq.get(), dl.get(), dt.get(), db.get(), S, nullptr);
   expect_no_fault();
   expect_close("sequence_logps", seq.host(), want_seq, kElementwise);
   for (const PreferenceLossType type : {PreferenceLossType::kSigmoid, PreferenceLossType::kIpo,
                                         PreferenceLossType::kHinge, PreferenceLossType::kSimpo}) {
     const PreferenceTerms terms{type, 0.5, 0.1, 0.3, 0.25};
-    std::vector<float> want_w(static_cast<size_t>(S) * T);
+    std::vector<float> want_w(static_cast<size_t>(S) * T, 0.0f);
     std::vector<double> want_sums(kNumPreferenceSums, 0.0);
-    cpu().preference_loss(want_w.data(), want_sums.data(), want_seq.data(), ref_seq.data(), S, T,
-                          terms, 0, 3);
-    DeviceArray<float> w(static_cast<size_t>(S) * T, "row_weight");
+    cpu().preference_loss(want_w.data(), want_sums.data(), want_seq.data(), ref_seq.data(),
+                          bounds.data(), S, terms, 0, 3);
+    DeviceArray<float> w(std::vector<float>(static_cast<size_t>(S) * T, 0.0f), "row_weight");
     DeviceArray<double> sums(std::vector<double>(kNumPreferenceSums, 0.0), "sums");
-    emul_cuda::preference_loss(w.get(), sums.get(), seq.get(), dref.get(), S, T, terms, 0, 3,
+    emul_cuda::preference_loss(w.get(), sums.get(), seq.get(), dref.get(), db.get(), S, terms, 0, 3,
                                nullptr);
     expect_no_fault();
     expect_close("preference_loss row_weight", w.host(), want_w, kElementwise);

@@ -79,8 +79,9 @@ void other_paths(const Backend& be) {
   // A preference (DPO) step's head ops (model/preference_head.h): 4 sequences of 4 rows.
   DeviceBuffer<double> seq(be, 8), ref(be, 8), sums(be, kNumPreferenceSums);
   be.ce_part_row_loss(a.data(), b.data(), c.data(), ids.data(), 16);
-  be.sequence_logps(seq.data(), a.data(), ids.data(), 4, 4);
-  be.preference_loss(a.data(), sums.data(), seq.data(), ref.data(), 4, 4, PreferenceTerms{}, 0, 2);
+  be.sequence_logps(seq.data(), a.data(), ids.data(), ids.data(), 4);
+  be.preference_loss(a.data(), sums.data(), seq.data(), ref.data(), ids.data(), 4,
+                     PreferenceTerms{}, 0, 2);
   be.scale_rows(b.data(), a.data(), 16, 60);
 }
 

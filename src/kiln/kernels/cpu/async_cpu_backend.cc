@@ -155,15 +155,15 @@ class AsyncCpuBackend final : public Backend {
                         const int32_t* targets, int n) const override {
     run([=, this] { cpu_.ce_part_row_loss(row_loss, row_max, sums, targets, n); });
   }
-  void sequence_logps(double* seq, const float* row_loss, const int32_t* targets, int S,
-                      int T) const override {
-    run([=, this] { cpu_.sequence_logps(seq, row_loss, targets, S, T); });
+  void sequence_logps(double* seq, const float* row_loss, const int32_t* targets,
+                      const int32_t* bounds, int S) const override {
+    run([=, this] { cpu_.sequence_logps(seq, row_loss, targets, bounds, S); });
   }
   void preference_loss(float* row_weight, double* sums, const double* seq, const double* ref_seq,
-                       int S, int T, const PreferenceTerms& terms, int sum_begin,
+                       const int32_t* bounds, int S, const PreferenceTerms& terms, int sum_begin,
                        int sum_end) const override {
     run([=, this] {
-      cpu_.preference_loss(row_weight, sums, seq, ref_seq, S, T, terms, sum_begin, sum_end);
+      cpu_.preference_loss(row_weight, sums, seq, ref_seq, bounds, S, terms, sum_begin, sum_end);
     });
   }
   void sum_squares(double* sum, const float* x, size_t n) const override {

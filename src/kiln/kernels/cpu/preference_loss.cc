@@ -1,16 +1,17 @@
 // Backend::sequence_logps and preference_loss (ops.h) on the CPU: sequential loops in a fixed
 // order (a handful of sequences per micro-batch), the pair's formulas from preference_terms.h.
+#include <algorithm>
+
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/preference_terms.h"
 
 namespace kiln {
 
-void CpuBackend::sequence_logps(double* seq, const float* row_loss, const int32_t* targets, int S,
-                                int T) const {
+void CpuBackend::sequence_logps(double* seq, const float* row_loss, const int32_t* targets,
+                                const int32_t* bounds, int S) const {
   for (int s = 0; s < S; ++s) {
     double logp = 0, n = 0;
-    for (int t = 0; t < T; ++t) {
-      const size_t i = static_cast<size_t>(s) * T + t;
+    for (int32_t i = bounds[2 * s]; i < bounds[2 * s + 1]; ++i) {
       if (targets[i] == kIgnoreIndex) continue;
       logp -= row_loss[i];
       n += 1;
@@ -21,8 +22,8 @@ void CpuBackend::sequence_logps(double* seq, const float* row_loss, const int32_
 }
 
 void CpuBackend::preference_loss(float* row_weight, double* sums, const double* seq,
-                                 const double* ref_seq, int S, int T, const PreferenceTerms& terms,
-                                 int sum_begin, int sum_end) const {
+                                 const double* ref_seq, const int32_t* bounds, int S,
+                                 const PreferenceTerms& terms, int sum_begin, int sum_end) const {
   const bool simpo = terms.type == PreferenceLossType::kSimpo;
   for (int p = 0; p < S / 2; ++p) {
     const double* c = seq + 4 * p;  // chosen (logp, n), then rejected (logp, n)
@@ -33,9 +34,9 @@ void CpuBackend::preference_loss(float* row_weight, double* sums, const double* 
     if (row_weight != nullptr) {
       const float wc = static_cast<float>(-terms.scale * t.d_chosen);
       const float wr = static_cast<float>(-terms.scale * t.d_rejected);
-      float* w = row_weight + static_cast<size_t>(2 * p) * T;
-      for (int i = 0; i < T; ++i) w[i] = wc;
-      for (int i = 0; i < T; ++i) w[T + i] = wr;
+      const int32_t* b = bounds + 4 * p;  // chosen [b0, b1), rejected [b2, b3)
+      std::fill(row_weight + b[0], row_weight + b[1], wc);
+      std::fill(row_weight + b[2], row_weight + b[3], wr);
     }
     if (sums == nullptr || !valid || p < sum_begin || p >= sum_end) continue;
     sums[kPrefLoss] += t.loss;

@@ -54,10 +54,10 @@ void ce_part_row_loss(float* row_loss, const float* row_max, const float* sums,
                       const int32_t* targets, int n, cudaStream_t stream);
 
 // Backend::sequence_logps and preference_loss (preference_loss.cu).
-void sequence_logps(double* seq, const float* row_loss, const int32_t* targets, int S, int T,
-                    cudaStream_t stream);
+void sequence_logps(double* seq, const float* row_loss, const int32_t* targets,
+                    const int32_t* bounds, int S, cudaStream_t stream);
 void preference_loss(float* row_weight, double* sums, const double* seq, const double* ref_seq,
-                     int S, int T, const PreferenceTerms& terms, int sum_begin, int sum_end,
-                     cudaStream_t stream);
+                     const int32_t* bounds, int S, const PreferenceTerms& terms, int sum_begin,
+                     int sum_end, cudaStream_t stream);
 
 }  // namespace kiln::cuda

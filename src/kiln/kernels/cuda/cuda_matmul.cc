@@ -99,15 +99,16 @@ void CudaBackend::ce_part_row_loss(float* row_loss, const float* row_max, const 
   cuda::ce_part_row_loss(row_loss, row_max, sums, targets, n, native());
 }
 
-void CudaBackend::sequence_logps(double* seq, const float* row_loss, const int32_t* targets, int S,
-                                 int T) const {
-  cuda::sequence_logps(seq, row_loss, targets, S, T, native());
+void CudaBackend::sequence_logps(double* seq, const float* row_loss, const int32_t* targets,
+                                 const int32_t* bounds, int S) const {
+  cuda::sequence_logps(seq, row_loss, targets, bounds, S, native());
 }
 
 void CudaBackend::preference_loss(float* row_weight, double* sums, const double* seq,
-                                  const double* ref_seq, int S, int T, const PreferenceTerms& terms,
-                                  int sum_begin, int sum_end) const {
-  cuda::preference_loss(row_weight, sums, seq, ref_seq, S, T, terms, sum_begin, sum_end, native());
+                                  const double* ref_seq, const int32_t* bounds, int S,
+                                  const PreferenceTerms& terms, int sum_begin, int sum_end) const {
+  cuda::preference_loss(row_weight, sums, seq, ref_seq, bounds, S, terms, sum_begin, sum_end,
+                        native());
 }
 
 }  // namespace kiln

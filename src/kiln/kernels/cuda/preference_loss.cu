@@ -1,5 +1,5 @@
 // Backend::sequence_logps and preference_loss (ops.h) on the GPU: a block per sequence for the
-// sums over its rows, one block for the pairs' sums, a thread per row for the row weights; every
+// sums over its rows and for its rows' weights, one block for the pairs' sums; every
 // reduction in a fixed order (block_all_reduce), so a run repeats bit for bit. The pair's
 // formulas are preference_terms.h's, the CPU's own.
 #include "kiln/kernels/cuda/cross_entropy_kernels.h"
@@ -14,11 +14,12 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads)
-    sequence_logps_kernel(double* seq, const float* row_loss, const int32_t* targets, int T) {
+    sequence_logps_kernel(double* seq, const float* row_loss, const int32_t* targets,
+                          const int32_t* bounds) {
   const size_t s = blockIdx.x;
   double logp = 0, n = 0;
-  for (int t = static_cast<int>(threadIdx.x); t < T; t += kThreads) {
-    const size_t i = s * T + t;
+  for (int32_t i = bounds[2 * s] + static_cast<int32_t>(threadIdx.x); i < bounds[2 * s + 1];
+       i += kThreads) {
     if (targets[i] == kIgnoreIndex) continue;
     logp -= row_loss[i];
     n += 1;
@@ -46,13 +47,15 @@ __device__ __forceinline__ ValidTerms terms_of(const PreferenceTerms& terms, con
 }
 
 __global__ void __launch_bounds__(kThreads)
-    row_weight_kernel(float* row_weight, const double* seq, const double* ref_seq, int S, int T,
-                      PreferenceTerms terms) {
-  const size_t i = grid_index();
-  if (i >= static_cast<size_t>(S) * T) return;
-  const int s = static_cast<int>(i / T);
+    row_weight_kernel(float* row_weight, const double* seq, const double* ref_seq,
+                      const int32_t* bounds, PreferenceTerms terms) {
+  const int s = static_cast<int>(blockIdx.x);
   const PairTerms t = terms_of(terms, seq, ref_seq, s / 2).t;
-  row_weight[i] = static_cast<float>(-terms.scale * (s % 2 == 0 ? t.d_chosen : t.d_rejected));
+  const float w = static_cast<float>(-terms.scale * (s % 2 == 0 ? t.d_chosen : t.d_rejected));
+  for (int32_t i = bounds[2 * s] + static_cast<int32_t>(threadIdx.x); i < bounds[2 * s + 1];
+       i += kThreads) {
+    row_weight[i] = w;
+  }
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -82,21 +85,18 @@ __global__ void __launch_bounds__(kThreads)
 }
 }  // namespace
 
-void sequence_logps(double* seq, const float* row_loss, const int32_t* targets, int S, int T,
-                    cudaStream_t stream) {
-  if (S == 0 || T == 0) return;
-  KILN_LAUNCH(S, kThreads, 0, stream, sequence_logps_kernel)(seq, row_loss, targets, T);
+void sequence_logps(double* seq, const float* row_loss, const int32_t* targets,
+                    const int32_t* bounds, int S, cudaStream_t stream) {
+  if (S == 0) return;
+  KILN_LAUNCH(S, kThreads, 0, stream, sequence_logps_kernel)(seq, row_loss, targets, bounds);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
 void preference_loss(float* row_weight, double* sums, const double* seq, const double* ref_seq,
-                     int S, int T, const PreferenceTerms& terms, int sum_begin, int sum_end,
-                     cudaStream_t stream) {
-  const size_t rows = static_cast<size_t>(S) * T;
-  if (row_weight != nullptr && rows > 0) {
-    KILN_LAUNCH(static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads, 0, stream,
-                row_weight_kernel)
-    (row_weight, seq, ref_seq, S, T, terms);
+                     const int32_t* bounds, int S, const PreferenceTerms& terms, int sum_begin,
+                     int sum_end, cudaStream_t stream) {
+  if (row_weight != nullptr && S > 0) {
+    KILN_LAUNCH(S, kThreads, 0, stream, row_weight_kernel)(row_weight, seq, ref_seq, bounds, terms);
     KILN_CUDA_CHECK_LAUNCH();
   }
   if (sums != nullptr && sum_begin < sum_end) {

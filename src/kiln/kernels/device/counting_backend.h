@@ -101,8 +101,8 @@ class CountingBackend final : public Backend {
   void ce_part_grad(float*, double*, const float*, const float*, const int32_t*, int, int, int, int,
                     float, const float*, int, int) const override {}
   void ce_part_row_loss(float*, const float*, const float*, const int32_t*, int) const override {}
-  void sequence_logps(double*, const float*, const int32_t*, int, int) const override {}
-  void preference_loss(float*, double*, const double*, const double*, int, int,
+  void sequence_logps(double*, const float*, const int32_t*, const int32_t*, int) const override {}
+  void preference_loss(float*, double*, const double*, const double*, const int32_t*, int,
                        const PreferenceTerms&, int, int) const override {}
   void sum_squares(double*, const float*, size_t) const override {}
   void scale(float*, float, size_t) const override {}
