@@ -138,7 +138,9 @@ HeadRows head_rows(const Backend& be, const ShardedTable& t, CallBuffers& buf,
     r.index = static_cast<const int32_t*>(gathered(be, t, buf, target_rows.index, r.own));
     r.targets = static_cast<const int32_t*>(gathered(be, t, buf, target_rows.targets, r.own));
     r.all_targets = static_cast<const int32_t*>(gathered(be, t, buf, targets, r.N));
-    r.bounds = static_cast<const int32_t*>(gathered(be, t, buf, target_rows.bounds, 2 * B));
+    if (grad) {  // the pairs' weights only (head_sequence_logps reads its own rank's bounds)
+      r.bounds = static_cast<const int32_t*>(gathered(be, t, buf, target_rows.bounds, 2 * B));
+    }
     if (ref_seq != nullptr) {
       r.ref_seq =
           static_cast<const double*>(gathered(be, t, buf, ref_seq, static_cast<size_t>(B) * 4));
